@@ -1,0 +1,128 @@
+"""Read and validate the ``manifest.json`` of an export directory.
+
+An export directory holds ``manifest.json``, the tokenizer file it names (``tokenizer.json``) and one
+ONNX file per variant (``model.onnx`` for ``fp32``, optionally ``model.int8.onnx`` for ``int8``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ptmkit_export.errors import ExportDirError
+
+MANIFEST_NAME = "manifest.json"
+FORMAT = "ptmkit-export/1"
+
+#: Keys every manifest must have, with the JSON type each must hold.
+REQUIRED_KEYS: dict[str, type | tuple[type, ...]] = {
+    "format": str,
+    "inputs": list,
+    "outputs": list,
+    "labels": list,
+    "max_sequence_length": int,
+    "pad_token_id": int,
+    "tokenizer": str,
+    "variants": dict,
+}
+
+#: ``encoding`` values an input may name: attributes of a ``tokenizers.Encoding``.
+ENCODINGS = ("ids", "type_ids", "attention_mask")
+INPUT_DTYPES = ("int32", "int64")
+
+
+def _fail(path: Path, problem: str) -> ExportDirError:
+    return ExportDirError(f"{path}: {problem}")
+
+
+def _validate(manifest: Any, path: Path) -> None:
+    if not isinstance(manifest, dict):
+        raise _fail(path, f"expected a JSON object, got {type(manifest).__name__}")
+    missing = [key for key in REQUIRED_KEYS if key not in manifest]
+    if missing:
+        raise _fail(path, f"missing key(s) {', '.join(missing)}")
+    for key, kind in REQUIRED_KEYS.items():
+        value = manifest[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise _fail(path, f"key {key!r} must be {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
+    if manifest["format"] != FORMAT:
+        raise _fail(path, f"unsupported format {manifest['format']!r} (this runtime reads {FORMAT!r})")
+    if not manifest["inputs"]:
+        raise _fail(path, "'inputs' is empty")
+    for i, spec in enumerate(manifest["inputs"]):
+        if not isinstance(spec, dict) or not {"name", "dtype", "encoding"} <= spec.keys():
+            raise _fail(path, f"inputs[{i}] must be an object with name, dtype and encoding")
+        if spec["encoding"] not in ENCODINGS:
+            raise _fail(path, f"inputs[{i}] has encoding {spec['encoding']!r}; expected one of {', '.join(ENCODINGS)}")
+        if spec["dtype"] not in INPUT_DTYPES:
+            raise _fail(path, f"inputs[{i}] has dtype {spec['dtype']!r}; expected one of {', '.join(INPUT_DTYPES)}")
+    if not manifest["outputs"] or not all(isinstance(o, dict) and "name" in o for o in manifest["outputs"]):
+        raise _fail(path, "'outputs' must be a non-empty list of objects with a name")
+    if not manifest["labels"] or not all(isinstance(label, str) for label in manifest["labels"]):
+        raise _fail(path, "'labels' must be a non-empty list of strings")
+    if manifest["max_sequence_length"] < 1:
+        raise _fail(path, "'max_sequence_length' must be >= 1")
+    if "fp32" not in manifest["variants"]:
+        raise _fail(path, "'variants' has no 'fp32' entry")
+    for name, variant in manifest["variants"].items():
+        if not isinstance(variant, dict) or not isinstance(variant.get("file"), str):
+            raise _fail(path, f"variants[{name!r}] must be an object with a 'file' string")
+
+
+def read_manifest(export_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read ``export_dir/manifest.json``, check it, and check the files it names exist.
+
+    Args:
+        export_dir: the export directory written by ptmkit's exporter.
+
+    Returns:
+        The manifest as a dict (the parsed JSON, unchanged). Keys guaranteed present: ``format``
+        (``"ptmkit-export/1"``), ``inputs`` (list of ``{name, dtype, encoding}``), ``outputs``
+        (list of ``{name, ...}``), ``labels`` (list of str, one per logit column),
+        ``max_sequence_length`` (int, in tokens), ``pad_token_id`` (int), ``tokenizer`` (file name)
+        and ``variants`` (``{"fp32": {"file": ...}, ...}``).
+
+    Raises:
+        ExportDirError: the directory, ``manifest.json``, the tokenizer file or the ``fp32`` model
+            file is missing; the manifest is not valid JSON, lacks a key or holds a value of the
+            wrong type. Other variants' files are checked only when a variant is chosen (see
+            :class:`ptmkit_export.Predictor`), so a failed int8 build does not break fp32 use.
+    """
+    root = Path(export_dir)
+    if not root.is_dir():
+        raise ExportDirError(f"{root}: export directory not found")
+    path = root / MANIFEST_NAME
+    if not path.is_file():
+        raise _fail(path, "file not found")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise _fail(path, f"invalid JSON ({message})") from None
+    _validate(manifest, path)
+    tokenizer = root / manifest["tokenizer"]
+    if not tokenizer.is_file():
+        raise _fail(tokenizer, "tokenizer file not found")
+    model = root / manifest["variants"]["fp32"]["file"]
+    if not model.is_file():
+        raise _fail(model, "model file not found")
+    return manifest
+
+
+def variant_path(export_dir: str | os.PathLike[str], manifest: dict[str, Any], variant: str) -> Path:
+    """Path of ``variant``'s ONNX file inside ``export_dir``.
+
+    Raises:
+        ExportDirError: the manifest has no such variant, or its file is missing.
+    """
+    variants = manifest["variants"]
+    if variant not in variants:
+        raise ExportDirError(
+            f"{Path(export_dir) / MANIFEST_NAME}: no variant {variant!r} (has {', '.join(sorted(variants))})"
+        )
+    path = Path(export_dir) / variants[variant]["file"]
+    if not path.is_file():
+        raise _fail(path, f"model file for variant {variant!r} not found")
+    return path

@@ -1,0 +1,238 @@
+"""Run an exported classifier with ONNX Runtime: texts in, labels and probabilities out.
+
+Imports neither TensorFlow nor Keras; needs only onnxruntime, numpy and tokenizers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+from ptmkit_export.errors import ExportDirError
+from ptmkit_export.manifest import read_manifest, variant_path
+
+
+class Prediction(NamedTuple):
+    """One text's prediction.
+
+    Attributes:
+        label: the most probable label (ties go to the label listed first in the manifest).
+        probabilities: ``{label: probability}`` for every label, in manifest order; floats in
+            ``[0, 1]`` summing to 1.
+    """
+
+    label: str
+    probabilities: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"label": str, "probabilities": {label: float}}``, ready for ``json.dumps``."""
+        return {"label": self.label, "probabilities": dict(self.probabilities)}
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Numerically stable softmax over the last axis.
+
+    Args:
+        logits: float array of shape ``(..., num_labels)``.
+
+    Returns:
+        float64 array of the same shape; each row sums to 1. Rows of huge logits do not overflow
+        (the row maximum is subtracted first).
+    """
+    z = np.asarray(logits, dtype=np.float64)
+    z = z - z.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def default_variant(manifest: dict[str, Any]) -> str:
+    """``"int8"`` when the manifest lists an int8 variant whose ``ok`` is true, else ``"fp32"``."""
+    int8 = manifest["variants"].get("int8")
+    return "int8" if isinstance(int8, dict) and int8.get("ok") is True else "fp32"
+
+
+class Predictor:
+    """Load an export directory and classify texts with ONNX Runtime.
+
+    Args:
+        export_dir: directory holding ``manifest.json``, ``tokenizer.json`` and the model files.
+        variant: ``"fp32"``, ``"int8"`` or any other key of the manifest's ``variants``; ``None``
+            picks ``"int8"`` when the manifest marks it ``ok``, else ``"fp32"``.
+        threads: ONNX Runtime intra-op threads (``SessionOptions.intra_op_num_threads``);
+            ``None`` lets ONNX Runtime decide (one per physical core).
+        providers: ONNX Runtime execution providers, e.g. ``["CUDAExecutionProvider",
+            "CPUExecutionProvider"]``; ``None`` means ``["CPUExecutionProvider"]`` (the int8
+            variant's integer kernels are CPU kernels).
+
+    Attributes:
+        manifest: the parsed ``manifest.json`` (dict).
+        variant: the variant in use (str).
+        labels: label names, one per logit column (list of str).
+        batch_size: texts per ONNX Runtime call in :meth:`logits` (int, default 32).
+        session: the ``onnxruntime.InferenceSession``.
+
+    Raises:
+        ExportDirError: the directory, manifest, tokenizer or chosen variant's model file is
+            missing or broken; the model's inputs or outputs do not match the manifest.
+    """
+
+    batch_size: int = 32
+
+    def __init__(
+        self,
+        export_dir: str | os.PathLike[str],
+        variant: str | None = None,
+        threads: int | None = None,
+        providers: Sequence[str] | None = None,
+    ) -> None:
+        self.export_dir = Path(export_dir)
+        self.manifest: dict[str, Any] = read_manifest(self.export_dir)
+        self.variant: str = variant if variant is not None else default_variant(self.manifest)
+        self.labels: list[str] = list(self.manifest["labels"])
+        model_path = variant_path(self.export_dir, self.manifest, self.variant)
+
+        self._inputs = [(spec["name"], spec["encoding"], np.dtype(spec["dtype"])) for spec in self.manifest["inputs"]]
+        self._output = self.manifest["outputs"][0]["name"]
+        self.tokenizer = self._load_tokenizer(self.export_dir / self.manifest["tokenizer"])
+
+        options = ort.SessionOptions()
+        if threads is not None:
+            if threads < 1:
+                raise ValueError(f"threads must be >= 1, got {threads}")
+            options.intra_op_num_threads = threads
+        try:
+            self.session = ort.InferenceSession(
+                str(model_path), options, providers=list(providers) if providers else ["CPUExecutionProvider"]
+            )
+        except Exception as error:  # onnxruntime raises its own exception types
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ExportDirError(f"{model_path}: cannot load ONNX model ({first})") from error
+        self._check_session(model_path)
+
+    def _load_tokenizer(self, path: Path) -> Tokenizer:
+        try:
+            tokenizer = Tokenizer.from_file(str(path))
+        except Exception as error:  # tokenizers raises a bare Exception on a bad file
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ExportDirError(f"{path}: cannot load tokenizer ({first})") from error
+        pad_id = int(self.manifest["pad_token_id"])
+        pad_token = tokenizer.id_to_token(pad_id) or "[PAD]"
+        tokenizer.enable_truncation(max_length=int(self.manifest["max_sequence_length"]))
+        tokenizer.enable_padding(pad_id=pad_id, pad_token=pad_token)  # length=None: longest in batch
+        return tokenizer
+
+    def _check_session(self, model_path: Path) -> None:
+        model_inputs = {value.name for value in self.session.get_inputs()}
+        wanted = {name for name, _, _ in self._inputs}
+        if model_inputs != wanted:
+            raise ExportDirError(
+                f"{model_path}: model inputs {sorted(model_inputs)} do not match the manifest's {sorted(wanted)}"
+            )
+        outputs = {value.name: value for value in self.session.get_outputs()}
+        if self._output not in outputs:
+            raise ExportDirError(
+                f"{model_path}: model has no output {self._output!r} (has {', '.join(sorted(outputs))})"
+            )
+        width = outputs[self._output].shape[-1] if outputs[self._output].shape else None
+        if isinstance(width, int) and width != len(self.labels):
+            raise ExportDirError(
+                f"{model_path}: output {self._output!r} has {width} columns but the manifest lists {len(self.labels)} labels"
+            )
+
+    @staticmethod
+    def _check_texts(texts: Sequence[str]) -> list[str]:
+        if isinstance(texts, str):
+            raise TypeError("texts must be a list of strings, not a single str; wrap it: [text]")
+        texts = list(texts)
+        if not texts:
+            raise ValueError("texts is empty: pass at least one string")
+        bad = [i for i, text in enumerate(texts) if not isinstance(text, str)]
+        if bad:
+            raise TypeError(f"texts[{bad[0]}] is {type(texts[bad[0]]).__name__}, expected str")
+        return texts
+
+    def encode(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        """Tokenize ``texts`` into the model's input arrays.
+
+        Each text gets the tokenizer's special tokens (e.g. ``[CLS] ... [SEP]``), is truncated to
+        ``max_sequence_length`` tokens (specials included) and padded with ``pad_token_id`` to the
+        longest text of this call; every input is cut and padded the same way.
+
+        Args:
+            texts: non-empty list of str.
+
+        Returns:
+            ``{input name: array}``, one entry per manifest input, each of shape
+            ``(len(texts), length)`` with ``length <= max_sequence_length`` and the manifest's
+            dtype (int32 unless the manifest says otherwise). ``attention_mask`` inputs are 1 on
+            real tokens and 0 on padding.
+
+        Raises:
+            ValueError: ``texts`` is empty.
+            TypeError: ``texts`` is a single str, or holds a non-str.
+        """
+        texts = self._check_texts(texts)
+        encodings = self.tokenizer.encode_batch(texts)
+        return {
+            name: np.asarray([getattr(encoding, attribute) for encoding in encodings], dtype=dtype)
+            for name, attribute, dtype in self._inputs
+        }
+
+    def logits(self, texts: Sequence[str]) -> np.ndarray:
+        """Raw model scores for ``texts``, run in chunks of :attr:`batch_size`.
+
+        Args:
+            texts: non-empty list of str.
+
+        Returns:
+            float32 array of shape ``(len(texts), len(labels))``, rows in the order of ``texts``.
+
+        Raises:
+            ValueError: ``texts`` is empty.
+            TypeError: ``texts`` is a single str, or holds a non-str.
+        """
+        texts = self._check_texts(texts)
+        chunks = []
+        for start in range(0, len(texts), self.batch_size):
+            feeds = self.encode(texts[start : start + self.batch_size])
+            (scores,) = self.session.run([self._output], feeds)
+            chunks.append(np.asarray(scores, dtype=np.float32).reshape(len(feeds[self._inputs[0][0]]), -1))
+        logits = np.concatenate(chunks, axis=0)
+        if logits.shape[1] != len(self.labels):
+            raise ExportDirError(
+                f"{self.export_dir / 'manifest.json'}: model returned {logits.shape[1]} scores per text "
+                f"but the manifest lists {len(self.labels)} labels"
+            )
+        return logits
+
+    def predict(self, texts: Sequence[str]) -> list[Prediction]:
+        """Classify ``texts``.
+
+        Args:
+            texts: non-empty list of str.
+
+        Returns:
+            One :class:`Prediction` per text, in order; probabilities are the softmax of
+            :meth:`logits`.
+
+        Raises:
+            ValueError: ``texts`` is empty.
+            TypeError: ``texts`` is a single str, or holds a non-str.
+        """
+        probabilities = softmax(self.logits(texts))
+        return [
+            Prediction(
+                label=self.labels[int(np.argmax(row))],
+                probabilities={label: float(p) for label, p in zip(self.labels, row, strict=True)},
+            )
+            for row in probabilities
+        ]
+
+    def __repr__(self) -> str:
+        return f"Predictor({str(self.export_dir)!r}, variant={self.variant!r}, labels={self.labels!r})"

@@ -1,0 +1,287 @@
+"""Dynamic int8 quantization of an exported ONNX model, with the Gemm rewrite it needs.
+
+ONNX Runtime's dynamic quantizer turns ``MatMul`` nodes with a constant weight into integer
+matmuls (``MatMulInteger`` / ``DynamicQuantizeMatMul``) but leaves ``Gemm`` nodes in float, and
+Keras/tf2onnx exports write every 2-D ``Dense``/``EinsumDense`` projection as a ``Gemm``. So
+:func:`quantize_int8` first rewrites each eligible ``Gemm`` into ``MatMul`` (+ ``Add``), which is
+numerically the same graph, then quantizes.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+#: Op types an int8-quantized matmul shows up as in ONNX Runtime's output.
+QUANTIZED_MATMUL_OPS = frozenset(
+    {"MatMulInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QLinearMatMul", "QGemm"}
+)
+
+
+def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
+    for attribute in node.attribute:
+        if attribute.name == name:
+            return onnx.helper.get_attribute_value(attribute)
+    return default
+
+
+def _names_used(graph: onnx.GraphProto, used: set[str]) -> set[str]:
+    """Every tensor name read by a node of ``graph`` or its subgraphs, or returned by ``graph``."""
+    for node in graph.node:
+        used.update(node.input)
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                _names_used(attribute.g, used)
+            elif attribute.type == onnx.AttributeProto.GRAPHS:
+                for subgraph in attribute.graphs:
+                    _names_used(subgraph, used)
+    used.update(output.name for output in graph.output)
+    return used
+
+
+def rewrite_gemm_as_matmul(model: onnx.ModelProto) -> int:
+    """Rewrite, in place, each top-level ``Gemm`` with a constant weight into ``MatMul`` (+ ``Add``).
+
+    A ``Gemm`` computes ``Y = alpha * A' @ B' + beta * C`` with ``A`` of shape ``(M, K)``. It is
+    rewritten when ``transA == 0`` and ``B`` is an initializer that is not also a graph input (so it
+    cannot be overridden at run time). The new weight initializer holds ``alpha * B'`` with shape
+    ``(K, N)`` (``B`` transposed when ``transB == 1``); when ``C`` is present and ``beta != 0`` an
+    ``Add`` of ``C`` follows (``beta * C`` folded into a new initializer when ``beta != 1``; a
+    ``Gemm`` with a non-constant ``C`` and ``beta != 1`` is left alone). The ``Gemm``'s output name
+    is kept, so the rest of the graph and dynamic axes are untouched; weights no node reads any more
+    are dropped.
+
+    Args:
+        model: an ONNX model; modified in place.
+
+    Returns:
+        How many ``Gemm`` nodes were rewritten.
+    """
+    graph = model.graph
+    initializers = {init.name: init for init in graph.initializer}
+    graph_inputs = {value.name for value in graph.input}
+    taken = {init.name for init in graph.initializer} | graph_inputs
+    taken.update(name for node in graph.node for name in node.output)
+    taken.update(node.name for node in graph.node)
+
+    def fresh(base: str) -> str:
+        name, i = base, 0
+        while name in taken:
+            i += 1
+            name = f"{base}_{i}"
+        taken.add(name)
+        return name
+
+    new_weights: dict[tuple[str, int, float], str] = {}
+    new_nodes: list[onnx.NodeProto] = []
+    replaced: set[str] = set()
+    rewritten = 0
+    for node in graph.node:
+        if node.op_type != "Gemm" or node.domain not in ("", "ai.onnx"):
+            new_nodes.append(node)
+            continue
+        alpha = float(_attr(node, "alpha", 1.0))
+        beta = float(_attr(node, "beta", 1.0))
+        trans_a = int(_attr(node, "transA", 0))
+        trans_b = int(_attr(node, "transB", 0))
+        a_name, b_name = node.input[0], node.input[1]
+        c_name = node.input[2] if len(node.input) > 2 else ""
+        use_c = bool(c_name) and beta != 0.0
+        if (
+            trans_a
+            or b_name not in initializers
+            or b_name in graph_inputs
+            or (use_c and beta != 1.0 and (c_name not in initializers or c_name in graph_inputs))
+        ):
+            new_nodes.append(node)
+            continue
+
+        key = (b_name, trans_b, alpha)
+        if key not in new_weights:
+            weight = numpy_helper.to_array(initializers[b_name])
+            if trans_b:
+                weight = weight.T
+            if alpha != 1.0:
+                weight = weight * np.asarray(alpha, dtype=weight.dtype)
+            if not trans_b and alpha == 1.0:
+                new_weights[key] = b_name  # already (K, N): reuse as is
+            else:
+                name = fresh(f"{b_name}_matmul_weight")
+                graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(weight), name))
+                new_weights[key] = name
+                replaced.add(b_name)
+        weight_name = new_weights[key]
+
+        base = node.name or node.output[0]
+        if use_c and beta != 1.0:
+            bias = numpy_helper.to_array(initializers[c_name])
+            c_scaled = fresh(f"{c_name}_scaled")
+            graph.initializer.append(
+                numpy_helper.from_array(bias * np.asarray(beta, dtype=bias.dtype), c_scaled)
+            )
+            replaced.add(c_name)
+            c_name = c_scaled
+        matmul_out = fresh(f"{base}_matmul:0") if use_c else node.output[0]
+        new_nodes.append(onnx.helper.make_node("MatMul", [a_name, weight_name], [matmul_out], name=fresh(f"{base}_MatMul")))
+        if use_c:
+            new_nodes.append(onnx.helper.make_node("Add", [matmul_out, c_name], [node.output[0]], name=fresh(f"{base}_Add")))
+        rewritten += 1
+
+    if rewritten:
+        del graph.node[:]
+        graph.node.extend(new_nodes)
+        used = _names_used(graph, set())
+        keep = [init for init in graph.initializer if init.name not in replaced or init.name in used]
+        del graph.initializer[:]
+        graph.initializer.extend(keep)
+    return rewritten
+
+
+def count_ops(model: onnx.ModelProto) -> dict[str, int]:
+    """Number of top-level nodes of each op type, e.g. ``{"MatMul": 10, "Gemm": 8, ...}``."""
+    return dict(sorted(collections.Counter(node.op_type for node in model.graph.node).items()))
+
+
+def count_float_weight_matmuls(model: onnx.ModelProto) -> int:
+    """Top-level ``MatMul``/``Gemm`` nodes whose weight (input 1) is a float initializer.
+
+    After :func:`quantize_int8` this is the number of weight matmuls left in float (0 when every
+    projection was quantized); activation-by-activation matmuls (attention scores) do not count.
+    """
+    floats = {
+        init.name
+        for init in model.graph.initializer
+        if init.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
+    }
+    return sum(1 for node in model.graph.node if node.op_type in ("MatMul", "Gemm") and node.input[1] in floats)
+
+
+def _prune_opsets(model: onnx.ModelProto) -> None:
+    """Drop opset imports of domains no node uses (ONNX Runtime's optimizer declares all of its own)."""
+    used = {node.domain for node in model.graph.node} | {"", "ai.onnx"}
+    keep = [opset for opset in model.opset_import if opset.domain in used]
+    del model.opset_import[:]
+    model.opset_import.extend(keep)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+
+
+def quantize_int8(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    per_channel: bool = True,
+    reduce_range: bool = False,
+    preprocess: bool = True,
+) -> dict[str, Any]:
+    """Write a dynamically int8-quantized copy of the fp32 ONNX model ``src`` to ``dst``.
+
+    Steps, all on temporary files: (1) when ``preprocess``, ONNX Runtime's
+    ``quant_pre_process`` with ``skip_symbolic_shape=True``, i.e. basic graph optimization
+    (constant folding: tf2onnx leaves ``EinsumDense`` weights behind a ``Reshape`` of a constant,
+    which hides them from the quantizer) plus ONNX shape inference; symbolic shape inference is
+    skipped because it fails on tf2onnx graphs ("Incomplete symbolic shape inference") and is not
+    needed for dynamic quantization. Dynamic axes are kept. If this step fails, the raw model is
+    used and the error is reported in the summary. (2) :func:`rewrite_gemm_as_matmul`, then
+    ``onnx.checker``. (3) ``onnxruntime.quantization.quantize_dynamic`` with int8 weights
+    (``QInt8``; activations are quantized to uint8 at run time). (4) ``dst`` is written atomically:
+    a temporary file in ``dst``'s directory, then ``os.replace``; a failure leaves ``dst`` as it was.
+
+    Args:
+        src: path of the fp32 ``.onnx`` file.
+        dst: path to write the int8 ``.onnx`` file to; its directory must exist. May equal ``src``.
+        per_channel: one scale per output column of each weight instead of one per tensor
+            (more accurate, same speed).
+        reduce_range: quantize weights to 7 bits; helps accuracy on x86 CPUs without VNNI.
+        preprocess: run step (1).
+
+    Returns:
+        A JSON-serializable summary: ``gemm_rewritten`` (Gemm nodes turned into MatMul),
+        ``quantized_matmul`` (integer matmul nodes in ``dst``: MatMulInteger,
+        DynamicQuantizeMatMul, ...), ``float_weight_matmul`` (MatMul/Gemm nodes in ``dst`` still
+        multiplying by a float weight; 0 when all were quantized), ``nodes_before`` /
+        ``nodes_after`` (``{op type: count}`` of ``src`` and ``dst``), ``bytes_before`` /
+        ``bytes_after`` (file sizes), ``per_channel``, ``reduce_range``, ``weight_type``
+        (``"QInt8"``), ``preprocessed`` (bool) and ``preprocess_error`` (str or None).
+
+    Raises:
+        FileNotFoundError: ``src`` or ``dst``'s directory does not exist.
+        onnx.checker.ValidationError: the rewritten or quantized graph is invalid (a bug).
+    """
+    from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic
+
+    src, dst = Path(src), Path(dst)
+    if not src.is_file():
+        raise FileNotFoundError(f"{src}: ONNX model not found")
+    if not dst.parent.is_dir():
+        raise FileNotFoundError(f"{dst.parent}: output directory not found")
+    original = onnx.load(str(src))
+    bytes_before = src.stat().st_size
+
+    with tempfile.TemporaryDirectory(prefix="ptmkit-quantize-") as tmp:
+        work = Path(tmp)
+        model, preprocess_error = original, None
+        if preprocess:
+            try:
+                quant_pre_process(str(src), str(work / "preprocessed.onnx"), skip_symbolic_shape=True)
+                model = onnx.load(str(work / "preprocessed.onnx"))
+            except Exception as error:  # any optimizer failure: quantize the raw graph instead
+                preprocess_error = _first_line(error)
+        rewritten = rewrite_gemm_as_matmul(model)
+        _prune_opsets(model)
+        onnx.checker.check_model(model)
+        onnx.save(model, str(work / "rewritten.onnx"))
+
+        quantize_dynamic(
+            str(work / "rewritten.onnx"),
+            str(work / "int8.onnx"),
+            per_channel=per_channel,
+            reduce_range=reduce_range,
+            weight_type=QuantType.QInt8,
+        )
+        quantized = onnx.load(str(work / "int8.onnx"))
+        onnx.checker.check_model(quantized)
+
+        fd, partial = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".partial")
+        try:
+            os.chmod(partial, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual file mode
+            with os.fdopen(fd, "wb") as out, open(work / "int8.onnx", "rb") as data:
+                shutil.copyfileobj(data, out)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(partial, dst)
+        except BaseException:
+            Path(partial).unlink(missing_ok=True)
+            raise
+
+    nodes_after = count_ops(quantized)
+    return {
+        "gemm_rewritten": rewritten,
+        "quantized_matmul": sum(n for op, n in nodes_after.items() if op in QUANTIZED_MATMUL_OPS),
+        "float_weight_matmul": count_float_weight_matmuls(quantized),
+        "nodes_before": count_ops(original),
+        "nodes_after": nodes_after,
+        "bytes_before": bytes_before,
+        "bytes_after": dst.stat().st_size,
+        "per_channel": per_channel,
+        "reduce_range": reduce_range,
+        "weight_type": "QInt8",
+        "preprocessed": preprocess and preprocess_error is None,
+        "preprocess_error": preprocess_error,
+    }

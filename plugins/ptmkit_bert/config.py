@@ -1,0 +1,52 @@
+"""BERT hyper-parameters (the ``[model]`` section of a run config)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ptmkit.errors import ConfigError
+
+
+@dataclasses.dataclass
+class BertConfig:
+    """Size of a BERT encoder and of its WordPiece vocabulary.
+
+    The defaults are a small BERT that pre-trains on two CPU cores in minutes (4 layers, hidden
+    256, 4 heads: BERT-mini in Turc et al. 2019's naming, 11.2M parameters with an 8,000 word
+    vocabulary).
+
+    Attributes:
+        vocabulary_size: WordPiece vocabulary size, specials included.
+        num_layers: transformer encoder layers.
+        num_heads: attention heads; must divide ``hidden_dim``.
+        hidden_dim: hidden size.
+        intermediate_dim: feed-forward inner size (4 x hidden in BERT).
+        dropout: dropout rate on embeddings, attention and feed-forward.
+        max_sequence_length: number of position embeddings.
+        num_segments: segment (token type) embeddings.
+        lowercase: lower-case and strip accents before WordPiece (an "uncased" vocabulary); a
+            cased vocabulary is neither lower-cased nor accent-stripped.
+        min_frequency: a merge must occur this often in the corpus to enter the vocabulary.
+    """
+
+    vocabulary_size: int = 8000
+    num_layers: int = 4
+    num_heads: int = 4
+    hidden_dim: int = 256
+    intermediate_dim: int = 1024
+    dropout: float = 0.1
+    max_sequence_length: int = 512
+    num_segments: int = 2
+    lowercase: bool = True
+    min_frequency: int = 2
+
+    def validate(self) -> None:
+        for name in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim", "max_sequence_length"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")
+        if self.hidden_dim % self.num_heads:
+            raise ConfigError(
+                f"config key 'model.num_heads' = {self.num_heads} must divide 'model.hidden_dim' = {self.hidden_dim}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"config key 'model.dropout' must be in [0, 1), got {self.dropout}")

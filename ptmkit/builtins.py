@@ -1,0 +1,32 @@
+"""ptmkit's own objectives, heads and corpus readers, registered through the plugin hooks like
+any plugin's (pytest's ``default_plugins``): the core has no private back door."""
+
+from __future__ import annotations
+
+from ptmkit import hookimpl
+from ptmkit.contract import CorpusReader, Head, Objective
+
+
+@hookimpl
+def ptmkit_objectives() -> list[Objective]:
+    """Masked LM and next-sentence prediction."""
+    from ptmkit.objectives.mlm import MaskedLM
+    from ptmkit.objectives.nsp import NextSentencePrediction
+
+    return [MaskedLM(), NextSentencePrediction()]
+
+
+@hookimpl
+def ptmkit_heads() -> list[Head]:
+    """Sequence classification."""
+    from ptmkit.heads.classification import SequenceClassification
+
+    return [SequenceClassification()]
+
+
+@hookimpl
+def ptmkit_corpus_readers() -> list[CorpusReader]:
+    """Plain text, fastText ``__label__`` lines, TSV, CSV and JSON lines."""
+    from ptmkit.data.readers import BUILTIN_READERS
+
+    return list(BUILTIN_READERS)

@@ -1,0 +1,219 @@
+"""``ptmkit``: the command line.
+
+Every command prints what it did and where the artefacts went. Errors a user can fix are one line
+(``error: FILE:LINE: what is wrong``) with exit code 2; ``--debug`` (anywhere on the line) shows the
+traceback instead. Heavy libraries (TensorFlow, Keras) are imported only by the commands that
+train or export: ``ptmkit predict`` and ``ptmkit plugins`` never load them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from ptmkit.errors import PtmkitError
+
+app = typer.Typer(
+    name="ptmkit",
+    help="Pre-train, fine-tune, export (ONNX, int8) and run pre-trained language models.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+stdout = Console(highlight=False, soft_wrap=True)
+
+SetOption = Annotated[
+    list[str] | None, typer.Option("--set", help="Override a config key: --set train.max_steps=100 (repeatable).")
+]
+ConfigOption = Annotated[Path | None, typer.Option("--config", help="Run config (TOML); see `ptmkit train --help`.")]
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")] = False,
+) -> None:
+    """Pre-train, fine-tune, export (ONNX, int8) and run pre-trained language models."""
+
+
+@app.command()
+def train(
+    family: Annotated[str, typer.Argument(help="Model family, e.g. bert (see `ptmkit plugins`).")],
+    corpus: Annotated[Path, typer.Option(help="Text file (.gz/.bz2 too) or directory, one paragraph per line.")],
+    out: Annotated[Path, typer.Option(help="Run directory to create.")],
+    config: ConfigOption = None,
+    set_: SetOption = None,
+    objective: Annotated[str | None, typer.Option(help="Objectives, comma separated, e.g. mlm,nsp.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted run from its last checkpoint.")] = False,
+) -> None:
+    """Train a tokenizer on CORPUS and pre-train a FAMILY model; write the run to OUT.
+
+    Config sections: [model] (the family's sizes), [train] (batch_size, sequence_length,
+    max_steps, learning_rate, warmup_ratio, weight_decay, seed, checkpoint_every, heldout_lines,
+    mixed_precision, jit_compile) and [objectives.mlm] / [objectives.nsp].
+    """
+    from ptmkit.training.pretrain import pretrain
+
+    objectives = [o.strip() for o in objective.split(",") if o.strip()] if objective else None
+    metrics = pretrain(family, corpus, out, config, set_ or [], objectives, resume, console=console)
+    _report(f"pre-trained {family} -> {out}", metrics)
+
+
+@app.command()
+def finetune(
+    run_dir: Annotated[Path, typer.Argument(help="A pre-trained run directory.")],
+    train: Annotated[Path, typer.Option(help="Labelled training file: __label__ lines, or TSV/CSV/JSONL with label,text.")],
+    dev: Annotated[Path, typer.Option(help="Labelled dev file, same formats.")],
+    out: Annotated[Path, typer.Option(help="Run directory to create for the fine-tuned model.")],
+    config: ConfigOption = None,
+    set_: SetOption = None,
+) -> None:
+    """Add a classification head to RUN_DIR's backbone and fine-tune it; report dev accuracy and macro-F1.
+
+    Config sections: [finetune] (head, epochs, batch_size, sequence_length, learning_rate,
+    warmup_ratio, weight_decay, seed, max_train_examples) and [head] (dropout).
+    """
+    from ptmkit.training.finetune import finetune as run_finetune
+
+    metrics = run_finetune(run_dir, train, dev, out, config, set_ or [], console=console)
+    _report(f"fine-tuned -> {out}", metrics)
+
+
+@app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="A fine-tuned run directory (one with a head).")],
+    onnx: Annotated[bool, typer.Option("--onnx/--no-onnx", help="Write model.onnx (fp32).")] = True,
+    int8: Annotated[bool, typer.Option("--int8", help="Also write model.int8.onnx (dynamic, per-channel).")] = False,
+    out: Annotated[Path | None, typer.Option(help="Export directory (default: RUN_DIR/export).")] = None,
+    dev: Annotated[Path | None, typer.Option(help="Labelled file for fp32-vs-int8 agreement (default: the run's dev file).")] = None,
+) -> None:
+    """Export RUN_DIR to ONNX (checked against Keras), optionally quantized to int8."""
+    if not onnx:
+        raise PtmkitError("nothing to export: --no-onnx leaves no format (ONNX is the only one so far)")
+    from ptmkit.exporting import export_run
+
+    manifest = export_run(run_dir, out, int8=int8, dev=dev, console=console)
+    _report(f"exported -> {manifest['directory']}", manifest["summary"])
+
+
+@app.command()
+def predict(
+    export_dir: Annotated[Path, typer.Argument(help="An export directory (or a run directory with export/).")],
+    text: Annotated[list[str] | None, typer.Option("--text", help="A text to classify (repeatable).")] = None,
+    file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too).")] = None,
+    variant: Annotated[str | None, typer.Option(help="fp32 or int8 (default: int8 when it passed its checks).")] = None,
+    threads: Annotated[int | None, typer.Option(help="ONNX Runtime intra-op threads.")] = None,
+) -> None:
+    """Classify texts with ONNX Runtime: one JSON line per text with label and probabilities."""
+    from ptmkit_export import Predictor
+    from ptmkit_export.errors import ExportDirError
+
+    texts = list(text or [])
+    if file is not None:
+        from ptmkit.data.readers import read_corpus
+
+        texts += list(read_corpus(file))
+    if not texts:
+        raise PtmkitError("nothing to predict: give --text TEXT or --file FILE")
+    directory = export_dir / "export" if (export_dir / "export" / "manifest.json").exists() else export_dir
+    try:
+        predictor = Predictor(directory, variant=variant, threads=threads)
+    except ExportDirError as exc:
+        raise PtmkitError(str(exc)) from None
+    for item, prediction in zip(texts, predictor.predict(texts), strict=True):
+        stdout.print_json(json.dumps({"text": item, **prediction.to_dict()}), indent=None)
+
+
+@app.command()
+def plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
+    """List installed plugins: distribution, version, families, objectives, heads; and broken ones."""
+    import dataclasses
+
+    from ptmkit.plugins import get_registry
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # broken plugins are listed below, not warned about twice
+        registry = get_registry()
+    if as_json:
+        stdout.print_json(json.dumps([dataclasses.asdict(p) | {"ok": p.ok} for p in registry.plugins]))
+        return
+    from rich.table import Table
+
+    table = Table(title="ptmkit plugins")
+    for column in ("plugin", "distribution", "version", "families", "objectives", "heads", "readers", "status"):
+        table.add_column(column)
+    for p in registry.plugins:
+        status = "ok" if p.ok else f"[red]broken: {p.error}[/red]"
+        table.add_row(p.name, p.distribution, p.version, ", ".join(p.families), ", ".join(p.objectives), ", ".join(p.heads), ", ".join(p.readers), status)
+    stdout.print(table)
+
+
+@app.command()
+def quickstart(
+    out: Annotated[Path, typer.Option(help="Where the runs go.")] = Path("runs/quickstart"),
+    data: Annotated[Path | None, typer.Option(help="The data directory (default: the repository's data/).")] = None,
+) -> None:
+    """The main job end to end on data shipped in the repository: pre-train a small BERT on
+    Wikipedia paragraphs, fine-tune it on WordNet supersenses and on sentence polarity, export
+    both to ONNX fp32 and int8, and predict with ONNX Runtime."""
+    from ptmkit.quickstart import run_quickstart
+
+    run_quickstart(out, data, console=console)
+
+
+def _report(title: str, metrics: dict[str, Any]) -> None:
+    console.print(f"[bold green]{title}[/bold green]")
+    for key, value in metrics.items():
+        console.print(f"  {key}: {value}")
+
+
+def _format_warning(message: Any, category: Any, filename: str, lineno: int, line: str | None = None) -> str:
+    return f"warning: {message}\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``ptmkit`` script; returns the exit code."""
+    import click
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    args = [a for a in args if a != "--debug"]
+    if debug:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")  # keep TensorFlow's own logs visible
+    warnings.formatwarning = _format_warning
+    try:
+        from ptmkit.plugins import get_registry
+
+        get_registry().add_commands(app)
+        app(args=args, prog_name="ptmkit", standalone_mode=False)
+        return 0
+    except click.exceptions.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        console.print("interrupted; `--resume` continues a training run from its last checkpoint")
+        return 130
+    except PtmkitError as exc:
+        if debug:
+            raise
+        console.print(f"error: {exc}", markup=False, highlight=False)
+        return exc.exit_code
+    except Exception as exc:  # a bug, or a library error we do not translate yet
+        if debug:
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        console.print(f"error: {type(exc).__name__}: {first} (run again with --debug for the traceback)", markup=False)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

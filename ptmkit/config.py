@@ -1,0 +1,319 @@
+"""Typed run configuration: TOML files and ``--set key=value`` overrides, validated with errors
+that name the key.
+
+A run config has these sections (every key optional, defaults below and in the family's config)::
+
+    family = "bert"
+    [model]              # the family's config dataclass (e.g. ptmkit_bert.BertConfig)
+    [train]              # TrainConfig: pre-training
+    [objectives.mlm]     # one section per objective, its config dataclass
+    [finetune]           # FinetuneConfig
+    [head]               # the head's config dataclass
+
+Values are checked against the dataclass field types (``int``, ``float``, ``bool``, ``str``,
+``list[str]``); an unknown key gets a "did you mean" suggestion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from ptmkit.errors import ConfigError
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Pre-training settings (section ``[train]``).
+
+    Attributes:
+        objectives: objective names; empty means the family's defaults (``["mlm"]`` for BERT).
+        batch_size: sequences per step.
+        sequence_length: tokens per sequence, specials included.
+        max_steps: optimizer steps in total.
+        learning_rate: peak learning rate, reached after warm-up, then linear decay to 0.
+        warmup_ratio: fraction of ``max_steps`` spent warming up linearly from 0.
+        weight_decay: AdamW decoupled weight decay (not applied to LayerNorm and biases).
+        seed: seeds Python, NumPy, TensorFlow/Keras and the masking; same seed, same run.
+        checkpoint_every: steps between checkpoints (what ``--resume`` continues from).
+        heldout_lines: corpus lines (documents/paragraphs) held out for MLM evaluation.
+        mixed_precision: ``mixed_float16`` compute (for GPUs; slower on CPUs).
+        jit_compile: XLA compilation of the train step (for GPUs).
+    """
+
+    objectives: list[str] = dataclasses.field(default_factory=list)
+    batch_size: int = 32
+    sequence_length: int = 128
+    max_steps: int = 300
+    learning_rate: float = 5e-4
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    seed: int = 42
+    checkpoint_every: int = 100
+    heldout_lines: int = 200
+    mixed_precision: bool = False
+    jit_compile: bool = False
+
+    def validate(self) -> None:
+        _positive(self, "train", "batch_size", "sequence_length", "max_steps", "checkpoint_every")
+        _unit_interval(self, "train", "warmup_ratio")
+
+
+@dataclasses.dataclass
+class FinetuneConfig:
+    """Fine-tuning settings (section ``[finetune]``); see :class:`TrainConfig` for shared keys.
+
+    Attributes:
+        head: the head's name (``classification``).
+        epochs: passes over the training set.
+        max_train_examples: use at most this many training examples (0: all), chosen with ``seed``.
+    """
+
+    head: str = "classification"
+    epochs: int = 3
+    batch_size: int = 32
+    sequence_length: int = 64
+    learning_rate: float = 1e-4
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    seed: int = 42
+    max_train_examples: int = 0
+    mixed_precision: bool = False
+    jit_compile: bool = False
+
+    def validate(self) -> None:
+        _positive(self, "finetune", "epochs", "batch_size", "sequence_length")
+        _unit_interval(self, "finetune", "warmup_ratio")
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """A whole run's configuration: the family name and one validated dataclass per section."""
+
+    family: str
+    model: Any
+    train: TrainConfig
+    objectives: dict[str, Any]
+    finetune: FinetuneConfig
+    head: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (what ``config.toml`` in a run directory holds)."""
+        return {
+            "family": self.family,
+            "model": dataclasses.asdict(self.model),
+            "train": dataclasses.asdict(self.train),
+            "objectives": {name: dataclasses.asdict(cfg) for name, cfg in self.objectives.items()},
+            "finetune": dataclasses.asdict(self.finetune),
+            "head": dataclasses.asdict(self.head),
+        }
+
+
+def _positive(cfg: Any, section: str, *names: str) -> None:
+    for name in names:
+        if getattr(cfg, name) <= 0:
+            raise ConfigError(f"config key '{section}.{name}' must be > 0, got {getattr(cfg, name)}")
+
+
+def _unit_interval(cfg: Any, section: str, *names: str) -> None:
+    for name in names:
+        if not 0.0 <= getattr(cfg, name) <= 1.0:
+            raise ConfigError(f"config key '{section}.{name}' must be in [0, 1], got {getattr(cfg, name)}")
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """Read a TOML file.
+
+    Raises:
+        ConfigError: the file is missing or is not valid TOML (the message names file and line).
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Parse ``section.key=value``; the value is read as a TOML literal, else as a string.
+
+    Raises:
+        ConfigError: no ``=`` or an empty key.
+    """
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set train.max_steps=100")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key.split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Return a copy of ``data`` with each ``--set key=value`` applied (keys are checked later)."""
+    import copy
+
+    data = copy.deepcopy(data)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {text!r}: '{part}' is a value, not a section")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def build_dataclass(cls: type, data: Any, where: str, source: str = "config") -> Any:
+    """Build dataclass ``cls`` from a dict, checking every key and value type.
+
+    Args:
+        cls: the dataclass type.
+        data: dict of values (missing keys take the defaults).
+        where: the section's dotted name, for messages (``"train"``).
+        source: the file or ``--set`` the values came from, for messages.
+
+    Raises:
+        ConfigError: an unknown key (with a suggestion), or a value of the wrong type.
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: '{where}' must be a section (a table), got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise ConfigError(f"{source}: unknown config key '{where}.{key}'{_suggest(key, fields)}")
+        values[key] = _check_type(value, hints[key], f"{where}.{key}", source)
+    obj = cls(**values)
+    if hasattr(obj, "validate"):
+        obj.validate()
+    return obj
+
+
+def _suggest(key: str, choices: Any) -> str:
+    close = difflib.get_close_matches(key, list(choices), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(sorted(choices))})"
+
+
+def _check_type(value: Any, hint: Any, key: str, source: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        hint = next(o for o in options if o is not type(None))
+        origin = typing.get_origin(hint)
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        if isinstance(value, str):  # --set train.objectives=mlm,nsp
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list):
+            raise ConfigError(f"{source}: config key '{key}' must be a list, got {value!r}")
+        return [_check_type(v, item, key, source) for v in value]
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif hint is str:
+        ok = isinstance(value, str)
+    else:
+        ok = True
+    if not ok:
+        name = getattr(hint, "__name__", str(hint))
+        raise ConfigError(f"{source}: config key '{key}' must be {name}, got {value!r} ({type(value).__name__})")
+    return value
+
+
+TOP_LEVEL_KEYS = ("family", "model", "train", "objectives", "finetune", "head")
+
+
+def build_run_config(
+    data: dict[str, Any], *, family_config: type, objective_configs: dict[str, type], head_configs: dict[str, type], source: str
+) -> RunConfig:
+    """Validate a whole run config dict (see the module docstring for its sections).
+
+    Args:
+        data: the parsed TOML merged with overrides.
+        family_config: the family's config dataclass.
+        objective_configs: config dataclass per installed objective name.
+        head_configs: config dataclass per installed head name.
+        source: the file the data came from, for messages.
+
+    Raises:
+        ConfigError: unknown section or key, wrong type, or an unknown objective or head name.
+    """
+    for key in data:
+        if key not in TOP_LEVEL_KEYS:
+            raise ConfigError(f"{source}: unknown config key '{key}'{_suggest(key, TOP_LEVEL_KEYS)}")
+    train = build_dataclass(TrainConfig, data.get("train"), "train", source)
+    finetune = build_dataclass(FinetuneConfig, data.get("finetune"), "finetune", source)
+    raw_objectives = data.get("objectives") or {}
+    if not isinstance(raw_objectives, dict):
+        raise ConfigError(f"{source}: 'objectives' must be a section of [objectives.NAME] tables")
+    for name in list(raw_objectives) + train.objectives:
+        if name not in objective_configs:
+            raise ConfigError(f"{source}: unknown objective '{name}'{_suggest(name, objective_configs)}")
+    objectives = {
+        name: build_dataclass(cls, raw_objectives.get(name), f"objectives.{name}", source)
+        for name, cls in objective_configs.items()
+    }
+    if finetune.head not in head_configs:
+        raise ConfigError(f"{source}: unknown head 'finetune.head = {finetune.head}'{_suggest(finetune.head, head_configs)}")
+    return RunConfig(
+        family=str(data.get("family", "")),
+        model=build_dataclass(family_config, data.get("model"), "model", source),
+        train=train,
+        objectives=objectives,
+        finetune=finetune,
+        head=build_dataclass(head_configs[finetune.head], data.get("head"), "head", source),
+    )
+
+
+def to_toml(data: dict[str, Any]) -> str:
+    """Write a nested dict of scalars, lists of scalars and tables as TOML."""
+    lines: list[str] = []
+
+    def scalar(value: Any) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, (int, float)):
+            return repr(value)
+        if isinstance(value, str):
+            return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(value, list):
+            return "[" + ", ".join(scalar(v) for v in value) + "]"
+        if value is None:
+            raise ConfigError("TOML has no null: leave the key out instead")
+        raise ConfigError(f"cannot write {type(value).__name__} as TOML")
+
+    def table(prefix: str, node: dict[str, Any]) -> None:
+        plain = {k: v for k, v in node.items() if not isinstance(v, dict)}
+        nested = {k: v for k, v in node.items() if isinstance(v, dict)}
+        if prefix and (plain or not nested):
+            lines.append(f"\n[{prefix}]")
+        for key, value in plain.items():
+            if value is not None:
+                lines.append(f"{key} = {scalar(value)}")
+        for key, value in nested.items():
+            table(f"{prefix}.{key}" if prefix else key, value)
+
+    table("", data)
+    return "\n".join(lines).lstrip("\n") + "\n"

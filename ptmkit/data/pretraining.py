@@ -1,0 +1,225 @@
+"""Pre-training data: a tokenized corpus on disk and deterministic batches drawn from it.
+
+:func:`tokenize_corpus` streams the corpus once through the tokenizer and writes the token ids to
+flat binary files (``train.bin``, ``heldout.bin``; uint16 or uint32) with the start offset of
+each line (document or paragraph) beside them. :class:`PretrainingBatches` reads the windows each
+step needs with ``os.pread``, so memory stays flat however large the corpus is.
+
+Batch ``step`` is a pure function of ``(seed, step)``: a run resumed from a checkpoint at step k
+sees exactly the batches an uninterrupted run sees from step k on.
+
+Instances follow RoBERTa's FULL-SENTENCES packing (Liu et al. 2019): a window of contiguous text
+from a random offset, across paragraph boundaries. With next-sentence prediction, the window is
+split at a random point into A and B; B is replaced, with probability ``random_next_rate``, by text
+from a random offset in another line (document).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ptmkit.contract import ModelFamily, Objective, SpecialTokens
+from ptmkit.errors import DataError
+from ptmkit.io import atomic_path, atomic_write_json
+
+ENCODE_CHUNK = 1000  # lines per tokenizer.encode_batch call
+
+
+@dataclasses.dataclass
+class TokenFile:
+    """One split of a tokenized corpus: ``{name}.bin`` token ids and ``{name}.offsets.npy``."""
+
+    path: Path
+    dtype: np.dtype
+    offsets: np.ndarray  # (num_lines + 1,) int64 token offset of each line's start, then the end
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.offsets[-1])
+
+    def read(self, fd: int, start: int, count: int) -> np.ndarray:
+        """Token ids ``[start, start + count)`` as int32, read with ``os.pread``."""
+        size = self.dtype.itemsize
+        data = os.pread(fd, count * size, start * size)
+        return np.frombuffer(data, dtype=self.dtype).astype(np.int32)
+
+    def line_of(self, position: int) -> int:
+        return int(np.searchsorted(self.offsets, position, side="right") - 1)
+
+
+def tokenize_corpus(texts: Iterable[str], tokenizer: Any, out_dir: Path, num_lines: int, heldout_lines: int) -> dict[str, Any]:
+    """Tokenize ``texts`` (without special tokens) into ``out_dir/{train,heldout}.bin``.
+
+    The last ``heldout_lines`` of the ``num_lines`` lines go to the held-out split. Files are
+    written atomically and a ``tokens.json`` summary last, so a half-tokenized corpus is never
+    taken for a whole one.
+
+    Returns:
+        the summary: dtype, lines and tokens per split.
+
+    Raises:
+        DataError: the corpus produced no token.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    vocab = tokenizer.get_vocab_size()
+    dtype = np.dtype(np.uint16 if vocab <= np.iinfo(np.uint16).max else np.uint32)
+    heldout_lines = min(heldout_lines, max(0, num_lines - 1))
+    first_heldout = num_lines - heldout_lines
+    counts = {"train": [0], "heldout": [0]}
+    with atomic_path(out_dir / "train.bin") as train_tmp, atomic_path(out_dir / "heldout.bin") as heldout_tmp:
+        with open(train_tmp, "wb") as train_out, open(heldout_tmp, "wb") as heldout_out:
+            line_index = 0
+            chunk: list[str] = []
+
+            def flush() -> None:
+                nonlocal line_index
+                for encoding in tokenizer.encode_batch(chunk, add_special_tokens=False):
+                    split = "heldout" if line_index >= first_heldout else "train"
+                    ids = np.asarray(encoding.ids, dtype=dtype)
+                    (heldout_out if split == "heldout" else train_out).write(ids.tobytes())
+                    counts[split].append(counts[split][-1] + len(ids))
+                    line_index += 1
+                chunk.clear()
+
+            for text in texts:
+                chunk.append(text)
+                if len(chunk) >= ENCODE_CHUNK:
+                    flush()
+            if chunk:
+                flush()
+    for split, offsets in counts.items():
+        np.save(out_dir / f"{split}.offsets.npy", np.asarray(offsets, dtype=np.int64))
+    summary = {
+        "dtype": dtype.name,
+        "train": {"lines": len(counts["train"]) - 1, "tokens": counts["train"][-1]},
+        "heldout": {"lines": len(counts["heldout"]) - 1, "tokens": counts["heldout"][-1]},
+    }
+    if summary["train"]["tokens"] == 0:
+        raise DataError(f"the corpus has no token left after tokenization ({num_lines} lines read)")
+    atomic_write_json(out_dir / "tokens.json", summary)
+    return summary
+
+
+def load_token_file(directory: Path, split: str) -> TokenFile:
+    """Open a split written by :func:`tokenize_corpus`."""
+    import json
+
+    summary = json.loads((directory / "tokens.json").read_text())
+    return TokenFile(directory / f"{split}.bin", np.dtype(summary["dtype"]), np.load(directory / f"{split}.offsets.npy"))
+
+
+class InstanceSampler:
+    """Packs random windows of a :class:`TokenFile` into padded ``(batch, sequence)`` arrays.
+
+    Args:
+        tokens: the split to sample from.
+        family: packs segments with the family's special tokens.
+        specials: the tokenizer's special token ids.
+        sequence_length: tokens per instance, specials included.
+        segment_pairs: build ``A, B`` pairs with an ``is_random_next`` flag (next-sentence
+            prediction) instead of single windows.
+        random_next_rate: probability that B comes from another line.
+    """
+
+    def __init__(
+        self,
+        tokens: TokenFile,
+        family: ModelFamily,
+        specials: SpecialTokens,
+        sequence_length: int,
+        segment_pairs: bool,
+        random_next_rate: float = 0.5,
+    ) -> None:
+        self.tokens = tokens
+        self.family = family
+        self.specials = specials
+        self.sequence_length = sequence_length
+        self.segment_pairs = segment_pairs
+        self.random_next_rate = random_next_rate
+        self.budget = sequence_length - family.num_special_tokens(segment_pairs)
+        if self.budget < (2 if segment_pairs else 1):
+            raise DataError(f"sequence_length {sequence_length} leaves no room for text after the special tokens")
+        self._fd = os.open(tokens.path, os.O_RDONLY)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    def _window(self, start: int, count: int) -> list[int]:
+        count = max(0, min(count, self.tokens.num_tokens - start))
+        return self.tokens.read(self._fd, start, count).tolist()
+
+    def instance(self, rng: np.random.Generator, start: int | None = None) -> tuple[list[int], list[int], int]:
+        """One packed instance: ``(token_ids, segment_ids, is_random_next)``."""
+        total = self.tokens.num_tokens
+        if start is None:
+            start = int(rng.integers(0, max(1, total - self.budget)))
+        if not self.segment_pairs:
+            token_ids, segment_ids = self.family.pack(self._window(start, self.budget), None, self.sequence_length, self.specials)
+            return token_ids, segment_ids, 0
+        first_length = int(rng.integers(1, self.budget))
+        first = self._window(start, first_length)
+        is_random = int(rng.random() < self.random_next_rate)
+        second_start = start + first_length
+        if is_random:
+            line = self.tokens.line_of(start)
+            for _ in range(10):  # another line; a corpus of one line keeps the continuation
+                candidate = int(rng.integers(0, max(1, total - (self.budget - first_length))))
+                if self.tokens.line_of(candidate) != line:
+                    second_start = candidate
+                    break
+            else:
+                is_random = 0
+        second = self._window(second_start, self.budget - first_length)
+        if not second:  # the window ran off the end of the corpus: take text from the start
+            second = self._window(0, self.budget - first_length)
+        token_ids, segment_ids = self.family.pack(first, second, self.sequence_length, self.specials)
+        return token_ids, segment_ids, is_random
+
+    def batch(self, rng: np.random.Generator, batch_size: int, starts: list[int] | None = None) -> dict[str, np.ndarray]:
+        """A padded batch: ``token_ids``, ``segment_ids``, ``padding_mask`` ``(batch_size,
+        sequence_length)`` int32 and ``is_random_next`` ``(batch_size,)`` int32."""
+        length = self.sequence_length
+        token_ids = np.full((batch_size, length), self.specials.pad, np.int32)
+        segment_ids = np.zeros((batch_size, length), np.int32)
+        padding_mask = np.zeros((batch_size, length), np.int32)
+        is_random_next = np.zeros((batch_size,), np.int32)
+        for row in range(batch_size):
+            ids, segments, is_random = self.instance(rng, None if starts is None else starts[row])
+            token_ids[row, : len(ids)] = ids
+            segment_ids[row, : len(ids)] = segments
+            padding_mask[row, : len(ids)] = 1
+            is_random_next[row] = is_random
+        return {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask, "is_random_next": is_random_next}
+
+
+def make_step(
+    sampler: InstanceSampler,
+    objectives: Mapping[str, tuple[Objective, Any]],
+    rng: np.random.Generator,
+    batch_size: int,
+    vocabulary_size: int,
+    input_names: tuple[str, ...],
+    starts: list[int] | None = None,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Build one training step's ``(inputs, targets, sample_weights)`` for all objectives."""
+    batch = sampler.batch(rng, batch_size, starts)
+    inputs = {name: batch[name] for name in input_names}
+    targets: dict[str, np.ndarray] = {}
+    weights: dict[str, np.ndarray] = {}
+    for objective, config in objectives.values():
+        extra, y, w = objective.prepare(batch, rng, config, sampler.specials, vocabulary_size)
+        inputs.update(extra)
+        targets.update(y)
+        weights.update(w)
+    return inputs, targets, weights
+
+
+def step_rng(seed: int, step: int, stream: int = 0) -> np.random.Generator:
+    """The generator for training step ``step`` (``stream`` 1 is evaluation)."""
+    return np.random.default_rng([seed, stream, step])

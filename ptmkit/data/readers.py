@@ -1,0 +1,250 @@
+"""Streaming readers for corpora and labelled files.
+
+Nothing here holds a whole file in memory: readers yield :class:`~ptmkit.contract.Record` items
+one line at a time. Formats (chosen by suffix, after ``.gz`` / ``.bz2``):
+
+* plain text (any other suffix): one document or paragraph per line, blank lines skipped;
+* fastText ``__label__NAME text`` lines (``.txt`` files whose first non-blank line starts with
+  ``__label__`` when read as labelled data, or ``.ft`` files);
+* ``.tsv`` / ``.csv`` with a header naming ``text`` and ``label`` columns;
+* ``.jsonl``: one JSON object per line with ``text`` and ``label`` keys.
+
+A directory is read file by file in sorted order. Invalid UTF-8 is replaced by U+FFFD and counted;
+:func:`read_corpus` warns once with the count when it is done.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import io
+import json
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+from ptmkit.contract import CorpusReader, Record
+from ptmkit.errors import DataError
+
+LABEL_PREFIX = "__label__"
+_COMPRESSED = {".gz": gzip.open, ".bz2": bz2.open}
+
+
+def _open_text(path: Path) -> tuple[TextIO, dict[str, int]]:
+    """Open ``path`` (maybe compressed) as text; the returned dict counts ``lines`` read and
+    ``invalid`` lines (bad UTF-8, replaced)."""
+    opener = _COMPRESSED.get(path.suffix.lower())
+    raw = opener(path, "rb") if opener else open(path, "rb")  # noqa: SIM115 - closed by caller
+    counts = {"lines": 0, "invalid": 0}
+
+    def lines() -> Iterator[str]:
+        with raw:
+            for line in raw:
+                counts["lines"] += 1
+                try:
+                    yield line.decode("utf-8")
+                except UnicodeDecodeError:
+                    counts["invalid"] += 1
+                    yield line.decode("utf-8", errors="replace")
+
+    return _LineStream(lines()), counts
+
+
+class _LineStream(io.TextIOBase):
+    """A minimal text stream over an iterator of decoded lines (what the csv module needs)."""
+
+    def __init__(self, lines: Iterator[str]) -> None:
+        self._lines = lines
+
+    def __iter__(self) -> Iterator[str]:
+        return self._lines
+
+    def __next__(self) -> str:
+        return next(self._lines)
+
+    def readline(self, size: int | None = -1) -> str:  # type: ignore[override]
+        return next(self._lines, "")
+
+
+def read_plain(stream: TextIO, source: str) -> Iterator[Record]:
+    """One document or paragraph per line; blank lines skipped; no labels."""
+    for number, line in enumerate(stream, 1):
+        text = line.strip()
+        if text:
+            yield Record(number, text, None)
+
+
+def read_fasttext(stream: TextIO, source: str) -> Iterator[Record]:
+    """fastText supervised format: ``__label__A [__label__B] text``; the first label is used."""
+    for number, line in enumerate(stream, 1):
+        text = line.strip()
+        if not text:
+            continue
+        fields = text.split()
+        labels = [f[len(LABEL_PREFIX):] for f in fields if f.startswith(LABEL_PREFIX)]
+        words = [f for f in fields if not f.startswith(LABEL_PREFIX)]
+        if not labels:
+            raise DataError(f"{source}:{number}: no __label__ on this line")
+        if not labels[0]:
+            raise DataError(f"{source}:{number}: empty label (a bare '__label__')")
+        if not words:
+            raise DataError(f"{source}:{number}: label {labels[0]!r} has no text")
+        yield Record(number, " ".join(words), labels[0])
+
+
+def _read_delimited(stream: TextIO, source: str, delimiter: str) -> Iterator[Record]:
+    rows = csv.reader(stream, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
+    header = next(rows, None)
+    if header is None:
+        return
+    columns = [h.strip().lower() for h in header]
+    missing = [c for c in ("text", "label") if c not in columns]
+    if missing:
+        raise DataError(f"{source}:1: header has no {' or '.join(repr(m) for m in missing)} column (found {header})")
+    text_at, label_at = columns.index("text"), columns.index("label")
+    for number, row in enumerate(rows, 2):
+        if not row or not any(cell.strip() for cell in row):
+            continue
+        if len(row) != len(columns):
+            raise DataError(f"{source}:{number}: {len(row)} fields, the header has {len(columns)}")
+        text, label = row[text_at].strip(), row[label_at].strip()
+        if not label:
+            raise DataError(f"{source}:{number}: empty label")
+        if not text:
+            raise DataError(f"{source}:{number}: empty text (label {label!r})")
+        yield Record(number, text, label)
+
+
+def read_tsv(stream: TextIO, source: str) -> Iterator[Record]:
+    """Tab-separated values with a ``label`` and a ``text`` column in the header."""
+    return _read_delimited(stream, source, "\t")
+
+
+def read_csv(stream: TextIO, source: str) -> Iterator[Record]:
+    """Comma-separated values (RFC 4180 quoting) with ``label`` and ``text`` header columns."""
+    return _read_delimited(stream, source, ",")
+
+
+def read_jsonl(stream: TextIO, source: str) -> Iterator[Record]:
+    """JSON lines: ``{"text": ..., "label": ...}`` per line."""
+    for number, line in enumerate(stream, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{source}:{number}: invalid JSON ({exc.msg})") from None
+        if not isinstance(item, dict):
+            raise DataError(f"{source}:{number}: expected a JSON object with 'text' and 'label'")
+        text, label = str(item.get("text") or "").strip(), str(item.get("label") or "").strip()
+        if not label:
+            raise DataError(f"{source}:{number}: empty or missing 'label'")
+        if not text:
+            raise DataError(f"{source}:{number}: empty or missing 'text' (label {label!r})")
+        yield Record(number, text, label)
+
+
+BUILTIN_READERS = [
+    CorpusReader("text", (".txt", ".text", ".raw"), read_plain),
+    CorpusReader("fasttext", (".ft", ".fasttext"), read_fasttext, labelled=True),
+    CorpusReader("tsv", (".tsv",), read_tsv, labelled=True),
+    CorpusReader("csv", (".csv",), read_csv, labelled=True),
+    CorpusReader("jsonl", (".jsonl", ".ndjson"), read_jsonl, labelled=True),
+]
+
+
+def _format_suffix(path: Path) -> str:
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] in _COMPRESSED:
+        suffixes = suffixes[:-1]
+    return suffixes[-1] if suffixes else ""
+
+
+def _files(path: Path) -> list[Path]:
+    if not path.exists():
+        raise DataError(f"{path}: no such file or directory")
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+        if not files:
+            raise DataError(f"{path}: directory has no files")
+        return files
+    return [path]
+
+
+def _first_line(path: Path) -> str:
+    stream, _ = _open_text(path)
+    for line in stream:
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _reader_for(path: Path, readers: dict[str, CorpusReader], labelled: bool) -> CorpusReader:
+    suffix = _format_suffix(path)
+    by_suffix = {s: r for r in readers.values() for s in r.suffixes}
+    reader = by_suffix.get(suffix)
+    if labelled and (reader is None or not reader.labelled) and _first_line(path).startswith(LABEL_PREFIX):
+        return next(r for r in readers.values() if r.name == "fasttext")
+    if reader is None:
+        return next(r for r in readers.values() if r.name == "text")
+    return reader
+
+
+def read_records(
+    path: str | Path, *, labelled: bool, readers: dict[str, CorpusReader] | None = None
+) -> Iterator[Record]:
+    """Stream records from a file or directory, choosing a reader per file by its suffix.
+
+    Args:
+        path: a file (maybe ``.gz`` / ``.bz2``) or a directory of files.
+        labelled: True for classification data; every record then has a label.
+        readers: readers by name (default: every installed reader, from the plugin registry).
+
+    Raises:
+        DataError: missing path, a file with no usable record, a malformed line (the message
+            names the file and line), or labelled data in a format without labels.
+    """
+    if readers is None:
+        from ptmkit.plugins import get_registry
+
+        readers = get_registry().readers
+    path = Path(path)
+    records = lines = 0
+    for file in _files(path):
+        reader = _reader_for(file, readers, labelled)
+        if labelled and not reader.labelled:
+            raise DataError(
+                f"{file}: no labels found; expected '__label__NAME text' lines, or a .tsv/.csv/.jsonl "
+                "file with 'label' and 'text' columns"
+            )
+        stream, counts = _open_text(file)
+        for record in reader.read(stream, str(file)):
+            records += 1
+            yield record
+        lines += counts["lines"]
+        if counts["invalid"]:
+            warnings.warn(
+                f"{file}: {counts['invalid']} line(s) had invalid UTF-8; the bad bytes were replaced by U+FFFD",
+                UnicodeWarning,
+                stacklevel=2,
+            )
+    if records == 0:
+        seen = "it is empty" if lines == 0 else f"{lines} line(s), all blank"
+        raise DataError(f"{path}: no text to read ({seen}); give a file with one document or paragraph per line")
+
+
+def read_corpus(path: str | Path, readers: dict[str, CorpusReader] | None = None) -> Iterator[str]:
+    """Stream the texts of a corpus (labels, if any, are dropped). See :func:`read_records`."""
+    for record in read_records(path, labelled=False, readers=readers):
+        yield record.text
+
+
+def read_labelled(path: str | Path, readers: dict[str, CorpusReader] | None = None) -> tuple[list[str], list[str]]:
+    """Read a whole labelled file into ``(texts, labels)`` (fine-tuning sets fit in memory)."""
+    texts, labels = [], []
+    for record in read_records(path, labelled=True, readers=readers):
+        texts.append(record.text)
+        labels.append(record.label or "")
+    return texts, labels

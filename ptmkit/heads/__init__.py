@@ -1,0 +1,1 @@
+"""Fine-tune heads shared by model families (registered by :mod:`ptmkit.builtins`)."""

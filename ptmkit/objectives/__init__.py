@@ -1,0 +1,1 @@
+"""Pre-training objectives shared by model families (registered by :mod:`ptmkit.builtins`)."""

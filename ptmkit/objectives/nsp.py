@@ -1,0 +1,63 @@
+"""Next-sentence prediction (Devlin et al. 2019, section 3.1, task #2).
+
+Each instance is a segment pair ``[CLS] A [SEP] B [SEP]``; in 50% of instances B is the text that
+follows A, in the others B comes from another document. A binary classifier on the pooled
+``[CLS]`` state predicts which (label 1: B is random).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ptmkit.contract import POOLED_OUTPUT, Objective, SpecialTokens
+from ptmkit.errors import ConfigError
+
+
+@dataclasses.dataclass
+class NextSentenceConfig:
+    """Next-sentence settings (section ``[objectives.nsp]``).
+
+    Attributes:
+        random_next_rate: fraction of pairs whose second segment comes from another document.
+    """
+
+    random_next_rate: float = 0.5
+
+    def validate(self) -> None:
+        if not 0.0 <= self.random_next_rate <= 1.0:
+            raise ConfigError(f"config key 'objectives.nsp.random_next_rate' must be in [0, 1], got {self.random_next_rate}")
+
+
+class NextSentencePrediction(Objective):
+    """Binary classification of segment pairs: is B the continuation of A?"""
+
+    name = "nsp"
+    description = "next-sentence prediction: 50% true next segment, 50% from another document (BERT)"
+    requires = frozenset({POOLED_OUTPUT})
+    config_class = NextSentenceConfig
+    needs_segment_pairs = True
+
+    def prepare(
+        self,
+        batch: Mapping[str, np.ndarray],
+        rng: np.random.Generator,
+        config: NextSentenceConfig,
+        specials: SpecialTokens,
+        vocabulary_size: int,
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+        labels = batch["is_random_next"].astype(np.int32)
+        return {}, {"nsp": labels}, {"nsp": np.ones(labels.shape, np.float32)}
+
+    def build(self, backbone: Any, inputs: dict[str, Any], config: NextSentenceConfig) -> tuple[dict, dict, dict, dict]:
+        import keras
+
+        pooled = backbone(inputs)["pooled_output"]
+        logits = keras.layers.Dense(
+            2, kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02), dtype="float32", name="nsp"
+        )(pooled)
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        return {}, {"nsp": logits}, {"nsp": loss}, {"nsp": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}

@@ -1,0 +1,120 @@
+"""The run directory: what training writes and fine-tuning and export read.
+
+Layout::
+
+    RUN_DIR/
+      config.toml          the resolved run config (every default filled in)
+      manifest.json        stage, family, plugin and versions, inputs/outputs, head, labels
+      tokenizer.json       Hugging Face tokenizers file
+      backbone.weights.h5  pre-training: the backbone's weights
+      model.weights.h5     fine-tuning: backbone + head weights
+      labels.json          fine-tuning: label names, index = class id
+      metrics.json         measured numbers of the run
+      checkpoints/         ckpt-STEP.npz + latest.json: model and optimizer state for --resume
+      logs/                TensorBoard event files
+      tokens/              the tokenized corpus (pre-training)
+
+Every file is written atomically (:mod:`ptmkit.io`). The manifest is written last: a directory
+with a manifest is a finished run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+from ptmkit.errors import RunDirError
+from ptmkit.io import atomic_write_json
+
+MANIFEST = "manifest.json"
+CONFIG = "config.toml"
+TOKENIZER = "tokenizer.json"
+BACKBONE_WEIGHTS = "backbone.weights.h5"
+MODEL_WEIGHTS = "model.weights.h5"
+LABELS = "labels.json"
+METRICS = "metrics.json"
+
+
+class RunDir:
+    """A run directory; see the module docstring for its files.
+
+    Args:
+        path: the directory.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    def require(self, name: str, hint: str = "") -> Path:
+        """Return the path of file ``name``; raise :class:`RunDirError` when it is missing."""
+        if not self.path.is_dir():
+            raise RunDirError(f"{self.path}: no such run directory")
+        file = self.path / name
+        if not file.exists():
+            raise RunDirError(f"{file}: missing{hint or ' (is this a finished ptmkit run directory?)'}")
+        return file
+
+    def read_json(self, name: str) -> Any:
+        """Read a JSON file of the run, naming it in the error when it is missing or invalid."""
+        file = self.require(name)
+        try:
+            return json.loads(file.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RunDirError(f"{file}: corrupted JSON ({exc})") from None
+
+    def manifest(self) -> dict[str, Any]:
+        """The run's manifest.
+
+        Raises:
+            RunDirError: no directory, no manifest (an unfinished run) or invalid JSON.
+        """
+        manifest = self.read_json(MANIFEST)
+        if not isinstance(manifest, dict) or "family" not in manifest or "stage" not in manifest:
+            raise RunDirError(f"{self.path / MANIFEST}: not a ptmkit manifest (no 'family' or 'stage')")
+        return manifest
+
+    def write_json(self, name: str, data: Any) -> None:
+        atomic_write_json(self.path / name, data)
+
+    def write_manifest(self, **fields: Any) -> dict[str, Any]:
+        """Write the manifest (last, so that its presence marks a finished run)."""
+        import ptmkit
+
+        manifest = {
+            "format": "ptmkit-run/1",
+            "ptmkit_version": ptmkit.__version__,
+            "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            **fields,
+        }
+        atomic_write_json(self.path / MANIFEST, manifest)
+        return manifest
+
+    def load_tokenizer(self) -> Any:
+        """The run's ``tokenizer.json`` as a ``tokenizers.Tokenizer``."""
+        from tokenizers import Tokenizer
+
+        file = self.require(TOKENIZER)
+        try:
+            return Tokenizer.from_file(str(file))
+        except Exception as exc:  # tokenizers raises plain Exception subclasses
+            raise RunDirError(f"{file}: cannot be read as a tokenizers file ({exc})") from None
+
+
+def load_weights(model: Any, file: Path) -> None:
+    """Load Keras weights from ``file`` into ``model``.
+
+    Raises:
+        RunDirError: the file is missing, truncated or corrupted, or holds weights of another shape.
+    """
+    if not file.exists():
+        raise RunDirError(f"{file}: missing weights file")
+    try:
+        model.load_weights(str(file))
+    except Exception as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RunDirError(f"{file}: corrupted or incompatible weights file ({reason[:200]})") from None

@@ -1,0 +1,326 @@
+"""``ptmkit train FAMILY``: tokenizer training, corpus tokenization, pre-training, evaluation.
+
+Stages, each skipped when its output already exists (``--resume``):
+
+1. ``config.toml``: the resolved config.
+2. ``tokenizer.json``: trained by the family on the streamed corpus.
+3. ``tokens/``: the corpus tokenized once to flat files (:mod:`ptmkit.data.pretraining`).
+4. Keras ``fit`` over ``max_steps`` steps with checkpoints every ``checkpoint_every`` steps.
+5. Held-out evaluation (masked-LM accuracy and perplexity on the last ``heldout_lines``
+   paragraphs), ``backbone.weights.h5``, ``metrics.json`` and the manifest, last.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ptmkit.config import RunConfig, apply_overrides, build_run_config, read_toml, to_toml
+from ptmkit.data.readers import read_corpus
+from ptmkit.errors import ConfigError, PluginError, RunDirError
+from ptmkit.io import atomic_save, atomic_write_text
+from ptmkit.plugins import Registry, get_registry
+from ptmkit.rundir import BACKBONE_WEIGHTS, CONFIG, METRICS, TOKENIZER, RunDir
+
+
+def resolve_config(
+    registry: Registry,
+    family_name: str,
+    config_path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    base: dict[str, Any] | None = None,
+) -> RunConfig:
+    """Read ``config_path`` (TOML) over ``base``, apply ``--set`` overrides and validate.
+
+    Raises:
+        ConfigError: unreadable TOML, an unknown key, a wrong type, an objective or head that
+            the family's backbone cannot serve.
+        PluginError: an unknown family.
+    """
+    family = registry.family(family_name)
+    data: dict[str, Any] = dict(base or {})
+    source = "config"
+    if config_path is not None:
+        source = str(config_path)
+        data = _merge(data, read_toml(config_path))
+    if overrides:
+        data = apply_overrides(data, overrides)
+        source = source if config_path else "--set"
+    if data.get("family", family_name) != family_name:
+        raise ConfigError(f"{source}: family = {data['family']!r} but the command trains {family_name!r}")
+    data["family"] = family_name
+    config = build_run_config(
+        data,
+        family_config=family.config_class,
+        objective_configs={n: o.config_class for n, o in registry.objectives.items()},
+        head_configs={n: h.config_class for n, h in registry.heads.items()},
+        source=source,
+    )
+    for name in config.train.objectives or list(family.default_objectives):
+        if name not in registry.objectives_for(family):
+            raise ConfigError(
+                f"{source}: objective {name!r} needs {sorted(registry.objective(name).requires)}, which the "
+                f"{family_name} backbone does not provide; it supports {registry.objectives_for(family)}"
+            )
+    return config
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in update.items():
+        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged
+
+
+def build_pretraining_model(registry: Registry, config: RunConfig) -> tuple[Any, Any, dict[str, tuple[Any, Any]]]:
+    """Build ``(backbone, training_model, objectives)`` for ``config`` (compiled).
+
+    ``objectives`` maps each objective name to ``(Objective, its config)``.
+    """
+    import keras
+
+    from ptmkit.training.schedule import adamw
+
+    family = registry.family(config.family)
+    names = config.train.objectives or list(family.default_objectives)
+    objectives = {name: (registry.objective(name), config.objectives[name]) for name in names}
+    backbone = family.build_backbone(config.model)
+    inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name) for name in family.input_names}
+    all_inputs, outputs, losses, metrics = dict(inputs), {}, {}, {}
+    for objective, objective_config in objectives.values():
+        extra, out, loss, metric = objective.build(backbone, inputs, objective_config)
+        all_inputs.update(extra)
+        outputs.update(out)
+        losses.update(loss)
+        metrics.update(metric)
+    model = keras.Model(all_inputs, outputs, name=f"{config.family}_pretraining")
+    train = config.train
+    model.compile(
+        optimizer=adamw(train.learning_rate, train.weight_decay, train.max_steps, train.warmup_ratio),
+        loss=losses,
+        weighted_metrics=metrics,
+        jit_compile=train.jit_compile,
+    )
+    return backbone, model, objectives
+
+
+class _StepDataset:
+    """Batches ``start .. stop`` as a Keras ``PyDataset`` (index -> global step)."""
+
+    def __new__(cls, make: Any, start: int, stop: int) -> Any:
+        import keras
+
+        class StepDataset(keras.utils.PyDataset):
+            def __init__(self) -> None:
+                super().__init__(workers=1, use_multiprocessing=False)
+
+            def __len__(self) -> int:
+                return stop - start
+
+            def __getitem__(self, index: int) -> Any:
+                return make(start + index)
+
+        return StepDataset()
+
+
+def pretrain(
+    family_name: str,
+    corpus: str | Path,
+    out: str | Path,
+    config_path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    objectives: list[str] | None = None,
+    resume: bool = False,
+    console: Console | None = None,
+    registry: Registry | None = None,
+) -> dict[str, Any]:
+    """Pre-train a model of family ``family_name`` on ``corpus``; write the run to ``out``.
+
+    Args:
+        family_name: an installed family (``ptmkit plugins`` lists them).
+        corpus: text file (``.gz``/``.bz2`` too) or directory, one document or paragraph per line.
+        out: the run directory to create (or to continue with ``resume``).
+        config_path: optional TOML run config.
+        overrides: ``section.key=value`` strings applied over the config.
+        objectives: objective names (default: the family's, e.g. ``["mlm"]``).
+        resume: continue an interrupted run in ``out`` from its newest checkpoint.
+
+    Returns:
+        the metrics written to ``metrics.json``.
+
+    Raises:
+        ConfigError, DataError, PluginError, RunDirError: with a one-line message.
+    """
+    from ptmkit.training.setup import quiet_tensorflow
+
+    quiet_tensorflow()
+    console = console or Console(stderr=True)
+    registry = registry or get_registry()
+    registry.family(family_name)
+    run = RunDir(out)
+    stored: dict[str, Any] | None = None
+    if (run / "manifest.json").exists() and not resume:
+        raise RunDirError(f"{run.path}: already holds a finished run; choose another --out")
+    if resume:
+        if not (run / CONFIG).exists():
+            raise RunDirError(f"{run.path}: nothing to resume (no {CONFIG}); start the run without --resume")
+        if config_path or overrides or objectives:
+            raise ConfigError("--resume continues with the run's stored config.toml; drop --config/--set/--objective")
+        stored = read_toml(run / CONFIG)
+        if stored.get("family") != family_name:
+            raise PluginError(f"{run / CONFIG}: the run is a {stored.get('family')!r} run, not {family_name!r}")
+    elif run.path.exists() and any(run.path.iterdir()):
+        raise RunDirError(f"{run.path}: exists and is not empty; use --resume to continue it, or another --out")
+
+    extra = [f"train.objectives={','.join(objectives)}"] if objectives else []
+    config = resolve_config(registry, family_name, None if stored else config_path, (overrides or []) + extra, base=stored)
+    family = registry.family(family_name)
+    run.path.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run / CONFIG, to_toml(config.to_dict()))
+
+    tokenizer, num_lines = _tokenizer(run, family, config, corpus, console)
+    tokens_dir = run / "tokens"
+    if not (tokens_dir / "tokens.json").exists():
+        from ptmkit.data.pretraining import tokenize_corpus
+
+        with console.status("tokenizing the corpus"):
+            summary = tokenize_corpus(read_corpus(corpus), tokenizer, tokens_dir, num_lines, config.train.heldout_lines)
+        console.print(
+            f"tokenized {summary['train']['lines']:,} lines ({summary['train']['tokens']:,} tokens) for training, "
+            f"{summary['heldout']['lines']:,} held out ({summary['heldout']['tokens']:,} tokens)"
+        )
+    return _fit(registry, config, family, tokenizer, run, corpus, console)
+
+
+def _tokenizer(run: RunDir, family: Any, config: RunConfig, corpus: str | Path, console: Console) -> tuple[Any, int]:
+    from ptmkit.data.pretraining import load_token_file
+
+    counter = {"lines": 0}
+
+    def counted() -> Any:
+        for text in read_corpus(corpus):
+            counter["lines"] += 1
+            yield text
+
+    if (run / TOKENIZER).exists():
+        tokenizer = run.load_tokenizer()
+        if (run / "tokens" / "tokens.json").exists():
+            splits = [load_token_file(run / "tokens", s) for s in ("train", "heldout")]
+            return tokenizer, sum(len(s.offsets) - 1 for s in splits)
+        return tokenizer, sum(1 for _ in read_corpus(corpus))
+    started = time.perf_counter()
+    with console.status("training the tokenizer"):
+        tokenizer = family.train_tokenizer(counted(), config.model)
+    atomic_save(run / TOKENIZER, lambda tmp: tokenizer.save(str(tmp)))
+    console.print(
+        f"trained a {tokenizer.get_vocab_size():,}-token vocabulary on {counter['lines']:,} lines "
+        f"in {time.perf_counter() - started:.1f}s -> {run / TOKENIZER}"
+    )
+    return tokenizer, counter["lines"]
+
+
+def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run: RunDir, corpus: str | Path, console: Console) -> dict[str, Any]:
+    import keras
+
+    from ptmkit.data.pretraining import InstanceSampler, load_token_file, make_step, step_rng
+    from ptmkit.training.checkpoint import CheckpointCallback, latest_step, restore_state
+    from ptmkit.training.progress import ProgressCallback
+    from ptmkit.training.setup import seed_everything, set_precision
+
+    train = config.train
+    if train.sequence_length > config.model.max_sequence_length:
+        raise ConfigError(
+            f"config key 'train.sequence_length' = {train.sequence_length} exceeds 'model.max_sequence_length' = "
+            f"{config.model.max_sequence_length}"
+        )
+    seed_everything(train.seed)
+    set_precision(train.mixed_precision)
+    backbone, model, objectives = build_pretraining_model(registry, config)
+    specials = family.special_tokens(tokenizer)
+    vocabulary_size = config.model.vocabulary_size
+    if tokenizer.get_vocab_size() > vocabulary_size:
+        raise ConfigError(f"the tokenizer has {tokenizer.get_vocab_size()} tokens, more than 'model.vocabulary_size' = {vocabulary_size}")
+    pairs = any(o.needs_segment_pairs for o, _ in objectives.values())
+    random_next = getattr(config.objectives.get("nsp"), "random_next_rate", 0.5)
+    sampler = InstanceSampler(load_token_file(run / "tokens", "train"), family, specials, train.sequence_length, pairs, random_next)
+
+    def make(step: int) -> Any:
+        return make_step(sampler, objectives, step_rng(train.seed, step), train.batch_size, vocabulary_size, family.input_names)
+
+    checkpoints = run / "checkpoints"
+    start = restore_state(model, checkpoints) if latest_step(checkpoints) else 0
+    if start:
+        console.print(f"resuming from step {start} ({checkpoints})")
+    tokens_per_step = train.batch_size * train.sequence_length
+    progress = ProgressCallback("pre-training", start, train.max_steps, tokens_per_step, console)
+    started = time.perf_counter()
+    if start < train.max_steps:
+        model.fit(
+            _StepDataset(make, start, train.max_steps),
+            epochs=1,
+            verbose=0,
+            callbacks=[
+                CheckpointCallback(checkpoints, start, train.max_steps, train.checkpoint_every),
+                progress,
+                keras.callbacks.TensorBoard(log_dir=str(run / "logs"), update_freq=max(1, train.checkpoint_every // 10)),
+            ],
+        )
+    train_seconds = time.perf_counter() - started
+    sampler.close()
+
+    metrics: dict[str, Any] = {
+        "steps": train.max_steps,
+        "resumed_from_step": start,
+        "train_seconds_this_session": round(train_seconds, 1),
+        "tokens_per_second": round(progress.tokens_per_second, 1),
+        "parameters": int(backbone.count_params()),
+    }
+    metrics.update(evaluate_heldout(model, run, family, specials, objectives, config, vocabulary_size))
+    atomic_save(run / BACKBONE_WEIGHTS, lambda tmp: backbone.save_weights(str(tmp)))
+    run.write_json(METRICS, metrics)
+    plugin = registry._owner[("family", config.family)]
+    run.write_manifest(
+        stage="pretrain",
+        family=config.family,
+        plugin={"name": plugin.name, "distribution": plugin.distribution, "version": plugin.version},
+        objectives=list(objectives),
+        head=None,
+        corpus=str(Path(corpus).resolve()),
+        inputs=list(family.input_names),
+        weights=BACKBONE_WEIGHTS,
+    )
+    for old in sorted(checkpoints.glob("ckpt-*.npz"))[:-1]:  # a finished run keeps its last state only
+        old.unlink()
+    return metrics
+
+
+def evaluate_heldout(
+    model: Any, run: RunDir, family: Any, specials: Any, objectives: dict[str, Any], config: RunConfig, vocabulary_size: int, max_batches: int = 20
+) -> dict[str, Any]:
+    """Masked-LM (and NSP) accuracy on the held-out paragraphs, with fixed masks.
+
+    Windows tile the held-out split from its start (no overlap); masks come from a generator
+    separate from training's, so the numbers are comparable across runs with one seed.
+    """
+    from ptmkit.data.pretraining import InstanceSampler, load_token_file, make_step, step_rng
+
+    train = config.train
+    heldout = load_token_file(run / "tokens", "heldout")
+    pairs = any(o.needs_segment_pairs for o, _ in objectives.values())
+    if heldout.num_tokens == 0:
+        return {}
+    sampler = InstanceSampler(heldout, family, specials, train.sequence_length, pairs)
+    starts = list(range(0, heldout.num_tokens, sampler.budget))[: max_batches * train.batch_size]
+    x, y, w = make_step(sampler, objectives, step_rng(train.seed, 0, stream=1), len(starts), vocabulary_size, family.input_names, starts)
+    sampler.close()
+    results = model.evaluate(x, y, sample_weight=w, batch_size=train.batch_size, verbose=0, return_dict=True)
+    out = {f"heldout_{k}": round(float(v), 4) for k, v in results.items()}
+    if "heldout_mlm_loss" in out:
+        out["heldout_mlm_perplexity"] = round(math.exp(out["heldout_mlm_loss"]), 2)
+    out["heldout_sequences"] = len(starts)
+    return out
+

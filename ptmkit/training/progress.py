@@ -1,0 +1,99 @@
+"""A progress bar for ``fit``: step, loss and metrics, tokens per second, time left.
+
+On a terminal it is a live rich progress bar; elsewhere (CI, a log file) one line every
+``log_every`` steps.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import keras
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+
+def format_logs(logs: dict[str, Any] | None, keys: tuple[str, ...] | None = None) -> str:
+    """``loss 2.31  mlm_accuracy 0.114`` from Keras logs."""
+    if not logs:
+        return ""
+    items = [(k, v) for k, v in logs.items() if keys is None or k in keys]
+    return "  ".join(f"{k} {float(v):.4g}" for k, v in items)
+
+
+class ProgressCallback(keras.callbacks.Callback):
+    """Show training progress.
+
+    Args:
+        description: what is being trained (``"pre-training"``).
+        start_step: steps already done (a resumed run).
+        total_steps: steps in the whole run.
+        tokens_per_step: tokens processed per step, for the tokens/s column (0: not shown).
+        console: where to draw (default: stderr).
+        log_every: lines every N steps when not on a terminal.
+    """
+
+    def __init__(
+        self,
+        description: str,
+        start_step: int,
+        total_steps: int,
+        tokens_per_step: int = 0,
+        console: Console | None = None,
+        log_every: int = 0,
+    ) -> None:
+        super().__init__()
+        self.description = description
+        self.start_step = start_step
+        self.total_steps = total_steps
+        self.tokens_per_step = tokens_per_step
+        self.console = console or Console(stderr=True)
+        self.log_every = log_every or max(1, total_steps // 10)
+        self.progress: Progress | None = None
+        self.task: Any = None
+        self.step = start_step
+        self.epoch_steps = 0
+        self.started = 0.0
+        self.tokens_per_second = 0.0
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        self.started = time.perf_counter()
+        self.step = self.start_step
+        if self.console.is_terminal:
+            self.progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[metrics]}"),
+                console=self.console,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task(self.description, total=self.total_steps, completed=self.start_step, metrics="")
+        else:
+            self.console.print(f"{self.description}: steps {self.start_step + 1}..{self.total_steps}")
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        self.step += 1
+        elapsed = time.perf_counter() - self.started
+        done = self.step - self.start_step
+        if self.tokens_per_step and elapsed > 0:
+            self.tokens_per_second = done * self.tokens_per_step / elapsed
+        metrics = format_logs(logs)
+        if self.tokens_per_second:
+            metrics += f"  {self.tokens_per_second / 1000:.1f}K tok/s"
+        if self.progress is not None:
+            self.progress.update(self.task, completed=self.step, metrics=metrics)
+        elif self.step % self.log_every == 0 or self.step == self.total_steps:
+            self.console.print(f"{self.description} step {self.step}/{self.total_steps}  {metrics}  ({elapsed:.0f}s)")
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        validation = format_logs({k: v for k, v in (logs or {}).items() if k.startswith("val_")})
+        if validation:
+            self.console.print(f"{self.description} epoch {epoch + 1}: {validation}")
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        if self.progress is not None:
+            self.progress.stop()

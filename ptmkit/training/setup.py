@@ -1,0 +1,47 @@
+"""Per-run Keras set-up: seeds, precision policy, thread settings, quiet TensorFlow logs."""
+
+from __future__ import annotations
+
+import os
+import random
+
+
+def quiet_tensorflow() -> None:
+    """Import TensorFlow without its C++ start-up chatter (oneDNN and CUDA probing notes).
+
+    Those lines are written by absl before its logging is configured, so no environment
+    variable silences them: standard error is pointed at /dev/null while TensorFlow imports,
+    unless ``TF_CPP_MIN_LOG_LEVEL`` is 0 (``--debug`` leaves everything visible).
+    """
+    import sys
+
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    if "tensorflow" in sys.modules or os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3") == "0":
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            import tensorflow  # noqa: F401
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy, TensorFlow and Keras (``keras.utils.set_random_seed``)."""
+    import keras
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    keras.utils.set_random_seed(seed)
+
+
+def set_precision(mixed_precision: bool) -> None:
+    """``mixed_float16`` compute when asked (GPUs), ``float32`` otherwise."""
+    import keras
+
+    keras.mixed_precision.set_global_policy("mixed_float16" if mixed_precision else "float32")
