@@ -52,6 +52,7 @@ def train(
     set_: SetOption = None,
     objective: Annotated[str | None, typer.Option(help="Objectives, comma separated, e.g. mlm,nsp.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted run from its last checkpoint.")] = False,
+    tokenizer: Annotated[Path | None, typer.Option(help="Use this tokenizer.json instead of training one.")] = None,
 ) -> None:
     """Train a tokenizer on CORPUS and pre-train a FAMILY model; write the run to OUT.
 
@@ -62,7 +63,7 @@ def train(
     from ptmkit.training.pretrain import pretrain
 
     objectives = [o.strip() for o in objective.split(",") if o.strip()] if objective else None
-    metrics = pretrain(family, corpus, out, config, set_ or [], objectives, resume, console=console)
+    metrics = pretrain(family, corpus, out, config, set_ or [], objectives, resume, console=console, tokenizer=tokenizer)
     _report(f"pre-trained {family} -> {out}", metrics)
 
 

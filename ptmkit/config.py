@@ -130,7 +130,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     """Read a TOML file.
 
     Raises:
-        ConfigError: the file is missing or is not valid TOML (the message names file and line).
+        ConfigError: the file is missing or unreadable, or is not valid TOML (the message names file
+            and line) or not UTF-8.
     """
     path = Path(path)
     try:
@@ -140,6 +141,10 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: config file not found") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: not UTF-8 (byte {exc.start})") from None
+    except OSError as exc:  # a directory, no permission
+        raise ConfigError(f"{path}: cannot read the config file ({exc.strerror or exc})") from None
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -201,7 +206,10 @@ def build_dataclass(cls: type, data: Any, where: str, source: str = "config") ->
         values[key] = _check_type(value, hints[key], f"{where}.{key}", source)
     obj = cls(**values)
     if hasattr(obj, "validate"):
-        obj.validate()
+        try:
+            obj.validate()
+        except ConfigError as exc:  # name where the values came from, like every other message here
+            raise ConfigError(f"{source}: {exc}") from None
     return obj
 
 
@@ -287,6 +295,18 @@ def build_run_config(
     )
 
 
+_TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _toml_escape(char: str) -> str:
+    """One character of a TOML basic string: quote, backslash and control characters escaped."""
+    if char in _TOML_ESCAPES:
+        return _TOML_ESCAPES[char]
+    if ord(char) < 0x20 or ord(char) == 0x7F:
+        return f"\\u{ord(char):04X}"
+    return char
+
+
 def to_toml(data: dict[str, Any]) -> str:
     """Write a nested dict of scalars, lists of scalars and tables as TOML."""
     lines: list[str] = []
@@ -297,7 +317,7 @@ def to_toml(data: dict[str, Any]) -> str:
         if isinstance(value, (int, float)):
             return repr(value)
         if isinstance(value, str):
-            return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            return '"' + "".join(_toml_escape(c) for c in value) + '"'
         if isinstance(value, list):
             return "[" + ", ".join(scalar(v) for v in value) + "]"
         if value is None:

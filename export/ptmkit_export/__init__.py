@@ -3,6 +3,9 @@
 Imports neither TensorFlow nor Keras: a production app installs ``ptmkit-export`` alone.
 """
 
+from ptmkit_export.errors import ExportDirError
+from ptmkit_export.manifest import read_manifest
 from ptmkit_export.predictor import Prediction, Predictor
+from ptmkit_export.quantize import quantize_int8
 
-__all__ = ["Prediction", "Predictor"]
+__all__ = ["ExportDirError", "Prediction", "Predictor", "quantize_int8", "read_manifest"]

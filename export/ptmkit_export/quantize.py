@@ -120,19 +120,23 @@ def rewrite_gemm_as_matmul(model: onnx.ModelProto) -> int:
                 replaced.add(b_name)
         weight_name = new_weights[key]
 
+        if c_name and not use_c:
+            replaced.add(c_name)  # beta == 0: C is ignored; drop it if nothing else reads it
         base = node.name or node.output[0]
         if use_c and beta != 1.0:
             bias = numpy_helper.to_array(initializers[c_name])
             c_scaled = fresh(f"{c_name}_scaled")
-            graph.initializer.append(
-                numpy_helper.from_array(bias * np.asarray(beta, dtype=bias.dtype), c_scaled)
-            )
+            graph.initializer.append(numpy_helper.from_array(bias * np.asarray(beta, dtype=bias.dtype), c_scaled))
             replaced.add(c_name)
             c_name = c_scaled
         matmul_out = fresh(f"{base}_matmul:0") if use_c else node.output[0]
-        new_nodes.append(onnx.helper.make_node("MatMul", [a_name, weight_name], [matmul_out], name=fresh(f"{base}_MatMul")))
+        new_nodes.append(
+            onnx.helper.make_node("MatMul", [a_name, weight_name], [matmul_out], name=fresh(f"{base}_MatMul"))
+        )
         if use_c:
-            new_nodes.append(onnx.helper.make_node("Add", [matmul_out, c_name], [node.output[0]], name=fresh(f"{base}_Add")))
+            new_nodes.append(
+                onnx.helper.make_node("Add", [matmul_out, c_name], [node.output[0]], name=fresh(f"{base}_Add"))
+            )
         rewritten += 1
 
     if rewritten:
@@ -173,6 +177,7 @@ def _prune_opsets(model: onnx.ModelProto) -> None:
 
 
 def _umask() -> int:
+    # The only portable way to read the umask is to set it; restored at once.
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
@@ -195,7 +200,8 @@ def quantize_int8(
     Steps, all on temporary files: (1) when ``preprocess``, ONNX Runtime's
     ``quant_pre_process`` with ``skip_symbolic_shape=True``, i.e. basic graph optimization
     (constant folding: tf2onnx leaves ``EinsumDense`` weights behind a ``Reshape`` of a constant,
-    which hides them from the quantizer) plus ONNX shape inference; symbolic shape inference is
+    which hides them from the quantizer; it also drops the weight-sized constants tf2onnx keeps
+    only to feed ``Shape`` nodes) plus ONNX shape inference; symbolic shape inference is
     skipped because it fails on tf2onnx graphs ("Incomplete symbolic shape inference") and is not
     needed for dynamic quantization. Dynamic axes are kept. If this step fails, the raw model is
     used and the error is reported in the summary. (2) :func:`rewrite_gemm_as_matmul`, then

@@ -41,6 +41,12 @@ def train_wordpiece(texts: Iterable[str], vocabulary_size: int, lowercase: bool,
     tokenizer.train_from_iterator(texts, trainer)
     if tokenizer.get_vocab_size() <= len(SPECIALS):
         raise DataError("the corpus gave no token to build a vocabulary from (only whitespace or control characters?)")
+    # The trainer numbers tokens in hash-map order, which changes from process to process; a
+    # WordPiece vocabulary's ids carry no meaning, so renumber them (specials first, then sorted)
+    # to make the same corpus give the same tokenizer, and the same seed the same run.
+    learned = sorted(token for token in tokenizer.get_vocab() if token not in SPECIALS)
+    vocab = {token: i for i, token in enumerate([*SPECIALS, *learned])}
+    tokenizer.model = models.WordPiece(vocab=vocab, unk_token="[UNK]", max_input_chars_per_word=100, continuing_subword_prefix="##")
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",

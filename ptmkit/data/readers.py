@@ -23,31 +23,50 @@ import json
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from ptmkit.contract import CorpusReader, Record
 from ptmkit.errors import DataError
 
 LABEL_PREFIX = "__label__"
 _COMPRESSED = {".gz": gzip.open, ".bz2": bz2.open}
+_BOM = b"\xef\xbb\xbf"
 
 
 def _open_text(path: Path) -> tuple[TextIO, dict[str, int]]:
-    """Open ``path`` (maybe compressed) as text; the returned dict counts ``lines`` read and
-    ``invalid`` lines (bad UTF-8, replaced)."""
+    """Open ``path`` (maybe compressed) as text; the returned dict counts ``lines`` read,
+    ``blank`` lines (whitespace only) and ``invalid`` lines (bad UTF-8, replaced).
+
+    A UTF-8 byte order mark at the start of the file is dropped. A file that cannot be read
+    (no permission, a corrupted or truncated ``.gz`` / ``.bz2``) raises :class:`DataError`
+    naming it, when it is opened or when the bad part is reached.
+    """
     opener = _COMPRESSED.get(path.suffix.lower())
-    raw = opener(path, "rb") if opener else open(path, "rb")  # noqa: SIM115 - closed by caller
-    counts = {"lines": 0, "invalid": 0}
+    try:
+        raw = opener(path, "rb") if opener else open(path, "rb")  # noqa: SIM115 - closed by caller
+    except OSError as exc:
+        raise DataError(f"{path}: cannot open ({exc.strerror or exc})") from None
+    counts = {"lines": 0, "blank": 0, "invalid": 0}
 
     def lines() -> Iterator[str]:
         with raw:
-            for line in raw:
-                counts["lines"] += 1
-                try:
-                    yield line.decode("utf-8")
-                except UnicodeDecodeError:
-                    counts["invalid"] += 1
-                    yield line.decode("utf-8", errors="replace")
+            try:
+                for line in raw:
+                    if counts["lines"] == 0 and line.startswith(_BOM):
+                        line = line[len(_BOM):]
+                    counts["lines"] += 1
+                    try:
+                        text = line.decode("utf-8")
+                    except UnicodeDecodeError:
+                        counts["invalid"] += 1
+                        text = line.decode("utf-8", errors="replace")
+                    if not text.strip():
+                        counts["blank"] += 1
+                    yield text
+            except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
+                raise DataError(
+                    f"{path}: cannot be read after line {counts['lines']} (corrupted or truncated file? {exc})"
+                ) from None
 
     return _LineStream(lines()), counts
 
@@ -96,15 +115,29 @@ def read_fasttext(stream: TextIO, source: str) -> Iterator[Record]:
 
 def _read_delimited(stream: TextIO, source: str, delimiter: str) -> Iterator[Record]:
     rows = csv.reader(stream, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
-    header = next(rows, None)
+
+    def next_row() -> tuple[int, list[str] | None]:
+        """The next row and the file line it starts on (a quoted CSV field may span lines)."""
+        number = rows.line_num + 1
+        try:
+            return number, next(rows, None)
+        except csv.Error as exc:  # e.g. a field over csv.field_size_limit()
+            raise DataError(f"{source}:{number}: {exc}") from None
+
+    number, header = next_row()
+    while header is not None and not any(cell.strip() for cell in header):  # blank lines before the header
+        number, header = next_row()
     if header is None:
         return
     columns = [h.strip().lower() for h in header]
     missing = [c for c in ("text", "label") if c not in columns]
     if missing:
-        raise DataError(f"{source}:1: header has no {' or '.join(repr(m) for m in missing)} column (found {header})")
+        raise DataError(f"{source}:{number}: header has no {' or '.join(repr(m) for m in missing)} column (found {header})")
     text_at, label_at = columns.index("text"), columns.index("label")
-    for number, row in enumerate(rows, 2):
+    while True:
+        number, row = next_row()
+        if row is None:
+            return
         if not row or not any(cell.strip() for cell in row):
             continue
         if len(row) != len(columns):
@@ -138,12 +171,22 @@ def read_jsonl(stream: TextIO, source: str) -> Iterator[Record]:
             raise DataError(f"{source}:{number}: invalid JSON ({exc.msg})") from None
         if not isinstance(item, dict):
             raise DataError(f"{source}:{number}: expected a JSON object with 'text' and 'label'")
-        text, label = str(item.get("text") or "").strip(), str(item.get("label") or "").strip()
+        text, label = _json_field(item, "text", source, number), _json_field(item, "label", source, number)
         if not label:
             raise DataError(f"{source}:{number}: empty or missing 'label'")
         if not text:
             raise DataError(f"{source}:{number}: empty or missing 'text' (label {label!r})")
         yield Record(number, text, label)
+
+
+def _json_field(item: dict[str, Any], key: str, source: str, number: int) -> str:
+    """``item[key]`` as stripped text: a string or a number (labels 0 and 1 are labels); missing is ''."""
+    value = item.get(key)
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        raise DataError(f"{source}:{number}: {key!r} must be a string or a number, got a JSON {type(value).__name__}")
+    return str(value).strip()
 
 
 BUILTIN_READERS = [
@@ -211,7 +254,7 @@ def read_records(
 
         readers = get_registry().readers
     path = Path(path)
-    records = lines = 0
+    records = lines = blank = 0
     for file in _files(path):
         reader = _reader_for(file, readers, labelled)
         if labelled and not reader.labelled:
@@ -224,6 +267,7 @@ def read_records(
             records += 1
             yield record
         lines += counts["lines"]
+        blank += counts["blank"]
         if counts["invalid"]:
             warnings.warn(
                 f"{file}: {counts['invalid']} line(s) had invalid UTF-8; the bad bytes were replaced by U+FFFD",
@@ -231,8 +275,14 @@ def read_records(
                 stacklevel=2,
             )
     if records == 0:
-        seen = "it is empty" if lines == 0 else f"{lines} line(s), all blank"
-        raise DataError(f"{path}: no text to read ({seen}); give a file with one document or paragraph per line")
+        if lines == 0:
+            seen = "it is empty"
+        elif blank == lines:
+            seen = f"{lines} line(s), all blank"
+        else:
+            seen = f"{lines} line(s), {lines - blank} not blank, but no records: a header only?"
+        wanted = "one labelled example per line" if labelled else "one document or paragraph per line"
+        raise DataError(f"{path}: no text to read ({seen}); give a file with {wanted}")
 
 
 def read_corpus(path: str | Path, readers: dict[str, CorpusReader] | None = None) -> Iterator[str]:

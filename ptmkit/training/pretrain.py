@@ -13,7 +13,9 @@ Stages, each skipped when its output already exists (``--resume``):
 from __future__ import annotations
 
 import math
+import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from rich.console import Console
 
 from ptmkit.config import RunConfig, apply_overrides, build_run_config, read_toml, to_toml
 from ptmkit.data.readers import read_corpus
-from ptmkit.errors import ConfigError, PluginError, RunDirError
+from ptmkit.errors import ConfigError, DataError, PluginError, PtmkitError, RunDirError
 from ptmkit.io import atomic_save, atomic_write_text
 from ptmkit.plugins import Registry, get_registry
 from ptmkit.rundir import BACKBONE_WEIGHTS, CONFIG, METRICS, TOKENIZER, RunDir
@@ -47,19 +49,30 @@ def resolve_config(
     if config_path is not None:
         source = str(config_path)
         data = _merge(data, read_toml(config_path))
-    if overrides:
-        data = apply_overrides(data, overrides)
-        source = source if config_path else "--set"
     if data.get("family", family_name) != family_name:
         raise ConfigError(f"{source}: family = {data['family']!r} but the command trains {family_name!r}")
     data["family"] = family_name
-    config = build_run_config(
-        data,
-        family_config=family.config_class,
-        objective_configs={n: o.config_class for n, o in registry.objectives.items()},
-        head_configs={n: h.config_class for n, h in registry.heads.items()},
-        source=source,
-    )
+
+    def build(data: dict[str, Any], source: str) -> RunConfig:
+        return build_run_config(
+            data,
+            family_config=family.config_class,
+            objective_configs={n: o.config_class for n, o in registry.objectives.items()},
+            head_configs={n: h.config_class for n, h in registry.heads.items()},
+            source=source,
+        )
+
+    config = build(data, source)
+    if overrides:  # validated on their own, so that an error names --set, not the file
+        source = "--set"
+        config = build(apply_overrides(data, overrides), source)
+    limit = getattr(config.model, "max_sequence_length", None)
+    for section in ("train", "finetune"):
+        length = getattr(config, section).sequence_length
+        if limit is not None and length > limit:
+            raise ConfigError(
+                f"{source}: config key '{section}.sequence_length' = {length} exceeds 'model.max_sequence_length' = {limit}"
+            )
     for name in config.train.objectives or list(family.default_objectives):
         if name not in registry.objectives_for(family):
             raise ConfigError(
@@ -137,6 +150,7 @@ def pretrain(
     resume: bool = False,
     console: Console | None = None,
     registry: Registry | None = None,
+    tokenizer: str | Path | None = None,
 ) -> dict[str, Any]:
     """Pre-train a model of family ``family_name`` on ``corpus``; write the run to ``out``.
 
@@ -148,6 +162,10 @@ def pretrain(
         overrides: ``section.key=value`` strings applied over the config.
         objectives: objective names (default: the family's, e.g. ``["mlm"]``).
         resume: continue an interrupted run in ``out`` from its newest checkpoint.
+        tokenizer: an existing ``tokenizer.json`` to use instead of training one. Hugging Face's
+            WordPiece trainer breaks ties between equally frequent merges in hash-map order
+            (huggingface/tokenizers#1794), so two trainings on one corpus can differ by a few
+            rare tokens; a given tokenizer makes a run bit-for-bit repeatable.
 
     Returns:
         the metrics written to ``metrics.json``.
@@ -179,21 +197,45 @@ def pretrain(
     extra = [f"train.objectives={','.join(objectives)}"] if objectives else []
     config = resolve_config(registry, family_name, None if stored else config_path, (overrides or []) + extra, base=stored)
     family = registry.family(family_name)
-    run.path.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run / CONFIG, to_toml(config.to_dict()))
+    if not Path(corpus).exists():
+        raise DataError(f"{corpus}: no such corpus file or directory")
+    if tokenizer is not None and resume:
+        raise ConfigError("--resume continues with the run's own tokenizer.json; drop --tokenizer")
+    created = not run.path.exists()
+    try:
+        run.path.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run / CONFIG, to_toml(config.to_dict()))
+        if tokenizer is not None:
+            loaded = _read_tokenizer(Path(tokenizer))
+            family.special_tokens(loaded)  # refuse a vocabulary without the family's specials
+            atomic_save(run / TOKENIZER, lambda tmp: loaded.save(str(tmp)))
+        tokenizer, num_lines = _tokenizer(run, family, config, corpus, console)
+        tokens_dir = run / "tokens"
+        if not (tokens_dir / "tokens.json").exists():
+            from ptmkit.data.pretraining import tokenize_corpus
 
-    tokenizer, num_lines = _tokenizer(run, family, config, corpus, console)
-    tokens_dir = run / "tokens"
-    if not (tokens_dir / "tokens.json").exists():
-        from ptmkit.data.pretraining import tokenize_corpus
-
-        with console.status("tokenizing the corpus"):
-            summary = tokenize_corpus(read_corpus(corpus), tokenizer, tokens_dir, num_lines, config.train.heldout_lines)
-        console.print(
-            f"tokenized {summary['train']['lines']:,} lines ({summary['train']['tokens']:,} tokens) for training, "
-            f"{summary['heldout']['lines']:,} held out ({summary['heldout']['tokens']:,} tokens)"
-        )
+            with console.status("tokenizing the corpus"):
+                summary = tokenize_corpus(read_corpus(corpus), tokenizer, tokens_dir, num_lines, config.train.heldout_lines)
+            console.print(
+                f"tokenized {summary['train']['lines']:,} lines ({summary['train']['tokens']:,} tokens) for training, "
+                f"{summary['heldout']['lines']:,} held out ({summary['heldout']['tokens']:,} tokens)"
+            )
+    except PtmkitError:
+        if created:  # nothing was trained yet: leave no half-made run directory behind
+            shutil.rmtree(run.path, ignore_errors=True)
+        raise
     return _fit(registry, config, family, tokenizer, run, corpus, console)
+
+
+def _read_tokenizer(path: Path) -> Any:
+    from tokenizers import Tokenizer
+
+    if not path.exists():
+        raise DataError(f"{path}: no such tokenizer file")
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:
+        raise DataError(f"{path}: cannot be read as a tokenizers file ({exc})") from None
 
 
 def _tokenizer(run: RunDir, family: Any, config: RunConfig, corpus: str | Path, console: Console) -> tuple[Any, int]:
@@ -232,11 +274,6 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
     from ptmkit.training.setup import seed_everything, set_precision
 
     train = config.train
-    if train.sequence_length > config.model.max_sequence_length:
-        raise ConfigError(
-            f"config key 'train.sequence_length' = {train.sequence_length} exceeds 'model.max_sequence_length' = "
-            f"{config.model.max_sequence_length}"
-        )
     seed_everything(train.seed)
     set_precision(train.mixed_precision)
     backbone, model, objectives = build_pretraining_model(registry, config)
@@ -259,9 +296,12 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
     progress = ProgressCallback("pre-training", start, train.max_steps, tokens_per_step, console)
     started = time.perf_counter()
     if start < train.max_steps:
+        # Objectives that do not use the pooler (masked LM alone) leave it without gradients.
+        warnings.filterwarnings("ignore", message=r"Gradients do not exist for variables \['pooled_dense")
         model.fit(
             _StepDataset(make, start, train.max_steps),
             epochs=1,
+            shuffle=False,  # batch i is step start + i; Keras would otherwise permute a PyDataset's indices
             verbose=0,
             callbacks=[
                 CheckpointCallback(checkpoints, start, train.max_steps, train.checkpoint_every),
@@ -318,6 +358,10 @@ def evaluate_heldout(
     x, y, w = make_step(sampler, objectives, step_rng(train.seed, 0, stream=1), len(starts), vocabulary_size, family.input_names, starts)
     sampler.close()
     results = model.evaluate(x, y, sample_weight=w, batch_size=train.batch_size, verbose=0, return_dict=True)
+    if len(objectives) == 1:  # Keras prefixes metrics with the output name only when there are several
+        (name,) = objectives
+        results = {k if k.startswith(name) else f"{name}_{k}": v for k, v in results.items()}
+        results["loss"] = results[f"{name}_loss"]
     out = {f"heldout_{k}": round(float(v), 4) for k, v in results.items()}
     if "heldout_mlm_loss" in out:
         out["heldout_mlm_perplexity"] = round(math.exp(out["heldout_mlm_loss"]), 2)

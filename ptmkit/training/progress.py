@@ -56,6 +56,7 @@ class ProgressCallback(keras.callbacks.Callback):
         self.epoch_steps = 0
         self.started = 0.0
         self.tokens_per_second = 0.0
+        self.first_step_done = 0.0
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self.started = time.perf_counter()
@@ -77,10 +78,13 @@ class ProgressCallback(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         self.step += 1
-        elapsed = time.perf_counter() - self.started
+        now = time.perf_counter()
+        elapsed = now - self.started
         done = self.step - self.start_step
-        if self.tokens_per_step and elapsed > 0:
-            self.tokens_per_second = done * self.tokens_per_step / elapsed
+        if done == 1:
+            self.first_step_done = now  # the first step pays for tracing: leave it out of tokens/s
+        elif self.tokens_per_step:
+            self.tokens_per_second = (done - 1) * self.tokens_per_step / (now - self.first_step_done)
         metrics = format_logs(logs)
         if self.tokens_per_second:
             metrics += f"  {self.tokens_per_second / 1000:.1f}K tok/s"

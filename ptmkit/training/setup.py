@@ -18,13 +18,15 @@ def quiet_tensorflow() -> None:
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     if "tensorflow" in sys.modules or os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3") == "0":
         return
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # runtime notes such as oneDNN's int64 fallback
     sys.stderr.flush()
     saved = os.dup(2)
     try:
         with open(os.devnull, "w") as devnull:
             os.dup2(devnull.fileno(), 2)
-            import tensorflow  # noqa: F401
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()  # CUDA probing logs here too
     finally:
         os.dup2(saved, 2)
         os.close(saved)

@@ -1,0 +1,230 @@
+"""``ptmkit finetune RUN_DIR``: a head on a pre-trained backbone, trained on labelled text.
+
+Reads the parent run's config, tokenizer and backbone weights; adds the head named by
+``finetune.head`` (sequence classification by default); trains with AdamW, linear warm-up and
+decay; reports dev accuracy and macro-F1 after each epoch and at the end; writes a run directory
+that ``ptmkit export`` reads.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from ptmkit.config import RunConfig, read_toml, to_toml
+from ptmkit.errors import DataError, RunDirError
+from ptmkit.io import atomic_save, atomic_write_text
+from ptmkit.plugins import Registry, get_registry
+from ptmkit.rundir import CONFIG, LABELS, METRICS, MODEL_WEIGHTS, TOKENIZER, RunDir, load_weights
+
+
+def macro_f1(labels: np.ndarray, predictions: np.ndarray, num_classes: int) -> float:
+    """Unweighted mean of per-class F1 over the classes present in ``labels`` or ``predictions``.
+
+    Matches ``sklearn.metrics.f1_score(average="macro")`` (classes absent from both are skipped).
+    """
+    scores = []
+    for c in range(num_classes):
+        tp = np.sum((predictions == c) & (labels == c))
+        fp = np.sum((predictions == c) & (labels != c))
+        fn = np.sum((predictions != c) & (labels == c))
+        if tp + fp + fn == 0:
+            continue
+        scores.append(2 * tp / (2 * tp + fp + fn))
+    return float(np.mean(scores)) if scores else 0.0
+
+
+def load_labelled(path: str | Path, labels: list[str] | None = None) -> tuple[list[str], list[str], np.ndarray]:
+    """Read a labelled file; return ``(texts, label_names, label_ids)``.
+
+    Args:
+        labels: the label names to map onto (the training set's); None builds them (sorted).
+
+    Raises:
+        DataError: a label that the training set does not have (naming file and line).
+    """
+    from ptmkit.data.readers import read_records
+
+    records = list(read_records(path, labelled=True))
+    if labels is None:
+        labels = sorted({r.label for r in records if r.label is not None})
+        if len(labels) < 2:
+            raise DataError(f"{path}: needs at least two labels to train a classifier, found {labels}")
+    index = {name: i for i, name in enumerate(labels)}
+    for r in records:
+        if r.label not in index:
+            raise DataError(f"{path}:{r.line}: label {r.label!r} does not occur in the training set ({len(labels)} labels)")
+    return [r.text for r in records], labels, np.asarray([index[r.label] for r in records], np.int32)
+
+
+def load_backbone(registry: Registry, run: RunDir) -> tuple[Any, RunConfig, Any, dict[str, Any]]:
+    """Build the backbone of a finished pre-training run and load its weights.
+
+    Returns:
+        ``(backbone, config, tokenizer, manifest)``.
+
+    Raises:
+        RunDirError: missing manifest, config, tokenizer or weights, or corrupted weights.
+    """
+    from ptmkit.training.pretrain import resolve_config
+
+    manifest = run.manifest()
+    config = resolve_config(registry, manifest["family"], None, None, base=read_toml(run.require(CONFIG)))
+    family = registry.family(manifest["family"])
+    backbone = family.build_backbone(config.model)
+    weights = run.require(manifest.get("weights", MODEL_WEIGHTS))
+    if manifest["stage"] == "pretrain":
+        load_weights(backbone, weights)
+    return backbone, config, run.load_tokenizer(), manifest
+
+
+def build_classifier(registry: Registry, config: RunConfig, backbone: Any, num_labels: int) -> Any:
+    """The head model of ``config.finetune.head`` on ``backbone``."""
+    return registry.head(config.finetune.head).build(backbone, num_labels, config.head)
+
+
+def finetune(
+    run_dir: str | Path,
+    train_file: str | Path,
+    dev_file: str | Path,
+    out: str | Path,
+    config_path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    console: Console | None = None,
+    registry: Registry | None = None,
+) -> dict[str, Any]:
+    """Fine-tune the backbone of pre-training run ``run_dir`` with a head; write the run to ``out``.
+
+    Returns:
+        metrics: dev accuracy and macro-F1, examples, labels, seconds.
+
+    Raises:
+        ConfigError, DataError, RunDirError: with one-line messages naming the file or key.
+    """
+    from ptmkit.training.setup import quiet_tensorflow, seed_everything, set_precision
+
+    quiet_tensorflow()
+    import keras
+
+    from ptmkit.data.tokenization import encode_texts
+    from ptmkit.training.pretrain import resolve_config
+    from ptmkit.training.progress import ProgressCallback
+    from ptmkit.training.schedule import adamw
+
+    console = console or Console(stderr=True)
+    registry = registry or get_registry()
+    parent, target = RunDir(run_dir), RunDir(out)
+    if target.path.exists() and any(target.path.iterdir()):
+        raise RunDirError(f"{target.path}: exists and is not empty; choose another --out")
+    manifest = parent.manifest()
+    if manifest["stage"] != "pretrain":
+        raise RunDirError(f"{parent.path}: is a {manifest['stage']} run; fine-tune a pre-training run")
+    config = resolve_config(registry, manifest["family"], config_path, overrides, base=read_toml(parent.require(CONFIG)))
+    ft = config.finetune
+
+    texts, labels, y_train = load_labelled(train_file)
+    dev_texts, _, y_dev = load_labelled(dev_file, labels)
+    if ft.max_train_examples and len(texts) > ft.max_train_examples:
+        keep = np.sort(np.random.default_rng(ft.seed).permutation(len(texts))[: ft.max_train_examples])
+        texts, y_train = [texts[i] for i in keep], y_train[keep]
+    console.print(f"fine-tuning on {len(texts):,} examples, {len(labels)} labels; dev {len(dev_texts):,} examples")
+
+    seed_everything(ft.seed)
+    set_precision(ft.mixed_precision)
+    family = registry.family(manifest["family"])
+    backbone, _, tokenizer, _ = load_backbone(registry, parent)
+    specials = family.special_tokens(tokenizer)
+    x_train = encode_texts(tokenizer, texts, ft.sequence_length, family.input_names, specials.pad)
+    x_dev = encode_texts(tokenizer, dev_texts, ft.sequence_length, family.input_names, specials.pad)
+    model = build_classifier(registry, config, backbone, len(labels))
+    steps_per_epoch = -(-len(texts) // ft.batch_size)
+    total = steps_per_epoch * ft.epochs
+    model.compile(
+        optimizer=adamw(ft.learning_rate, ft.weight_decay, total, ft.warmup_ratio),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        jit_compile=ft.jit_compile,
+    )
+    started = time.perf_counter()
+    logs = target.path.parent / f".{target.path.name}.logs-{os.getpid()}"  # moved in when the run is done
+    try:
+        model.fit(
+            x_train,
+            y_train,
+            batch_size=ft.batch_size,
+            epochs=ft.epochs,
+            validation_data=(x_dev, y_dev),
+            shuffle=True,
+            verbose=0,
+            callbacks=[
+                ProgressCallback("fine-tuning", 0, total, ft.batch_size * ft.sequence_length, console),
+                keras.callbacks.TensorBoard(log_dir=str(logs)),
+            ],
+        )
+    except BaseException:
+        shutil.rmtree(logs, ignore_errors=True)
+        raise
+    seconds = time.perf_counter() - started
+    predictions = np.argmax(model.predict(x_dev, batch_size=128, verbose=0), axis=-1)
+    metrics = {
+        "dev_accuracy": round(float(np.mean(predictions == y_dev)), 4),
+        "dev_macro_f1": round(macro_f1(y_dev, predictions, len(labels)), 4),
+        "train_examples": len(texts),
+        "dev_examples": len(dev_texts),
+        "labels": len(labels),
+        "epochs": ft.epochs,
+        "train_seconds": round(seconds, 1),
+    }
+    target.path.mkdir(parents=True, exist_ok=True)
+    if logs.exists():
+        os.replace(logs, target / "logs")
+    atomic_write_text(target / CONFIG, to_toml(config.to_dict()))
+    atomic_save(target / TOKENIZER, lambda tmp: tokenizer.save(str(tmp)))
+    target.write_json(LABELS, labels)
+    atomic_save(target / MODEL_WEIGHTS, lambda tmp: model.save_weights(str(tmp)))
+    target.write_json(METRICS, metrics)
+    target.write_manifest(
+        stage="finetune",
+        family=manifest["family"],
+        plugin=manifest.get("plugin"),
+        head=ft.head,
+        labels=labels,
+        parent=str(parent.path.resolve()),
+        train=str(Path(train_file).resolve()),
+        dev=str(Path(dev_file).resolve()),
+        inputs=list(family.input_names),
+        outputs=["logits"],
+        sequence_length=ft.sequence_length,
+        weights=MODEL_WEIGHTS,
+    )
+    return metrics
+
+
+def load_classifier(run_dir: str | Path, registry: Registry | None = None) -> tuple[Any, RunConfig, Any, dict[str, Any]]:
+    """Rebuild a fine-tuned run's model and load its weights.
+
+    Returns:
+        ``(model, config, tokenizer, manifest)``.
+
+    Raises:
+        RunDirError: the run has no head (a pre-training run), or missing/corrupted files.
+    """
+    from ptmkit.training.setup import quiet_tensorflow
+
+    quiet_tensorflow()
+    registry = registry or get_registry()
+    run = RunDir(run_dir)
+    manifest = run.manifest()
+    if not manifest.get("head"):
+        raise RunDirError(f"{run.path}: this {manifest['stage']} run has no head; fine-tune it first (`ptmkit finetune {run.path} ...`)")
+    backbone, config, tokenizer, _ = load_backbone(registry, run)
+    labels = run.read_json(LABELS)
+    model = build_classifier(registry, config, backbone, len(labels))
+    load_weights(model, run.require(MODEL_WEIGHTS))
+    return model, config, tokenizer, manifest

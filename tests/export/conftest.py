@@ -1,0 +1,12 @@
+"""Session fixture for the lean runtime's tests; the helpers live in export_fixtures.py."""
+
+from __future__ import annotations
+
+import pytest
+from export_fixtures import TinyExport, make_export
+
+
+@pytest.fixture(scope="session")
+def tiny_export(tmp_path_factory: pytest.TempPathFactory) -> TinyExport:
+    """A real export directory: fp32 + int8 ONNX, tokenizer.json and manifest.json (~10 s)."""
+    return make_export(tmp_path_factory.mktemp("tiny-export"))

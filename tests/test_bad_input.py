@@ -1,0 +1,315 @@
+"""The command line's bad-input contract, end to end in subprocesses.
+
+A user error (a missing, empty or malformed file, a bad config key, a broken run directory, an
+unknown plugin) must end with exit code 2 and one line on standard error, ``error: ...``, that
+names the file, line or key; no traceback (unless ``--debug``) and no half-written output.
+
+One tiny pre-training run (about 10 s on two CPU cores) is shared by the whole module; its corpus
+holds two lines of invalid UTF-8, which must be a warning and not an error.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ENWIKI = REPO / "data" / "corpus" / "enwiki-106.txt"
+POLARITY_TRAIN = REPO / "data" / "classify" / "polarity-200-train.txt"
+POLARITY_DEV = REPO / "data" / "classify" / "polarity-200-dev.txt"
+
+TINY = [
+    "--set", "model.num_layers=1",
+    "--set", "model.hidden_dim=32",
+    "--set", "model.num_heads=2",
+    "--set", "model.intermediate_dim=64",
+    "--set", "model.vocabulary_size=300",
+    "--set", "train.max_steps=2",
+    "--set", "train.batch_size=4",
+    "--set", "train.sequence_length=32",
+    "--set", "train.heldout_lines=5",
+]  # fmt: skip
+BAD_UTF8_LINES = [b"caf\xe9 au lait is served in a bowl in the morning\n", b"the na\xefve reader \x93quoted\x94 it\n"]
+
+
+@functools.cache
+def cli() -> list[str]:
+    """``python -m ptmkit.cli``, or the ``ptmkit`` script beside the interpreter if that fails."""
+    module = [sys.executable, "-m", "ptmkit.cli"]
+    probe = subprocess.run([*module, "--help"], capture_output=True, text=True, timeout=120)
+    if probe.returncode == 0 and "train" in probe.stdout:
+        return module
+    script = Path(sys.executable).with_name("ptmkit")
+    assert script.exists(), f"`python -m ptmkit.cli` failed ({probe.stderr[-500:]}) and {script} is missing"
+    return [str(script)]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    for name in ("TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS"):  # what a user's shell has: nothing
+        env.pop(name, None)
+    env["PYTHONIOENCODING"] = "utf-8"
+    return env
+
+
+def ptmkit(*args: str | Path, cwd: Path, timeout: int = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*cli(), *map(str, args)], capture_output=True, text=True, cwd=cwd, env=_env(), timeout=timeout
+    )
+
+
+def user_error(result: subprocess.CompletedProcess[str], *needles: str | Path, out: Path | None = None) -> str:
+    """Check the one-line user-error contract; return the error line."""
+    stderr = result.stderr
+    assert "Traceback" not in stderr, stderr
+    assert result.returncode == 2, f"exit {result.returncode}\n{stderr}"
+    lines = [line.rstrip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1, stderr
+    assert lines[-1] == errors[0], f"the error is not the last line of stderr:\n{stderr}"
+    for needle in needles:
+        assert str(needle) in errors[0], f"{needle!r} not in {errors[0]!r}"
+    if out is not None:
+        assert not out.exists(), f"half-written output left in {out}: {sorted(p.name for p in out.iterdir())}"
+    return errors[0]
+
+
+@dataclass
+class TinyRun:
+    run_dir: Path
+    corpus: Path
+    result: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
+    """``ptmkit train bert`` on the first 300 lines of enwiki-106.txt plus two lines of bad UTF-8."""
+    root = tmp_path_factory.mktemp("tiny-pretrain")
+    with open(ENWIKI, "rb") as handle:
+        lines = [next(handle) for _ in range(300)]
+    lines[100:100] = BAD_UTF8_LINES[:1]
+    lines[201:201] = BAD_UTF8_LINES[1:]
+    corpus = root / "enwiki-300-bad-utf8.txt"
+    corpus.write_bytes(b"".join(lines))
+    run_dir = root / "pre"
+    result = ptmkit("train", "bert", "--corpus", corpus, "--out", run_dir, *TINY, cwd=root)
+    assert result.returncode == 0, result.stderr
+    return TinyRun(run_dir, corpus, result)
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+def copy_run(run: TinyRun, target: Path) -> Path:
+    shutil.copytree(run.run_dir, target)
+    return target
+
+
+# -- the entry point --------------------------------------------------------------------------------
+
+
+def test_the_command_runs() -> None:
+    result = subprocess.run([*cli(), "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0
+    for command in ("train", "finetune", "export", "predict"):
+        assert command in result.stdout
+
+
+# -- corpora ---------------------------------------------------------------------------------------
+
+
+def test_missing_corpus(work: Path) -> None:
+    corpus, out = work / "no-such-corpus.txt", work / "run"
+    result = ptmkit("train", "bert", "--corpus", corpus, "--out", out, *TINY, cwd=work)
+    user_error(result, corpus, "no such corpus", out=out)
+
+
+def test_empty_corpus(work: Path) -> None:
+    corpus, out = work / "empty.txt", work / "run"
+    corpus.write_bytes(b"")
+    result = ptmkit("train", "bert", "--corpus", corpus, "--out", out, *TINY, cwd=work)
+    user_error(result, f"{corpus}: no text to read (it is empty)", out=out)
+
+
+def test_blank_lines_only_corpus(work: Path) -> None:
+    corpus, out = work / "blank.txt", work / "run"
+    corpus.write_text("\n   \n\t\n", encoding="utf-8")
+    result = ptmkit("train", "bert", "--corpus", corpus, "--out", out, *TINY, cwd=work)
+    user_error(result, f"{corpus}: no text to read (3 line(s), all blank)", out=out)
+
+
+def test_invalid_utf8_is_a_warning_and_the_run_finishes(tiny_run: TinyRun) -> None:
+    result = tiny_run.result
+    assert result.returncode == 0
+    assert "Traceback" not in result.stderr and "error:" not in result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:") and "UTF-8" in line]
+    assert warnings == [
+        f"warning: {tiny_run.corpus}: 2 line(s) had invalid UTF-8; the bad bytes were replaced by U+FFFD"
+    ]
+    assert "on 302 lines" in result.stderr  # the two bad lines were trained on, not dropped
+    manifest = json.loads((tiny_run.run_dir / "manifest.json").read_text())
+    assert manifest["stage"] == "pretrain" and manifest["head"] is None
+    assert (tiny_run.run_dir / "backbone.weights.h5").stat().st_size > 0
+
+
+def test_a_finished_run_is_not_overwritten(tiny_run: TinyRun, work: Path) -> None:
+    manifest = (tiny_run.run_dir / "manifest.json").read_bytes()
+    result = ptmkit("train", "bert", "--corpus", tiny_run.corpus, "--out", tiny_run.run_dir, *TINY, cwd=work)
+    user_error(result, tiny_run.run_dir, "already holds a finished run")
+    assert (tiny_run.run_dir / "manifest.json").read_bytes() == manifest
+
+
+# -- labelled files ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def empty_label_result(tiny_run: TinyRun, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
+    work = tmp_path_factory.mktemp("empty-label")
+    train, out = work / "train.tsv", work / "ft"
+    train.write_text("label\ttext\npos\ta fine film\n\tno label on this one\nneg\tdull\n", encoding="utf-8")
+    result = ptmkit("finetune", tiny_run.run_dir, "--train", train, "--dev", POLARITY_DEV, "--out", out, cwd=work)
+    return result, train, out
+
+
+def test_label_file_with_an_empty_label(empty_label_result: tuple[subprocess.CompletedProcess[str], Path, Path]) -> None:
+    result, train, out = empty_label_result
+    assert user_error(result, out=out) == f"error: {train}:3: empty label"
+
+
+def test_label_file_with_an_empty_text(tiny_run: TinyRun, work: Path) -> None:
+    train, out = work / "train.txt", work / "ft"
+    train.write_text("__label__pos a fine film\n\n__label__neg dull\n__label__neg   \n", encoding="utf-8")
+    result = ptmkit("finetune", tiny_run.run_dir, "--train", train, "--dev", POLARITY_DEV, "--out", out, cwd=work)
+    assert user_error(result, out=out) == f"error: {train}:4: label 'neg' has no text"
+
+
+def test_finetune_user_error_prints_nothing_but_the_error(
+    empty_label_result: tuple[subprocess.CompletedProcess[str], Path, Path],
+) -> None:
+    result, _, _ = empty_label_result
+    noise = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith(("error:", "warning:"))]
+    assert noise == []
+
+
+# -- plugins and config --------------------------------------------------------------------------------
+
+
+def test_unknown_plugin_lists_the_installed_families(tiny_run: TinyRun, work: Path) -> None:
+    out = work / "run"
+    result = ptmkit("train", "gpt9", "--corpus", tiny_run.corpus, "--out", out, cwd=work)
+    line = user_error(result, "unknown model family 'gpt9'", out=out)
+    assert "installed: " in line and "bert" in line.split("installed: ", 1)[1]
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        ("train.max_stpes=3", "error: --set: unknown config key 'train.max_stpes' (did you mean 'max_steps'?)"),
+        ("train.max_steps=three", "error: --set: config key 'train.max_steps' must be int, got 'three' (str)"),
+    ],
+    ids=["unknown-key", "mistyped-value"],
+)
+def test_bad_set(tiny_run: TinyRun, work: Path, setting: str, expected: str) -> None:
+    out = work / "run"
+    result = ptmkit("train", "bert", "--corpus", tiny_run.corpus, "--out", out, *TINY, "--set", setting, cwd=work)
+    assert user_error(result, out=out) == expected
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        ("[train]\nmax_steps = 2\nlearning_rte = 0.001\n", "unknown config key 'train.learning_rte' (did you mean 'learning_rate'?)"),
+        ('[model]\nhidden_dim = "32"\n', "config key 'model.hidden_dim' must be int, got '32' (str)"),
+        ("[train]\nmax_steps = 2\nbatch_size = \n", "invalid TOML"),
+    ],
+    ids=["unknown-key", "mistyped-value", "invalid-toml"],
+)
+def test_bad_config_file(tiny_run: TinyRun, work: Path, toml: str, expected: str) -> None:
+    config, out = work / "run.toml", work / "run"
+    config.write_text(toml, encoding="utf-8")
+    result = ptmkit("train", "bert", "--corpus", tiny_run.corpus, "--out", out, "--config", config, cwd=work)
+    line = user_error(result, out=out)
+    assert line.startswith(f"error: {config}: {expected}")
+
+
+def test_finetune_bad_config_file_names_the_file(tiny_run: TinyRun, work: Path) -> None:
+    config, out = work / "ft.toml", work / "ft"
+    config.write_text("[finetune]\nepochs = 1\nepohcs = 2\n", encoding="utf-8")
+    result = ptmkit(
+        "finetune", tiny_run.run_dir, "--train", POLARITY_TRAIN, "--dev", POLARITY_DEV, "--out", out, "--config", config, cwd=work
+    )
+    line = user_error(result, "unknown config key 'finetune.epohcs'", out=out)
+    assert line.startswith(f"error: {config}: ")
+
+
+def test_sequence_longer_than_the_model_leaves_no_run_directory(tiny_run: TinyRun, work: Path) -> None:
+    out = work / "run"
+    result = ptmkit(
+        "train", "bert", "--corpus", tiny_run.corpus, "--out", out, *TINY, "--set", "model.max_sequence_length=16", cwd=work
+    )
+    user_error(result, "'train.sequence_length' = 32 exceeds 'model.max_sequence_length' = 16", out=out)
+
+
+def test_finetune_sequence_longer_than_the_model_is_a_config_error(tiny_run: TinyRun, work: Path) -> None:
+    out = work / "ft"
+    result = ptmkit(
+        "finetune", tiny_run.run_dir, "--train", POLARITY_DEV, "--dev", POLARITY_DEV, "--out", out,
+        "--set", "finetune.sequence_length=1024", "--set", "finetune.epochs=1", cwd=work,
+    )  # fmt: skip
+    user_error(result, "finetune.sequence_length", out=out)
+
+
+# -- broken run directories ----------------------------------------------------------------------------
+
+
+def test_run_dir_with_a_missing_weights_file(tiny_run: TinyRun, work: Path) -> None:
+    run, out = copy_run(tiny_run, work / "pre"), work / "ft"
+    (run / "backbone.weights.h5").unlink()
+    result = ptmkit("finetune", run, "--train", POLARITY_TRAIN, "--dev", POLARITY_DEV, "--out", out, cwd=work)
+    user_error(result, run / "backbone.weights.h5", "missing", out=out)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_run_dir_with_a_corrupted_weights_file(tiny_run: TinyRun, work: Path, damage: str) -> None:
+    run, out = copy_run(tiny_run, work / "pre"), work / "ft"
+    weights = run / "backbone.weights.h5"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2] if damage == "truncated" else random.Random(0).randbytes(len(data)))
+    result = ptmkit("finetune", run, "--train", POLARITY_TRAIN, "--dev", POLARITY_DEV, "--out", out, cwd=work)
+    user_error(result, weights, "corrupted or incompatible weights file", out=out)
+
+
+def test_export_of_a_run_without_a_head(tiny_run: TinyRun, work: Path) -> None:
+    out = work / "export"
+    result = ptmkit("export", tiny_run.run_dir, "--out", out, cwd=work)
+    user_error(result, tiny_run.run_dir, "has no head; fine-tune it first", "ptmkit finetune", out=out)
+    assert not (tiny_run.run_dir / "export").exists()
+
+
+def test_predict_on_a_directory_without_manifest(work: Path) -> None:
+    directory = work / "not-an-export"
+    directory.mkdir()
+    (directory / "model.onnx").write_bytes(b"not a model")
+    result = ptmkit("predict", directory, "--text", "a fine film", cwd=work)
+    user_error(result, directory / "manifest.json")
+    assert result.stdout == ""
+
+
+def test_debug_shows_the_traceback(work: Path) -> None:
+    corpus, out = work / "no-such-corpus.txt", work / "run"
+    result = ptmkit("--debug", "train", "bert", "--corpus", corpus, "--out", out, cwd=work)
+    assert result.returncode != 0
+    assert "Traceback (most recent call last)" in result.stderr
+    assert f"ptmkit.errors.DataError: {corpus}: no such corpus file or directory" in result.stderr
+    assert not out.exists()
