@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
+from ptmkit.console import default_console
 from ptmkit.errors import PtmkitError
 
 app = typer.Typer(
@@ -27,8 +27,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console(stderr=True, highlight=False, soft_wrap=True)
-stdout = Console(highlight=False, soft_wrap=True)
+console = default_console()
+stdout = default_console(stderr=False)
 
 SetOption = Annotated[
     list[str] | None, typer.Option("--set", help="Override a config key: --set train.max_steps=100 (repeatable).")

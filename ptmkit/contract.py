@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TextIO
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
     import keras
@@ -175,8 +175,8 @@ class CorpusReader:
     Attributes:
         name: str. E.g. ``"text"``, ``"fasttext"``, ``"tsv"``.
         suffixes: file suffixes it handles (``".tsv"``), compared after stripping ``.gz``/``.bz2``.
-        read: callable ``(stream, source) -> Iterator[Record]``; ``stream`` is a text stream
-            already decoded (invalid UTF-8 replaced), ``source`` the file name for messages. It
+        read: callable ``(lines, source) -> Iterator[Record]``; ``lines`` iterates over the
+            file's decoded lines (invalid UTF-8 replaced, line ends kept), ``source`` the file name for messages. It
             skips blank lines and raises :class:`ptmkit.errors.DataError` naming ``source`` and the
             line for malformed ones.
         labelled: bool. True when its records carry labels.
@@ -184,6 +184,6 @@ class CorpusReader:
 
     name: str
     suffixes: tuple[str, ...]
-    read: Callable[[TextIO, str], Iterator[Record]]
+    read: Callable[[Iterable[str], str], Iterator[Record]]
     labelled: bool = False
 

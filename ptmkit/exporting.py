@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
+from ptmkit.console import default_console
 from ptmkit.errors import PtmkitError
 from ptmkit.rundir import RunDir
 
@@ -82,7 +83,7 @@ def check_parity(model: Any, session: Any, shapes: list[tuple[int, int]], vocabu
     diffs = {}
     for batch, length in shapes:
         feeds = random_inputs(rng, batch, length, vocabulary_size, pad_id)
-        expected = np.asarray(model.predict(feeds, verbose=0))
+        expected = np.asarray(model(feeds, training=False))  # eager: predict() would retrace per shape
         actual = session.run(["logits"], feeds)[0]
         diffs[f"{batch}x{length}"] = float(np.max(np.abs(expected - actual)))
     return diffs
@@ -112,7 +113,7 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, int8: bool = 
     from ptmkit.plugins import get_registry
     from ptmkit.training.finetune import load_classifier, load_labelled
 
-    console = console or Console(stderr=True)
+    console = console or default_console()
     registry = get_registry()
     run = RunDir(run_dir)
     model, config, tokenizer, run_manifest = load_classifier(run_dir, registry)
@@ -159,6 +160,8 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, int8: bool = 
                 quantization = quantize_int8(fp32_path, int8_path, per_channel=True)
             int8_session = ort.InferenceSession(str(int8_path), options, providers=["CPUExecutionProvider"])
             dev_file = dev or run_manifest.get("dev")
+            if not dev_file:
+                raise ExportError(f"{run.path}: no dev file recorded in the run; pass --dev FILE for the int8 agreement check")
             texts, _, y_dev = load_labelled(dev_file, labels)
             feeds = encode_texts(tokenizer, texts, sequence_length, family.input_names, specials.pad)
             fp32_top = _top1(session, feeds)

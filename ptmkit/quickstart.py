@@ -21,6 +21,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ptmkit.console import default_console
 from ptmkit.errors import DataError
 from ptmkit.io import atomic_write_json
 
@@ -46,7 +47,7 @@ def run_quickstart(out: Path, data: Path | None = None, console: Console | None 
     from ptmkit.training.finetune import finetune
     from ptmkit.training.pretrain import pretrain
 
-    console = console or Console(stderr=True)
+    console = console or default_console()
     data = Path(data) if data is not None else default_data_dir()
     files = {
         "corpus": data / "corpus" / "enwiki-106.txt",

@@ -95,7 +95,7 @@ def tokenize_corpus(texts: Iterable[str], tokenizer: Any, out_dir: Path, num_lin
                 flush()
     for split, offsets in counts.items():
         np.save(out_dir / f"{split}.offsets.npy", np.asarray(offsets, dtype=np.int64))
-    summary = {
+    summary: dict[str, Any] = {
         "dtype": dtype.name,
         "train": {"lines": len(counts["train"]) - 1, "tokens": counts["train"][-1]},
         "heldout": {"lines": len(counts["heldout"]) - 1, "tokens": counts["heldout"][-1]},

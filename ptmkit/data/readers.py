@@ -18,22 +18,21 @@ from __future__ import annotations
 import bz2
 import csv
 import gzip
-import io
 import json
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from ptmkit.contract import CorpusReader, Record
 from ptmkit.errors import DataError
 
 LABEL_PREFIX = "__label__"
-_COMPRESSED = {".gz": gzip.open, ".bz2": bz2.open}
+_COMPRESSED: dict[str, Callable[..., Any]] = {".gz": gzip.open, ".bz2": bz2.open}
 _BOM = b"\xef\xbb\xbf"
 
 
-def _open_text(path: Path) -> tuple[TextIO, dict[str, int]]:
+def _open_text(path: Path) -> tuple[Iterator[str], dict[str, int]]:
     """Open ``path`` (maybe compressed) as text; the returned dict counts ``lines`` read,
     ``blank`` lines (whitespace only) and ``invalid`` lines (bad UTF-8, replaced).
 
@@ -68,26 +67,10 @@ def _open_text(path: Path) -> tuple[TextIO, dict[str, int]]:
                     f"{path}: cannot be read after line {counts['lines']} (corrupted or truncated file? {exc})"
                 ) from None
 
-    return _LineStream(lines()), counts
+    return lines(), counts
 
 
-class _LineStream(io.TextIOBase):
-    """A minimal text stream over an iterator of decoded lines (what the csv module needs)."""
-
-    def __init__(self, lines: Iterator[str]) -> None:
-        self._lines = lines
-
-    def __iter__(self) -> Iterator[str]:
-        return self._lines
-
-    def __next__(self) -> str:
-        return next(self._lines)
-
-    def readline(self, size: int | None = -1) -> str:  # type: ignore[override]
-        return next(self._lines, "")
-
-
-def read_plain(stream: TextIO, source: str) -> Iterator[Record]:
+def read_plain(stream: Iterable[str], source: str) -> Iterator[Record]:
     """One document or paragraph per line; blank lines skipped; no labels."""
     for number, line in enumerate(stream, 1):
         text = line.strip()
@@ -95,7 +78,7 @@ def read_plain(stream: TextIO, source: str) -> Iterator[Record]:
             yield Record(number, text, None)
 
 
-def read_fasttext(stream: TextIO, source: str) -> Iterator[Record]:
+def read_fasttext(stream: Iterable[str], source: str) -> Iterator[Record]:
     """fastText supervised format: ``__label__A [__label__B] text``; the first label is used."""
     for number, line in enumerate(stream, 1):
         text = line.strip()
@@ -113,7 +96,7 @@ def read_fasttext(stream: TextIO, source: str) -> Iterator[Record]:
         yield Record(number, " ".join(words), labels[0])
 
 
-def _read_delimited(stream: TextIO, source: str, delimiter: str) -> Iterator[Record]:
+def _read_delimited(stream: Iterable[str], source: str, delimiter: str) -> Iterator[Record]:
     rows = csv.reader(stream, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
 
     def next_row() -> tuple[int, list[str] | None]:
@@ -150,17 +133,17 @@ def _read_delimited(stream: TextIO, source: str, delimiter: str) -> Iterator[Rec
         yield Record(number, text, label)
 
 
-def read_tsv(stream: TextIO, source: str) -> Iterator[Record]:
+def read_tsv(stream: Iterable[str], source: str) -> Iterator[Record]:
     """Tab-separated values with a ``label`` and a ``text`` column in the header."""
     return _read_delimited(stream, source, "\t")
 
 
-def read_csv(stream: TextIO, source: str) -> Iterator[Record]:
+def read_csv(stream: Iterable[str], source: str) -> Iterator[Record]:
     """Comma-separated values (RFC 4180 quoting) with ``label`` and ``text`` header columns."""
     return _read_delimited(stream, source, ",")
 
 
-def read_jsonl(stream: TextIO, source: str) -> Iterator[Record]:
+def read_jsonl(stream: Iterable[str], source: str) -> Iterator[Record]:
     """JSON lines: ``{"text": ..., "label": ...}`` per line."""
     for number, line in enumerate(stream, 1):
         if not line.strip():

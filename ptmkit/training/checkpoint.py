@@ -31,7 +31,7 @@ def save_state(model: Any, directory: Path, step: int) -> Path:
     arrays.update({f"optimizer/{i}": np.asarray(v.numpy()) for i, v in enumerate(model.optimizer.variables)})
     file = directory / f"ckpt-{step:07d}.npz"
     with atomic_path(file) as tmp, open(tmp, "wb") as handle:
-        np.savez(handle, **arrays)
+        np.savez(handle, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds too narrowly
     atomic_write_json(directory / "latest.json", {"step": step, "file": file.name})
     for old in sorted(directory.glob("ckpt-*.npz"))[:-KEEP]:
         old.unlink()

@@ -18,6 +18,7 @@ import numpy as np
 from rich.console import Console
 
 from ptmkit.config import RunConfig, read_toml, to_toml
+from ptmkit.console import default_console
 from ptmkit.errors import DataError, RunDirError
 from ptmkit.io import atomic_save, atomic_write_text
 from ptmkit.plugins import Registry, get_registry
@@ -60,7 +61,7 @@ def load_labelled(path: str | Path, labels: list[str] | None = None) -> tuple[li
     for r in records:
         if r.label not in index:
             raise DataError(f"{path}:{r.line}: label {r.label!r} does not occur in the training set ({len(labels)} labels)")
-    return [r.text for r in records], labels, np.asarray([index[r.label] for r in records], np.int32)
+    return [r.text for r in records], labels, np.asarray([index[r.label or ""] for r in records], np.int32)
 
 
 def load_backbone(registry: Registry, run: RunDir) -> tuple[Any, RunConfig, Any, dict[str, Any]]:
@@ -117,7 +118,7 @@ def finetune(
     from ptmkit.training.progress import ProgressCallback
     from ptmkit.training.schedule import adamw
 
-    console = console or Console(stderr=True)
+    console = console or default_console()
     registry = registry or get_registry()
     parent, target = RunDir(run_dir), RunDir(out)
     if target.path.exists() and any(target.path.iterdir()):

@@ -22,6 +22,7 @@ from typing import Any
 from rich.console import Console
 
 from ptmkit.config import RunConfig, apply_overrides, build_run_config, read_toml, to_toml
+from ptmkit.console import default_console
 from ptmkit.data.readers import read_corpus
 from ptmkit.errors import ConfigError, DataError, PluginError, PtmkitError, RunDirError
 from ptmkit.io import atomic_save, atomic_write_text
@@ -176,7 +177,7 @@ def pretrain(
     from ptmkit.training.setup import quiet_tensorflow
 
     quiet_tensorflow()
-    console = console or Console(stderr=True)
+    console = console or default_console()
     registry = registry or get_registry()
     registry.family(family_name)
     run = RunDir(out)

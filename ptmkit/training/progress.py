@@ -13,6 +13,8 @@ import keras
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from ptmkit.console import default_console
+
 
 def format_logs(logs: dict[str, Any] | None, keys: tuple[str, ...] | None = None) -> str:
     """``loss 2.31  mlm_accuracy 0.114`` from Keras logs."""
@@ -48,7 +50,7 @@ class ProgressCallback(keras.callbacks.Callback):
         self.start_step = start_step
         self.total_steps = total_steps
         self.tokens_per_step = tokens_per_step
-        self.console = console or Console(stderr=True)
+        self.console = console or default_console()
         self.log_every = log_every or max(1, total_steps // 10)
         self.progress: Progress | None = None
         self.task: Any = None
