@@ -118,9 +118,13 @@ def predict(
 
     texts = list(text or [])
     if file is not None:
-        from ptmkit.data.readers import read_corpus
+        from ptmkit.data.readers import LABEL_PREFIX, read_corpus, read_labelled
 
-        texts += list(read_corpus(file))
+        if not file.is_file():
+            raise PtmkitError(f"{file}: no such file")
+        with open(file, "rb") as handle:
+            labelled = handle.readline().lstrip().startswith(LABEL_PREFIX.encode()) or file.suffix in (".tsv", ".csv", ".jsonl")
+        texts += read_labelled(file)[0] if labelled else list(read_corpus(file))
     if not texts:
         raise PtmkitError("nothing to predict: give --text TEXT or --file FILE")
     directory = export_dir / "export" if (export_dir / "export" / "manifest.json").exists() else export_dir

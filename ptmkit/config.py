@@ -50,7 +50,7 @@ class TrainConfig:
     batch_size: int = 32
     sequence_length: int = 128
     max_steps: int = 300
-    learning_rate: float = 5e-4
+    learning_rate: float = 1e-3
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     seed: int = 42

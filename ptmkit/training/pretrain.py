@@ -294,7 +294,7 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
     if start:
         console.print(f"resuming from step {start} ({checkpoints})")
     tokens_per_step = train.batch_size * train.sequence_length
-    progress = ProgressCallback("pre-training", start, train.max_steps, tokens_per_step, console)
+    progress = ProgressCallback("pre-training", start, train.max_steps, tokens_per_step, console, reset_metrics=True)
     started = time.perf_counter()
     if start < train.max_steps:
         # Objectives that do not use the pooler (masked LM alone) leave it without gradients.

@@ -34,6 +34,8 @@ class ProgressCallback(keras.callbacks.Callback):
         tokens_per_step: tokens processed per step, for the tokens/s column (0: not shown).
         console: where to draw (default: stderr).
         log_every: lines every N steps when not on a terminal.
+        reset_metrics: reset the model's metrics every ``log_every`` steps, so that the figures
+            shown are means over the last window (for runs of one long epoch).
     """
 
     def __init__(
@@ -44,6 +46,7 @@ class ProgressCallback(keras.callbacks.Callback):
         tokens_per_step: int = 0,
         console: Console | None = None,
         log_every: int = 0,
+        reset_metrics: bool = False,
     ) -> None:
         super().__init__()
         self.description = description
@@ -52,6 +55,7 @@ class ProgressCallback(keras.callbacks.Callback):
         self.tokens_per_step = tokens_per_step
         self.console = console or default_console()
         self.log_every = log_every or max(1, total_steps // 10)
+        self.reset_metrics = reset_metrics
         self.progress: Progress | None = None
         self.task: Any = None
         self.step = start_step
@@ -94,6 +98,10 @@ class ProgressCallback(keras.callbacks.Callback):
             self.progress.update(self.task, completed=self.step, metrics=metrics)
         elif self.step % self.log_every == 0 or self.step == self.total_steps:
             self.console.print(f"{self.description} step {self.step}/{self.total_steps}  {metrics}  ({elapsed:.0f}s)")
+        if self.reset_metrics and self.step % self.log_every == 0:
+            # Keras averages metrics since the start of the epoch (here: of the run); a window
+            # mean shows where training is now.
+            self.model.reset_metrics()
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         validation = format_logs({k: v for k, v in (logs or {}).items() if k.startswith("val_")})
