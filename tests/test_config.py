@@ -49,7 +49,7 @@ def test_defaults(registry: Registry) -> None:
     assert config.family == "bert"
     assert config.train == TrainConfig()
     assert config.finetune == FinetuneConfig()
-    assert (config.train.max_steps, config.train.batch_size, config.train.learning_rate) == (300, 32, 5e-4)
+    assert (config.train.max_steps, config.train.batch_size, config.train.learning_rate) == (300, 32, 1e-3)
     assert config.train.objectives == []
     model = config.model
     assert (model.vocabulary_size, model.num_layers, model.num_heads, model.hidden_dim) == (8000, 4, 4, 256)
