@@ -113,7 +113,7 @@ def repeat_file(source: Path, target: Path, times: int) -> float:
     return time.perf_counter() - started
 
 
-def stages(lines: list[tuple[float, str]], samples: list[tuple[float, int]], wall: float) -> dict[str, Any]:
+def stages(lines: list[tuple[float, str]], samples: list[tuple[float, int]]) -> dict[str, Any]:
     """Stage wall times and sampled peak RSS from the child's time-stamped output lines."""
 
     def first(prefix: str) -> tuple[float, str] | None:
@@ -173,6 +173,7 @@ def measure(corpus: Path, out: Path, steps: int, work: Path) -> dict[str, Any]:
     metrics = json.loads((out / "metrics.json").read_text())
     return {
         "corpus": str(corpus),
+        "corpus_bytes": corpus.stat().st_size,
         "corpus_mb": round(corpus.stat().st_size / 1e6, 1),
         "lines": summary["train"]["lines"] + summary["heldout"]["lines"],
         "tokens": summary["train"]["tokens"] + summary["heldout"]["tokens"],
@@ -181,7 +182,7 @@ def measure(corpus: Path, out: Path, steps: int, work: Path) -> dict[str, Any]:
         "wall_seconds": round(data["wall_seconds"], 1),
         "cpu_seconds": round(data["user_seconds"] + data["system_seconds"], 1),
         "tokens_per_second": metrics.get("tokens_per_second"),
-        "stages": stages(data["lines"], data["rss_samples"], data["wall_seconds"]),
+        "stages": stages(data["lines"], data["rss_samples"]),
         "output": [line for _, line in data["lines"] if not line.startswith("pre-training step ")],
     }
 
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{stage:<28} " + " ".join(cells))
     ratio = big["peak_rss_mb"] / small["peak_rss_mb"]
     print()
-    print(f"corpus x{big['corpus_mb'] / small['corpus_mb']:.0f}, tokens x{big['tokens'] / small['tokens']:.0f}: "
+    print(f"corpus x{big['corpus_bytes'] / small['corpus_bytes']:.0f}, tokens x{big['tokens'] / small['tokens']:.0f}: "
           f"peak RSS large/small = {ratio:.3f} ({big['peak_rss_mb'] - small['peak_rss_mb']:+,.0f} MB) -> "
           f"{'flat' if ratio <= FLAT_RATIO else 'NOT flat'} (threshold {FLAT_RATIO})")
     print(f"total benchmark time {time.perf_counter() - started:.0f}s")
