@@ -110,12 +110,12 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, int8: bool = 
         ExportError: the ONNX graph failed a check (nothing is written).
     """
     import onnxruntime as ort
-    from ptmkit_export.benchmark import median_latency_ms
-    from ptmkit_export.quantize import quantize_int8
 
     from ptmkit.data.tokenization import ENCODING_FIELDS, encode_texts
     from ptmkit.plugins import get_registry
     from ptmkit.training.finetune import load_classifier, load_labelled
+    from ptmkit_export.benchmark import median_latency_ms
+    from ptmkit_export.quantize import quantize_int8
 
     console = console or default_console()
     registry = get_registry()

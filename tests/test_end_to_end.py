@@ -65,10 +65,9 @@ def test_finetune_export_predict(tiny_pretrained: Path, tmp_path: Path) -> None:
     assert stored["variants"] == manifest["variants"] and stored["labels"] == ["neg", "pos"]
 
     # fp32 ONNX through the lean runtime agrees with Keras on real text.
-    from ptmkit_export import Predictor
-
     from ptmkit.data.tokenization import encode_texts
     from ptmkit.training.finetune import load_classifier
+    from ptmkit_export import Predictor
 
     texts = ["a gorgeous , witty , seductive movie .", "dull , plodding and utterly forgettable .", "ok"]
     model, _, tokenizer, _ = load_classifier(out)

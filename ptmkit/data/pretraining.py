@@ -16,6 +16,7 @@ from a random offset in another line (document).
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import os
 from collections.abc import Iterable, Mapping
@@ -71,7 +72,9 @@ def tokenize_corpus(texts: Iterable[str], tokenizer: Any, out_dir: Path, num_lin
     dtype = np.dtype(np.uint16 if vocab <= np.iinfo(np.uint16).max else np.uint32)
     heldout_lines = min(heldout_lines, max(0, num_lines - 1))
     first_heldout = num_lines - heldout_lines
-    counts = {"train": [0], "heldout": [0]}
+    # Line offsets as 8-byte machine integers: a Python list of ints would cost ~36 bytes a line.
+    counts = {"train": array.array("q", [0]), "heldout": array.array("q", [0])}
+    encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)  # no character offsets: ~25% faster
     with atomic_path(out_dir / "train.bin") as train_tmp, atomic_path(out_dir / "heldout.bin") as heldout_tmp:
         with open(train_tmp, "wb") as train_out, open(heldout_tmp, "wb") as heldout_out:
             line_index = 0
@@ -79,7 +82,7 @@ def tokenize_corpus(texts: Iterable[str], tokenizer: Any, out_dir: Path, num_lin
 
             def flush() -> None:
                 nonlocal line_index
-                for encoding in tokenizer.encode_batch(chunk, add_special_tokens=False):
+                for encoding in encode(chunk, add_special_tokens=False):
                     split = "heldout" if line_index >= first_heldout else "train"
                     ids = np.asarray(encoding.ids, dtype=dtype)
                     (heldout_out if split == "heldout" else train_out).write(ids.tobytes())
@@ -94,7 +97,7 @@ def tokenize_corpus(texts: Iterable[str], tokenizer: Any, out_dir: Path, num_lin
             if chunk:
                 flush()
     for split, offsets in counts.items():
-        np.save(out_dir / f"{split}.offsets.npy", np.asarray(offsets, dtype=np.int64))
+        np.save(out_dir / f"{split}.offsets.npy", np.frombuffer(offsets, dtype=np.int64))
     summary: dict[str, Any] = {
         "dtype": dtype.name,
         "train": {"lines": len(counts["train"]) - 1, "tokens": counts["train"][-1]},
@@ -111,7 +114,8 @@ def load_token_file(directory: Path, split: str) -> TokenFile:
     import json
 
     summary = json.loads((directory / "tokens.json").read_text())
-    return TokenFile(directory / f"{split}.bin", np.dtype(summary["dtype"]), np.load(directory / f"{split}.offsets.npy"))
+    offsets = np.load(directory / f"{split}.offsets.npy", mmap_mode="r")  # not in memory for huge corpora
+    return TokenFile(directory / f"{split}.bin", np.dtype(summary["dtype"]), offsets)
 
 
 class InstanceSampler:

@@ -127,6 +127,7 @@ def make_export(directory: Path) -> TinyExport:
     """Build, export, tokenize, quantize and describe the tiny classifier in ``directory``."""
     import onnx
     import tensorflow as tf
+
     from ptmkit_export.quantize import quantize_int8
 
     model = build_classifier()

@@ -6,6 +6,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from export_fixtures import INPUTS, MAX_SEQUENCE_LENGTH, VOCABULARY_SIZE, TinyExport
+
 from ptmkit_export import Predictor
 from ptmkit_export.benchmark import make_feeds, median_latency_ms
 from ptmkit_export.manifest import read_manifest

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from export_fixtures import LABELS, MAX_SEQUENCE_LENGTH, TEXTS, TinyExport
+
 from ptmkit_export import Prediction, Predictor
 from ptmkit_export.errors import ExportDirError
 from ptmkit_export.manifest import read_manifest

@@ -12,6 +12,7 @@ import onnxruntime as ort
 import pytest
 from export_fixtures import INPUTS, MAX_SEQUENCE_LENGTH, VOCABULARY_SIZE, TinyExport
 from onnx import TensorProto, helper, numpy_helper
+
 from ptmkit_export.benchmark import make_feeds
 from ptmkit_export.quantize import (
     QUANTIZED_MATMUL_OPS,
