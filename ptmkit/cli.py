@@ -56,9 +56,9 @@ def train(
 ) -> None:
     """Train a tokenizer on CORPUS and pre-train a FAMILY model; write the run to OUT.
 
-    Config sections: [model] (the family's sizes), [train] (batch_size, sequence_length,
+    Config sections: \\[model] (the family's sizes), \\[train] (batch_size, sequence_length,
     max_steps, learning_rate, warmup_ratio, weight_decay, seed, checkpoint_every, heldout_lines,
-    mixed_precision, jit_compile) and [objectives.mlm] / [objectives.nsp].
+    mixed_precision, jit_compile) and \\[objectives.mlm] / \\[objectives.nsp].
     """
     from ptmkit.training.pretrain import pretrain
 
@@ -78,8 +78,9 @@ def finetune(
 ) -> None:
     """Add a classification head to RUN_DIR's backbone and fine-tune it; report dev accuracy and macro-F1.
 
-    Config sections: [finetune] (head, epochs, batch_size, sequence_length, learning_rate,
-    warmup_ratio, weight_decay, seed, max_train_examples) and [head] (dropout).
+    Config sections: \\[finetune] (head, epochs, batch_size, sequence_length, learning_rate,
+    warmup_ratio, weight_decay, seed, max_train_examples) and \\[head] (dropout); e.g.
+    --set finetune.epochs=5.
     """
     from ptmkit.training.finetune import finetune as run_finetune
 
@@ -110,7 +111,7 @@ def predict(
     text: Annotated[list[str] | None, typer.Option("--text", help="A text to classify (repeatable).")] = None,
     file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too).")] = None,
     variant: Annotated[str | None, typer.Option(help="fp32 or int8 (default: int8 when it passed its checks).")] = None,
-    threads: Annotated[int | None, typer.Option(help="ONNX Runtime intra-op threads.")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="ONNX Runtime intra-op threads.")] = None,
 ) -> None:
     """Classify texts with ONNX Runtime: one JSON line per text with label and probabilities."""
     from ptmkit_export import Predictor
@@ -121,13 +122,18 @@ def predict(
         from ptmkit.data.readers import LABEL_PREFIX, read_corpus, read_labelled
 
         if not file.is_file():
-            raise PtmkitError(f"{file}: no such file")
+            raise PtmkitError(f"{file}: {'is a directory, not a file' if file.is_dir() else 'no such file'}")
         with open(file, "rb") as handle:
             labelled = handle.readline().lstrip().startswith(LABEL_PREFIX.encode()) or file.suffix in (".tsv", ".csv", ".jsonl")
         texts += read_labelled(file)[0] if labelled else list(read_corpus(file))
     if not texts:
         raise PtmkitError("nothing to predict: give --text TEXT or --file FILE")
     directory = export_dir / "export" if (export_dir / "export" / "manifest.json").exists() else export_dir
+    if (directory / "manifest.json").exists() and '"stage"' in (directory / "manifest.json").read_text(errors="replace"):
+        raise PtmkitError(
+            f"{directory}: is a training run directory, not an export; fine-tune it (`ptmkit finetune`) and export "
+            "it (`ptmkit export RUN --onnx --int8`) first"
+        )
     try:
         predictor = Predictor(directory, variant=variant, threads=threads)
     except ExportDirError as exc:
@@ -185,8 +191,6 @@ def _format_warning(message: Any, category: Any, filename: str, lineno: int, lin
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ptmkit`` script; returns the exit code."""
-    import click
-
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
@@ -199,14 +203,14 @@ def main(argv: list[str] | None = None) -> int:
         get_registry().add_commands(app)
         app(args=args, prog_name="ptmkit", standalone_mode=False)
         return 0
-    except click.exceptions.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
         console.print("interrupted; `--resume` continues a training run from its last checkpoint")
         return 130
+    except typer.exceptions.TyperException as exc:  # usage errors: usage line and the problem, exit 2
+        exc.show()  # type: ignore[attr-defined]
+        return int(getattr(exc, "exit_code", 2))
     except PtmkitError as exc:
         if debug:
             raise

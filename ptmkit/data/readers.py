@@ -54,6 +54,8 @@ def _open_text(path: Path) -> tuple[Iterator[str], dict[str, int]]:
                     if counts["lines"] == 0 and line.startswith(_BOM):
                         line = line[len(_BOM):]
                     counts["lines"] += 1
+                    if counts["lines"] <= 5 and b"\x00" in line:
+                        raise DataError(f"{path}:{counts['lines']}: NUL bytes: this looks like a binary file, not text")
                     try:
                         text = line.decode("utf-8")
                     except UnicodeDecodeError:

@@ -121,6 +121,8 @@ def finetune(
     console = console or default_console()
     registry = registry or get_registry()
     parent, target = RunDir(run_dir), RunDir(out)
+    if target.path.exists() and not target.path.is_dir():
+        raise RunDirError(f"{target.path}: exists and is not a directory; choose another --out")
     if target.path.exists() and any(target.path.iterdir()):
         raise RunDirError(f"{target.path}: exists and is not empty; choose another --out")
     manifest = parent.manifest()

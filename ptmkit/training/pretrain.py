@@ -182,8 +182,10 @@ def pretrain(
     registry.family(family_name)
     run = RunDir(out)
     stored: dict[str, Any] | None = None
-    if (run / "manifest.json").exists() and not resume:
-        raise RunDirError(f"{run.path}: already holds a finished run; choose another --out")
+    if run.path.exists() and not run.path.is_dir():
+        raise RunDirError(f"{run.path}: exists and is not a directory; choose another --out")
+    if (run / "manifest.json").exists():
+        raise RunDirError(f"{run.path}: already holds a finished run; choose another --out (or raise train.max_steps in a new run)")
     if resume:
         if not (run / CONFIG).exists():
             raise RunDirError(f"{run.path}: nothing to resume (no {CONFIG}); start the run without --resume")
