@@ -1,0 +1,45 @@
+"""The command line's contract for usage errors and misplaced paths (exit 2, one clear message)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ptmkit.cli import main
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["nosuchcmd"], "No such command 'nosuchcmd'"),
+        (["train", "bert"], "Missing option '--corpus'"),
+        (["predict", "x", "--threads", "0"], "Invalid value for '--threads'"),
+    ],
+)
+def test_usage_errors_exit_2_with_clicks_message(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and "--debug" not in err
+
+
+def test_binary_corpus_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corpus = tmp_path / "weights.bin"
+    corpus.write_bytes(b"PK\x03\x04\x00\x00binary\n" * 10)
+    assert main(["train", "bert", "--corpus", str(corpus), "--out", str(tmp_path / "run")]) == 2
+    assert f"{corpus}:1: NUL bytes: this looks like a binary file" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_finished_runs_are_not_resumed_or_predicted_from(tiny_pretrained: Path, tiny_corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = (tiny_pretrained / "metrics.json").read_text()
+    assert main(["train", "bert", "--corpus", str(tiny_corpus), "--out", str(tiny_pretrained), "--resume"]) == 2
+    assert "already holds a finished run" in capsys.readouterr().err
+    assert (tiny_pretrained / "metrics.json").read_text() == before
+    assert main(["predict", str(tiny_pretrained), "--text", "hello"]) == 2
+    assert "is a training run directory, not an export; fine-tune it" in capsys.readouterr().err
+
+
+def test_out_that_is_a_file_is_refused(tiny_corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "bert", "--corpus", str(tiny_corpus), "--out", str(tiny_corpus)]) == 2
+    assert "exists and is not a directory" in capsys.readouterr().err
