@@ -183,6 +183,10 @@ class Registry:
         except KeyError:
             raise PluginError(f"unknown head {name!r}; installed: {', '.join(sorted(self.heads))}") from None
 
+    def owner(self, kind: str, name: str) -> PluginInfo:
+        """The plugin that provides ``name`` of ``kind`` (family, objective, head or reader)."""
+        return self._owner[(kind, name)]
+
     def objectives_for(self, family: ModelFamily) -> list[str]:
         """Names of the objectives whose requirements ``family``'s backbone provides."""
         return sorted(n for n, o in self.objectives.items() if o.requires <= family.provides)

@@ -122,23 +122,21 @@ def build_pretraining_model(registry: Registry, config: RunConfig) -> tuple[Any,
     return backbone, model, objectives
 
 
-class _StepDataset:
-    """Batches ``start .. stop`` as a Keras ``PyDataset`` (index -> global step)."""
+def _StepDataset(make: Any, start: int, stop: int) -> Any:  # noqa: N802 - used like a class
+    """Batches ``start .. stop`` as a Keras ``PyDataset`` whose index ``i`` is global step ``start + i``."""
+    import keras
 
-    def __new__(cls, make: Any, start: int, stop: int) -> Any:
-        import keras
+    class StepDataset(keras.utils.PyDataset):
+        def __init__(self) -> None:
+            super().__init__(workers=1, use_multiprocessing=False)
 
-        class StepDataset(keras.utils.PyDataset):
-            def __init__(self) -> None:
-                super().__init__(workers=1, use_multiprocessing=False)
+        def __len__(self) -> int:
+            return stop - start
 
-            def __len__(self) -> int:
-                return stop - start
+        def __getitem__(self, index: int) -> Any:
+            return make(start + index)
 
-            def __getitem__(self, index: int) -> Any:
-                return make(start + index)
-
-        return StepDataset()
+    return StepDataset()
 
 
 def pretrain(
@@ -325,7 +323,7 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
     metrics.update(evaluate_heldout(model, run, family, specials, objectives, config, vocabulary_size))
     atomic_save(run / BACKBONE_WEIGHTS, lambda tmp: backbone.save_weights(str(tmp)))
     run.write_json(METRICS, metrics)
-    plugin = registry._owner[("family", config.family)]
+    plugin = registry.owner("family", config.family)
     run.write_manifest(
         stage="pretrain",
         family=config.family,
