@@ -31,7 +31,7 @@ console = default_console()
 stdout = default_console(stderr=False)
 
 SetOption = Annotated[
-    list[str] | None, typer.Option("--set", help="Override a config key: --set train.max_steps=100 (repeatable).")
+    list[str] | None, typer.Option("--set", help="Override a config key (repeatable): --set train.max_steps=100, --set finetune.epochs=5.")
 ]
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="Run config (TOML); see `ptmkit train --help`.")]
 

@@ -43,3 +43,11 @@ def test_finished_runs_are_not_resumed_or_predicted_from(tiny_pretrained: Path, 
 def test_out_that_is_a_file_is_refused(tiny_corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["train", "bert", "--corpus", str(tiny_corpus), "--out", str(tiny_corpus)]) == 2
     assert "exists and is not a directory" in capsys.readouterr().err
+
+
+def test_finetune_refuses_keys_of_the_pretraining_sections(tiny_pretrained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = Path(__file__).resolve().parent.parent / "data" / "classify"
+    argv = ["finetune", str(tiny_pretrained), "--train", str(data / "polarity-200-train.txt"), "--dev", str(data / "polarity-200-dev.txt")]
+    assert main([*argv, "--out", str(tmp_path / "ft"), "--set", "train.max_steps=3"]) == 2
+    assert "--set 'train.max_steps=3': fine-tuning keeps the pre-trained run's [train]" in capsys.readouterr().err
+    assert not (tmp_path / "ft").exists()

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from ptmkit.config import RunConfig, read_toml, to_toml
 from ptmkit.console import default_console
-from ptmkit.errors import DataError, RunDirError
+from ptmkit.errors import ConfigError, DataError, RunDirError
 from ptmkit.io import atomic_save, atomic_write_text
 from ptmkit.plugins import Registry, get_registry
 from ptmkit.rundir import CONFIG, LABELS, METRICS, MODEL_WEIGHTS, TOKENIZER, RunDir, load_weights
@@ -128,6 +128,12 @@ def finetune(
     manifest = parent.manifest()
     if manifest["stage"] != "pretrain":
         raise RunDirError(f"{parent.path}: is a {manifest['stage']} run; fine-tune a pre-training run")
+    for override in overrides or []:
+        section = override.partition("=")[0].strip().split(".")[0]
+        if section not in ("finetune", "head"):
+            raise ConfigError(
+                f"--set {override!r}: fine-tuning keeps the pre-trained run's [{section}]; set finetune.* or head.* keys"
+            )
     config = resolve_config(registry, manifest["family"], config_path, overrides, base=read_toml(parent.require(CONFIG)))
     ft = config.finetune
 
