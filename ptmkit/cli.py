@@ -114,6 +114,7 @@ def predict(
     threads: Annotated[int | None, typer.Option(min=1, help="ONNX Runtime intra-op threads.")] = None,
 ) -> None:
     """Classify texts with ONNX Runtime: one JSON line per text with label and probabilities."""
+    from ptmkit.rundir import RunDir
     from ptmkit_export import Predictor
     from ptmkit_export.errors import ExportDirError
 
@@ -129,7 +130,7 @@ def predict(
     if not texts:
         raise PtmkitError("nothing to predict: give --text TEXT or --file FILE")
     directory = export_dir / "export" if (export_dir / "export" / "manifest.json").exists() else export_dir
-    if (directory / "manifest.json").exists() and '"stage"' in (directory / "manifest.json").read_text(errors="replace"):
+    if (directory / "manifest.json").exists() and "stage" in RunDir(directory).read_json("manifest.json"):
         raise PtmkitError(
             f"{directory}: is a training run directory, not an export; fine-tune it (`ptmkit finetune`) and export "
             "it (`ptmkit export RUN --onnx --int8`) first"
