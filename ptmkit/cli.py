@@ -73,10 +73,12 @@ def finetune(
     train: Annotated[Path, typer.Option(help="Labelled training file: __label__ lines, or TSV/CSV/JSONL with label,text.")],
     dev: Annotated[Path, typer.Option(help="Labelled dev file, same formats.")],
     out: Annotated[Path, typer.Option(help="Run directory to create for the fine-tuned model.")],
+    test: Annotated[Path | None, typer.Option(help="Labelled test file, evaluated once at the end.")] = None,
     config: ConfigOption = None,
     set_: SetOption = None,
 ) -> None:
-    """Add a classification head to RUN_DIR's backbone and fine-tune it; report dev accuracy and macro-F1.
+    """Add a classification head to RUN_DIR's backbone (pre-trained, or imported with import-hf) and
+    fine-tune it; report dev (and test) accuracy and macro-F1.
 
     Config sections: \\[finetune] (head, epochs, batch_size, sequence_length, learning_rate,
     warmup_ratio, weight_decay, seed, max_train_examples) and \\[head] (dropout); e.g.
@@ -84,7 +86,7 @@ def finetune(
     """
     from ptmkit.training.finetune import finetune as run_finetune
 
-    metrics = run_finetune(run_dir, train, dev, out, config, set_ or [], console=console)
+    metrics = run_finetune(run_dir, train, dev, out, config, set_ or [], console=console, test_file=test)
     _report(f"fine-tuned -> {out}", metrics)
 
 
@@ -105,6 +107,85 @@ def export(
     _report(f"exported -> {manifest['directory']}", manifest["summary"])
 
 
+def _read_texts(text: list[str] | None, file: Path | None) -> list[str]:
+    """Texts from ``--text`` options and a ``--file`` (plain lines, or a labelled file's texts)."""
+    texts = list(text or [])
+    if file is not None:
+        from ptmkit.data.readers import LABEL_PREFIX, read_corpus, read_labelled
+
+        if not file.is_file():
+            raise PtmkitError(f"{file}: {'is a directory, not a file' if file.is_dir() else 'no such file'}")
+        with open(file, "rb") as handle:
+            labelled = handle.readline().lstrip().startswith(LABEL_PREFIX.encode()) or file.suffix in (".tsv", ".csv", ".jsonl")
+        texts += read_labelled(file)[0] if labelled else list(read_corpus(file))
+    return texts
+
+
+def _export_dir(path: Path) -> Path | None:
+    """``path`` (or ``path/export``) when it holds an export manifest, else None."""
+    for directory in (path, path / "export"):
+        try:
+            with open(directory / "manifest.json", encoding="utf-8") as handle:
+                if json.load(handle).get("format", "").startswith("ptmkit-export/"):
+                    return directory
+        except (OSError, ValueError, AttributeError):
+            continue
+    return None
+
+
+@app.command()
+def embed(
+    path: Annotated[Path, typer.Argument(help="A run directory with a pre-trained or imported backbone, or an embedding export directory.")],
+    text: Annotated[list[str] | None, typer.Option("--text", help="A text to embed (repeatable).")] = None,
+    file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too).")] = None,
+    output: Annotated[Path | None, typer.Option(help="Write a (texts, dim) float32 .npy matrix here instead of JSON lines.")] = None,
+    variant: Annotated[str | None, typer.Option(help="Export variant: fp32 or int8 (default: int8 when it passed its checks).")] = None,
+) -> None:
+    """Sentence embeddings with the checkpoint's pooling: one JSON line per text, or a .npy matrix.
+
+    From a run directory through Keras, from an export directory through ONNX Runtime (no TensorFlow)."""
+    import numpy as np
+
+    texts = _read_texts(text, file)
+    if not texts:
+        raise PtmkitError("nothing to embed: give --text TEXT or --file FILE")
+    export_dir = _export_dir(path)
+    if export_dir is not None:
+        from ptmkit_export import Predictor
+        from ptmkit_export.errors import ExportDirError
+
+        try:
+            predictor = Predictor(export_dir, variant=variant)
+        except ExportDirError as exc:
+            raise PtmkitError(str(exc)) from None
+        if not predictor.is_embedder:
+            raise PtmkitError(f"{export_dir}: is a {predictor.manifest.get('task')} export; `ptmkit predict` runs it, `ptmkit embed` needs an export of a run without a head")
+        vectors = predictor.embed(texts)
+    else:
+        if variant is not None:
+            raise PtmkitError(f"{path}: --variant applies to export directories; this is a run directory (Keras)")
+        from ptmkit.embedding import embed_texts, load_embedder
+        from ptmkit.plugins import get_registry
+
+        model, tokenizer, pooling, manifest = load_embedder(path)
+        family = get_registry().family(manifest["family"])
+        vectors = embed_texts(model, tokenizer, texts, int(pooling["max_sequence_length"]), family.input_names, family.special_tokens(tokenizer).pad)
+    if output is not None:
+        from ptmkit.io import atomic_save
+
+        if output.suffix != ".npy":
+            raise PtmkitError(f"--output {output}: expected a .npy file name")
+        def save(tmp: Path) -> None:
+            with open(tmp, "wb") as handle:
+                np.save(handle, vectors.astype(np.float32))
+
+        atomic_save(output, save)
+        console.print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 embeddings to {output}")
+        return
+    for item, vector in zip(texts, vectors, strict=True):
+        stdout.print_json(json.dumps({"text": item, "embedding": [round(float(v), 7) for v in vector]}), indent=None)
+
+
 @app.command()
 def predict(
     export_dir: Annotated[Path, typer.Argument(help="An export directory (or a run directory with export/).")],
@@ -118,15 +199,7 @@ def predict(
     from ptmkit_export import Predictor
     from ptmkit_export.errors import ExportDirError
 
-    texts = list(text or [])
-    if file is not None:
-        from ptmkit.data.readers import LABEL_PREFIX, read_corpus, read_labelled
-
-        if not file.is_file():
-            raise PtmkitError(f"{file}: {'is a directory, not a file' if file.is_dir() else 'no such file'}")
-        with open(file, "rb") as handle:
-            labelled = handle.readline().lstrip().startswith(LABEL_PREFIX.encode()) or file.suffix in (".tsv", ".csv", ".jsonl")
-        texts += read_labelled(file)[0] if labelled else list(read_corpus(file))
+    texts = _read_texts(text, file)
     if not texts:
         raise PtmkitError("nothing to predict: give --text TEXT or --file FILE")
     directory = export_dir / "export" if (export_dir / "export" / "manifest.json").exists() else export_dir
@@ -139,6 +212,8 @@ def predict(
         predictor = Predictor(directory, variant=variant, threads=threads)
     except ExportDirError as exc:
         raise PtmkitError(str(exc)) from None
+    if predictor.is_embedder:
+        raise PtmkitError(f"{directory}: is an embedding export (no labels); `ptmkit embed {directory} --text ...` gives its embeddings")
     for item, prediction in zip(texts, predictor.predict(texts), strict=True):
         stdout.print_json(json.dumps({"text": item, **prediction.to_dict()}), indent=None)
 

@@ -78,7 +78,7 @@ class FinetuneConfig:
     epochs: int = 3
     batch_size: int = 32
     sequence_length: int = 64
-    learning_rate: float = 1e-4
+    learning_rate: float = 5e-5
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     seed: int = 42

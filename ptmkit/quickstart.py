@@ -79,7 +79,7 @@ def run_quickstart(out: Path, data: Path | None = None, console: Console | None 
     summary["runs"]["pretrain"] = {"dir": str(pretrain_dir), **metrics}
 
     # Five minutes of pre-training leave a weak encoder: fine-tuning it wants a larger learning
-    # rate than a fully pre-trained checkpoint does (the [finetune] default, 1e-4).
+    # rate than a fully pre-trained checkpoint does (the [finetune] default, 5e-5).
     tasks = {
         "supersense": (
             files["supersense_train"],

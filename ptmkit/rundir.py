@@ -9,6 +9,7 @@ Layout::
       backbone.weights.h5  pre-training: the backbone's weights
       model.weights.h5     fine-tuning: backbone + head weights
       labels.json          fine-tuning: label names, index = class id
+      pooling.json         sentence-embedding pooling (imported checkpoints; see ptmkit.embedding)
       metrics.json         measured numbers of the run
       checkpoints/         ckpt-STEP.npz + latest.json: model and optimizer state for --resume
       logs/                TensorBoard event files
@@ -35,6 +36,7 @@ BACKBONE_WEIGHTS = "backbone.weights.h5"
 MODEL_WEIGHTS = "model.weights.h5"
 LABELS = "labels.json"
 METRICS = "metrics.json"
+POOLING = "pooling.json"
 
 
 class RunDir:

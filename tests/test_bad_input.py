@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -290,11 +291,24 @@ def test_run_dir_with_a_corrupted_weights_file(tiny_run: TinyRun, work: Path, da
     user_error(result, weights, "corrupted or incompatible weights file", out=out)
 
 
-def test_export_of_a_run_without_a_head(tiny_run: TinyRun, work: Path) -> None:
+def test_a_run_without_a_head_exports_embeddings_that_predict_refuses(tiny_run: TinyRun, work: Path) -> None:
     out = work / "export"
     result = ptmkit("export", tiny_run.run_dir, "--out", out, cwd=work)
-    user_error(result, tiny_run.run_dir, "has no head; fine-tune it first", "ptmkit finetune", out=out)
-    assert not (tiny_run.run_dir / "export").exists()
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["task"] == "embedding" and manifest["outputs"][0]["name"] == "embeddings"
+    user_error(ptmkit("predict", out, "--text", "a fine film", cwd=work), out, "embedding export", "ptmkit embed")
+    texts = ["a fine film", "the history of anarchism in europe"]
+    onnx_lines = ptmkit("embed", out, "--text", texts[0], "--text", texts[1], cwd=work)
+    keras_lines = ptmkit("embed", tiny_run.run_dir, "--text", texts[0], "--text", texts[1], cwd=work)
+    assert onnx_lines.returncode == 0 and keras_lines.returncode == 0, onnx_lines.stderr + keras_lines.stderr
+    onnx_rows = [json.loads(line) for line in onnx_lines.stdout.splitlines()]
+    keras_rows = [json.loads(line) for line in keras_lines.stdout.splitlines()]
+    assert [row["text"] for row in onnx_rows] == texts
+    for a, b in zip(onnx_rows, keras_rows, strict=True):
+        u, v = np.asarray(a["embedding"]), np.asarray(b["embedding"])
+        assert u.shape == v.shape == (32,)  # model.hidden_dim of the tiny run
+        assert float(u @ v / np.linalg.norm(u) / np.linalg.norm(v)) >= 0.99999
 
 
 def test_predict_on_a_directory_without_manifest(work: Path) -> None:

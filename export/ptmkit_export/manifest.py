@@ -28,6 +28,9 @@ REQUIRED_KEYS: dict[str, type | tuple[type, ...]] = {
     "variants": dict,
 }
 
+#: ``task`` of an export whose output is sentence ``embeddings`` (no labels).
+EMBEDDING_TASK = "embedding"
+
 #: ``encoding`` values an input may name: attributes of a ``tokenizers.Encoding``.
 ENCODINGS = ("ids", "type_ids", "attention_mask")
 INPUT_DTYPES = ("int32", "int64")
@@ -60,7 +63,10 @@ def _validate(manifest: Any, path: Path) -> None:
             raise _fail(path, f"inputs[{i}] has dtype {spec['dtype']!r}; expected one of {', '.join(INPUT_DTYPES)}")
     if not manifest["outputs"] or not all(isinstance(o, dict) and "name" in o for o in manifest["outputs"]):
         raise _fail(path, "'outputs' must be a non-empty list of objects with a name")
-    if not manifest["labels"] or not all(isinstance(label, str) for label in manifest["labels"]):
+    if manifest.get("task") == EMBEDDING_TASK:
+        if manifest["outputs"][0]["name"] != "embeddings":
+            raise _fail(path, "an embedding export's first output must be named 'embeddings'")
+    elif not manifest["labels"] or not all(isinstance(label, str) for label in manifest["labels"]):
         raise _fail(path, "'labels' must be a non-empty list of strings")
     if manifest["max_sequence_length"] < 1:
         raise _fail(path, "'max_sequence_length' must be >= 1")

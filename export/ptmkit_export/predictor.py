@@ -15,7 +15,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from ptmkit_export.errors import ExportDirError
-from ptmkit_export.manifest import read_manifest, variant_path
+from ptmkit_export.manifest import EMBEDDING_TASK, read_manifest, variant_path
 
 
 class Prediction(NamedTuple):
@@ -140,7 +140,7 @@ class Predictor:
                 f"{model_path}: model has no output {self._output!r} (has {', '.join(sorted(outputs))})"
             )
         width = outputs[self._output].shape[-1] if outputs[self._output].shape else None
-        if isinstance(width, int) and width != len(self.labels):
+        if isinstance(width, int) and width != len(self.labels) and not self.is_embedder:
             raise ExportDirError(
                 f"{model_path}: output {self._output!r} has {width} columns but the manifest lists {len(self.labels)} labels"
             )
@@ -184,6 +184,41 @@ class Predictor:
             for name, attribute, dtype in self._inputs
         }
 
+    @property
+    def is_embedder(self) -> bool:
+        """True for an export of sentence embeddings (``task == "embedding"``), False for a classifier."""
+        return self.manifest.get("task") == EMBEDDING_TASK
+
+    def _outputs(self, texts: list[str]) -> np.ndarray:
+        chunks = []
+        for start in range(0, len(texts), self.batch_size):
+            feeds = self.encode(texts[start : start + self.batch_size])
+            (values,) = self.session.run([self._output], feeds)
+            chunks.append(np.asarray(values, dtype=np.float32).reshape(len(feeds[self._inputs[0][0]]), -1))
+        return np.concatenate(chunks, axis=0)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Sentence embeddings of ``texts`` (an export of a run without a head).
+
+        The pooling (mean over the attention mask, CLS or max; optional L2 normalisation) is part
+        of the ONNX graph, as the manifest's ``pooling`` records; padding to the longest text of
+        each chunk does not change the result.
+
+        Args:
+            texts: non-empty list of str.
+
+        Returns:
+            float32 array of shape ``(len(texts), dim)``, rows in the order of ``texts``.
+
+        Raises:
+            ValueError: ``texts`` is empty, or this export is a classifier (use :meth:`predict`).
+            TypeError: ``texts`` is a single str, or holds a non-str.
+        """
+        texts = self._check_texts(texts)
+        if not self.is_embedder:
+            raise ValueError(f"{self.export_dir}: is a {self.manifest.get('task')} export with labels; use predict() or logits()")
+        return self._outputs(texts)
+
     def logits(self, texts: Sequence[str]) -> np.ndarray:
         """Raw model scores for ``texts``, run in chunks of :attr:`batch_size`.
 
@@ -198,12 +233,9 @@ class Predictor:
             TypeError: ``texts`` is a single str, or holds a non-str.
         """
         texts = self._check_texts(texts)
-        chunks = []
-        for start in range(0, len(texts), self.batch_size):
-            feeds = self.encode(texts[start : start + self.batch_size])
-            (scores,) = self.session.run([self._output], feeds)
-            chunks.append(np.asarray(scores, dtype=np.float32).reshape(len(feeds[self._inputs[0][0]]), -1))
-        logits = np.concatenate(chunks, axis=0)
+        if self.is_embedder:
+            raise ValueError(f"{self.export_dir}: is an embedding export (no labels); use embed()")
+        logits = self._outputs(texts)
         if logits.shape[1] != len(self.labels):
             raise ExportDirError(
                 f"{self.export_dir / 'manifest.json'}: model returned {logits.shape[1]} scores per text "

@@ -8,7 +8,10 @@ live in the core and serve BERT because its backbone provides what they require.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
 
 import ptmkit
 from ptmkit.contract import POOLED_OUTPUT, SEQUENCE_OUTPUT, TOKEN_EMBEDDING, ModelFamily, SpecialTokens
@@ -59,3 +62,28 @@ class BertFamily(ModelFamily):
 def ptmkit_model_families() -> list[ModelFamily]:
     """BERT."""
     return [BertFamily()]
+
+
+@ptmkit.hookimpl
+def ptmkit_register_commands(cli: Any) -> None:
+    """``ptmkit import-hf DIR --out RUN_DIR``: a Hugging Face BERT checkpoint as a ptmkit run."""
+    @cli.command("import-hf")
+    def import_hf_command(
+        directory: Annotated[Path, typer.Argument(help="Local Hugging Face checkpoint directory: config.json, model.safetensors, tokenizer.json (or vocab.txt).", show_default=False)],
+        out: Annotated[Path, typer.Option("--out", help="Run directory to create (must not exist or be empty).", show_default=False)],
+    ) -> None:
+        """Import a Hugging Face-format BERT checkpoint (e.g. sentence-transformers' all-MiniLM-L6-v2) as a
+        pre-trained run: `ptmkit finetune`, `ptmkit embed` and `ptmkit export` then read it."""
+        from ptmkit.console import default_console
+        from ptmkit_bert.hf import import_hf
+
+        console = default_console()
+        manifest = import_hf(directory, out, console=console)
+        pooling = manifest["pooling"]
+        weights = manifest["imported_from"]["weights"]
+        console.print(
+            f"imported {weights['tensors']} tensors ({weights['bytes'] / 1e6:.1f} MB) into {out}; "
+            f"pooling: {pooling['mode']}{' + L2 normalisation' if pooling['normalize'] else ''}"
+            + ("" if weights["pooler"] else "; no pooler in the checkpoint (initialised randomly)")
+        )
+        console.print(f"next: ptmkit embed {out} --text \"...\"  |  ptmkit finetune {out} --train FILE --dev FILE --out RUN_DIR")

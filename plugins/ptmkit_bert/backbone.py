@@ -1,23 +1,84 @@
-"""The BERT backbone: keras-hub's ``BertBackbone`` built from a :class:`BertConfig`.
+"""The BERT backbone: keras-hub's ``BertBackbone`` honouring the config's activation and epsilon.
 
 Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers for Language
 Understanding". Inputs ``token_ids``, ``segment_ids``, ``padding_mask``: ``(batch, sequence)``
 int32. Outputs ``sequence_output`` ``(batch, sequence, hidden_dim)`` and ``pooled_output``
 ``(batch, hidden_dim)`` (tanh dense on the ``[CLS]`` state), float32.
+
+keras-hub's ``BertBackbone`` hard-codes the tanh approximation of GELU and a layer-norm epsilon of
+1e-12. BERT and most Hugging Face checkpoints use the exact (erf) GELU, and on all-MiniLM-L6-v2
+the approximation alone moves the hidden states by 3.7e-3. :class:`BertBackbone` keeps keras-hub's
+layers and weight layout (so keras-hub's Hugging Face weight converter fills it) and sets the
+activation of every feed-forward layer and the epsilon of every layer normalisation from the
+config after the layers are built; Keras layers read both at call time.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import keras
+import keras_hub
+from keras_hub.src.utils.keras_utils import gelu_approximate
+
 from ptmkit_bert.config import BertConfig
 
 
-def build_backbone(config: BertConfig) -> Any:
-    """Return a ``keras_hub.models.BertBackbone`` of the configured size."""
-    import keras_hub
+@keras.saving.register_keras_serializable(package="ptmkit_bert")
+def gelu_erf(x: Any) -> Any:
+    """Exact GELU, ``0.5 * x * (1 + erf(x / sqrt(2)))`` (Hendrycks & Gimpel 2016).
 
-    return keras_hub.models.BertBackbone(
+    Written with ``erf`` as BERT and Hugging Face's ``gelu`` are: TensorFlow lowers
+    ``keras.activations.gelu(approximate=False)`` to ``Erfc``, which tf2onnx cannot convert, while
+    ``Erf`` is an ONNX op that onnxruntime's transformer optimizer fuses into ``Gelu``.
+    """
+    from keras import ops
+
+    return 0.5 * x * (1.0 + ops.erf(x * 0.7071067811865476))
+
+
+_ACTIVATIONS = {
+    "gelu": gelu_erf,
+    "gelu_approximate": gelu_approximate,  # keras-hub's: gelu(x, approximate=True), the tanh form
+    "relu": keras.activations.relu,
+}
+
+
+@keras.saving.register_keras_serializable(package="ptmkit_bert")
+class BertBackbone(keras_hub.models.BertBackbone):
+    """keras-hub's ``BertBackbone`` with a configurable activation and layer-norm epsilon.
+
+    Args:
+        hidden_activation: ``"gelu"`` (exact), ``"gelu_approximate"`` (tanh) or ``"relu"``.
+        layer_norm_epsilon: epsilon of the embedding and of every transformer layer norm.
+        **kwargs: keras-hub ``BertBackbone`` arguments (sizes, dropout, ...).
+
+    Raises:
+        ValueError: an unknown activation.
+    """
+
+    def __init__(self, *args: Any, hidden_activation: str = "gelu", layer_norm_epsilon: float = 1e-12, **kwargs: Any) -> None:
+        if hidden_activation not in _ACTIVATIONS:
+            raise ValueError(f"hidden_activation must be one of {', '.join(_ACTIVATIONS)}, got {hidden_activation!r}")
+        super().__init__(*args, **kwargs)
+        activation = _ACTIVATIONS[hidden_activation]
+        self.embeddings_layer_norm.epsilon = layer_norm_epsilon
+        for layer in self.transformer_layers:
+            layer._feedforward_intermediate_dense.activation = activation
+            layer._self_attention_layer_norm.epsilon = layer_norm_epsilon
+            layer._feedforward_layer_norm.epsilon = layer_norm_epsilon
+        self.hidden_activation = hidden_activation
+        self.layer_norm_epsilon = layer_norm_epsilon
+
+    def get_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = super().get_config()
+        config.update(hidden_activation=self.hidden_activation, layer_norm_epsilon=self.layer_norm_epsilon)
+        return config
+
+
+def build_backbone(config: BertConfig) -> BertBackbone:
+    """Return a :class:`BertBackbone` of the configured size, activation and epsilon."""
+    return BertBackbone(
         vocabulary_size=config.vocabulary_size,
         num_layers=config.num_layers,
         num_heads=config.num_heads,
@@ -26,4 +87,6 @@ def build_backbone(config: BertConfig) -> Any:
         dropout=config.dropout,
         max_sequence_length=config.max_sequence_length,
         num_segments=config.num_segments,
+        hidden_activation=config.hidden_activation,
+        layer_norm_epsilon=config.layer_norm_epsilon,
     )

@@ -6,6 +6,9 @@ import dataclasses
 
 from ptmkit.errors import ConfigError
 
+#: Feed-forward activations a BERT backbone supports (``model.hidden_activation``).
+ACTIVATIONS = ("gelu", "gelu_approximate", "relu")
+
 
 @dataclasses.dataclass
 class BertConfig:
@@ -24,6 +27,10 @@ class BertConfig:
         dropout: dropout rate on embeddings, attention and feed-forward.
         max_sequence_length: number of position embeddings.
         num_segments: segment (token type) embeddings.
+        hidden_activation: the feed-forward activation: ``"gelu"`` (exact, erf-based, as in BERT
+            and Hugging Face's ``hidden_act = "gelu"``), ``"gelu_approximate"`` (the tanh
+            approximation, Hugging Face's ``gelu_new`` / ``gelu_pytorch_tanh``) or ``"relu"``.
+        layer_norm_epsilon: epsilon of every layer normalisation (BERT: 1e-12).
         lowercase: lower-case and strip accents before WordPiece (an "uncased" vocabulary); a
             cased vocabulary is neither lower-cased nor accent-stripped.
         min_frequency: a merge must occur this often in the corpus to enter the vocabulary.
@@ -37,6 +44,8 @@ class BertConfig:
     dropout: float = 0.1
     max_sequence_length: int = 512
     num_segments: int = 2
+    hidden_activation: str = "gelu"
+    layer_norm_epsilon: float = 1e-12
     lowercase: bool = True
     min_frequency: int = 2
 
@@ -48,5 +57,11 @@ class BertConfig:
             raise ConfigError(
                 f"config key 'model.num_heads' = {self.num_heads} must divide 'model.hidden_dim' = {self.hidden_dim}"
             )
+        if self.hidden_activation not in ACTIVATIONS:
+            raise ConfigError(
+                f"config key 'model.hidden_activation' must be one of {', '.join(ACTIVATIONS)}, got {self.hidden_activation!r}"
+            )
+        if not 0.0 < self.layer_norm_epsilon < 1.0:
+            raise ConfigError(f"config key 'model.layer_norm_epsilon' must be in (0, 1), got {self.layer_norm_epsilon}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"config key 'model.dropout' must be in [0, 1), got {self.dropout}")

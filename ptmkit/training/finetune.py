@@ -99,11 +99,20 @@ def finetune(
     overrides: list[str] | None = None,
     console: Console | None = None,
     registry: Registry | None = None,
+    test_file: str | Path | None = None,
 ) -> dict[str, Any]:
     """Fine-tune the backbone of pre-training run ``run_dir`` with a head; write the run to ``out``.
 
+    ``run_dir`` is a run that ptmkit pre-trained or one imported from a Hugging Face checkpoint
+    (``ptmkit import-hf``). The defaults are those that work for pre-trained encoders (Devlin et
+    al. 2019, appendix A.3): AdamW with learning rate 5e-5, linear warm-up over the first 10% of
+    steps then linear decay, weight decay 0.01 excluding LayerNorm parameters and biases.
+
+    Args:
+        test_file: a labelled file evaluated once after training (never used for selection).
+
     Returns:
-        metrics: dev accuracy and macro-F1, examples, labels, seconds.
+        metrics: dev (and test) accuracy and macro-F1, examples, labels, seconds.
 
     Raises:
         ConfigError, DataError, RunDirError: with one-line messages naming the file or key.
@@ -139,6 +148,7 @@ def finetune(
 
     texts, labels, y_train = load_labelled(train_file)
     dev_texts, _, y_dev = load_labelled(dev_file, labels)
+    test_texts, _, y_test = load_labelled(test_file, labels) if test_file is not None else ([], labels, np.zeros(0, np.int32))
     if ft.max_train_examples and len(texts) > ft.max_train_examples:
         keep = np.sort(np.random.default_rng(ft.seed).permutation(len(texts))[: ft.max_train_examples])
         texts, y_train = [texts[i] for i in keep], y_train[keep]
@@ -190,6 +200,12 @@ def finetune(
         "epochs": ft.epochs,
         "train_seconds": round(seconds, 1),
     }
+    if test_file is not None:
+        x_test = encode_texts(tokenizer, test_texts, ft.sequence_length, family.input_names, specials.pad)
+        test_predictions = np.argmax(model.predict(x_test, batch_size=128, verbose=0), axis=-1)
+        metrics["test_accuracy"] = round(float(np.mean(test_predictions == y_test)), 4)
+        metrics["test_macro_f1"] = round(macro_f1(y_test, test_predictions, len(labels)), 4)
+        metrics["test_examples"] = len(test_texts)
     target.path.mkdir(parents=True, exist_ok=True)
     if logs.exists():
         os.replace(logs, target / "logs")
@@ -207,6 +223,7 @@ def finetune(
         parent=str(parent.path.resolve()),
         train=str(Path(train_file).resolve()),
         dev=str(Path(dev_file).resolve()),
+        test=str(Path(test_file).resolve()) if test_file is not None else None,
         inputs=list(family.input_names),
         outputs=["logits"],
         sequence_length=ft.sequence_length,

@@ -1,0 +1,372 @@
+"""Import a Hugging Face-format BERT checkpoint (``config.json`` + ``model.safetensors``).
+
+``ptmkit import-hf DIR --out RUN_DIR`` (and :func:`import_hf`) turns a local checkpoint directory,
+as written by ``transformers``' ``save_pretrained`` or shipped by sentence-transformers, into a
+ptmkit run directory of stage ``pretrain`` that ``ptmkit finetune``, ``ptmkit embed`` and
+``ptmkit export`` read like one that ptmkit pre-trained:
+
+* the config is mapped onto :class:`~ptmkit_bert.config.BertConfig`, the activation
+  (``hidden_act``) and layer-norm epsilon (``layer_norm_eps``) included; anything the backbone
+  cannot compute exactly (another ``model_type``, relative position embeddings, an unknown
+  activation) is refused, naming the key;
+* the weights are read with ``safetensors``' NumPy API (no torch, no pickle: ``pytorch_model.bin``
+  is refused) and ported by keras-hub's own BERT converter
+  (``keras_hub.src.utils.transformers.convert_bert.convert_weights``), after every tensor's
+  presence and shape were checked against the config so that a mismatch names the tensor;
+* ``tokenizer.json`` is copied as it is (or built from ``vocab.txt`` with BERT's normaliser when
+  the checkpoint has no ``tokenizer.json``); its vocabulary must have exactly as many tokens as
+  the embedding matrix has rows;
+* the sentence-transformers pooling (``modules.json``, ``1_Pooling/config.json``,
+  ``sentence_bert_config.json``) is kept in ``pooling.json``: mean / CLS / max pooling, L2
+  normalisation, maximum sequence length.
+
+Parity: on sentence-transformers' all-MiniLM-L6-v2 the imported backbone's hidden states match
+``transformers.BertModel`` on torch to within 1e-4 (``tests/test_hf_import.py``, reference
+numbers from ``benchmarks/hf_reference.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ptmkit.errors import DataError, RunDirError
+from ptmkit_bert.config import BertConfig
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+
+#: Hugging Face ``hidden_act`` -> :attr:`BertConfig.hidden_activation`.
+HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate", "gelu_pytorch_tanh": "gelu_approximate", "relu": "relu"}
+_REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "max_position_embeddings")
+
+
+class CheckpointError(DataError):
+    """A Hugging Face checkpoint that ptmkit cannot import exactly; nothing was written."""
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+
+
+def read_bert_config(directory: Path) -> tuple[BertConfig, dict[str, Any]]:
+    """Map ``DIR/config.json`` onto a :class:`BertConfig`.
+
+    Returns:
+        ``(config, hf_config)``: the ptmkit config and the raw Hugging Face dict.
+
+    Raises:
+        CheckpointError: no config.json, another architecture, a missing key, an activation or
+            position-embedding type the backbone cannot compute, or a value out of range.
+    """
+    path = directory / CONFIG_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{directory}: no {CONFIG_FILE}; a Hugging Face checkpoint directory holds {CONFIG_FILE} and {WEIGHTS_FILE}")
+    hf = _read_json(path)
+    if not isinstance(hf, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(hf).__name__}")
+    model_type = hf.get("model_type")
+    if model_type != "bert":
+        raise CheckpointError(f"{path}: model_type {model_type!r} is not a BERT checkpoint (the BERT importer reads model_type 'bert')")
+    missing = [key for key in _REQUIRED if key not in hf]
+    if missing:
+        raise CheckpointError(f"{path}: missing key {missing[0]!r} (a BERT config needs {', '.join(_REQUIRED)})")
+    activation = hf.get("hidden_act", "gelu")
+    if activation not in HF_ACTIVATIONS:
+        raise CheckpointError(f"{path}: key 'hidden_act' = {activation!r} is not supported (supported: {', '.join(HF_ACTIVATIONS)})")
+    position_type = hf.get("position_embedding_type", "absolute")
+    if position_type != "absolute":
+        raise CheckpointError(f"{path}: key 'position_embedding_type' = {position_type!r} is not supported (only 'absolute')")
+    for key in ("is_decoder", "add_cross_attention"):
+        if hf.get(key):
+            raise CheckpointError(f"{path}: key {key!r} is true; the BERT importer reads encoders only")
+    for key in (*_REQUIRED, "type_vocab_size"):
+        value = hf.get(key, 2)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise CheckpointError(f"{path}: key {key!r} must be a positive integer, got {value!r}")
+    if hf["hidden_size"] % hf["num_attention_heads"]:
+        raise CheckpointError(f"{path}: key 'num_attention_heads' = {hf['num_attention_heads']} does not divide 'hidden_size' = {hf['hidden_size']}")
+    config = BertConfig(
+        vocabulary_size=hf["vocab_size"],
+        num_layers=hf["num_hidden_layers"],
+        num_heads=hf["num_attention_heads"],
+        hidden_dim=hf["hidden_size"],
+        intermediate_dim=hf["intermediate_size"],
+        dropout=float(hf.get("hidden_dropout_prob", 0.1)),
+        max_sequence_length=hf["max_position_embeddings"],
+        num_segments=hf.get("type_vocab_size", 2),
+        hidden_activation=HF_ACTIVATIONS[activation],
+        layer_norm_epsilon=float(hf.get("layer_norm_eps", 1e-12)),
+    )
+    return config, hf
+
+
+def expected_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
+    """The tensors a Hugging Face ``BertModel`` checkpoint holds and their shapes (torch layout:
+    Linear weights are ``(out, in)``), LayerNorm parameters under ``weight``/``bias``."""
+    h, i = config.hidden_dim, config.intermediate_dim
+    shapes: dict[str, tuple[int, ...]] = {
+        "embeddings.word_embeddings.weight": (config.vocabulary_size, h),
+        "embeddings.position_embeddings.weight": (config.max_sequence_length, h),
+        "embeddings.token_type_embeddings.weight": (config.num_segments, h),
+        "embeddings.LayerNorm.weight": (h,),
+        "embeddings.LayerNorm.bias": (h,),
+    }
+    for n in range(config.num_layers):
+        p = f"encoder.layer.{n}."
+        for name in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"):
+            shapes[f"{p}{name}.weight"], shapes[f"{p}{name}.bias"] = (h, h), (h,)
+        shapes[f"{p}intermediate.dense.weight"], shapes[f"{p}intermediate.dense.bias"] = (i, h), (i,)
+        shapes[f"{p}output.dense.weight"], shapes[f"{p}output.dense.bias"] = (h, i), (h,)
+        for name in ("attention.output.LayerNorm", "output.LayerNorm"):
+            shapes[f"{p}{name}.weight"], shapes[f"{p}{name}.bias"] = (h,), (h,)
+    shapes["pooler.dense.weight"], shapes["pooler.dense.bias"] = (h, h), (h,)
+    return shapes
+
+
+def _resolve(key: str, names: dict[str, tuple[int, ...]]) -> str | None:
+    """The checkpoint's name for ``key``: as is, with a ``bert.`` prefix, or LayerNorm as gamma/beta."""
+    candidates = [key]
+    if key.endswith("LayerNorm.weight"):
+        candidates.append(key[: -len("weight")] + "gamma")
+    if key.endswith("LayerNorm.bias"):
+        candidates.append(key[: -len("bias")] + "beta")
+    for candidate in candidates:
+        for name in (candidate, f"bert.{candidate}"):
+            if name in names:
+                return name
+    return None
+
+
+def check_weights(directory: Path, config: BertConfig) -> dict[str, Any]:
+    """Check that the checkpoint's weights file holds every tensor of ``config`` in its shape.
+
+    Returns:
+        ``{"file": str, "tensors": int, "pooler": bool}``; a missing pooler is allowed (it is
+        initialised randomly, as ``transformers`` does, and reported).
+
+    Raises:
+        CheckpointError: no weights (or only a pickled ``pytorch_model.bin``), an unreadable or
+            truncated file, a missing tensor or a tensor of another shape.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    path = directory / WEIGHTS_FILE
+    if not path.is_file():
+        if (directory / "model.safetensors.index.json").is_file():
+            raise CheckpointError(f"{directory}: sharded safetensors checkpoints are not supported yet; merge the shards into {WEIGHTS_FILE}")
+        if (directory / "pytorch_model.bin").is_file():
+            raise CheckpointError(
+                f"{directory / 'pytorch_model.bin'}: a pickled torch checkpoint is refused (loading it can run arbitrary code); "
+                f"convert it to {WEIGHTS_FILE} with transformers: AutoModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)"
+            )
+        raise CheckpointError(f"{directory}: no {WEIGHTS_FILE}; a Hugging Face checkpoint directory holds {CONFIG_FILE} and {WEIGHTS_FILE}")
+    try:
+        with safe_open(str(path), framework="np") as weights:
+            names = {name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()}
+        size = path.stat().st_size
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+    pooler = True
+    for key, shape in expected_shapes(config).items():
+        name = _resolve(key, names)
+        if name is None:
+            if key.startswith("pooler."):
+                pooler = False
+                continue
+            raise CheckpointError(f"{path}: missing tensor {key!r} (expected for {config.num_layers} layers, hidden {config.hidden_dim})")
+        if names[name] != shape:
+            raise CheckpointError(f"{path}: tensor {name!r} has shape {list(names[name])}, config.json implies {list(shape)}")
+    return {"file": str(path), "bytes": size, "tensors": len(names), "pooler": pooler}
+
+
+def load_tokenizer(directory: Path, config: BertConfig, hf: dict[str, Any]) -> tuple[Any, str]:
+    """The checkpoint's tokenizer: ``tokenizer.json`` as it is, else one built from ``vocab.txt``.
+
+    Returns:
+        ``(tokenizers.Tokenizer, source file name)``.
+
+    Raises:
+        CheckpointError: neither file, an unreadable file, a vocabulary whose size differs from
+            the embedding matrix, or a missing BERT special token.
+    """
+    from tokenizers import Tokenizer
+
+    json_path, vocab_path = directory / "tokenizer.json", directory / "vocab.txt"
+    if json_path.is_file():
+        source = json_path
+        try:
+            tokenizer = Tokenizer.from_file(str(json_path))
+        except Exception as exc:  # tokenizers raises a bare Exception
+            raise CheckpointError(f"{json_path}: cannot be read as a tokenizers file ({str(exc).splitlines()[0]})") from None
+    elif vocab_path.is_file():
+        from tokenizers.implementations import BertWordPieceTokenizer
+
+        source = vocab_path
+        options = _read_json(directory / "tokenizer_config.json") if (directory / "tokenizer_config.json").is_file() else {}
+        lowercase = bool(options.get("do_lower_case", True))
+        try:
+            wordpiece = BertWordPieceTokenizer(str(vocab_path), lowercase=lowercase, strip_accents=options.get("strip_accents"))
+        except Exception as exc:
+            raise CheckpointError(f"{vocab_path}: cannot be read as a WordPiece vocabulary ({str(exc).splitlines()[0]})") from None
+        tokenizer = Tokenizer.from_str(wordpiece.to_str())
+    else:
+        raise CheckpointError(f"{directory}: no tokenizer.json or vocab.txt; the checkpoint's tokenizer is needed to encode text as it was trained")
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    if size != config.vocabulary_size:
+        raise CheckpointError(
+            f"{source}: vocabulary has {size} tokens but the embedding matrix has {config.vocabulary_size} rows "
+            f"({CONFIG_FILE} vocab_size / embeddings.word_embeddings.weight)"
+        )
+    from ptmkit_bert.tokenizer import special_tokens
+
+    try:
+        special_tokens(tokenizer)
+    except DataError as exc:
+        raise CheckpointError(f"{source}: {exc}") from None
+    return tokenizer, source.name
+
+
+def read_pooling(directory: Path) -> dict[str, Any]:
+    """The sentence-transformers pooling of the checkpoint (mean, no normalisation when absent).
+
+    Returns:
+        ``{"mode": "mean"|"cls"|"max", "normalize": bool, "max_sequence_length": int|None,
+        "source": str}``.
+
+    Raises:
+        CheckpointError: a pooling config that is invalid JSON or asks for an unsupported mode.
+    """
+    pooling: dict[str, Any] = {"mode": "mean", "normalize": False, "max_sequence_length": None, "source": "default (mean)"}
+    modules_path = directory / "modules.json"
+    pooling_dir = "1_Pooling"
+    if modules_path.is_file():
+        modules = _read_json(modules_path)
+        if isinstance(modules, list):
+            pooling["normalize"] = any("Normalize" in str(m.get("type", "")) for m in modules if isinstance(m, dict))
+            for m in modules:
+                if isinstance(m, dict) and str(m.get("type", "")).endswith("Pooling") and m.get("path"):
+                    pooling_dir = str(m["path"])
+    pooling_path = directory / pooling_dir / "config.json"
+    if pooling_path.is_file():
+        options = _read_json(pooling_path)
+        modes = [mode for mode, key in (("mean", "pooling_mode_mean_tokens"), ("cls", "pooling_mode_cls_token"), ("max", "pooling_mode_max_tokens")) if options.get(key)]
+        unsupported = [key for key in ("pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken") if options.get(key)]
+        if unsupported or len(modes) != 1:
+            raise CheckpointError(f"{pooling_path}: pooling {unsupported or modes} is not supported (exactly one of mean, cls, max)")
+        pooling.update(mode=modes[0], source=str(pooling_path.relative_to(directory)))
+    st_config = directory / "sentence_bert_config.json"
+    if st_config.is_file():
+        length = _read_json(st_config).get("max_seq_length")
+        if isinstance(length, int) and length > 0:
+            pooling["max_sequence_length"] = length
+    return pooling
+
+
+def port_weights(backbone: Any, directory: Path, hf: dict[str, Any], pooler: bool) -> None:
+    """Fill ``backbone`` from ``DIR/model.safetensors`` with keras-hub's BERT converter."""
+    from keras_hub.src.utils.transformers.convert_bert import convert_weights
+    from keras_hub.src.utils.transformers.safetensor_utils import SafetensorLoader
+
+    class Loader(SafetensorLoader):  # type: ignore[misc]
+        def port_weight(self, keras_variable: Any, hf_weight_key: str, hook_fn: Any = None) -> None:
+            if not pooler and hf_weight_key.startswith("pooler."):
+                return  # absent: keep the initialiser's values, as transformers does
+            super().port_weight(keras_variable, hf_weight_key, hook_fn)
+
+    with Loader(str(directory)) as loader:
+        convert_weights(backbone, loader, hf)
+
+
+def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], console: Any = None) -> dict[str, Any]:
+    """Import the Hugging Face BERT checkpoint in ``directory`` as a ptmkit run in ``out``.
+
+    Every check runs before anything is written; the run is assembled in a temporary directory
+    beside ``out`` and moved into place at the end, so a failure leaves nothing behind.
+
+    Returns:
+        the run's manifest.
+
+    Raises:
+        CheckpointError: see :func:`read_bert_config`, :func:`check_weights`,
+            :func:`load_tokenizer`, :func:`read_pooling`.
+        RunDirError: ``out`` exists and is not an empty directory.
+    """
+    from ptmkit.config import to_toml
+    from ptmkit.io import atomic_save, atomic_write_text
+    from ptmkit.plugins import get_registry
+    from ptmkit.rundir import BACKBONE_WEIGHTS, CONFIG, POOLING, TOKENIZER, RunDir
+    from ptmkit.training.pretrain import resolve_config
+    from ptmkit.training.setup import quiet_tensorflow
+
+    source, target = Path(directory), Path(out)
+    if not source.is_dir():
+        raise CheckpointError(f"{source}: no such checkpoint directory")
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise RunDirError(f"{target}: exists and is not an empty directory; choose another --out")
+    config, hf = read_bert_config(source)
+    weights = check_weights(source, config)
+    tokenizer, tokenizer_source = load_tokenizer(source, config, hf)
+    pooling = read_pooling(source)
+    options = _read_json(source / "tokenizer_config.json") if (source / "tokenizer_config.json").is_file() else {}
+    config.lowercase = bool(options.get("do_lower_case", config.lowercase))
+
+    quiet_tensorflow()
+    from ptmkit_bert.backbone import build_backbone
+
+    registry = get_registry()
+    run_config = resolve_config(registry, "bert", base={"model": _asdict(config)})
+    if console is not None:
+        console.print(f"importing {source}: BERT {config.num_layers} layers, hidden {config.hidden_dim}, {config.num_heads} heads, "
+                      f"vocabulary {config.vocabulary_size:,}, activation {config.hidden_activation}, layer-norm eps {config.layer_norm_epsilon:g}")
+    backbone = build_backbone(config)
+    try:
+        port_weights(backbone, source, hf, weights["pooler"])
+    except CheckpointError:
+        raise
+    except Exception as exc:  # safetensors reads lazily: a file truncated inside its data fails here
+        raise CheckpointError(f"{weights['file']}: cannot read weights ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{target.name}.import-", dir=target.parent) as tmp_name:
+        run = RunDir(tmp_name)
+        atomic_write_text(run / CONFIG, to_toml(run_config.to_dict()))
+        if tokenizer_source == TOKENIZER:
+            shutil.copyfile(source / TOKENIZER, run / TOKENIZER)  # as it is: the checkpoint's own encoding
+        else:
+            tokenizer.save(str(run / TOKENIZER))
+        run.write_json(POOLING, pooling)
+        atomic_save(run / BACKBONE_WEIGHTS, lambda tmp: backbone.save_weights(str(tmp)))
+        plugin = registry.owner("family", "bert")
+        manifest = run.write_manifest(
+            stage="pretrain",
+            family="bert",
+            plugin={"name": plugin.name, "distribution": plugin.distribution, "version": plugin.version},
+            objectives=[],
+            head=None,
+            imported_from={"format": "huggingface", "path": str(source.resolve()), "weights": weights, "tokenizer": tokenizer_source},
+            pooling=pooling,
+            inputs=["token_ids", "segment_ids", "padding_mask"],
+            weights=BACKBONE_WEIGHTS,
+        )
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_name, 0o777 & ~umask)  # mkdtemp's 0700 is for the build, not the run
+        if target.exists():
+            target.rmdir()
+        os.replace(tmp_name, target)
+        Path(tmp_name).mkdir()  # TemporaryDirectory's cleanup expects it
+    return manifest
+
+
+def _asdict(config: BertConfig) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(config)
