@@ -91,10 +91,10 @@ def test_finetune_export_predict(tiny_pretrained: Path, tmp_path: Path) -> None:
     assert lines[-1] == "HEAVY []"
 
 
-def test_export_refuses_a_run_without_head(tiny_pretrained: Path) -> None:
-    from ptmkit.errors import RunDirError
-    from ptmkit.exporting import export_run
+def test_int8_export_of_embeddings_needs_dev_texts(tiny_pretrained: Path) -> None:
+    """A run without a head exports embeddings; its int8 check needs texts, and none are recorded."""
+    from ptmkit.exporting import ExportError, export_run
 
-    with pytest.raises(RunDirError, match="has no head; fine-tune it first"):
-        export_run(tiny_pretrained)
+    with pytest.raises(ExportError, match="no dev file recorded in the run; pass --dev FILE"):
+        export_run(tiny_pretrained, int8=True)
     assert not (tiny_pretrained / "export").exists()

@@ -1,4 +1,4 @@
-"""Run an exported classifier with ONNX Runtime: texts in, labels and probabilities out.
+"""Run an exported model with ONNX Runtime: texts in; labels and probabilities, or sentence embeddings, out.
 
 Imports neither TensorFlow nor Keras; needs only onnxruntime, numpy and tokenizers.
 """
@@ -58,7 +58,10 @@ def default_variant(manifest: dict[str, Any]) -> str:
 
 
 class Predictor:
-    """Load an export directory and classify texts with ONNX Runtime.
+    """Load an export directory and classify (or embed) texts with ONNX Runtime.
+
+    A classifier export (``task`` names a head) has :meth:`predict` and :meth:`logits`; an
+    embedding export (``task == "embedding"``, a run without a head) has :meth:`embed`.
 
     Args:
         export_dir: directory holding ``manifest.json``, ``tokenizer.json`` and the model files.
@@ -229,7 +232,7 @@ class Predictor:
             float32 array of shape ``(len(texts), len(labels))``, rows in the order of ``texts``.
 
         Raises:
-            ValueError: ``texts`` is empty.
+            ValueError: ``texts`` is empty, or this is an embedding export (use :meth:`embed`).
             TypeError: ``texts`` is a single str, or holds a non-str.
         """
         texts = self._check_texts(texts)

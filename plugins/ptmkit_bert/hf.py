@@ -322,7 +322,13 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
     from ptmkit_bert.backbone import build_backbone
 
     registry = get_registry()
-    run_config = resolve_config(registry, "bert", base={"model": _asdict(config)})
+    from ptmkit.config import FinetuneConfig, TrainConfig
+
+    lengths = {  # the defaults, unless the checkpoint has fewer positions
+        section: {"sequence_length": min(cls.sequence_length, config.max_sequence_length)}
+        for section, cls in (("train", TrainConfig), ("finetune", FinetuneConfig))
+    }
+    run_config = resolve_config(registry, "bert", base={"model": _asdict(config), **lengths})
     if console is not None:
         console.print(f"importing {source}: BERT {config.num_layers} layers, hidden {config.hidden_dim}, {config.num_heads} heads, "
                       f"vocabulary {config.vocabulary_size:,}, activation {config.hidden_activation}, layer-norm eps {config.layer_norm_epsilon:g}")
