@@ -160,3 +160,25 @@ def test_a_missing_directory_and_a_non_empty_out_are_refused(tmp_path: Path) -> 
     assert result.returncode == 2 and "not an empty directory" in result.stderr and str(out) in result.stderr
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
     shutil.rmtree(out)
+
+
+def test_finetune_starts_from_the_imported_weights(tmp_path: Path) -> None:
+    """With a learning rate of 0, the fine-tuned backbone is exactly the checkpoint's."""
+    from safetensors.numpy import load_file
+
+    from ptmkit.training.finetune import finetune, load_classifier
+    from ptmkit_bert.hf import import_hf
+
+    repo = Path(__file__).resolve().parents[1]
+    checkpoint = write_checkpoint(tmp_path / "ckpt")
+    import_hf(checkpoint, tmp_path / "run")
+    overrides = ["finetune.learning_rate=0", "finetune.epochs=1", "finetune.max_train_examples=16", "finetune.sequence_length=16"]
+    train, dev = repo / "data" / "classify" / "polarity-200-train.txt", repo / "data" / "classify" / "polarity-200-dev.txt"
+    metrics = finetune(tmp_path / "run", train, dev, tmp_path / "tuned", overrides=overrides, test_file=dev)
+    assert metrics["test_accuracy"] == metrics["dev_accuracy"] and metrics["test_examples"] == 40
+    model, config, _, manifest = load_classifier(tmp_path / "tuned")
+    assert config.finetune.sequence_length == 16 and manifest["parent"] == str((tmp_path / "run").resolve())
+    weights = load_file(str(checkpoint / "model.safetensors"))
+    backbone = next(layer for layer in model.layers if layer.name.startswith("bert_backbone"))
+    np.testing.assert_array_equal(backbone.get_layer("token_embedding").embeddings.numpy(), weights["embeddings.word_embeddings.weight"])
+    np.testing.assert_array_equal(backbone.get_layer("pooled_dense").kernel.numpy(), weights["pooler.dense.weight"].T)

@@ -16,8 +16,9 @@ import typer
 import ptmkit
 from ptmkit.contract import POOLED_OUTPUT, SEQUENCE_OUTPUT, TOKEN_EMBEDDING, ModelFamily, SpecialTokens
 from ptmkit_bert.config import BertConfig
+from ptmkit_bert.hf import import_hf
 
-__all__ = ["BertConfig", "BertFamily"]
+__all__ = ["BertConfig", "BertFamily", "import_hf"]
 
 
 class BertFamily(ModelFamily):
