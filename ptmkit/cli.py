@@ -121,16 +121,13 @@ def _read_texts(text: list[str] | None, file: Path | None) -> list[str]:
     return texts
 
 
-def _export_dir(path: Path) -> Path | None:
-    """``path`` (or ``path/export``) when it holds an export manifest, else None."""
-    for directory in (path, path / "export"):
-        try:
-            with open(directory / "manifest.json", encoding="utf-8") as handle:
-                if json.load(handle).get("format", "").startswith("ptmkit-export/"):
-                    return directory
-        except (OSError, ValueError, AttributeError):
-            continue
-    return None
+def _is_export_dir(path: Path) -> bool:
+    """Whether ``path`` holds an export manifest (a run directory's manifest is another format)."""
+    try:
+        with open(path / "manifest.json", encoding="utf-8") as handle:
+            return str(json.load(handle).get("format", "")).startswith("ptmkit-export/")
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 @app.command()
@@ -149,8 +146,10 @@ def embed(
     texts = _read_texts(text, file)
     if not texts:
         raise PtmkitError("nothing to embed: give --text TEXT or --file FILE")
-    export_dir = _export_dir(path)
-    if export_dir is not None:
+    if output is not None and output.suffix != ".npy":
+        raise PtmkitError(f"--output {output}: expected a .npy file name")
+    if _is_export_dir(path):
+        export_dir = path
         from ptmkit_export import Predictor
         from ptmkit_export.errors import ExportDirError
 
@@ -173,8 +172,6 @@ def embed(
     if output is not None:
         from ptmkit.io import atomic_save
 
-        if output.suffix != ".npy":
-            raise PtmkitError(f"--output {output}: expected a .npy file name")
         def save(tmp: Path) -> None:
             with open(tmp, "wb") as handle:
                 np.save(handle, vectors.astype(np.float32))
