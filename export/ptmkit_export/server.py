@@ -95,6 +95,11 @@ DATATYPES: dict[str, np.dtype[Any]] = {
 _ORT_TYPES = {"tensor(int32)": "INT32", "tensor(int64)": "INT64", "tensor(float)": "FP32", "tensor(double)": "FP64", "tensor(float16)": "FP16", "tensor(bool)": "BOOL"}
 
 
+#: What a request handler hands the batcher: ``(kind, payload, rows, finish)``, where ``finish``
+#: turns the batch's result for this request into the HTTP response.
+Prepared = tuple[Hashable, Any, int, Callable[[dict[str, np.ndarray]], Response]]
+
+
 class RequestError(Exception):
     """A request the server refuses: ``status`` (HTTP 4xx) and a one-line message."""
 
@@ -586,14 +591,15 @@ def create_app(
             return _error(error.status, str(error))
         return JSONResponse({"name": name, "ready": state["ready"]}, status_code=200 if state["ready"] else 503)
 
-    async def answer(request: Request, endpoint: str, handle: Callable[[bytes], Any]) -> Response:
+    async def answer(request: Request, endpoint: str, decode: Callable[[bytes], Prepared]) -> Response:
         arrived = time.perf_counter()
         metrics.started()
         status = 500
         try:
-            with batcher.arriving():
+            with batcher.arriving():  # until queued: the batcher may wait for it to join a batch
                 body = await _read_body(request, max_body_bytes)
-                response = await handle(body)
+                kind, payload, rows, finish = decode(body)
+            response = finish(await run(kind, payload, rows, arrived))
             status = response.status_code
             return response
         except RequestError as error:
@@ -609,25 +615,19 @@ def create_app(
             metrics.finished(endpoint, status, time.perf_counter() - arrived)
 
     async def infer(request: Request) -> Response:
-        arrived = time.perf_counter()
-
-        async def handle(body: bytes) -> Response:
+        def decode(body: bytes) -> Prepared:
             model_or_404(request)
             decoded = service.decode_infer(body, request.headers.get("inference-header-content-length"))
-            result = await run(decoded.kind, decoded.payload, decoded.rows, arrived)
-            return service.encode_infer(result, decoded.outputs, decoded.request_id)
+            return decoded.kind, decoded.payload, decoded.rows, lambda result: service.encode_infer(result, decoded.outputs, decoded.request_id)
 
-        return await answer(request, "infer", handle)
+        return await answer(request, "infer", decode)
 
     async def predict(request: Request) -> Response:
-        arrived = time.perf_counter()
-
-        async def handle(body: bytes) -> Response:
+        def decode(body: bytes) -> Prepared:
             texts = service.decode_predict(body)
-            result = await run(TEXT_INPUT, texts, len(texts), arrived)
-            return JSONResponse(service.encode_predict(result))
+            return TEXT_INPUT, texts, len(texts), lambda result: JSONResponse(service.encode_predict(result))
 
-        return await answer(request, "predict", handle)
+        return await answer(request, "predict", decode)
 
     async def run(kind: Hashable, payload: Any, rows: int, arrived: float) -> dict[str, np.ndarray]:
         try:
