@@ -42,9 +42,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import socket
 import struct
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from contextlib import asynccontextmanager
@@ -701,7 +703,7 @@ def serve(
 
     Binds to loopback unless ``host`` says otherwise (``0.0.0.0`` for every interface). On SIGTERM
     the server stops accepting connections, answers the requests in flight (at most
-    ``graceful_timeout_s`` seconds), then returns.
+    ``graceful_timeout_s`` seconds), then returns normally.
 
     Args:
         export_dir: an export directory (manifest.json, tokenizer.json, model files).
@@ -738,11 +740,21 @@ def serve(
         f"serving {name} ({task}, {predictor.variant}, {', '.join(predictor.session.get_providers())}) on "
         f"http://{url_host}:{bound[1]}  max batch {max_batch}, max delay {max_delay_ms:g} ms"
     )
-    (log or (lambda text: print(text, flush=True)))(line)
+    say = log or (lambda text: print(text, flush=True))
+    say(line)
+    # uvicorn re-raises SIGTERM/SIGINT once it has drained; with a no-op handler in place, that
+    # re-raise lands here and serve() returns normally (exit status 0 after a graceful stop).
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for number in (signal.SIGINT, signal.SIGTERM):
+            previous[number] = signal.signal(number, lambda *_: None)
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    say(f"stopped serving {name}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -752,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ptmkit-serve", description="Serve a ptmkit export over the Open Inference Protocol (KServe v2).")
     parser.add_argument("export_dir")
     parser.add_argument("--name", default=None, help="model name in URLs (default: the export's run name)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, loopback only; 0.0.0.0 for every interface)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--max-batch", type=int, default=32, help="most rows per model call; 1 turns batching off")
     parser.add_argument("--max-delay-ms", type=float, default=5.0, help="longest wait for requests on their way to join a batch")
