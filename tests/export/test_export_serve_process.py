@@ -88,7 +88,6 @@ def test_sigterm_drains_in_flight_requests(tiny_export: TinyExport) -> None:
 
 def test_serve_errors_are_one_line_exit_2(tmp_path, tiny_export: TinyExport) -> None:
     from ptmkit.cli import main
-
     from ptmkit_export.server import bind
 
     assert main(["serve", str(tmp_path / "missing")]) == 2
