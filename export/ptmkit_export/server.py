@@ -144,6 +144,8 @@ class ModelService:
         self.predictor = predictor
         self.name = name
         self.max_request_rows = max_request_rows
+        #: A model call's fixed cost, in padded tokens (see :func:`length_groups`).
+        self.call_cost_tokens = 16
         manifest = predictor.manifest
         self.max_length = int(manifest["max_sequence_length"])
         self.pad_id = int(manifest["pad_token_id"])
@@ -209,9 +211,20 @@ class ModelService:
 
     def _run_texts(self, payloads: Sequence[list[str]]) -> dict[str, np.ndarray]:
         texts = [text for payload in payloads for text in payload]
+        run = self.predictor.embed if self.predictor.is_embedder else self.predictor.logits
+        if len(texts) == 1:
+            values = run(texts)
+        else:  # texts of similar length run together, so that short texts are not padded to long ones
+            lengths = [sum(e.attention_mask) for e in self.predictor.tokenizer.encode_batch(texts)]
+            values = np.empty((0, 0), dtype=np.float32)
+            for group in length_groups(lengths, self.call_cost_tokens):
+                part = run([texts[i] for i in group])
+                if values.size == 0:
+                    values = np.empty((len(texts), *part.shape[1:]), dtype=part.dtype)
+                values[group] = part
         if self.predictor.is_embedder:
-            return {"embeddings": self.predictor.embed(texts)}
-        logits = self.predictor.logits(texts)
+            return {"embeddings": values}
+        logits = values
         probabilities = softmax(logits).astype(np.float32)
         labels = np.array([self.labels[i] for i in probabilities.argmax(axis=1)], dtype=object)
         return {"logits": logits, "probabilities": probabilities, "labels": labels}
@@ -451,6 +464,40 @@ class ModelService:
             for label, row in zip(result["labels"], result["probabilities"], strict=True)
         ]
         return {"model_name": self.name, "predictions": predictions}
+
+
+def length_groups(lengths: Sequence[int], call_cost_tokens: float = 16) -> list[list[int]]:
+    """Split a batch into model calls of texts of similar length, at least total cost.
+
+    A call on ``rows`` texts padded to ``longest`` tokens is costed ``call_cost_tokens + rows *
+    longest`` (the fixed part is mostly reading the weights once per call: all-MiniLM-L6-v2 on one
+    CPU thread takes 3.8 ms at batch 1 x 1 token and 0.33 ms per further token, so a call costs
+    about 11 tokens; 16 leans toward fewer calls). Texts are sorted by length and cut into
+    contiguous groups by dynamic programming (O(n^2), n <= max batch).
+
+    Args:
+        lengths: tokens per text (>= 1 each).
+        call_cost_tokens: the fixed cost of one call, in tokens (>= 0); 0 gives one call per
+            distinct length, a huge value one call for all.
+
+    Returns:
+        Groups of indices into ``lengths``, covering each index once, each group sorted by length.
+    """
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    n = len(order)
+    best = [0.0] + [float("inf")] * n  # best[j]: least cost of the first j texts in sorted order
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        longest = lengths[order[j - 1]]
+        for i in range(j):
+            cost = best[i] + call_cost_tokens + (j - i) * longest
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], n
+    while j > 0:
+        groups.append(order[cut[j] : j])
+        j = cut[j]
+    return groups[::-1]
 
 
 def _datatype(dtype: np.dtype[Any]) -> str:

@@ -149,3 +149,15 @@ def test_invalid_settings() -> None:
         DynamicBatcher(Recorder(), max_batch=0)
     with pytest.raises(ValueError, match="max_delay_ms"):
         DynamicBatcher(Recorder(), max_delay_ms=-1)
+
+
+def test_length_groups() -> None:
+    from ptmkit_export.server import length_groups
+
+    lengths = [5, 30, 6, 31, 7, 8, 100]
+    groups = length_groups(lengths)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    assert groups == [[0, 2, 4, 5], [1, 3], [6]]  # short, medium and long texts are padded apart
+    assert length_groups(lengths, call_cost_tokens=1e9) == [[0, 2, 4, 5, 1, 3, 6]]  # one call
+    assert length_groups([3, 3, 3]) == [[0, 1, 2]]
+    assert length_groups([]) == []

