@@ -85,6 +85,12 @@ class Server:
         self.process.wait(timeout=60)
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def post(connection: http.client.HTTPConnection, path: str, body: dict[str, Any]) -> dict[str, Any]:
     connection.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
     response = connection.getresponse()
@@ -104,12 +110,17 @@ def latency(export: Path, texts: list[str], threads: int, repeats: int) -> dict[
     connection = http.client.HTTPConnection(HOST, server.port, timeout=60)
     infer = "/v2/models/minilm/infer"
     timings: dict[str, list[float]] = {"bare": [], "v1_predict": [], "v2_infer": []}
+    bare_cpu = 0.0
     try:
         for i in range(repeats + 10):
             text = texts[i % len(texts)]
-            start = time.perf_counter()
+            if i == 10:
+                server_cpu_start = process_cpu_seconds(server.process.pid)
+            start, start_cpu = time.perf_counter(), time.thread_time()  # 1 ONNX Runtime thread: this one
             expected = predictor.embed([text])
             bare = time.perf_counter() - start
+            if i >= 10:
+                bare_cpu += time.thread_time() - start_cpu
             start = time.perf_counter()
             got = post(connection, "/v1/predict", {"texts": [text]})
             v1 = time.perf_counter() - start
@@ -122,12 +133,32 @@ def latency(export: Path, texts: list[str], threads: int, repeats: int) -> dict[
                 timings["v2_infer"].append(v2)
             if i == 0:
                 assert np.abs(np.asarray(got["embeddings"]) - expected).max() < 1e-5
+        server_cpu = process_cpu_seconds(server.process.pid) - server_cpu_start
+        metrics = server.metrics()
     finally:
         connection.close()
         server.stop()
     medians = {name: statistics.median(values) * 1000 for name, values in timings.items()}
+
+    def mean_ms(name: str, **labels: str) -> float:
+        selector = "".join(f'.*{key}="{value}"' for key, value in labels.items())
+        total = float(re.search(rf"^{name}_sum\{{[^}}]*{selector}[^}}]*\}} (\S+)", metrics, re.M).group(1))
+        count = float(re.search(rf"^{name}_count\{{[^}}]*{selector}[^}}]*\}} (\S+)", metrics, re.M).group(1))
+        return total / count * 1000
+
+    # Inside the server: arrival to response, against the model call alone (tokenization included).
+    inside = {
+        "v1_request_mean_ms": mean_ms("ptmkit_request_duration_seconds", endpoint="predict"),
+        "v2_request_mean_ms": mean_ms("ptmkit_request_duration_seconds", endpoint="infer"),
+        "model_call_mean_ms": mean_ms("ptmkit_batch_duration_seconds"),
+        # CPU time, which a busy machine does not stretch: the server process per request (both
+        # endpoints, model call included) against the bare call, with ONNX Runtime on 1 thread.
+        "server_cpu_per_request_ms": server_cpu / (2 * repeats) * 1000,
+        "bare_cpu_per_call_ms": bare_cpu / repeats * 1000,
+    }
     return {
         "requests": repeats,
+        "server_side": inside,
         "median_ms": medians,
         "added_v1": medians["v1_predict"] / medians["bare"] - 1,
         "added_v2": medians["v2_infer"] / medians["bare"] - 1,
@@ -210,6 +241,10 @@ def main() -> int:
     m = results["latency"]["median_ms"]
     print(f"batch 1 median: bare {m['bare']:.2f} ms, /v1/predict {m['v1_predict']:.2f} ms "
           f"(+{results['latency']['added_v1']:.1%}), /v2 infer {m['v2_infer']:.2f} ms (+{results['latency']['added_v2']:.1%})", flush=True)
+    inside = results["latency"]["server_side"]
+    print(f"inside the server (means): /v1/predict {inside['v1_request_mean_ms']:.2f} ms, /v2 infer {inside['v2_request_mean_ms']:.2f} ms, "
+          f"model call {inside['model_call_mean_ms']:.2f} ms; CPU per request: server {inside['server_cpu_per_request_ms']:.2f} ms, "
+          f"bare call {inside['bare_cpu_per_call_ms']:.2f} ms", flush=True)
     runs = {}
     for label, max_batch in (("off", 1), ("on", 32)):
         runs[label] = throughput(export, texts, args.threads, max_batch, args.clients, args.requests, args.seconds)
