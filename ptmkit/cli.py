@@ -151,7 +151,7 @@ def serve(
 ) -> None:
     """Serve an export over HTTP: the Open Inference Protocol (KServe v2: /v2/health/live, /v2/models/NAME,
     /v2/models/NAME/infer), POST /v1/predict {"texts": [...]}, and /metrics (Prometheus). SIGTERM drains
-    the requests in flight, then exits. Needs `pip install 'ptmkit-export[serve]'`; loads no TensorFlow."""
+    the requests in flight, then exits. Needs `pip install 'ptmkit-export\\[serve]'`; loads no TensorFlow."""
     from ptmkit_export.errors import ExportDirError
 
     try:

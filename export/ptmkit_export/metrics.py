@@ -39,6 +39,7 @@ class Histogram:
         self.count = 0
 
     def observe(self, value: float) -> None:
+        """Count ``value`` into the first bucket whose bound is >= it."""
         self.counts[bisect.bisect_left(self.bounds, value)] += 1
         self.sum += value
         self.count += 1
@@ -79,6 +80,7 @@ class ServerMetrics:
         self._in_flight = 0
 
     def started(self) -> None:
+        """One request arrived (``ptmkit_requests_in_flight`` + 1)."""
         with self._lock:
             self._in_flight += 1
 

@@ -457,6 +457,7 @@ class ModelService:
         return texts
 
     def encode_predict(self, result: dict[str, np.ndarray]) -> dict[str, Any]:
+        """The ``/v1/predict`` answer for one request's result (see the module docstring)."""
         if "embeddings" in result:
             return {"model_name": self.name, "embeddings": result["embeddings"].tolist()}
         predictions = [

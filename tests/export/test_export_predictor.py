@@ -234,6 +234,7 @@ def test_cuda_falls_back_to_cpu_with_a_warning(tiny_export: TinyExport, fp32: Pr
         Predictor(tiny_export.directory, device="cpu", providers=["CPUExecutionProvider"])
 
 
+@pytest.mark.filterwarnings("ignore:Specified provider:UserWarning")  # ONNX Runtime's own, on this CPU build
 def test_cuda_providers_when_onnxruntime_gpu_is_there(tiny_export: TinyExport, monkeypatch: pytest.MonkeyPatch) -> None:
     """With onnxruntime-gpu, "cuda" asks for TensorRT (when built in), CUDA, then CPU for the rest."""
     import onnxruntime as ort
