@@ -201,12 +201,22 @@ class ModelService:
     def run_batch(self, kind: Hashable, payloads: Sequence[Any]) -> list[dict[str, np.ndarray]]:
         """Run one batch; ``kind`` is ``"text"`` (payloads: lists of str) or ``("tensors", length)``
         (payloads: ``{input name: (rows, length) array}``). Returns ``{output name: array}`` per payload."""
-        counts = [len(p) if kind == TEXT_INPUT else len(next(iter(p.values()))) for p in payloads]
-        outputs = self._run_texts(payloads) if kind == TEXT_INPUT else self._run_tensors(payloads)
+        if kind != TEXT_INPUT:
+            results: list[dict[str, np.ndarray]] = [{} for _ in payloads]
+            lengths = [next(iter(p.values())).shape[1] for p in payloads]
+            rows = [next(iter(p.values())).shape[0] for p in payloads]
+            for group in length_groups(lengths, self.call_cost_tokens, rows):  # similar lengths together
+                outputs = self._run_tensors([payloads[i] for i in group])
+                start = 0
+                for i in group:
+                    results[i] = {name: array[start : start + rows[i]] for name, array in outputs.items()}
+                    start += rows[i]
+            return results
+        outputs = self._run_texts(payloads)
         results, start = [], 0
-        for count in counts:
-            results.append({name: array[start : start + count] for name, array in outputs.items()})
-            start += count
+        for payload in payloads:
+            results.append({name: array[start : start + len(payload)] for name, array in outputs.items()})
+            start += len(payload)
         return results
 
     def _run_texts(self, payloads: Sequence[list[str]]) -> dict[str, np.ndarray]:
@@ -467,31 +477,36 @@ class ModelService:
         return {"model_name": self.name, "predictions": predictions}
 
 
-def length_groups(lengths: Sequence[int], call_cost_tokens: float = 16) -> list[list[int]]:
-    """Split a batch into model calls of texts of similar length, at least total cost.
+def length_groups(lengths: Sequence[int], call_cost_tokens: float = 16, rows: Sequence[int] | None = None) -> list[list[int]]:
+    """Split a batch into model calls of items of similar length, at least total cost.
 
-    A call on ``rows`` texts padded to ``longest`` tokens is costed ``call_cost_tokens + rows *
-    longest`` (the fixed part is mostly reading the weights once per call: all-MiniLM-L6-v2 on one
-    CPU thread takes 3.8 ms at batch 1 x 1 token and 0.33 ms per further token, so a call costs
-    about 11 tokens; 16 leans toward fewer calls). Texts are sorted by length and cut into
-    contiguous groups by dynamic programming (O(n^2), n <= max batch).
+    A call on ``n`` rows padded to ``longest`` tokens is costed ``call_cost_tokens + n * longest``
+    (the fixed part is mostly reading the weights once per call: all-MiniLM-L6-v2 on one CPU
+    thread takes 3.8 ms at batch 1 x 1 token and 0.33 ms per further token, so a call costs about
+    11 tokens; 16 leans toward fewer calls). Items are sorted by length and cut into contiguous
+    groups by dynamic programming (O(n^2), n <= max batch).
 
     Args:
-        lengths: tokens per text (>= 1 each).
+        lengths: tokens per item (>= 1 each).
         call_cost_tokens: the fixed cost of one call, in tokens (>= 0); 0 gives one call per
             distinct length, a huge value one call for all.
+        rows: rows per item (default 1 each), e.g. a request's texts.
 
     Returns:
         Groups of indices into ``lengths``, covering each index once, each group sorted by length.
     """
+    weights = list(rows) if rows is not None else [1] * len(lengths)
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     n = len(order)
-    best = [0.0] + [float("inf")] * n  # best[j]: least cost of the first j texts in sorted order
+    prefix = [0]
+    for index in order:
+        prefix.append(prefix[-1] + weights[index])
+    best = [0.0] + [float("inf")] * n  # best[j]: least cost of the first j items in sorted order
     cut = [0] * (n + 1)
     for j in range(1, n + 1):
         longest = lengths[order[j - 1]]
         for i in range(j):
-            cost = best[i] + call_cost_tokens + (j - i) * longest
+            cost = best[i] + call_cost_tokens + (prefix[j] - prefix[i]) * longest
             if cost < best[j]:
                 best[j], cut[j] = cost, i
     groups, j = [], n

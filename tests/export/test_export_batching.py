@@ -161,3 +161,6 @@ def test_length_groups() -> None:
     assert length_groups(lengths, call_cost_tokens=1e9) == [[0, 2, 4, 5, 1, 3, 6]]  # one call
     assert length_groups([3, 3, 3]) == [[0, 1, 2]]
     assert length_groups([]) == []
+    # Rows weigh: one request of 20 short rows is not padded to a 100-token request, two single rows may be.
+    assert length_groups([5, 100], rows=[20, 1]) == [[0], [1]]
+    assert length_groups([5, 9], rows=[1, 1]) == [[0, 1]]

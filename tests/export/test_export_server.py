@@ -262,3 +262,20 @@ def test_embedding_export_served(tiny_embedding_export: Path) -> None:
         with pytest.raises(InferenceServerException, match="unknown output 'logits'"):
             client.infer("emb", [text_input(TEXTS)], outputs=[httpclient.InferRequestedOutput("logits")])
         client.close()
+
+
+def test_batched_tensor_requests_of_different_lengths(predictor: Predictor) -> None:
+    """Requests padded to other lengths, or grouped apart, give each request's own numbers."""
+    from ptmkit_export.server import ModelService
+
+    service = ModelService(predictor, NAME)
+    raw = predictor.manifest["outputs"][0]["name"]
+    payloads = [predictor.encode(texts) for texts in (TEXTS[:2], [TEXTS[2]], [TEXTS[3]], TEXTS[4:], ["ok"])]
+    assert len({p["token_ids"].shape[1] for p in payloads}) >= 3
+    results = service.run_batch(("tensors", 0), payloads)
+    for payload, result in zip(payloads, results, strict=True):
+        (alone,) = predictor.session.run([raw], payload)
+        np.testing.assert_allclose(result[raw], alone, atol=1e-5, rtol=0)
+    texts = service.run_batch("text", [TEXTS[:3], TEXTS[3:]])
+    np.testing.assert_allclose(np.concatenate([texts[0]["logits"], texts[1]["logits"]]), predictor.logits(TEXTS), atol=1e-5)
+    assert [list(r["labels"]) for r in texts] == [[p.label for p in predictor.predict(TEXTS[:3])], [p.label for p in predictor.predict(TEXTS[3:])]]
