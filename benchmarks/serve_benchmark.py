@@ -116,17 +116,21 @@ def latency(export: Path, texts: list[str], threads: int, repeats: int) -> dict[
             text = texts[i % len(texts)]
             if i == 10:
                 server_cpu_start = process_cpu_seconds(server.process.pid)
-            start, start_cpu = time.perf_counter(), time.thread_time()  # 1 ONNX Runtime thread: this one
-            expected = predictor.embed([text])
-            bare = time.perf_counter() - start
-            if i >= 10:
-                bare_cpu += time.thread_time() - start_cpu
-            start = time.perf_counter()
-            got = post(connection, "/v1/predict", {"texts": [text]})
-            v1 = time.perf_counter() - start
-            start = time.perf_counter()
-            post(connection, infer, {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": [text]}]})
-            v2 = time.perf_counter() - start
+            calls = {
+                "bare": lambda text=text: predictor.embed([text]),
+                "v1_predict": lambda text=text: post(connection, "/v1/predict", {"texts": [text]}),
+                "v2_infer": lambda text=text: post(connection, infer, {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": [text]}]}),
+            }
+            order = list(calls)[i % 3 :] + list(calls)[: i % 3]  # each path goes first, second and third in turn
+            took, answers = {}, {}
+            for name in order:
+                start, start_cpu = time.perf_counter(), time.thread_time()  # 1 ONNX Runtime thread: this one
+                answers[name] = calls[name]()
+                took[name] = time.perf_counter() - start
+                if name == "bare" and i >= 10:
+                    bare_cpu += time.thread_time() - start_cpu
+            expected, got = answers["bare"], answers["v1_predict"]
+            bare, v1, v2 = took["bare"], took["v1_predict"], took["v2_infer"]
             if i >= 10:  # the first calls pay for allocation and connection set-up
                 timings["bare"].append(bare)
                 timings["v1_predict"].append(v1)
