@@ -100,7 +100,8 @@ class Predictor:
     Args:
         export_dir: directory holding ``manifest.json``, ``tokenizer.json`` and the model files.
         variant: ``"fp32"``, ``"int8"`` or any other key of the manifest's ``variants``; ``None``
-            picks ``"int8"`` when the manifest marks it ``ok``, else ``"fp32"``.
+            picks ``"int8"`` when the manifest marks it ``ok``, else ``"fp32"`` (always ``"fp32"``
+            on CUDA).
         threads: ONNX Runtime intra-op threads (``SessionOptions.intra_op_num_threads``);
             ``None`` lets ONNX Runtime decide (one per physical core).
         providers: ONNX Runtime execution providers, e.g. ``["CUDAExecutionProvider",
@@ -108,8 +109,8 @@ class Predictor:
             ``providers`` or ``device``, not both.
         device: ``"cpu"`` (the default) or ``"cuda"``: CUDA (and TensorRT when present) through
             ``onnxruntime-gpu``; without it, CPU with a :class:`RuntimeWarning` (see
-            :func:`device_providers`). The int8 variant's integer kernels are CPU kernels: on
-            CUDA prefer ``variant="fp32"``.
+            :func:`device_providers`). The int8 variant's integer kernels are CPU kernels, so on
+            CUDA the default variant is ``"fp32"``.
 
     Attributes:
         manifest: the parsed ``manifest.json`` (dict).
@@ -140,7 +141,9 @@ class Predictor:
         chosen = list(providers) if providers else device_providers(device or "cpu")
         self.export_dir = Path(export_dir)
         self.manifest: dict[str, Any] = read_manifest(self.export_dir)
-        self.variant: str = variant if variant is not None else default_variant(self.manifest)
+        if variant is None:  # int8's dynamic-quantization kernels are CPU-only: on CUDA, fp32 by default
+            variant = "fp32" if "CUDAExecutionProvider" in chosen else default_variant(self.manifest)
+        self.variant: str = variant
         self.labels: list[str] = list(self.manifest["labels"])
         model_path = variant_path(self.export_dir, self.manifest, self.variant)
 

@@ -250,5 +250,6 @@ def test_cuda_providers_when_onnxruntime_gpu_is_there(tiny_export: TinyExport, m
     if "CUDAExecutionProvider" not in ort.capi._pybind_state.get_available_providers():
         # onnxruntime-gpu without a usable GPU: ONNX Runtime falls back quietly, the Predictor says so.
         with pytest.warns(RuntimeWarning, match="CUDAExecutionProvider could not be used"):
-            predictor = Predictor(tiny_export.directory, variant="fp32", device="cuda")
+            predictor = Predictor(tiny_export.directory, device="cuda")
         assert predictor.session.get_providers() == ["CPUExecutionProvider"]
+        assert predictor.variant == "fp32"  # the manifest's int8 is CPU-only: CUDA defaults to fp32
