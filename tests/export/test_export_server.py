@@ -279,3 +279,15 @@ def test_batched_tensor_requests_of_different_lengths(predictor: Predictor) -> N
     texts = service.run_batch("text", [TEXTS[:3], TEXTS[3:]])
     np.testing.assert_allclose(np.concatenate([texts[0]["logits"], texts[1]["logits"]]), predictor.logits(TEXTS), atol=1e-5)
     assert [list(r["labels"]) for r in texts] == [[p.label for p in predictor.predict(TEXTS[:3])], [p.label for p in predictor.predict(TEXTS[3:])]]
+
+
+def test_text_shape_n_by_1_and_unicode(server: ServerThread, client: httpclient.InferenceServerClient, predictor: Predictor) -> None:
+    texts = ["un café très naïf …", "日本語のテキスト", "ok"]
+    body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [3, 1], "data": [[t] for t in texts]}], "outputs": [{"name": "logits"}]}
+    status, _, data = server.request("POST", INFER, body)
+    assert status == 200, data
+    (output,) = json.loads(data)["outputs"]
+    assert output["shape"] == [3, 3]
+    np.testing.assert_allclose(np.reshape(output["data"], (3, 3)), predictor.logits(texts), atol=1e-5)
+    result = client.infer(NAME, [text_input(texts, binary=True)], outputs=[httpclient.InferRequestedOutput("logits")])
+    np.testing.assert_allclose(result.as_numpy("logits"), predictor.logits(texts), atol=1e-5)
