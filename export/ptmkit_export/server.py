@@ -729,6 +729,21 @@ def create_app(
     return app
 
 
+def uvicorn_config(app: Starlette, graceful_timeout_s: float = 30.0) -> uvicorn.Config:
+    """The uvicorn configuration :func:`serve` runs ``app`` with: no access log, lifespan on,
+    ``graceful_timeout_s`` (seconds) for requests in flight at shutdown, 30 s keep-alive, no
+    WebSockets. uvicorn parses HTTP with httptools when it is installed, else with h11."""
+    return uvicorn.Config(
+        app,
+        ws="none",
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=max(1, math.ceil(graceful_timeout_s)),
+        timeout_keep_alive=30,
+    )
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (``port=0``: a free port); IPv4 or IPv6.
 
@@ -789,15 +804,7 @@ def serve(
     sock = bind(host, port)
     bound = sock.getsockname()
     url_host = f"[{bound[0]}]" if sock.family == socket.AF_INET6 else bound[0]
-    config = uvicorn.Config(
-        app,
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
-        timeout_graceful_shutdown=max(1, math.ceil(graceful_timeout_s)),
-        timeout_keep_alive=30,
-    )
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(uvicorn_config(app, graceful_timeout_s))
     task = predictor.manifest.get("task", "")
     line = (
         f"serving {name} ({task}, {predictor.variant}, {', '.join(predictor.session.get_providers())}) on "

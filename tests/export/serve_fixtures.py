@@ -10,7 +10,7 @@ from typing import Any
 
 import uvicorn
 
-from ptmkit_export.server import bind
+from ptmkit_export.server import bind, uvicorn_config
 
 
 class ServerThread:
@@ -21,8 +21,7 @@ class ServerThread:
         self.sock = bind("127.0.0.1", 0)
         self.host, self.port = self.sock.getsockname()[:2]
         self.url = f"127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=10)
-        self.server = uvicorn.Server(config)
+        self.server = uvicorn.Server(uvicorn_config(app, graceful_timeout_s=10))  # as `ptmkit serve` runs it
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def __enter__(self) -> ServerThread:
