@@ -97,6 +97,7 @@ def export(
     int8: Annotated[bool, typer.Option("--int8", help="Also write model.int8.onnx (dynamic, per-channel).")] = False,
     out: Annotated[Path | None, typer.Option(help="Export directory (default: RUN_DIR/export).")] = None,
     dev: Annotated[Path | None, typer.Option(help="Labelled file for fp32-vs-int8 agreement (default: the run's dev file).")] = None,
+    triton: Annotated[Path | None, typer.Option(help="Also write a Triton Inference Server model repository here (REPO_DIR/NAME/config.pbtxt, 1/model.onnx).")] = None,
 ) -> None:
     """Export RUN_DIR to ONNX (checked against Keras), optionally quantized to int8."""
     if not onnx:
@@ -105,6 +106,72 @@ def export(
 
     manifest = export_run(run_dir, out, int8=int8, dev=dev, console=console)
     _report(f"exported -> {manifest['directory']}", manifest["summary"])
+    if triton is not None:
+        _write_triton(Path(manifest["directory"]), triton, name=None, variant="fp32", max_batch_size=32, overwrite=True)
+
+
+def _write_triton(export_dir: Path, repo_dir: Path, name: str | None, variant: str, max_batch_size: int, overwrite: bool) -> None:
+    from ptmkit_export.errors import ExportDirError
+    from ptmkit_export.triton import write_triton_repository
+
+    try:
+        model_dir = write_triton_repository(export_dir, repo_dir, name=name, variant=variant, max_batch_size=max_batch_size, overwrite=overwrite)
+    except (ExportDirError, ValueError) as exc:
+        raise PtmkitError(str(exc)) from None
+    console.print(f"wrote Triton model repository entry {model_dir} (config.pbtxt, 1/model.onnx)")
+
+
+@app.command("export-triton")
+def export_triton(
+    export_dir: Annotated[Path, typer.Argument(help="An export directory (or a run directory with export/).")],
+    repo_dir: Annotated[Path, typer.Argument(help="The Triton model repository (created if missing).")],
+    name: Annotated[str | None, typer.Option(help="Model name (default: the run's name).")] = None,
+    variant: Annotated[str, typer.Option(help="Export variant to copy: fp32 (default) or int8 (CPU kernels only).")] = "fp32",
+    max_batch_size: Annotated[int, typer.Option(min=1, help="Triton max_batch_size (dynamic batching is on).")] = 32,
+    force: Annotated[bool, typer.Option("--force", help="Replace REPO_DIR/NAME if it exists.")] = False,
+) -> None:
+    """Write REPO_DIR/NAME/config.pbtxt and REPO_DIR/NAME/1/model.onnx for Triton Inference Server, from the
+    ONNX model's real input and output names, types and shapes."""
+    directory = export_dir / "export" if (export_dir / "export" / "manifest.json").exists() else export_dir
+    _write_triton(directory, repo_dir, name=name, variant=variant, max_batch_size=max_batch_size, overwrite=force)
+
+
+@app.command()
+def serve(
+    export_dir: Annotated[Path, typer.Argument(help="An export directory (or a run directory with export/).")],
+    name: Annotated[str | None, typer.Option(help="Model name in URLs (default: the run's name).")] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on; loopback unless told otherwise (0.0.0.0: every interface).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: a free one).")] = 8000,
+    max_batch: Annotated[int, typer.Option(min=1, help="Most texts per model call; 1 turns dynamic batching off.")] = 32,
+    max_delay_ms: Annotated[float, typer.Option(min=0, help="Longest wait for requests on their way to join a batch.")] = 5.0,
+    variant: Annotated[str | None, typer.Option(help="fp32 or int8 (default: int8 when it passed its checks).")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="ONNX Runtime intra-op threads.")] = None,
+    device: Annotated[str, typer.Option(help="cpu or cuda (CUDA through onnxruntime-gpu; CPU with a warning without it).")] = "cpu",
+    max_body_bytes: Annotated[int, typer.Option(min=1, help="Larger request bodies get HTTP 413.")] = 8 * 1024 * 1024,
+) -> None:
+    """Serve an export over HTTP: the Open Inference Protocol (KServe v2: /v2/health/live, /v2/models/NAME,
+    /v2/models/NAME/infer), POST /v1/predict {"texts": [...]}, and /metrics (Prometheus). SIGTERM drains
+    the requests in flight, then exits. Needs `pip install 'ptmkit-export\\[serve]'`; loads no TensorFlow."""
+    from ptmkit_export.errors import ExportDirError
+
+    try:
+        from ptmkit_export.server import serve as run_server
+    except ImportError as exc:
+        raise PtmkitError(str(exc)) from None
+    if device not in ("cpu", "cuda"):
+        raise PtmkitError(f"--device {device}: expected cpu or cuda")
+    directory = export_dir / "export" if (export_dir / "export" / "manifest.json").exists() else export_dir
+    try:
+        run_server(
+            directory, name=name, host=host, port=port, max_batch=max_batch, max_delay_ms=max_delay_ms, variant=variant,
+            threads=threads, device=device, max_body_bytes=max_body_bytes, log=lambda line: console.print(line, markup=False, highlight=False),
+        )
+    except ExportDirError as exc:
+        raise PtmkitError(str(exc)) from None
+    except ValueError as exc:
+        raise PtmkitError(str(exc)) from None
+    except OSError as exc:
+        raise PtmkitError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 def _read_texts(text: list[str] | None, file: Path | None) -> list[str]:

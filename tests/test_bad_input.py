@@ -293,10 +293,12 @@ def test_run_dir_with_a_corrupted_weights_file(tiny_run: TinyRun, work: Path, da
 
 def test_a_run_without_a_head_exports_embeddings_that_predict_refuses(tiny_run: TinyRun, work: Path) -> None:
     out = work / "export"
-    result = ptmkit("export", tiny_run.run_dir, "--out", out, cwd=work)
+    result = ptmkit("export", tiny_run.run_dir, "--out", out, "--triton", work / "repo", cwd=work)
     assert result.returncode == 0, result.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["task"] == "embedding" and manifest["outputs"][0]["name"] == "embeddings"
+    (config,) = (work / "repo").glob("*/config.pbtxt")  # --triton: a Triton model repository beside the export
+    assert 'name: "embeddings"' in config.read_text() and (config.parent / "1" / "model.onnx").is_file()
     user_error(ptmkit("predict", out, "--text", "a fine film", cwd=work), out, "embedding export", "ptmkit embed")
     texts = ["a fine film", "the history of anarchism in europe"]
     onnx_lines = ptmkit("embed", out, "--text", texts[0], "--text", texts[1], cwd=work)

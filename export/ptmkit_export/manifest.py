@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +133,17 @@ def variant_path(export_dir: str | os.PathLike[str], manifest: dict[str, Any], v
     if not path.is_file():
         raise _fail(path, f"model file for variant {variant!r} not found")
     return path
+
+
+#: Model names the server and the Triton repository accept (URL path segments, folder names).
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def default_name(export_dir: str | os.PathLike[str]) -> str:
+    """A model name for ``export_dir``: its folder name, or the run's for ``RUN/export``, made URL-safe."""
+    path = os.path.abspath(export_dir)
+    base = os.path.basename(path)
+    if base == "export":
+        base = os.path.basename(os.path.dirname(path)) or base
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", base).strip("-.") or "model"
+    return name if name[0].isalnum() else f"m{name}"

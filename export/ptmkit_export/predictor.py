@@ -6,6 +6,7 @@ Imports neither TensorFlow nor Keras; needs only onnxruntime, numpy and tokenize
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -57,6 +58,39 @@ def default_variant(manifest: dict[str, Any]) -> str:
     return "int8" if isinstance(int8, dict) and int8.get("ok") is True else "fp32"
 
 
+#: ``device`` values :class:`Predictor` accepts.
+DEVICES = ("cpu", "cuda")
+
+
+def device_providers(device: str) -> list[str]:
+    """ONNX Runtime execution providers for ``device``, most preferred first.
+
+    ``"cpu"`` gives ``["CPUExecutionProvider"]``. ``"cuda"`` gives ``TensorrtExecutionProvider``
+    (when the installed onnxruntime has it), ``CUDAExecutionProvider`` and ``CPUExecutionProvider``
+    (for the nodes CUDA has no kernel for, e.g. the int8 variant's dynamic-quantization ops). Only
+    the ``onnxruntime-gpu`` wheel (``pip install ptmkit-export[gpu]``) has the CUDA provider; without
+    it ``"cuda"`` falls back to ``["CPUExecutionProvider"]`` with a :class:`RuntimeWarning`.
+
+    Raises:
+        ValueError: ``device`` is not ``"cpu"`` or ``"cuda"``.
+    """
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if device == "cpu":
+        return ["CPUExecutionProvider"]
+    available = ort.get_available_providers()
+    if "CUDAExecutionProvider" not in available:
+        warnings.warn(
+            f"device='cuda' but this onnxruntime ({ort.__version__}) has no CUDAExecutionProvider "
+            f"(has {', '.join(available)}); running on CPU. Install onnxruntime-gpu (ptmkit-export[gpu]) for CUDA.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return ["CPUExecutionProvider"]
+    gpu = ["TensorrtExecutionProvider"] if "TensorrtExecutionProvider" in available else []
+    return [*gpu, "CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
 class Predictor:
     """Load an export directory and classify (or embed) texts with ONNX Runtime.
 
@@ -66,21 +100,28 @@ class Predictor:
     Args:
         export_dir: directory holding ``manifest.json``, ``tokenizer.json`` and the model files.
         variant: ``"fp32"``, ``"int8"`` or any other key of the manifest's ``variants``; ``None``
-            picks ``"int8"`` when the manifest marks it ``ok``, else ``"fp32"``.
+            picks ``"int8"`` when the manifest marks it ``ok``, else ``"fp32"`` (always ``"fp32"``
+            on CUDA).
         threads: ONNX Runtime intra-op threads (``SessionOptions.intra_op_num_threads``);
             ``None`` lets ONNX Runtime decide (one per physical core).
         providers: ONNX Runtime execution providers, e.g. ``["CUDAExecutionProvider",
-            "CPUExecutionProvider"]``; ``None`` means ``["CPUExecutionProvider"]`` (the int8
-            variant's integer kernels are CPU kernels).
+            "CPUExecutionProvider"]``; ``None`` means the providers of ``device``. Give
+            ``providers`` or ``device``, not both.
+        device: ``"cpu"`` (the default) or ``"cuda"``: CUDA (and TensorRT when present) through
+            ``onnxruntime-gpu``; without it, CPU with a :class:`RuntimeWarning` (see
+            :func:`device_providers`). The int8 variant's integer kernels are CPU kernels, so on
+            CUDA the default variant is ``"fp32"``.
 
     Attributes:
         manifest: the parsed ``manifest.json`` (dict).
         variant: the variant in use (str).
         labels: label names, one per logit column (list of str).
         batch_size: texts per ONNX Runtime call in :meth:`logits` (int, default 32).
-        session: the ``onnxruntime.InferenceSession``.
+        session: the ``onnxruntime.InferenceSession``; ``session.get_providers()`` lists the
+            providers in use.
 
     Raises:
+        ValueError: ``threads < 1``, an unknown ``device``, or both ``device`` and ``providers``.
         ExportDirError: the directory, manifest, tokenizer or chosen variant's model file is
             missing or broken; the model's inputs or outputs do not match the manifest.
     """
@@ -93,10 +134,16 @@ class Predictor:
         variant: str | None = None,
         threads: int | None = None,
         providers: Sequence[str] | None = None,
+        device: str | None = None,
     ) -> None:
+        if providers and device is not None:
+            raise ValueError("give providers or device, not both")
+        chosen = list(providers) if providers else device_providers(device or "cpu")
         self.export_dir = Path(export_dir)
         self.manifest: dict[str, Any] = read_manifest(self.export_dir)
-        self.variant: str = variant if variant is not None else default_variant(self.manifest)
+        if variant is None:  # int8's dynamic-quantization kernels are CPU-only: on CUDA, fp32 by default
+            variant = "fp32" if "CUDAExecutionProvider" in chosen else default_variant(self.manifest)
+        self.variant: str = variant
         self.labels: list[str] = list(self.manifest["labels"])
         model_path = variant_path(self.export_dir, self.manifest, self.variant)
 
@@ -110,12 +157,18 @@ class Predictor:
                 raise ValueError(f"threads must be >= 1, got {threads}")
             options.intra_op_num_threads = threads
         try:
-            self.session = ort.InferenceSession(
-                str(model_path), options, providers=list(providers) if providers else ["CPUExecutionProvider"]
-            )
+            self.session = ort.InferenceSession(str(model_path), options, providers=chosen)
         except Exception as error:  # onnxruntime raises its own exception types
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise ExportDirError(f"{model_path}: cannot load ONNX model ({first})") from error
+        if "CUDAExecutionProvider" in chosen and "CUDAExecutionProvider" not in self.session.get_providers():
+            # onnxruntime-gpu without a usable CUDA runtime or device: ONNX Runtime fell back quietly.
+            warnings.warn(
+                f"{model_path}: CUDAExecutionProvider could not be used (no GPU or CUDA libraries); running on "
+                f"{', '.join(self.session.get_providers())}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         self._check_session(model_path)
 
     def _load_tokenizer(self, path: Path) -> Tokenizer:

@@ -157,3 +157,72 @@ def make_export(directory: Path) -> TinyExport:
     }
     (directory / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
     return TinyExport(directory=directory, model=model, output_name=output_name, quantize_summary=summary)
+
+
+EMBEDDING_DIM = 8
+
+
+def make_embedding_export(directory: Path, tokenizer_json: Path) -> Path:
+    """A tiny embedding export without TensorFlow: an ONNX graph of mean-pooled, L2-normalised token
+    embeddings (``embeddings``: float32 ``(batch, 8)``), ``task: "embedding"``, the given tokenizer."""
+    import shutil
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    table = rng.normal(size=(VOCABULARY_SIZE, EMBEDDING_DIM)).astype(np.float32)
+    inputs = [helper.make_tensor_value_info(spec["name"], TensorProto.INT32, ["batch", "sequence"]) for spec in INPUTS]
+    nodes = [
+        helper.make_node("Gather", ["table", "token_ids"], ["tokens"]),  # (b, L, D)
+        helper.make_node("Cast", ["padding_mask"], ["mask"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["mask", "last"], ["mask3"]),  # (b, L, 1)
+        helper.make_node("Mul", ["tokens", "mask3"], ["masked"]),
+        helper.make_node("ReduceSum", ["masked", "one"], ["summed"], keepdims=0),  # (b, D)
+        helper.make_node("ReduceSum", ["mask", "one"], ["count"], keepdims=1),  # (b, 1)
+        helper.make_node("Max", ["count", "tiny"], ["safe_count"]),
+        helper.make_node("Div", ["summed", "safe_count"], ["mean"]),
+        helper.make_node("Cast", ["segment_ids"], ["segments"], to=TensorProto.FLOAT),  # read, so the input is used
+        helper.make_node("ReduceSum", ["segments"], ["segment_total"], keepdims=1),
+        helper.make_node("Mul", ["segment_total", "zero"], ["no_op"]),
+        helper.make_node("Add", ["mean", "no_op"], ["mean2"]),
+        helper.make_node("LpNormalization", ["mean2"], ["embeddings"], axis=-1, p=2),
+    ]
+    initializers = [
+        numpy_helper.from_array(table, "table"),
+        numpy_helper.from_array(np.array([-1], dtype=np.int64), "last"),
+        numpy_helper.from_array(np.array([1], dtype=np.int64), "one"),
+        numpy_helper.from_array(np.array(1.0, dtype=np.float32), "tiny"),
+        numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero"),
+    ]
+    output = helper.make_tensor_value_info("embeddings", TensorProto.FLOAT, ["batch", EMBEDDING_DIM])
+    graph = helper.make_graph(nodes, "bag-of-embeddings", inputs, [output], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    directory.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(directory / "model.onnx"))
+    shutil.copyfile(tokenizer_json, directory / "tokenizer.json")
+    manifest = {
+        "format": "ptmkit-export/1",
+        "family": "bert",
+        "task": "embedding",
+        "inputs": INPUTS,
+        "outputs": [{"name": "embeddings", "dtype": "float32", "shape": ["batch", EMBEDDING_DIM]}],
+        "labels": [],
+        "max_sequence_length": MAX_SEQUENCE_LENGTH,
+        "pad_token_id": 0,
+        "tokenizer": "tokenizer.json",
+        "pooling": {"mode": "mean", "normalize": True},
+        "variants": {"fp32": {"file": "model.onnx"}},
+    }
+    (directory / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    return directory
+
+
+def embedding_reference(table_feeds: dict[str, np.ndarray]) -> np.ndarray:
+    """What :func:`make_embedding_export`'s graph computes, in NumPy (float64)."""
+    table = np.random.default_rng(3).normal(size=(VOCABULARY_SIZE, EMBEDDING_DIM)).astype(np.float32)
+    mask = table_feeds["padding_mask"].astype(np.float64)
+    summed = (table[table_feeds["token_ids"]] * mask[..., None]).sum(axis=1)
+    mean = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1.0)
+    return mean / np.linalg.norm(mean, axis=1, keepdims=True)

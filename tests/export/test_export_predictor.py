@@ -213,3 +213,43 @@ def test_manifest_disagreeing_with_model(tiny_export: TinyExport, tmp_path: Path
     (directory / "tokenizer.json").write_text("not a tokenizer")
     with pytest.raises(ExportDirError, match=r"tokenizer\.json: cannot load tokenizer"):
         Predictor(directory, variant="fp32")
+
+
+# --- execution providers --------------------------------------------------------------------------
+
+
+def test_cuda_falls_back_to_cpu_with_a_warning(tiny_export: TinyExport, fp32: Predictor) -> None:
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("onnxruntime-gpu is installed: no fallback to check")
+    with pytest.warns(RuntimeWarning, match=r"device='cuda' but this onnxruntime .* has no CUDAExecutionProvider .*running on CPU"):
+        predictor = Predictor(tiny_export.directory, variant="fp32", threads=1, device="cuda")
+    assert predictor.session.get_providers() == ["CPUExecutionProvider"]
+    np.testing.assert_array_equal(predictor.logits(TEXTS), fp32.logits(TEXTS))
+    assert Predictor(tiny_export.directory, variant="fp32", device="cpu").session.get_providers() == ["CPUExecutionProvider"]
+    with pytest.raises(ValueError, match="device must be one of cpu, cuda, got 'tpu'"):
+        Predictor(tiny_export.directory, device="tpu")
+    with pytest.raises(ValueError, match="not both"):
+        Predictor(tiny_export.directory, device="cpu", providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.filterwarnings("ignore:Specified provider:UserWarning")  # ONNX Runtime's own, on this CPU build
+def test_cuda_providers_when_onnxruntime_gpu_is_there(tiny_export: TinyExport, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With onnxruntime-gpu, "cuda" asks for TensorRT (when built in), CUDA, then CPU for the rest."""
+    import onnxruntime as ort
+
+    from ptmkit_export.predictor import device_providers
+
+    everything = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setattr(ort, "get_available_providers", lambda: everything)
+    assert device_providers("cuda") == everything
+    monkeypatch.setattr(ort, "get_available_providers", lambda: everything[1:])
+    assert device_providers("cuda") == everything[1:]
+    assert device_providers("cpu") == ["CPUExecutionProvider"]
+    if "CUDAExecutionProvider" not in ort.capi._pybind_state.get_available_providers():
+        # onnxruntime-gpu without a usable GPU: ONNX Runtime falls back quietly, the Predictor says so.
+        with pytest.warns(RuntimeWarning, match="CUDAExecutionProvider could not be used"):
+            predictor = Predictor(tiny_export.directory, device="cuda")
+        assert predictor.session.get_providers() == ["CPUExecutionProvider"]
+        assert predictor.variant == "fp32"  # the manifest's int8 is CPU-only: CUDA defaults to fp32
