@@ -55,7 +55,7 @@ def read_tsv(path: Path) -> tuple[list[str], list[str]]:
     return texts, labels
 
 
-def stage_ptmkit(work: Path, epochs: int, learning_rate: float) -> dict[str, float]:
+def stage_ptmkit(work: Path, epochs: int, learning_rate: float, extra: list[str] | None = None) -> dict[str, float]:
     import numpy as np
 
     from ptmkit.exporting import export_run
@@ -69,7 +69,7 @@ def stage_ptmkit(work: Path, epochs: int, learning_rate: float) -> dict[str, flo
     started = time.perf_counter()
     overrides = [f"finetune.epochs={epochs}", f"finetune.batch_size={BATCH_SIZE}", f"finetune.sequence_length={SEQUENCE_LENGTH}",
                  f"finetune.learning_rate={learning_rate}", f"finetune.warmup_ratio={WARMUP_RATIO}", f"finetune.weight_decay={WEIGHT_DECAY}",
-                 f"finetune.seed={SEED}"]
+                 f"finetune.seed={SEED}", *(extra or [])]
     metrics = finetune(imported, TRAIN, DEV, tuned, overrides=overrides, test_file=TEST)
     seconds = time.perf_counter() - started
     export = export_run(tuned, int8=True)
@@ -178,6 +178,7 @@ def main() -> int:
     parser.add_argument("--stage", choices=[*STAGES, "report", "all"], default="all")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE)
+    parser.add_argument("--set", action="append", default=[], help="Extra ptmkit config override for the ptmkit stage (repeatable).")
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "bench-minilm-supersense")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -190,7 +191,11 @@ def main() -> int:
     if args.stage == "report":
         report(args.work)
         return 0
-    result = {"stage_ptmkit": stage_ptmkit, "stage_hf": stage_hf, "stage_frozen": stage_frozen}[f"stage_{args.stage}"](args.work, args.epochs, args.learning_rate)
+    if args.stage == "ptmkit":
+        result = stage_ptmkit(args.work, args.epochs, args.learning_rate, args.set)
+        result["overrides"] = args.set
+    else:
+        result = {"hf": stage_hf, "frozen": stage_frozen}[args.stage](args.work, args.epochs, args.learning_rate)
     result["epochs"] = args.epochs
     result["learning_rate"] = args.learning_rate
     (args.work / f"{args.stage}.json").write_text(json.dumps(result, indent=2))

@@ -72,6 +72,7 @@ class FinetuneConfig:
         head: the head's name (``classification``).
         epochs: passes over the training set.
         max_train_examples: use at most this many training examples (0: all), chosen with ``seed``.
+        adam_epsilon: AdamW's epsilon, in Keras' placement (see :func:`ptmkit.training.schedule.adamw`).
     """
 
     head: str = "classification"
@@ -81,6 +82,7 @@ class FinetuneConfig:
     learning_rate: float = 5e-5
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
+    adam_epsilon: float = 1e-6
     seed: int = 42
     max_train_examples: int = 0
     mixed_precision: bool = False

@@ -165,7 +165,7 @@ def finetune(
     steps_per_epoch = -(-len(texts) // ft.batch_size)
     total = steps_per_epoch * ft.epochs
     model.compile(
-        optimizer=adamw(ft.learning_rate, ft.weight_decay, total, ft.warmup_ratio),
+        optimizer=adamw(ft.learning_rate, ft.weight_decay, total, ft.warmup_ratio, ft.adam_epsilon),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         jit_compile=ft.jit_compile,

@@ -35,10 +35,15 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
 
 
-def adamw(learning_rate: float, weight_decay: float, total_steps: int, warmup_ratio: float) -> Any:
+def adamw(learning_rate: float, weight_decay: float, total_steps: int, warmup_ratio: float, epsilon: float = 1e-6) -> Any:
     """AdamW with :class:`WarmupLinearDecay`; LayerNorm scales/offsets and biases get no decay
-    (as BERT's optimizer and keras-hub's ``BertMaskedLM`` do)."""
+    (as BERT's optimizer and keras-hub's ``BertMaskedLM`` do); global gradient-norm clipping at 1.
+
+    Keras adds ``epsilon`` to the square root of the *uncorrected* second moment, so early in
+    training it weighs ``1 / sqrt(1 - beta_2^t)`` times more than the same epsilon in PyTorch's
+    AdamW (which adds it after bias correction).
+    """
     schedule = WarmupLinearDecay(learning_rate, int(round(warmup_ratio * total_steps)), total_steps)
-    optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=weight_decay, epsilon=1e-6, global_clipnorm=1.0)
+    optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=weight_decay, epsilon=epsilon, global_clipnorm=1.0)
     optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
     return optimizer
