@@ -90,13 +90,23 @@ def finetune(
 
 @app.command()
 def export(
-    run_dir: Annotated[Path, typer.Argument(help="A fine-tuned run directory (one with a head).")],
+    run_dir: Annotated[Path, typer.Argument(help="A fine-tuned run directory (one with a head), or a word-vector run.")],
     onnx: Annotated[bool, typer.Option("--onnx/--no-onnx", help="Write model.onnx (fp32).")] = True,
     int8: Annotated[bool, typer.Option("--int8", help="Also write model.int8.onnx (dynamic, per-channel).")] = False,
     out: Annotated[Path | None, typer.Option(help="Export directory (default: RUN_DIR/export).")] = None,
     dev: Annotated[Path | None, typer.Option(help="Labelled file for fp32-vs-int8 agreement (default: the run's dev file).")] = None,
+    vectors: Annotated[str | None, typer.Option(help="Word-vector runs: write a vector file: word2vec, word2vec-binary, glove or fasttext-vec.")] = None,
+    output: Annotated[Path | None, typer.Option(help="The vector file --vectors writes.")] = None,
 ) -> None:
-    """Export RUN_DIR to ONNX (checked against Keras), optionally quantized to int8."""
+    """Export RUN_DIR to ONNX (checked against Keras), optionally quantized to int8; or write a
+    word-vector run's vectors in a format the field reads (--vectors FORMAT --output FILE)."""
+    from ptmkit.wordvectors import commands as word_vectors
+
+    if vectors is not None or word_vectors.is_word_vector_run(run_dir):
+        if vectors is None and not onnx:
+            raise PtmkitError("nothing to export: give --vectors FORMAT --output FILE, or --onnx")
+        _report(f"exported {run_dir}", word_vectors.export(run_dir, vectors, output, out))
+        return
     if not onnx:
         raise PtmkitError("nothing to export: --no-onnx leaves no format (ONNX is the only one so far)")
     from ptmkit.exporting import export_run
@@ -141,6 +151,44 @@ def predict(
         raise PtmkitError(str(exc)) from None
     for item, prediction in zip(texts, predictor.predict(texts), strict=True):
         stdout.print_json(json.dumps({"text": item, **prediction.to_dict()}), indent=None)
+
+
+@app.command()
+def evaluate(
+    source: Annotated[Path, typer.Argument(help="A word-vector run directory, or a vector file (word2vec, GloVe, .vec).")],
+    wordsim: Annotated[list[Path] | None, typer.Option(help="Word-pair similarity file (word1<TAB>word2<TAB>score), e.g. data/eval/wordsim353.tsv.")] = None,
+    analogy: Annotated[list[Path] | None, typer.Option(help="Analogy file (': section' lines, 'a b c d'), e.g. data/eval/questions-words.txt.")] = None,
+    restrict_vocab: Annotated[int, typer.Option(min=1, help="Use only the most frequent words (gensim's restrict_vocab).")] = 300000,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the full results as JSON.")] = False,
+) -> None:
+    """Evaluate static word vectors: Spearman's rho on word pairs, 3CosAdd analogy accuracy."""
+    from ptmkit.wordvectors import commands as word_vectors
+
+    results = word_vectors.evaluate(source, list(wordsim or []), list(analogy or []), restrict_vocab)
+    if as_json:
+        stdout.print_json(json.dumps(results))
+        return
+    for item in results["wordsim"]:
+        console.print(f"{item['file']}: Spearman rho {item['spearman']:.4f} on {item['pairs']} pairs ({item['oov_pairs']} out-of-vocabulary pairs skipped)")
+    for item in results["analogy"]:
+        for section in item["sections"]:
+            accuracy = "-" if section["accuracy"] is None else f"{section['accuracy']:.4f}"
+            console.print(f"  {section['section']}: {accuracy} ({section['correct']}/{section['questions']})")
+        console.print(f"{item['file']}: 3CosAdd accuracy {item['accuracy']:.4f} ({item['correct']}/{item['questions']}; {item['oov_questions']} questions with out-of-vocabulary words skipped)")
+
+
+@app.command()
+def embed(
+    run_dir: Annotated[Path, typer.Argument(help="A word-vector run directory (or a vector file).")],
+    words: Annotated[list[str] | None, typer.Option("--words", help="Words to look up (repeatable; several per option too).")] = None,
+) -> None:
+    """Print one JSON line per word: its vector (fastText: out-of-vocabulary words from their n-grams)."""
+    from ptmkit.wordvectors import commands as word_vectors
+
+    if not words:
+        raise PtmkitError("nothing to embed: give --words WORD ...")
+    for record in word_vectors.embed_words(run_dir, [w for item in words for w in item.split()]):
+        print(word_vectors.dumps(record))
 
 
 @app.command()
