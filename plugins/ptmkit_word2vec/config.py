@@ -30,6 +30,8 @@ class Word2VecConfig:
         min_alpha: final learning rate.
         batch_size: examples per SGD step (all updated from the same parameters; larger is
             faster but diverges on frequent words beyond a few thousand).
+        hot_row_limit: a vector updated ``n`` times in one batch, ``n`` above this, gets this
+            ``/ n`` of each update, so that frequent words cannot diverge (0: off).
         lowercase: lower-case the corpus before counting and training.
         seed: initial vectors, windows, sub-sampling and noise words.
         jit_compile: XLA-compile the SGD step (much faster on CPU).
@@ -48,6 +50,7 @@ class Word2VecConfig:
     alpha: float = 0.025
     min_alpha: float = 0.0001
     batch_size: int = 4096
+    hot_row_limit: float = 64.0
     lowercase: bool = False
     seed: int = 1
     jit_compile: bool = True
@@ -58,7 +61,7 @@ class Word2VecConfig:
         for name in ("vector_size", "window", "min_count", "epochs", "batch_size"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")
-        for name in ("max_vocab", "negative", "sample", "alpha", "min_alpha"):
+        for name in ("max_vocab", "negative", "sample", "alpha", "min_alpha", "hot_row_limit"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"config key 'model.{name}' must be >= 0, got {getattr(self, name)}")
         if not self.negative and not self.hs:

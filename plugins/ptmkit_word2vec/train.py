@@ -64,6 +64,7 @@ def train_word2vec(corpus: Path, run_dir: Path, config: Word2VecConfig, console:
         batch_examples=config.batch_size,
         seed=config.seed,
         jit_compile=config.jit_compile,
+        hot_limit=config.hot_row_limit,
     )
     step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial, schedule, report=console.print)
     vocabulary.save(run_dir / VOCABULARY_FILE)

@@ -103,15 +103,24 @@ def _width(lengths: np.ndarray, multiple: int) -> int:
     return max(multiple, -(-longest // multiple) * multiple)
 
 
-def make_batch(examples: Examples, output: OutputLayer, rng: np.random.Generator, batch_examples: int, pad_width: int = 4) -> dict[str, np.ndarray]:
+def make_batch(
+    examples: Examples, output: OutputLayer, rng: np.random.Generator, batch_examples: int, pad_width: int = 4, hot_limit: float = 0.0
+) -> dict[str, np.ndarray]:
     """The arrays one :class:`WordPredictionStep` call takes, for at most ``batch_examples`` examples.
 
     Returns:
         ``bag_row`` ``(P, Lb)`` int32 and ``bag_weight`` ``(P, Lb)`` float32 (1 for a real row);
         ``item_row`` ``(P, Li)`` int32, ``item_label``, ``item_weight`` and ``item_hs`` ``(P, Li)``
-        float32 (``item_hs`` is 1 for hierarchical-softmax items). ``P = batch_examples``; the
-        widths ``Lb`` and ``Li`` are rounded up to multiples of ``pad_width`` and padding has
+        float32 (``item_hs`` is 1 for hierarchical-softmax items); ``bag_scale`` and
+        ``item_scale``, the share of its update each row gets (below). ``P = batch_examples``;
+        the widths ``Lb`` and ``Li`` are rounded up to multiples of ``pad_width`` and padding has
         weight 0, so XLA sees few distinct shapes.
+
+    Hot rows: all updates of a batch are computed from the same parameters and summed, so a row
+    that occurs ``n`` times in a batch moves ``n`` steps at once; with ``n`` in the hundreds (a
+    tiny vocabulary, the most frequent noise words) input and output vectors feed each other's
+    growth and training diverges. With ``hot_limit > 0`` a row occurring ``n > hot_limit`` times
+    gets ``hot_limit / n`` of each of its updates.
     """
     count, size = len(examples), batch_examples
     bag_lengths = np.bincount(examples.bag_example, minlength=count)
@@ -146,14 +155,33 @@ def make_batch(examples: Examples, output: OutputLayer, rng: np.random.Generator
         labels.append((1.0 - code) * mask)
         weights.append(mask)
         hs.append(np.ones((size, width), np.float32))
+    item_row = np.concatenate(rows, axis=1).astype(np.int32)
+    item_weight = np.concatenate(weights, axis=1)
     return {
         "bag_row": bag_row,
         "bag_weight": bag_weight,
-        "item_row": np.concatenate(rows, axis=1).astype(np.int32),
+        "bag_scale": _hot_scale(bag_row, bag_weight, hot_limit),
+        "item_row": item_row,
         "item_label": np.concatenate(labels, axis=1),
-        "item_weight": np.concatenate(weights, axis=1),
+        "item_weight": item_weight,
         "item_hs": np.concatenate(hs, axis=1),
+        "item_scale": _hot_scale(item_row, item_weight, hot_limit),
     }
+
+
+def _hot_scale(rows: np.ndarray, weight: np.ndarray, hot_limit: float) -> np.ndarray:
+    if not hot_limit:
+        return np.ones(rows.shape, np.float32)
+    real = rows[weight > 0]
+    unique, counts = np.unique(real, return_counts=True)
+    hot = counts > hot_limit
+    scale = np.ones(rows.shape, np.float32)
+    if hot.any():
+        where = np.searchsorted(unique, rows).clip(0, len(unique) - 1)
+        found = unique[where] == rows
+        share = np.where(hot, hot_limit / counts, 1.0).astype(np.float32)
+        scale = np.where(found, share[where], 1.0).astype(np.float32)
+    return scale
 
 
 class WordPredictionStep:
@@ -193,8 +221,9 @@ class WordPredictionStep:
             g = (label - tf.sigmoid(f)) * lr * weight
             dh = tf.einsum("pl,pld->pd", g, u)
             du = g[:, :, None] * h[:, None, :]
+            du = du * batch["item_scale"][:, :, None]
             w_out.scatter_add(tf.IndexedSlices(tf.reshape(du, (-1, dim)), tf.reshape(item_row, (-1,))))
-            dx = bag_weight[:, :, None] * dh[:, None, :]
+            dx = (bag_weight * batch["bag_scale"])[:, :, None] * dh[:, None, :]
             w_in.scatter_add(tf.IndexedSlices(tf.reshape(dx, (-1, dim)), tf.reshape(bag_row, (-1,))))
             sign = 2.0 * label - 1.0
             return tf.reduce_sum(weight * tf.math.softplus(-sign * f)) / tf.maximum(tf.reduce_sum(weight), 1.0)

@@ -40,6 +40,8 @@ class SGDSchedule:
         chunk_tokens: tokens per corpus chunk (examples are built chunk by chunk).
         seed: seeds initialisation, windows, sub-sampling and noise words.
         jit_compile: XLA-compile the step.
+        hot_limit: a row updated more often in one batch gets ``hot_limit / n`` of each update
+            (:func:`ptmkit.objectives.word_prediction.make_batch`); 0 turns this off.
     """
 
     epochs: int = 5
@@ -51,6 +53,7 @@ class SGDSchedule:
     chunk_tokens: int = 65536
     seed: int = 1
     jit_compile: bool = True
+    hot_limit: float = 64.0
 
     def lr(self, progress: float) -> float:
         return max(self.min_alpha, self.alpha - (self.alpha - self.min_alpha) * progress)
@@ -77,7 +80,7 @@ def _batches(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: 
         start = 0
         while len(examples) - start >= schedule.batch_examples or (final and start < len(examples)):
             stop = min(start + schedule.batch_examples, len(examples))
-            batch = make_batch(examples.slice(start, stop), output, rng, schedule.batch_examples, schedule.pad_width)
+            batch = make_batch(examples.slice(start, stop), output, rng, schedule.batch_examples, schedule.pad_width, schedule.hot_limit)
             yield batch, schedule.lr(float(where[start])), epoch, int(where[stop - 1] * total * raw_per_token)
             start = stop
         buffer = [examples.slice(start, len(examples))] if start < len(examples) else []
