@@ -77,7 +77,9 @@ def train_fasttext(corpus: Path, run_dir: Path, config: FastTextConfig, console:
     subwords = vocabulary_subwords(vocabulary.words, config.minn, config.maxn, bucket)
     rng = np.random.default_rng(config.seed)
     # fastText: input rows uniform in [-1/dim, 1/dim], output rows zero.
-    initial = rng.uniform(-1.0 / config.vector_size, 1.0 / config.vector_size, (size + bucket, config.vector_size)).astype(np.float32)
+    initial = rng.random((size + bucket, config.vector_size), dtype=np.float32)
+    initial *= 2.0 / config.vector_size
+    initial -= 1.0 / config.vector_size
     output = OutputLayer(size, config.negative, noise_table(vocabulary.counts, config.ns_exponent))
     window = config.window
     examples = skipgram_examples if config.architecture == "skipgram" else cbow_examples
