@@ -267,8 +267,14 @@ class TokenFile:
             first = last
 
 
-def encode_corpus(texts: Iterable[str], vocabulary: Vocabulary, directory: str | os.PathLike[str], lowercase: bool = False, block: int = 1 << 20) -> TokenFile:
+def encode_corpus(
+    texts: Iterable[str], vocabulary: Vocabulary, directory: str | os.PathLike[str], lowercase: bool = False, block: int = 1 << 20, unknown: int | None = None, end: int | None = None
+) -> TokenFile:
     """Write the corpus as word ids to ``directory/ids.int32`` and ``offsets.int64``, in blocks.
+
+    Args:
+        unknown: the id out-of-vocabulary words become (a language model's ``<unk>``); None drops them.
+        end: an id appended to every line (a language model's ``</s>``); None appends nothing.
 
     Returns:
         the :class:`TokenFile` (memory-mapped).
@@ -283,9 +289,14 @@ def encode_corpus(texts: Iterable[str], vocabulary: Vocabulary, directory: str |
         for text in texts:
             words = (text.lower() if lowercase else text).split()
             raw += len(words)
-            ids = [i for i in map(index.get, words) if i is not None]
+            if unknown is None:
+                ids = [i for i in map(index.get, words) if i is not None]
+            else:
+                ids = [index.get(w, unknown) for w in words]
             if not ids:
                 continue
+            if end is not None:
+                ids.append(end)
             buffer.extend(ids)
             total += len(ids)
             offsets.append(total)
