@@ -113,3 +113,20 @@ def test_unusable_corpora_get_one_line_errors(tmp_path: Path, text: str, expecte
         build_vocabulary(corpus, read_corpus(corpus), min_count=5)
     message = str(info.value)
     assert "\n" not in message and message.startswith(str(corpus)) and expected in message
+
+
+def test_dynamic_window_weights_near_words_as_word2vec() -> None:
+    """word2vec.c / gensim: each center sees ``window - b`` words per side, ``b`` uniform in
+    ``0 .. window-1``; so a word at distance ``d`` is a context with probability ``(window - d + 1) / window``."""
+    from ptmkit.objectives.word_prediction import window_pairs
+
+    window, size = 5, 200_000
+    sentence = np.repeat(np.arange(4), size // 4)  # four long sentences: no pair crosses them
+    center, context = window_pairs(sentence, window, np.random.default_rng(0))
+    assert np.all(sentence[center] == sentence[context])
+    distance = np.abs(context - center)
+    assert distance.min() == 1 and distance.max() == window
+    for d in range(1, window + 1):
+        expected = 2 * (size - 4 * d) * (window - d + 1) / window
+        assert abs((distance == d).sum() / expected - 1) < 0.01
+    assert np.all(np.diff(center) >= 0)  # corpus order, as gensim walks the sentence

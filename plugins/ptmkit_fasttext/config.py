@@ -28,7 +28,9 @@ class FastTextConfig:
         sample: sub-sampling threshold (word2vec's formula, as gensim's FastText).
         negative: noise words per example.
         ns_exponent: exponent of the noise distribution.
-        epochs, alpha, min_alpha, batch_size, hot_row_limit, lowercase, seed, jit_compile: as
+        batch_size: examples per SGD step; a skip-gram example is a center word (its n-gram
+            rows) with all the words of its window, a CBOW example a window.
+        epochs, alpha, min_alpha, hot_row_limit, lowercase, seed, jit_compile: as
             :class:`ptmkit_word2vec.Word2VecConfig`.
     """
 
@@ -46,7 +48,7 @@ class FastTextConfig:
     epochs: int = 5
     alpha: float = 0.025
     min_alpha: float = 0.0001
-    batch_size: int = 4096
+    batch_size: int = 2048
     hot_row_limit: float = 64.0
     lowercase: bool = False
     seed: int = 1

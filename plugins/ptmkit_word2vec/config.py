@@ -28,8 +28,10 @@ class Word2VecConfig:
         epochs: passes over the corpus.
         alpha: initial learning rate, decaying linearly to ``min_alpha`` over all epochs.
         min_alpha: final learning rate.
-        batch_size: examples per SGD step (all updated from the same parameters; larger is
-            faster but diverges on frequent words beyond a few thousand).
+        batch_size: examples (word pairs for skip-gram, windows for CBOW) per SGD step, all
+            updated from the same parameters; 0 picks 4,096, or 1,024 with hierarchical softmax
+            (whose top inner nodes are on every path). Larger is faster but moves frequent
+            vectors many steps at once: WordSim-353 falls from 0.20 at 4,096 to 0.16 at 16,384.
         hot_row_limit: a vector updated ``n`` times in one batch, ``n`` above this, gets this
             ``/ n`` of each update, so that frequent words cannot diverge (0: off).
         lowercase: lower-case the corpus before counting and training.
@@ -49,7 +51,7 @@ class Word2VecConfig:
     epochs: int = 5
     alpha: float = 0.025
     min_alpha: float = 0.0001
-    batch_size: int = 4096
+    batch_size: int = 0
     hot_row_limit: float = 64.0
     lowercase: bool = False
     seed: int = 1
@@ -58,10 +60,10 @@ class Word2VecConfig:
     def validate(self) -> None:
         if self.architecture not in ARCHITECTURES:
             raise ConfigError(f"config key 'model.architecture' must be one of {', '.join(ARCHITECTURES)}, got {self.architecture!r}")
-        for name in ("vector_size", "window", "min_count", "epochs", "batch_size"):
+        for name in ("vector_size", "window", "min_count", "epochs"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")
-        for name in ("max_vocab", "negative", "sample", "alpha", "min_alpha", "hot_row_limit"):
+        for name in ("max_vocab", "negative", "sample", "alpha", "min_alpha", "hot_row_limit", "batch_size"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"config key 'model.{name}' must be >= 0, got {getattr(self, name)}")
         if not self.negative and not self.hs:

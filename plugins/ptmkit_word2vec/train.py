@@ -61,7 +61,7 @@ def train_word2vec(corpus: Path, run_dir: Path, config: Word2VecConfig, console:
         alpha=config.alpha,
         min_alpha=config.min_alpha,
         sample=config.sample,
-        batch_examples=config.batch_size,
+        batch_examples=config.batch_size or (1024 if config.hs else 4096),
         seed=config.seed,
         jit_compile=config.jit_compile,
         hot_limit=config.hot_row_limit,

@@ -40,28 +40,49 @@ class Examples:
     Attributes:
         bag_example: ``(M,)`` int64, sorted: the example each bag row belongs to (``0 .. E-1``).
         bag_row: ``(M,)`` int32 input-matrix rows.
-        target: ``(E,)`` int32 target word ids.
+        target: ``(T,)`` int32 target word ids.
+        target_example: ``(T,)`` int64, sorted: the example each target belongs to; None when
+            every example has exactly one target (``target[e]``).
+        count: number of examples ``E`` (when ``target_example`` is given).
     """
 
     bag_example: np.ndarray
     bag_row: np.ndarray
     target: np.ndarray
+    target_example: np.ndarray | None = None
+    count: int = -1
 
     def __len__(self) -> int:
-        return len(self.target)
+        return len(self.target) if self.target_example is None else self.count
+
+    def owners(self) -> np.ndarray:
+        """``(T,)`` the example of each target."""
+        return np.arange(len(self.target), dtype=np.int64) if self.target_example is None else self.target_example
 
     def slice(self, start: int, stop: int) -> Examples:
         """Examples ``start .. stop`` renumbered from 0."""
         lo, hi = np.searchsorted(self.bag_example, [start, stop])
-        return Examples(self.bag_example[lo:hi] - start, self.bag_row[lo:hi], self.target[start:stop])
+        bags = (self.bag_example[lo:hi] - start, self.bag_row[lo:hi])
+        if self.target_example is None:
+            return Examples(*bags, self.target[start:stop])
+        t_lo, t_hi = np.searchsorted(self.target_example, [start, stop])
+        return Examples(*bags, self.target[t_lo:t_hi], self.target_example[t_lo:t_hi] - start, stop - start)
 
     @staticmethod
     def concatenate(parts: list[Examples]) -> Examples:
-        shift, bags = 0, []
+        shift, bags, owners = 0, [], []
         for part in parts:
             bags.append(part.bag_example + shift)
+            owners.append(part.owners() + shift)
             shift += len(part)
-        return Examples(np.concatenate(bags), np.concatenate([p.bag_row for p in parts]), np.concatenate([p.target for p in parts]))
+        grouped = any(p.target_example is not None for p in parts)
+        return Examples(
+            np.concatenate(bags),
+            np.concatenate([p.bag_row for p in parts]),
+            np.concatenate([p.target for p in parts]),
+            np.concatenate(owners) if grouped else None,
+            shift if grouped else -1,
+        )
 
 
 @dataclasses.dataclass
@@ -126,31 +147,35 @@ def make_batch(
     bag_lengths = np.bincount(examples.bag_example, minlength=count)
     bag_row, bag_weight = _dense(examples.bag_example, examples.bag_row.astype(np.int32), size, _width(bag_lengths, pad_width))
     rows, labels, weights, hs = [], [], [], []
+    owner = examples.owners()
+    targets = examples.target.astype(np.int64)
     if output.negative:
         assert output.noise is not None
         k = output.negative
-        negatives = output.noise[rng.integers(0, len(output.noise), size=(size, k))]
-        target = np.zeros(size, np.int32)
-        target[:count] = examples.target
-        rows.append(np.concatenate([target[:, None], negatives], axis=1))
-        label = np.zeros((size, k + 1), np.float32)
+        negatives = output.noise[rng.integers(0, len(output.noise), size=(len(targets), k))]
+        pairs = np.concatenate([targets[:, None], negatives], axis=1)
+        label = np.zeros(pairs.shape, np.float32)
         label[:, 0] = 1.0
-        weight = np.ones((size, k + 1), np.float32)
-        weight[:, 1:] = negatives != target[:, None]
-        weight[count:] = 0.0
-        labels.append(label)
-        weights.append(weight)
-        hs.append(np.zeros((size, k + 1), np.float32))
+        weight = np.ones(pairs.shape, np.float32)
+        weight[:, 1:] = negatives != targets[:, None]
+        item_owner = np.repeat(owner, k + 1)
+        width = _width(np.bincount(item_owner, minlength=count), pad_width)
+        row, mask = _dense(item_owner, pairs.ravel().astype(np.int32), size, width)
+        rows.append(row)
+        labels.append(_dense(item_owner, label.ravel(), size, width)[0])
+        weights.append(_dense(item_owner, weight.ravel(), size, width)[0] * mask)
+        hs.append(np.zeros((size, width), np.float32))
     if output.huffman is not None:
         huffman = output.huffman
-        starts = huffman.offsets[examples.target]
-        lengths = huffman.offsets[examples.target + 1] - starts
-        example = np.repeat(np.arange(count, dtype=np.int64), lengths)
-        position = starts[example] + (np.arange(len(example)) - np.repeat(np.cumsum(lengths) - lengths, lengths))
+        starts = huffman.offsets[targets]
+        lengths = huffman.offsets[targets + 1] - starts
+        target_index = np.repeat(np.arange(len(targets), dtype=np.int64), lengths)
+        position = starts[target_index] + (np.arange(len(target_index)) - np.repeat(np.cumsum(lengths) - lengths, lengths))
+        item_owner = owner[target_index]
         shift = output.vocabulary_size if output.negative else 0
-        width = _width(lengths, pad_width)
-        point, mask = _dense(example, huffman.points[position] + np.int32(shift), size, width)
-        code, _ = _dense(example, huffman.codes[position].astype(np.float32), size, width)
+        width = _width(np.bincount(item_owner, minlength=count), pad_width)
+        point, mask = _dense(item_owner, huffman.points[position] + np.int32(shift), size, width)
+        code, _ = _dense(item_owner, huffman.codes[position].astype(np.float32), size, width)
         rows.append(point)
         labels.append((1.0 - code) * mask)
         weights.append(mask)
@@ -301,15 +326,23 @@ def window_pairs(sentence: np.ndarray, window: int, rng: np.random.Generator) ->
 def skipgram_examples(ids: np.ndarray, sentence: np.ndarray, window: int, rng: np.random.Generator, subwords: Subwords | None = None) -> Examples:
     """Skip-gram examples of a chunk of (sub-sampled) word ids.
 
-    Without ``subwords`` (word2vec.c, gensim): input = the context word's vector, target = the
-    center word. With ``subwords`` (fastText): input = the center word's rows, target = the
-    context word.
+    Without ``subwords`` (word2vec.c, gensim): one example per (center, context) pair, input =
+    the context word's vector, target = the center word.
+
+    With ``subwords`` (fastText): one example per center word, input = the center's word and
+    n-gram rows, targets = the words of its window (fastText's orientation). Grouping a center's
+    targets computes and updates its tens of input rows once per window instead of once per
+    pair, which is most of fastText's work; fastText itself updates them after each pair.
     """
     center, context = window_pairs(sentence, window, rng)
     if subwords is None:
         return Examples(np.arange(len(center), dtype=np.int64), ids[context].astype(np.int32), ids[center].astype(np.int32))
-    owner, rows = subwords.expand(ids[center])
-    return Examples(owner, rows.astype(np.int32), ids[context].astype(np.int32))
+    if not len(center):
+        return Examples(np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int64), 0)
+    first = np.r_[True, center[1:] != center[:-1]]
+    target_example = np.cumsum(first) - 1
+    owner, rows = subwords.expand(ids[center[first]])
+    return Examples(owner, rows.astype(np.int32), ids[context].astype(np.int32), target_example.astype(np.int64), int(first.sum()))
 
 
 def cbow_examples(ids: np.ndarray, sentence: np.ndarray, window: int, rng: np.random.Generator, subwords: Subwords | None = None) -> Examples:
