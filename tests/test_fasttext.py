@@ -148,3 +148,14 @@ def test_onnx_export_computes_oov_vectors_from_ngram_ids(trained: Path, tmp_path
     session = ort.InferenceSession(str(tmp_path / "export" / "model.onnx"), providers=["CPUExecutionProvider"])
     out = session.run(["vectors"], feeds)[0]
     np.testing.assert_allclose(out, np.stack([vectors.vector(w) for w in words]), atol=1e-6)
+
+
+def test_cbow_with_subwords_learns(tmp_path: Path) -> None:
+    lines = (DATA / "corpus" / "enwiki-106.txt").read_text(encoding="utf-8").lower().splitlines()[:300]
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "cbow"
+    argv = ["train", "fasttext", "--corpus", str(corpus), "--out", str(out), "--set", "model.architecture=cbow", "--set", "model.bucket=5000", "--set", "model.vector_size=16", "--set", "model.min_count=2", "--set", "model.epochs=3"]
+    assert main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["final_loss"] < 0.9 * np.log(2) and metrics["subword_rows_per_word"] > 5

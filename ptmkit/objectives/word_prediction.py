@@ -120,8 +120,12 @@ def _dense(owner: np.ndarray, values: np.ndarray, count: int, width: int) -> tup
 
 
 def _width(lengths: np.ndarray, multiple: int) -> int:
+    """Padded width: a multiple of ``multiple`` up to 4 of them, then the next power of two, so
+    that few distinct shapes reach XLA (each compiles once) and padding wastes at most half."""
     longest = int(lengths.max()) if len(lengths) else 1
-    return max(multiple, -(-longest // multiple) * multiple)
+    if longest <= 4 * multiple:
+        return max(multiple, -(-longest // multiple) * multiple)
+    return 1 << (longest - 1).bit_length()
 
 
 def make_batch(
@@ -134,8 +138,8 @@ def make_batch(
         ``item_row`` ``(P, Li)`` int32, ``item_label``, ``item_weight`` and ``item_hs`` ``(P, Li)``
         float32 (``item_hs`` is 1 for hierarchical-softmax items); ``bag_scale`` and
         ``item_scale``, the share of its update each row gets (below). ``P = batch_examples``;
-        the widths ``Lb`` and ``Li`` are rounded up to multiples of ``pad_width`` and padding has
-        weight 0, so XLA sees few distinct shapes.
+        the widths ``Lb`` and ``Li`` are rounded up (multiples of ``pad_width``, then powers of
+        two) and padding has weight 0, so XLA sees few distinct shapes.
 
     Hot rows: all updates of a batch are computed from the same parameters and summed, so a row
     that occurs ``n`` times in a batch moves ``n`` steps at once; with ``n`` in the hundreds (a
