@@ -4,7 +4,7 @@ As stanfordnlp/GloVe ``cooccur.c``: a word pair at distance ``d <= window`` with
 ``1 / d`` to ``X[i, j]`` and to ``X[j, i]`` (symmetric); out-of-vocabulary words are dropped
 before distances are measured. The corpus is read chunk by chunk; each chunk's pairs are reduced
 to distinct ``(i, j)`` keys (``i * V + j``, int64) and merged into a sorted sparse accumulator, so
-memory is the number of distinct co-occurring pairs, never ``V x V`` and never the corpus.
+memory is ``O(non-zero pairs + chunk_tokens x window)``: never ``V x V``, never the corpus.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def count_cooccurrences(tokens: TokenFile, vocabulary_size: int, window: int, ch
             pending_keys += [a * size + b, b * size + a]
             pending_values += [weight, weight]
             pending += 2 * len(a)
-        if pending >= 4 * chunk_tokens * window:
+        if pending >= 2 * chunk_tokens * window:  # about one chunk's pairs: merged right away
             acc_keys, acc_values = _merge(acc_keys, acc_values, pending_keys, pending_values)
             pending_keys, pending_values, pending = [], [], 0
     acc_keys, acc_values = _merge(acc_keys, acc_values, pending_keys, pending_values)
