@@ -105,6 +105,8 @@ def export(
     if vectors is not None or word_vectors.is_word_vector_run(run_dir):
         if vectors is None and not onnx:
             raise PtmkitError("nothing to export: give --vectors FORMAT --output FILE, or --onnx")
+        if int8 or dev is not None:
+            raise PtmkitError("--int8/--dev apply to classifiers; word vectors are exported as float32 lookups")
         _report(f"exported {run_dir}", word_vectors.export(run_dir, vectors, output, out))
         return
     if not onnx:
