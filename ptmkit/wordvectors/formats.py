@@ -81,7 +81,7 @@ def read_vectors(path: str | os.PathLike[str], fmt: str | None = None) -> WordVe
     by non-text bytes, word2vec text when the first line is ``count dim``, else GloVe).
 
     GloVe lines are split on single spaces and their last ``dim`` fields are the numbers, so a
-    token containing spaces is read whole; ``dim`` is the smallest count of trailing numeric
+    token containing spaces is read whole; ``dim`` is the smallest positive count of trailing numeric
     fields over the first 100 lines.
 
     Raises:
@@ -129,9 +129,9 @@ def _read_text(path: Path, count: int | None, dim: int | None) -> WordVectors:
             probe = []
             for _, line in zip(range(100), handle, strict=False):
                 probe.append(_trailing_numbers(line.rstrip("\n").rstrip(" ").split(" ")))
-            dim = min(probe)
+            dim = min((p for p in probe if p), default=0)
             if dim == 0:
-                raise DataError(f"{path}: not a vector file (a line without numbers in the first 100)")
+                raise DataError(f"{path}: not a vector file (no line ending in numbers in the first 100)")
             handle.seek(0)
             lines = iter(enumerate(handle, 1))
         assert dim is not None
