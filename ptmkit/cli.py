@@ -92,14 +92,26 @@ def finetune(
 
 @app.command()
 def export(
-    run_dir: Annotated[Path, typer.Argument(help="A fine-tuned run directory (one with a head).")],
+    run_dir: Annotated[Path, typer.Argument(help="A fine-tuned run directory (one with a head), or a word-vector run.")],
     onnx: Annotated[bool, typer.Option("--onnx/--no-onnx", help="Write model.onnx (fp32).")] = True,
     int8: Annotated[bool, typer.Option("--int8", help="Also write model.int8.onnx (dynamic, per-channel).")] = False,
     out: Annotated[Path | None, typer.Option(help="Export directory (default: RUN_DIR/export).")] = None,
     dev: Annotated[Path | None, typer.Option(help="Labelled file for fp32-vs-int8 agreement (default: the run's dev file).")] = None,
     triton: Annotated[Path | None, typer.Option(help="Also write a Triton Inference Server model repository here (REPO_DIR/NAME/config.pbtxt, 1/model.onnx).")] = None,
+    vectors: Annotated[str | None, typer.Option(help="Word-vector runs: write a vector file: word2vec, word2vec-binary, glove or fasttext-vec.")] = None,
+    output: Annotated[Path | None, typer.Option(help="The vector file --vectors writes.")] = None,
 ) -> None:
-    """Export RUN_DIR to ONNX (checked against Keras), optionally quantized to int8."""
+    """Export RUN_DIR to ONNX (checked against Keras), optionally quantized to int8; or write a
+    word-vector run's vectors in a format the field reads (--vectors FORMAT --output FILE)."""
+    from ptmkit.wordvectors import commands as word_vectors
+
+    if vectors is not None or word_vectors.is_word_vector_run(run_dir):
+        if vectors is None and not onnx:
+            raise PtmkitError("nothing to export: give --vectors FORMAT --output FILE, or --onnx")
+        if int8 or dev is not None:
+            raise PtmkitError("--int8/--dev apply to classifiers; word vectors are exported as float32 lookups")
+        _report(f"exported {run_dir}", word_vectors.export(run_dir, vectors, output, out))
+        return
     if not onnx:
         raise PtmkitError("nothing to export: --no-onnx leaves no format (ONNX is the only one so far)")
     from ptmkit.exporting import export_run
@@ -199,17 +211,30 @@ def _is_export_dir(path: Path) -> bool:
 
 @app.command()
 def embed(
-    path: Annotated[Path, typer.Argument(help="A run directory with a pre-trained or imported backbone, or an embedding export directory.")],
+    path: Annotated[Path, typer.Argument(help="A run directory with a pre-trained or imported backbone, an embedding export directory, or a word-vector run (or vector file) with --words.")],
     text: Annotated[list[str] | None, typer.Option("--text", help="A text to embed (repeatable).")] = None,
     file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too).")] = None,
     output: Annotated[Path | None, typer.Option(help="Write a (texts, dim) float32 .npy matrix here instead of JSON lines.")] = None,
     variant: Annotated[str | None, typer.Option(help="Export variant: fp32 or int8 (default: int8 when it passed its checks).")] = None,
+    words: Annotated[list[str] | None, typer.Option("--words", help="Word-vector runs: words to look up (repeatable; several per option too).")] = None,
 ) -> None:
-    """Sentence embeddings with the checkpoint's pooling: one JSON line per text, or a .npy matrix.
+    """Sentence embeddings with the checkpoint's pooling (one JSON line per text, or a .npy matrix),
+    or word vectors with --words (one JSON line per word; fastText: out-of-vocabulary words from
+    their n-grams).
 
     From a run directory through Keras, from an export directory through ONNX Runtime (no TensorFlow)."""
     import numpy as np
 
+    from ptmkit.wordvectors import commands as word_vectors
+
+    if words or word_vectors.is_word_vector_run(path) or path.is_file():
+        if text or file:
+            raise PtmkitError(f"{path}: --text/--file embed sentences with a transformer run; a word-vector run takes --words WORD ...")
+        if not words:
+            raise PtmkitError(f"{path}: is a word-vector run; give --words WORD ...")
+        for record in word_vectors.embed_words(path, [w for item in words for w in item.split()]):
+            print(word_vectors.dumps(record))
+        return
     texts = _read_texts(text, file)
     if not texts:
         raise PtmkitError("nothing to embed: give --text TEXT or --file FILE")
@@ -280,6 +305,30 @@ def predict(
         raise PtmkitError(f"{directory}: is an embedding export (no labels); `ptmkit embed {directory} --text ...` gives its embeddings")
     for item, prediction in zip(texts, predictor.predict(texts), strict=True):
         stdout.print_json(json.dumps({"text": item, **prediction.to_dict()}), indent=None)
+
+
+@app.command()
+def evaluate(
+    source: Annotated[Path, typer.Argument(help="A word-vector run directory, or a vector file (word2vec, GloVe, .vec).")],
+    wordsim: Annotated[list[Path] | None, typer.Option(help="Word-pair similarity file (word1<TAB>word2<TAB>score), e.g. data/eval/wordsim353.tsv.")] = None,
+    analogy: Annotated[list[Path] | None, typer.Option(help="Analogy file (': section' lines, 'a b c d'), e.g. data/eval/questions-words.txt.")] = None,
+    restrict_vocab: Annotated[int, typer.Option(min=1, help="Use only the most frequent words (gensim's restrict_vocab).")] = 300000,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the full results as JSON.")] = False,
+) -> None:
+    """Evaluate static word vectors: Spearman's rho on word pairs, 3CosAdd analogy accuracy."""
+    from ptmkit.wordvectors import commands as word_vectors
+
+    results = word_vectors.evaluate(source, list(wordsim or []), list(analogy or []), restrict_vocab)
+    if as_json:
+        stdout.print_json(json.dumps(results))
+        return
+    for item in results["wordsim"]:
+        console.print(f"{item['file']}: Spearman rho {item['spearman']:.4f} on {item['pairs']} pairs ({item['oov_pairs']} out-of-vocabulary pairs skipped)")
+    for item in results["analogy"]:
+        for section in item["sections"]:
+            accuracy = "-" if section["accuracy"] is None else f"{section['accuracy']:.4f}"
+            console.print(f"  {section['section']}: {accuracy} ({section['correct']}/{section['questions']})")
+        console.print(f"{item['file']}: 3CosAdd accuracy {item['accuracy']:.4f} ({item['correct']}/{item['questions']}; {item['oov_questions']} questions with out-of-vocabulary words skipped)")
 
 
 @app.command()

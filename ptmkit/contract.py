@@ -14,18 +14,23 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
     import keras
     import numpy as np
     import tokenizers
+    from rich.console import Console
+
+    from ptmkit.wordvectors import WordVectors
 
 
 # Capability names a backbone can provide.
 SEQUENCE_OUTPUT = "sequence_output"  # (batch, sequence, hidden) float
 POOLED_OUTPUT = "pooled_output"  # (batch, hidden) float
 TOKEN_EMBEDDING = "token_embedding"  # the backbone's token-embedding layer, for tied output heads
+WORD_VECTORS = "word_vectors"  # static word vectors: the family implements ModelFamily.load_word_vectors
 
 
 class SpecialTokens(NamedTuple):
@@ -54,6 +59,15 @@ class ModelFamily:
         default_objectives: tuple of objective names used when the user names none.
         input_names: tuple of the backbone's input names, in order (``token_ids``,
             ``segment_ids``, ``padding_mask`` for BERT), each ``(batch, sequence)`` int32.
+        trains_itself: bool. True when the family brings its own training loop (:meth:`train`):
+            ``ptmkit train NAME`` then calls it instead of the generic tokenizer + objectives
+            pre-training loop (static word vectors: word2vec's SGD over word windows, GloVe's
+            AdaGrad over co-occurrence counts). Such a family reads all its hyper-parameters,
+            training ones included, from its ``config_class`` (the ``[model]`` section).
+
+    Families of static word vectors list :data:`WORD_VECTORS` in ``provides`` and implement
+    :meth:`load_word_vectors`; ``ptmkit evaluate``, ``ptmkit embed --words`` and ``ptmkit export
+    --vectors`` / ``--onnx`` then serve them without knowing the family.
     """
 
     name: ClassVar[str]
@@ -62,6 +76,45 @@ class ModelFamily:
     provides: ClassVar[frozenset[str]] = frozenset()
     default_objectives: ClassVar[tuple[str, ...]] = ()
     input_names: ClassVar[tuple[str, ...]] = ("token_ids", "segment_ids", "padding_mask")
+    trains_itself: ClassVar[bool] = False
+
+    def train(self, corpus: Path, run_dir: Path, config: Any, console: Console) -> dict[str, Any]:
+        """Train on ``corpus`` and write the family's files into ``run_dir`` (when ``trains_itself``).
+
+        The core has created ``run_dir`` and written ``config.toml``; after this returns it writes
+        ``metrics.json`` (the returned dict) and the manifest, last. If this raises, the core
+        removes the run directory it created.
+
+        Args:
+            corpus: a text file (``.gz``/``.bz2`` too) or directory; read it with
+                :func:`ptmkit.data.readers.read_corpus` (streamed, blank lines skipped).
+            run_dir: the run directory.
+            config: an instance of ``config_class``, validated.
+            console: where progress lines go.
+
+        Returns:
+            dict of measured numbers (JSON-serialisable scalars): e.g. ``words_per_second``,
+            ``vocabulary_size``, ``tokens``.
+
+        Raises:
+            DataError: an unusable corpus (one line naming the file, with what was seen).
+            ConfigError: settings that cannot work together.
+        """
+        raise NotImplementedError
+
+    def load_word_vectors(self, run_dir: Path) -> WordVectors:
+        """The static word vectors of a finished run of this family (families providing
+        :data:`WORD_VECTORS`).
+
+        Returns:
+            a :class:`ptmkit.wordvectors.WordVectors`: words most frequent first, the ``(rows,
+            dim)`` float32 lookup matrix and each word's rows (one row; a subword family's
+            ``rows`` also answers out-of-vocabulary words).
+
+        Raises:
+            RunDirError: missing or corrupted files.
+        """
+        raise NotImplementedError
 
     def build_backbone(self, config: Any) -> keras.Model:
         """Build the backbone (a functional ``keras.Model``) from ``config``."""

@@ -10,6 +10,10 @@ Environment variables (the pytest / tox way out of a broken environment):
 * ``PTMKIT_STRICT_PLUGINS=1``: a plugin that raises on import re-raises instead of being skipped.
 * ``PTMKIT_DISABLE_PLUGIN_AUTOLOAD=1``: load no entry points (only the built-ins).
 * ``PTMKIT_DISABLED_PLUGINS=a,b``: skip the entry points with these names.
+* ``PTMKIT_PLUGINS=module_a,module_b``: also register these importable modules as plugins, after
+  the entry points (pytest's ``PYTEST_PLUGINS``): a plugin under development, or one on
+  ``PYTHONPATH`` whose distribution metadata is not installed. A module an entry point already
+  registered is not registered twice.
 """
 
 from __future__ import annotations
@@ -97,7 +101,28 @@ class Registry:
                 continue
             seen.add(key)
             registry._load_entry_point(ep)
+        for module_name in (n.strip() for n in os.environ.get("PTMKIT_PLUGINS", "").split(",")):
+            if module_name and module_name not in disabled:
+                registry._load_module(module_name)
         return registry
+
+    def _load_module(self, module_name: str) -> None:
+        """Register an importable module named in ``PTMKIT_PLUGINS`` (fault-isolated like an entry point)."""
+        import importlib
+
+        info = PluginInfo(module_name, "PTMKIT_PLUGINS", "0+local", module_name)
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:
+            if os.environ.get("PTMKIT_STRICT_PLUGINS") == "1":
+                raise
+            info.error = f"{type(exc).__name__}: {exc}"
+            warnings.warn(f"ptmkit: skipped plugin {module_name!r} from PTMKIT_PLUGINS: {info.error}", RuntimeWarning, stacklevel=2)
+            self.plugins.append(info)
+            return
+        if self.manager.is_registered(module):
+            return
+        self.register(module, info)
 
     def _load_entry_point(self, ep: importlib.metadata.EntryPoint) -> None:
         dist = ep.dist.name if ep.dist is not None else "?"

@@ -177,7 +177,10 @@ def pretrain(
     quiet_tensorflow()
     console = console or default_console()
     registry = registry or get_registry()
-    registry.family(family_name)
+    family = registry.family(family_name)
+    if family.trains_itself and (resume or tokenizer is not None):
+        option = "--resume" if resume else "--tokenizer"
+        raise ConfigError(f"{option}: the {family_name} family trains in one pass with its own vocabulary; drop {option} (and delete an interrupted run directory)")
     run = RunDir(out)
     stored: dict[str, Any] | None = None
     if run.path.exists() and not run.path.is_dir():
@@ -197,9 +200,10 @@ def pretrain(
 
     extra = [f"train.objectives={','.join(objectives)}"] if objectives else []
     config = resolve_config(registry, family_name, None if stored else config_path, (overrides or []) + extra, base=stored)
-    family = registry.family(family_name)
     if not Path(corpus).exists():
         raise DataError(f"{corpus}: no such corpus file or directory")
+    if family.trains_itself:
+        return _train_family(registry, family, config, Path(corpus), run, console)
     if tokenizer is not None and resume:
         raise ConfigError("--resume continues with the run's own tokenizer.json; drop --tokenizer")
     created = not run.path.exists()
@@ -226,6 +230,33 @@ def pretrain(
             shutil.rmtree(run.path, ignore_errors=True)
         raise
     return _fit(registry, config, family, tokenizer, run, corpus, console)
+
+
+def _train_family(registry: Registry, family: Any, config: RunConfig, corpus: Path, run: RunDir, console: Console) -> dict[str, Any]:
+    """Hand training to a family with its own loop (:attr:`ModelFamily.trains_itself`)."""
+    import dataclasses
+
+    created = not run.path.exists()
+    try:
+        run.path.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run / CONFIG, to_toml({"family": config.family, "model": dataclasses.asdict(config.model)}))
+        metrics = family.train(corpus, run.path, config.model, console)
+    except PtmkitError:
+        if created:
+            shutil.rmtree(run.path, ignore_errors=True)
+        raise
+    run.write_json(METRICS, metrics)
+    plugin = registry.owner("family", config.family)
+    run.write_manifest(
+        stage="pretrain",
+        family=config.family,
+        plugin={"name": plugin.name, "distribution": plugin.distribution, "version": plugin.version},
+        objectives=[],
+        head=None,
+        corpus=str(corpus.resolve()),
+        trainer="family",
+    )
+    return metrics
 
 
 def _read_tokenizer(path: Path) -> Any:

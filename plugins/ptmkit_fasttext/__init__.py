@@ -1,0 +1,104 @@
+"""ptmkit's fastText plugin: the ``fasttext`` family (Bojanowski et al. 2017), word vectors as
+the sum of a word vector and hashed character n-gram vectors, trained with skip-gram or CBOW and
+negative sampling; out-of-vocabulary words get vectors from their n-grams.
+
+It also adds ``ptmkit import-fasttext MODEL.bin --out RUN_DIR`` (through the
+``ptmkit_register_commands`` hook), which turns a Facebook fastText ``.bin`` into a run that every
+word-vector command serves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+import ptmkit
+from ptmkit.contract import WORD_VECTORS, ModelFamily
+from ptmkit_fasttext.config import FastTextConfig
+
+__all__ = ["FastTextConfig", "FastTextFamily"]
+
+
+class FastTextFamily(ModelFamily):
+    """fastText: words as bags of character n-grams."""
+
+    name = "fasttext"
+    description = "fastText skip-gram / CBOW with character n-grams (static word vectors, OOV vectors)"
+    config_class = FastTextConfig
+    provides = frozenset({WORD_VECTORS})
+    input_names = ("row_ids", "row_mask")
+    trains_itself = True
+
+    def train(self, corpus: Path, run_dir: Path, config: FastTextConfig, console: Any) -> dict[str, Any]:
+        from ptmkit_fasttext.train import train_fasttext
+
+        return train_fasttext(corpus, run_dir, config, console)
+
+    def load_word_vectors(self, run_dir: Path) -> Any:
+        from ptmkit_fasttext.train import load_run
+
+        return load_run(Path(run_dir))
+
+
+def import_fasttext(model: Path, out: Path) -> dict[str, Any]:
+    """Turn a Facebook fastText ``.bin`` into a ptmkit run directory (see :func:`ptmkit_fasttext.binfile.read_bin`).
+
+    Raises:
+        DataError: an unreadable, quantized or inconsistent model.
+        RunDirError: ``out`` exists and is not empty.
+    """
+    import shutil
+
+    from ptmkit.data.vocabulary import Vocabulary
+    from ptmkit.errors import RunDirError
+    from ptmkit.io import atomic_write_text
+    from ptmkit.plugins import get_registry
+    from ptmkit.rundir import RunDir
+    from ptmkit_fasttext.binfile import read_bin
+    from ptmkit_fasttext.train import save_run
+
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise RunDirError(f"{out}: exists and is not an empty directory; choose another --out")
+    fasttext = read_bin(model)
+    if not fasttext.words:
+        raise RunDirError(f"{model}: a model without words (a supervised classifier?) has no word vectors to import")
+    args = fasttext.args
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        vocabulary = Vocabulary(fasttext.words, fasttext.counts, fasttext.ntokens, len(fasttext.words), 0)
+        save_run(out, vocabulary, fasttext.input, int(args["minn"]), int(args["maxn"]), int(args["bucket"]), source=str(model.resolve()), args=args)
+        atomic_write_text(out / "config.toml", f'family = "fasttext"\n# imported from {model.resolve()}\n')
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    plugin = get_registry().owner("family", "fasttext")
+    RunDir(out).write_manifest(
+        stage="import",
+        family="fasttext",
+        plugin={"name": plugin.name, "distribution": plugin.distribution, "version": plugin.version},
+        source=str(model.resolve()),
+        fasttext_args=args,
+    )
+    return {"words": len(fasttext.words), "labels": len(fasttext.labels), "dim": int(args["dim"]), "minn": args["minn"], "maxn": args["maxn"], "bucket": args["bucket"]}
+
+
+@ptmkit.hookimpl
+def ptmkit_model_families() -> list[ModelFamily]:
+    """fastText."""
+    return [FastTextFamily()]
+
+
+@ptmkit.hookimpl
+def ptmkit_register_commands(cli: Any) -> None:
+    """``ptmkit import-fasttext MODEL.bin --out RUN_DIR``."""
+    @cli.command("import-fasttext")
+    def import_command(
+        model: Annotated[Path, typer.Argument(help="A Facebook fastText .bin model.")],
+        out: Annotated[Path, typer.Option(help="Run directory to create.")],
+    ) -> None:
+        """Import a Facebook fastText .bin (vocabulary, n-gram buckets, input matrix) as a run:
+        vectors, including out-of-vocabulary ones, equal fastText's."""
+        summary = import_fasttext(model, out)
+        print(f"imported {model} -> {out}: " + ", ".join(f"{k} {v}" for k, v in summary.items()))

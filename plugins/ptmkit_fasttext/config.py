@@ -1,0 +1,69 @@
+"""fastText hyper-parameters (the ``[model]`` section of a run config)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ptmkit.errors import ConfigError
+
+ARCHITECTURES = ("skipgram", "cbow")
+
+
+@dataclasses.dataclass
+class FastTextConfig:
+    """fastText's unsupervised models (Bojanowski et al. 2017), with gensim 4.4's ``FastText``
+    defaults for the learning rate and sub-sampling (``alpha = 0.025``, ``sample = 1e-3``) and
+    fastText's for the rest.
+
+    Attributes:
+        architecture: ``skipgram`` (a word's subwords predict its neighbours) or ``cbow`` (the
+            mean of the window's subwords predicts the word).
+        vector_size: dimensions.
+        window: largest context distance (dynamic window, as word2vec).
+        min_count: words occurring fewer times are dropped.
+        max_vocab: keep at most this many words (0: no limit).
+        minn: shortest character n-gram (``<`` and ``>`` mark the word's ends).
+        maxn: longest character n-gram (0: no n-grams, word2vec with fastText's init).
+        bucket: hash buckets for n-grams (rows after the word rows).
+        sample: sub-sampling threshold (word2vec's formula, as gensim's FastText).
+        negative: noise words per example.
+        ns_exponent: exponent of the noise distribution.
+        batch_size: examples per SGD step; a skip-gram example is a center word (its n-gram
+            rows) with all the words of its window, a CBOW example a window.
+        epochs, alpha, min_alpha, hot_row_limit, lowercase, seed, jit_compile: as
+            :class:`ptmkit_word2vec.Word2VecConfig`.
+    """
+
+    architecture: str = "skipgram"
+    vector_size: int = 100
+    window: int = 5
+    min_count: int = 5
+    max_vocab: int = 0
+    minn: int = 3
+    maxn: int = 6
+    bucket: int = 2_000_000
+    sample: float = 1e-3
+    negative: int = 5
+    ns_exponent: float = 0.75
+    epochs: int = 5
+    alpha: float = 0.025
+    min_alpha: float = 0.0001
+    batch_size: int = 2048
+    hot_row_limit: float = 64.0
+    lowercase: bool = False
+    seed: int = 1
+    jit_compile: bool = True
+
+    def validate(self) -> None:
+        if self.architecture not in ARCHITECTURES:
+            raise ConfigError(f"config key 'model.architecture' must be one of {', '.join(ARCHITECTURES)}, got {self.architecture!r}")
+        for name in ("vector_size", "window", "min_count", "epochs", "batch_size", "negative"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")
+        for name in ("max_vocab", "minn", "maxn", "bucket", "sample", "alpha", "min_alpha", "hot_row_limit"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"config key 'model.{name}' must be >= 0, got {getattr(self, name)}")
+        if self.maxn and (self.minn < 1 or self.minn > self.maxn):
+            raise ConfigError(f"config keys 'model.minn' = {self.minn} and 'model.maxn' = {self.maxn}: need 1 <= minn <= maxn (or maxn = 0)")
+        if self.maxn and not self.bucket:
+            raise ConfigError("config key 'model.bucket' = 0 leaves n-grams nowhere to go; set maxn = 0 too, or bucket > 0")

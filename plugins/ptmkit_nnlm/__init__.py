@@ -1,0 +1,43 @@
+"""ptmkit's NNLM plugin: the ``nnlm`` family, Bengio et al. 2003's neural probabilistic language
+model (shared word features ``C``, tanh hidden layer, softmax, optional direct connections),
+trained with Keras and measured by held-out perplexity; its feature matrix ``C`` is served as
+static word vectors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import ptmkit
+from ptmkit.contract import WORD_VECTORS, ModelFamily
+from ptmkit_nnlm.config import NNLMConfig
+
+__all__ = ["NNLMConfig", "NNLMFamily"]
+
+
+class NNLMFamily(ModelFamily):
+    """NNLM: an n-gram language model on learnt word features."""
+
+    name = "nnlm"
+    description = "Bengio et al. 2003 neural probabilistic language model (word features C as static vectors)"
+    config_class = NNLMConfig
+    provides = frozenset({WORD_VECTORS})
+    input_names = ("context_ids",)
+    trains_itself = True
+
+    def train(self, corpus: Path, run_dir: Path, config: NNLMConfig, console: Any) -> dict[str, Any]:
+        from ptmkit_nnlm.train import train_nnlm
+
+        return train_nnlm(corpus, run_dir, config, console)
+
+    def load_word_vectors(self, run_dir: Path) -> Any:
+        from ptmkit.wordvectors import load_run_vectors
+
+        return load_run_vectors(run_dir)
+
+
+@ptmkit.hookimpl
+def ptmkit_model_families() -> list[ModelFamily]:
+    """NNLM."""
+    return [NNLMFamily()]

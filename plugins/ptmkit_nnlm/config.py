@@ -1,0 +1,51 @@
+"""NNLM hyper-parameters (the ``[model]`` section of a run config)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ptmkit.errors import ConfigError
+
+
+@dataclasses.dataclass
+class NNLMConfig:
+    """Bengio et al. 2003's neural probabilistic language model.
+
+    Attributes:
+        context: ``n - 1`` previous words the model conditions on (the paper's best: 4, ``n = 5``).
+        vector_size: ``m``, dimensions of the shared word feature matrix ``C`` (the word vectors).
+        hidden: ``h``, tanh hidden units (0: none, the paper's "no hidden layer" variant).
+        direct: direct connections ``W`` from the concatenated features to the output.
+        min_count: rarer words become ``<unk>``.
+        max_vocab: keep at most this many words (0: no limit).
+        epochs: passes over the training lines.
+        batch_size: n-grams per step.
+        learning_rate: Adam's step size (the paper used plain SGD with decay; Adam converges in
+            the few epochs a CPU affords).
+        heldout_lines: the last lines of the corpus, kept out of training for perplexity.
+        lowercase: lower-case the corpus.
+        seed: initialisation and shuffling.
+    """
+
+    context: int = 4
+    vector_size: int = 60
+    hidden: int = 100
+    direct: bool = True
+    min_count: int = 5
+    max_vocab: int = 0
+    epochs: int = 3
+    batch_size: int = 256
+    learning_rate: float = 1e-3
+    heldout_lines: int = 200
+    lowercase: bool = False
+    seed: int = 1
+
+    def validate(self) -> None:
+        for name in ("context", "vector_size", "min_count", "epochs", "batch_size", "learning_rate"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")
+        for name in ("hidden", "max_vocab", "heldout_lines"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"config key 'model.{name}' must be >= 0, got {getattr(self, name)}")
+        if not self.hidden and not self.direct:
+            raise ConfigError("config keys 'model.hidden' = 0 and 'model.direct' = false leave no path to the output")

@@ -1,0 +1,142 @@
+"""NNLM training: vocabulary with ``<unk>``, ``<s>`` (context padding) and ``</s>`` (end of line,
+predicted like a word), n-grams streamed from the encoded corpus in shuffled blocks, Keras ``fit``
+with sparse cross-entropy, and held-out perplexity on the last ``heldout_lines`` lines.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from ptmkit.data.readers import read_corpus
+from ptmkit.data.vocabulary import TokenFile, Vocabulary, build_vocabulary, encode_corpus
+from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, save_matrix
+from ptmkit_nnlm.config import NNLMConfig
+from ptmkit_nnlm.model import build_nnlm
+
+SPECIALS = ("</s>", "<unk>", "<s>")
+BLOCK = 65_536  # n-grams shuffled together: memory stays flat as the corpus grows
+
+
+def ngrams(tokens: TokenFile, positions: np.ndarray, context: int, start_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(contexts (n, context) int32, targets (n,) int32)`` for token ``positions``; contexts
+    reaching before the start of the line are padded with ``<s>``."""
+    starts = tokens.offsets[np.searchsorted(tokens.offsets, positions, side="right") - 1]
+    back = positions[:, None] - np.arange(context, 0, -1)[None, :]
+    ids = np.asarray(tokens.ids)
+    contexts = np.where(back >= starts[:, None], ids[np.maximum(back, 0)], start_id).astype(np.int32)
+    return contexts, ids[positions].astype(np.int32)
+
+
+def _dataset(tokens: TokenFile, first: int, last: int, config: NNLMConfig, start_id: int, epoch_seed: int) -> Any:
+    import keras
+
+    count = last - first
+    batch = config.batch_size
+
+    class NGrams(keras.utils.PyDataset):
+        def __init__(self) -> None:
+            super().__init__(workers=1, use_multiprocessing=False)
+            self.epoch = 0
+            self._order()
+
+        def _order(self) -> None:
+            # Blocks of BLOCK consecutive positions in a random order, each shuffled inside.
+            rng = np.random.default_rng((epoch_seed, self.epoch))
+            self.rng = rng
+            self.blocks = rng.permutation(-(-count // BLOCK))
+            sizes = np.minimum(BLOCK, count - self.blocks * BLOCK)
+            self.starts = np.concatenate([[0], np.cumsum(sizes)])
+            self.cache: dict[int, np.ndarray] = {}
+
+        def __len__(self) -> int:
+            return -(-count // batch)
+
+        def __getitem__(self, index: int) -> Any:
+            positions = self._positions(index * batch, min((index + 1) * batch, count))
+            return ngrams(tokens, positions, config.context, start_id)
+
+        def _positions(self, lo: int, hi: int) -> np.ndarray:
+            out = []
+            while lo < hi:
+                logical = int(np.searchsorted(self.starts, lo, side="right")) - 1
+                if logical not in self.cache:
+                    self.cache = {}  # batches walk the blocks in order: one block cached at a time
+                    start = first + int(self.blocks[logical]) * BLOCK
+                    self.cache[logical] = self.rng.permutation(np.arange(start, min(start + BLOCK, last)))
+                members = self.cache[logical]
+                within = lo - int(self.starts[logical])
+                take = min(hi - lo, len(members) - within)
+                out.append(members[within : within + take])
+                lo += take
+            return np.concatenate(out)
+
+        def on_epoch_end(self) -> None:
+            self.epoch += 1
+            self._order()
+
+    return NGrams()
+
+
+def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console) -> dict[str, Any]:
+    """Train the NNLM; write ``vocabulary.tsv`` and ``vectors.npy`` (the feature matrix ``C``) and
+    ``nnlm.weights.h5``; report held-out perplexity.
+
+    Raises:
+        DataError: an empty corpus, blank lines only, or no word surviving ``min_count``.
+    """
+    from ptmkit.io import atomic_save
+    from ptmkit.training.setup import quiet_tensorflow, seed_everything
+
+    quiet_tensorflow()
+    import keras
+
+    seed_everything(config.seed)
+    counted = build_vocabulary(corpus, read_corpus(corpus), config.min_count, config.max_vocab, config.lowercase)
+    words = counted.words + list(SPECIALS)
+    end_id, unk_id, start_id = (len(counted.words) + i for i in range(3))
+    counts = np.concatenate([counted.counts, [counted.lines, counted.tokens_seen - counted.kept_tokens, 0]]).astype(np.int64)
+    vocabulary = Vocabulary(words, counts, counted.tokens_seen, counted.unique_words, counted.lines)
+    tokens = encode_corpus(read_corpus(corpus), vocabulary, run_dir / "tokens", config.lowercase, unknown=unk_id, end=end_id)
+    lines = len(tokens.offsets) - 1
+    heldout = min(config.heldout_lines, max(lines - 1, 0))
+    split = int(tokens.offsets[lines - heldout])
+    console.print(f"vocabulary: {len(words):,} entries ({len(counted):,} words with count >= {config.min_count}, {', '.join(SPECIALS)}); {split:,} training and {len(tokens.ids) - split:,} held-out targets")
+    model = build_nnlm(len(words), config.context, config.vector_size, config.hidden, config.direct)
+    model.compile(
+        optimizer=keras.optimizers.Adam(config.learning_rate),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+    )
+    history = model.fit(_dataset(tokens, 0, split, config, start_id, config.seed), epochs=config.epochs, shuffle=False, verbose=0)
+    for epoch, loss in enumerate(history.history["loss"], 1):
+        console.print(f"epoch {epoch}/{config.epochs}: loss {loss:.4f} (training perplexity {math.exp(loss):.1f})")
+    metrics: dict[str, Any] = {
+        "vocabulary_size": len(words),
+        "tokens": counted.tokens_seen,
+        "training_targets": split,
+        "final_train_loss": round(float(history.history["loss"][-1]), 4),
+        "parameters": int(model.count_params()),
+    }
+    if split < len(tokens.ids):
+        positions = np.arange(split, len(tokens.ids))
+        x, y = ngrams(tokens, positions, config.context, start_id)
+        result = model.evaluate(x, y, batch_size=1024, verbose=0, return_dict=True)
+        metrics.update({
+            "heldout_lines": heldout,
+            "heldout_targets": len(positions),
+            "heldout_cross_entropy": round(float(result["loss"]), 4),
+            "heldout_perplexity": round(math.exp(float(result["loss"])), 2),
+            "heldout_accuracy": round(float(result["accuracy"]), 4),
+        })
+        console.print(f"held-out perplexity {metrics['heldout_perplexity']} on {len(positions):,} targets of the last {heldout} lines")
+    vocabulary.save(run_dir / VOCABULARY_FILE)
+    save_matrix(run_dir / VECTORS_FILE, model.get_layer("C").get_weights()[0])
+    atomic_save(run_dir / "nnlm.weights.h5", lambda tmp: model.save_weights(str(tmp)))
+    shutil.rmtree(run_dir / "tokens", ignore_errors=True)
+    return metrics

@@ -1,0 +1,47 @@
+"""ptmkit's word2vec plugin: the ``word2vec`` family (Mikolov et al. 2013), skip-gram and CBOW
+with negative sampling and/or hierarchical softmax, sub-sampling, dynamic windows and a linearly
+decaying learning rate.
+
+Registered under the entry-point group ``ptmkit.plugins`` exactly as a third-party plugin is. The
+family trains itself (:attr:`ptmkit.contract.ModelFamily.trains_itself`) and provides static word
+vectors (:data:`ptmkit.contract.WORD_VECTORS`), so ``ptmkit evaluate``, ``embed --words`` and
+``export --vectors`` / ``--onnx`` serve its runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import ptmkit
+from ptmkit.contract import WORD_VECTORS, ModelFamily
+from ptmkit_word2vec.config import Word2VecConfig
+
+__all__ = ["Word2VecConfig", "Word2VecFamily"]
+
+
+class Word2VecFamily(ModelFamily):
+    """word2vec: one vector per word, trained to predict its neighbours (or be predicted by them)."""
+
+    name = "word2vec"
+    description = "word2vec skip-gram / CBOW, negative sampling or hierarchical softmax (static word vectors)"
+    config_class = Word2VecConfig
+    provides = frozenset({WORD_VECTORS})
+    input_names = ("row_ids", "row_mask")
+    trains_itself = True
+
+    def train(self, corpus: Path, run_dir: Path, config: Word2VecConfig, console: Any) -> dict[str, Any]:
+        from ptmkit_word2vec.train import train_word2vec
+
+        return train_word2vec(corpus, run_dir, config, console)
+
+    def load_word_vectors(self, run_dir: Path) -> Any:
+        from ptmkit.wordvectors import load_run_vectors
+
+        return load_run_vectors(run_dir)
+
+
+@ptmkit.hookimpl
+def ptmkit_model_families() -> list[ModelFamily]:
+    """word2vec."""
+    return [Word2VecFamily()]

@@ -1,0 +1,72 @@
+"""word2vec hyper-parameters (the ``[model]`` section of a run config)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ptmkit.errors import ConfigError
+
+ARCHITECTURES = ("skipgram", "cbow")
+
+
+@dataclasses.dataclass
+class Word2VecConfig:
+    """word2vec (Mikolov et al. 2013a, 2013b), with gensim 4.4's defaults where it has one.
+
+    Attributes:
+        architecture: ``skipgram`` (a word predicts its neighbours) or ``cbow`` (the mean of the
+            neighbours predicts the word; gensim's ``sg=0``).
+        vector_size: dimensions of the word vectors.
+        window: largest distance between a word and a context word; each position draws its
+            own window in ``1 .. window`` (the dynamic window).
+        min_count: words occurring fewer times are dropped before training.
+        max_vocab: keep at most this many words, the most frequent (0: no limit).
+        sample: sub-sampling threshold ``t`` of frequent words (0: off).
+        negative: noise words per example for negative sampling (0: off).
+        ns_exponent: exponent of the unigram noise distribution.
+        hs: hierarchical softmax over a Huffman tree (alone with ``negative = 0``, or both).
+        epochs: passes over the corpus.
+        alpha: initial learning rate, decaying linearly to ``min_alpha`` over all epochs.
+        min_alpha: final learning rate.
+        batch_size: examples (word pairs for skip-gram, windows for CBOW) per SGD step, all
+            updated from the same parameters; 0 picks 4,096, or 1,024 with hierarchical softmax
+            (whose top inner nodes are on every path). Larger is faster but moves frequent
+            vectors many steps at once: WordSim-353 falls from 0.20 at 4,096 to 0.16 at 16,384.
+        hot_row_limit: a vector updated ``n`` times in one batch, ``n`` above this, gets this
+            ``/ n`` of each update, so that frequent words cannot diverge (0: off).
+        lowercase: lower-case the corpus before counting and training.
+        seed: initial vectors, windows, sub-sampling and noise words.
+        jit_compile: XLA-compile the SGD step (much faster on CPU).
+    """
+
+    architecture: str = "skipgram"
+    vector_size: int = 100
+    window: int = 5
+    min_count: int = 5
+    max_vocab: int = 0
+    sample: float = 1e-3
+    negative: int = 5
+    ns_exponent: float = 0.75
+    hs: bool = False
+    epochs: int = 5
+    alpha: float = 0.025
+    min_alpha: float = 0.0001
+    batch_size: int = 0
+    hot_row_limit: float = 64.0
+    lowercase: bool = False
+    seed: int = 1
+    jit_compile: bool = True
+
+    def validate(self) -> None:
+        if self.architecture not in ARCHITECTURES:
+            raise ConfigError(f"config key 'model.architecture' must be one of {', '.join(ARCHITECTURES)}, got {self.architecture!r}")
+        for name in ("vector_size", "window", "min_count", "epochs"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")
+        for name in ("max_vocab", "negative", "sample", "alpha", "min_alpha", "hot_row_limit", "batch_size"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"config key 'model.{name}' must be >= 0, got {getattr(self, name)}")
+        if not self.negative and not self.hs:
+            raise ConfigError("config keys 'model.negative' = 0 and 'model.hs' = false leave no output layer; set one")
+        if self.min_alpha > self.alpha:
+            raise ConfigError(f"config key 'model.min_alpha' = {self.min_alpha} exceeds 'model.alpha' = {self.alpha}")

@@ -1,0 +1,187 @@
+"""The training loop of word-prediction models (word2vec, fastText): epochs over the encoded
+corpus, sub-sampling, examples built in NumPy on a producer thread, a linearly decaying learning
+rate, and the sparse SGD step of :mod:`ptmkit.objectives.word_prediction`.
+
+The corpus is read from its token file one chunk of whole sentences at a time, so memory does not
+grow with the corpus. The producer thread (NumPy: sub-sampling, windows, noise words) overlaps
+with the step (XLA, which releases the GIL); one producer and one consumer keep a run
+deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from ptmkit.data.vocabulary import TokenFile, keep_probabilities
+from ptmkit.objectives.word_prediction import Examples, OutputLayer, WordPredictionStep, make_batch
+
+ExampleMaker = Callable[[np.ndarray, np.ndarray, np.random.Generator], Examples]
+
+
+@dataclasses.dataclass
+class SGDSchedule:
+    """Epochs and the learning rate, decaying linearly from ``alpha`` to ``min_alpha`` over all
+    epochs by the fraction of corpus words processed (word2vec.c, gensim).
+
+    Attributes:
+        epochs: passes over the corpus.
+        alpha: initial learning rate.
+        min_alpha: final learning rate.
+        sample: sub-sampling threshold ``t`` (0: off).
+        batch_examples: examples per step.
+        pad_width: bag and item widths are rounded up to multiples of this (fewer XLA programs).
+        chunk_tokens: tokens per corpus chunk (examples are built chunk by chunk).
+        seed: seeds initialisation, windows, sub-sampling and noise words.
+        jit_compile: XLA-compile the step.
+        hot_limit: a row updated more often in one batch gets ``hot_limit / n`` of each update
+            (:func:`ptmkit.objectives.word_prediction.make_batch`); 0 turns this off.
+    """
+
+    epochs: int = 5
+    alpha: float = 0.025
+    min_alpha: float = 0.0001
+    sample: float = 1e-3
+    batch_examples: int = 4096
+    pad_width: int = 4
+    chunk_tokens: int = 65536
+    seed: int = 1
+    jit_compile: bool = True
+    hot_limit: float = 64.0
+
+    def lr(self, progress: float) -> float:
+        return max(self.min_alpha, self.alpha - (self.alpha - self.min_alpha) * progress)
+
+
+def _batches(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: OutputLayer, schedule: SGDSchedule) -> Iterator[tuple[dict[str, np.ndarray], float, int, int]]:
+    """Yield ``(batch, lr, epoch, raw_words_done)`` for the whole run."""
+    rng = np.random.default_rng(schedule.seed)
+    keep = keep_probabilities(counts, schedule.sample)
+    per_epoch = max(len(tokens.ids), 1)
+    total = per_epoch * schedule.epochs
+    buffer: list[Examples] = []
+    progress: list[np.ndarray] = []
+    buffered = 0
+    raw_per_token = tokens.raw_tokens / per_epoch
+    done = 0
+
+    def emit(final: bool, epoch: int) -> Iterator[tuple[dict[str, np.ndarray], float, int, int]]:
+        nonlocal buffer, progress, buffered
+        if not buffer:
+            return
+        examples = Examples.concatenate(buffer) if len(buffer) > 1 else buffer[0]
+        where = np.concatenate(progress)
+        start = 0
+        while len(examples) - start >= schedule.batch_examples or (final and start < len(examples)):
+            stop = min(start + schedule.batch_examples, len(examples))
+            batch = make_batch(examples.slice(start, stop), output, rng, schedule.batch_examples, schedule.pad_width, schedule.hot_limit)
+            yield batch, schedule.lr(float(where[start])), epoch, int(where[stop - 1] * total * raw_per_token)
+            start = stop
+        buffer = [examples.slice(start, len(examples))] if start < len(examples) else []
+        progress = [where[start:]] if start < len(examples) else []
+        buffered = len(examples) - start
+
+    for epoch in range(schedule.epochs):
+        for ids, sentence in tokens.chunks(schedule.chunk_tokens):
+            kept = rng.random(len(ids)) < keep[ids]
+            examples = make(ids[kept], sentence[kept], rng)
+            lo, hi = done / total, (done + len(ids)) / total
+            done += len(ids)
+            if len(examples):
+                buffer.append(examples)
+                progress.append(np.linspace(lo, hi, len(examples), endpoint=False))
+                buffered += len(examples)
+            if buffered >= schedule.batch_examples:
+                yield from emit(final=False, epoch=epoch)
+    yield from emit(final=True, epoch=schedule.epochs - 1)
+
+
+def train_word_prediction(
+    tokens: TokenFile,
+    counts: np.ndarray,
+    make: ExampleMaker,
+    output: OutputLayer,
+    input_matrix: np.ndarray,
+    schedule: SGDSchedule,
+    report: Callable[[str], Any] | None = None,
+) -> tuple[WordPredictionStep, dict[str, Any]]:
+    """Train input and output vectors on ``tokens``.
+
+    Args:
+        tokens: the encoded corpus.
+        counts: ``(V,)`` word counts (sub-sampling).
+        make: builds a chunk's examples from ``(ids, sentence, rng)`` (skip-gram or CBOW).
+        output: negative sampling and/or hierarchical softmax.
+        input_matrix: ``(rows, dim)`` float32 initial input vectors.
+        schedule: epochs, learning rate, batch sizes, seed.
+        report: called with one progress line per epoch.
+
+    Returns:
+        ``(step, stats)``: the step holds the trained matrices; ``stats`` has ``train_seconds``,
+        ``words_per_second`` (raw corpus words, as gensim counts them), ``raw_words``,
+        ``steps`` and ``final_loss`` (mean item log loss of the last epoch).
+    """
+    step = WordPredictionStep(input_matrix, output.rows, schedule.jit_compile)
+    items: queue.Queue[Any] = queue.Queue(maxsize=6)
+    failure: list[BaseException] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in _batches(tokens, counts, make, output, schedule):
+                while not stop.is_set():
+                    try:
+                        items.put(item, timeout=0.5)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+        except BaseException as exc:  # re-raised in the training thread
+            failure.append(exc)
+        finally:
+            items.put(None)
+
+    producer = threading.Thread(target=produce, name="ptmkit-examples", daemon=True)
+    started = time.perf_counter()
+    producer.start()
+    steps = 0
+    losses: list[float] = []
+    current_epoch, words = 0, 0
+    try:
+        while (item := items.get()) is not None:
+            batch, lr, epoch, words = item
+            if epoch != current_epoch and report is not None:
+                report(_line(current_epoch, schedule.epochs, losses, words, time.perf_counter() - started))
+                losses = []
+            current_epoch = epoch
+            losses.append(step(batch, lr))
+            steps += 1
+    finally:
+        stop.set()
+        producer.join()
+    if failure:
+        raise failure[0]
+    seconds = time.perf_counter() - started
+    raw_words = tokens.raw_tokens * schedule.epochs
+    if report is not None:
+        report(_line(current_epoch, schedule.epochs, losses, raw_words, seconds))
+    stats = {
+        "train_seconds": round(seconds, 2),
+        "words_per_second": round(raw_words / max(seconds, 1e-9), 1),
+        "raw_words": raw_words,
+        "steps": steps,
+        "final_loss": round(float(np.mean(losses)), 4) if losses else None,
+    }
+    return step, stats
+
+
+def _line(epoch: int, epochs: int, losses: list[float], words: int, seconds: float) -> str:
+    loss = f"{np.mean(losses):.4f}" if losses else "-"
+    return f"epoch {epoch + 1}/{epochs}: loss {loss}, {words / max(seconds, 1e-9):,.0f} words/s"

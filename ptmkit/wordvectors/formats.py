@@ -1,0 +1,182 @@
+"""Word-vector files in the formats the field reads: word2vec text and binary (Mikolov et al.'s
+word2vec.c ``-binary 0/1``), GloVe text (Pennington et al.'s ``glove.6B.100d.txt``: no header) and
+fastText ``.vec`` (a word2vec text file as fastText writes it: header, then one word per line with
+a space after every number).
+
+Text formats write each float32 with 9 significant digits, so a file read back gives the same
+float32 values. Every file is written atomically. Readers check every line and raise
+:class:`ptmkit.errors.DataError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ptmkit.errors import DataError
+from ptmkit.io import atomic_path
+from ptmkit.wordvectors import WordVectors
+
+FORMATS = ("word2vec", "word2vec-binary", "glove", "fasttext-vec")
+
+
+def _lines(words: list[str], vectors: np.ndarray, trailing: str) -> Iterator[str]:
+    for word, row in zip(words, vectors, strict=True):
+        yield word + " " + " ".join(format(float(v), ".9g") for v in row) + trailing + "\n"
+
+
+def write_vectors(path: str | os.PathLike[str], words: list[str], vectors: np.ndarray, fmt: str) -> None:
+    """Write ``vectors`` ``(V, dim)`` float32 for ``words`` to ``path`` in format ``fmt``
+    (one of :data:`FORMATS`).
+
+    Raises:
+        DataError: an unknown format, or (word2vec and fastText formats) a word containing
+            whitespace, which those formats cannot hold; GloVe's can (the last ``dim`` fields are
+            the numbers).
+    """
+    if fmt not in FORMATS:
+        raise DataError(f"unknown vector format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    vectors = np.asarray(vectors, np.float32)
+    if fmt != "glove":
+        bad = next((w for w in words if not w or any(c.isspace() for c in w)), None)
+        if bad is not None:
+            raise DataError(f"{path}: the {fmt} format cannot hold the word {bad!r} (whitespace); use --vectors glove")
+    count, dim = vectors.shape
+    with atomic_path(path) as tmp, open(tmp, "wb") as out:
+        if fmt == "word2vec-binary":
+            out.write(f"{count} {dim}\n".encode())
+            for word, row in zip(words, vectors, strict=True):
+                out.write(word.encode("utf-8") + b" " + row.astype("<f4").tobytes() + b"\n")
+            return
+        if fmt != "glove":
+            out.write(f"{count} {dim}\n".encode())
+        trailing = " " if fmt == "fasttext-vec" else ""
+        for line in _lines(words, vectors, trailing):
+            out.write(line.encode("utf-8"))
+
+
+def _parse(path: Path, number: int, fields: list[str], dim: int) -> np.ndarray:
+    try:
+        return np.asarray([float(x) for x in fields], np.float32)
+    except ValueError:
+        raise DataError(f"{path}:{number}: expected {dim} numbers after the word") from None
+
+
+def _trailing_numbers(fields: list[str]) -> int:
+    count = 0
+    for field in reversed(fields):
+        try:
+            float(field)
+        except ValueError:
+            break
+        count += 1
+    return count
+
+
+def read_vectors(path: str | os.PathLike[str], fmt: str | None = None) -> WordVectors:
+    """Read a word-vector file; ``fmt`` is guessed when None (binary when the header is followed
+    by non-text bytes, word2vec text when the first line is ``count dim``, else GloVe).
+
+    GloVe lines are split on single spaces and their last ``dim`` fields are the numbers, so a
+    token containing spaces is read whole; ``dim`` is the smallest positive count of trailing numeric
+    fields over the first 100 lines.
+
+    Raises:
+        DataError: a missing or empty file, a bad header, a line with the wrong number of fields
+            or a non-number (file and line named), a truncated binary file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such vector file")
+    with open(path, "rb") as handle:
+        head = handle.readline()
+        rest = handle.read(4096)
+    if not head.strip():
+        raise DataError(f"{path}:1: empty vector file")
+    header = head.split()
+    has_header = len(header) == 2 and all(h.isdigit() for h in header)
+    if fmt is None:
+        if not has_header:
+            fmt = "glove"
+        else:
+            try:
+                rest.decode("utf-8")
+                fmt = "word2vec"
+            except UnicodeDecodeError as exc:
+                fmt = "word2vec" if exc.start >= len(rest) - 4 else "word2vec-binary"
+    if fmt == "word2vec-binary":
+        return _read_binary(path)
+    if fmt in ("word2vec", "fasttext-vec"):
+        if not has_header:
+            raise DataError(f"{path}:1: expected a 'count dim' header line")
+        return _read_text(path, int(header[0]), int(header[1]))
+    if fmt == "glove":
+        return _read_text(path, None, None)
+    raise DataError(f"unknown vector format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def _read_text(path: Path, count: int | None, dim: int | None) -> WordVectors:
+    words: list[str] = []
+    rows: list[np.ndarray] = []
+    with open(path, encoding="utf-8", errors="strict") as handle:
+        lines = iter(enumerate(handle, 1))
+        if count is not None:
+            next(lines)
+        else:
+            probe = []
+            for _, line in zip(range(100), handle, strict=False):
+                probe.append(_trailing_numbers(line.rstrip("\n").rstrip(" ").split(" ")))
+            dim = min((p for p in probe if p), default=0)
+            if dim == 0:
+                raise DataError(f"{path}: not a vector file (no line ending in numbers in the first 100)")
+            handle.seek(0)
+            lines = iter(enumerate(handle, 1))
+        assert dim is not None
+        try:
+            for number, line in lines:
+                fields = line.rstrip("\n").rstrip(" ").split(" ")
+                if len(fields) < dim + 1:
+                    raise DataError(f"{path}:{number}: expected a word and {dim} numbers, got {len(fields)} fields")
+                if count is not None and len(fields) != dim + 1:
+                    raise DataError(f"{path}:{number}: expected a word and {dim} numbers, got {len(fields)} fields")
+                words.append(" ".join(fields[:-dim]))
+                rows.append(_parse(path, number, fields[-dim:], dim))
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start} of a line)") from None
+    if count is not None and len(words) != count:
+        raise DataError(f"{path}: the header says {count} vectors, the file has {len(words)}")
+    if not words:
+        raise DataError(f"{path}: no vectors in the file")
+    return _vectors(path, words, np.stack(rows))
+
+
+def _read_binary(path: Path) -> WordVectors:
+    with open(path, "rb") as handle:
+        header = handle.readline().split()
+        count, dim = int(header[0]), int(header[1])
+        words, rows = [], []
+        for i in range(count):
+            word = bytearray()
+            while (char := handle.read(1)) != b" ":
+                if not char:
+                    raise DataError(f"{path}: truncated after {i} of {count} vectors")
+                if char != b"\n":
+                    word += char
+            data = handle.read(4 * dim)
+            if len(data) != 4 * dim:
+                raise DataError(f"{path}: truncated in vector {i + 1} of {count} ({word.decode('utf-8', 'replace')!r})")
+            words.append(word.decode("utf-8", errors="replace"))
+            rows.append(np.frombuffer(data, "<f4"))
+    return _vectors(path, words, np.stack(rows) if rows else np.zeros((0, dim), np.float32))
+
+
+def _vectors(path: Path, words: list[str], matrix: np.ndarray) -> WordVectors:
+    try:
+        return WordVectors(words, matrix)
+    except ValueError:
+        seen: set[str] = set()
+        duplicate = next(w for w in words if w in seen or seen.add(w))  # type: ignore[func-returns-value]
+        raise DataError(f"{path}: the word {duplicate!r} appears twice") from None

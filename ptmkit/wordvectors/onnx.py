@@ -1,0 +1,143 @@
+"""ONNX export of word vectors: a Keras model that maps each word's matrix rows to its vector,
+converted with tf2onnx and checked against Keras.
+
+The graph takes ``row_ids`` ``(batch, rows)`` int32 and ``row_mask`` ``(batch, rows)`` float32 (1
+for a real row, 0 for padding) and returns ``vectors`` ``(batch, dim)`` float32, the masked mean
+of the gathered rows: a word's own row for word2vec / GloVe / NNLM (``rows = 1``), its row and its
+character n-gram rows for fastText (an out-of-vocabulary word: its n-gram rows only).
+:meth:`ptmkit.wordvectors.WordVectors.rows` gives a word's row ids.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ptmkit.errors import PtmkitError
+from ptmkit.io import atomic_write_json
+from ptmkit.wordvectors import WordVectors
+
+PARITY_TOLERANCE = 1e-6
+
+
+class VectorExportError(PtmkitError):
+    """The exported graph failed a check; nothing was written."""
+
+
+def build_lookup_model(matrix: np.ndarray) -> Any:
+    """The Keras model ``(row_ids, row_mask) -> vectors`` on an Embedding holding ``matrix``
+    ``(rows, dim)`` float32."""
+    import keras
+
+    rows, dim = matrix.shape
+    row_ids = keras.Input(shape=(None,), dtype="int32", name="row_ids")
+    row_mask = keras.Input(shape=(None,), dtype="float32", name="row_mask")
+    embedding = keras.layers.Embedding(rows, dim, name="word_rows")
+    gathered = embedding(row_ids)
+    total = keras.ops.einsum("bn,bnd->bd", row_mask, gathered)
+    count = keras.ops.maximum(keras.ops.sum(row_mask, axis=1, keepdims=True), 1.0)
+    model = keras.Model({"row_ids": row_ids, "row_mask": row_mask}, total / count, name="word_vectors")
+    embedding.set_weights([np.asarray(matrix, np.float32)])
+    return model
+
+
+def encode_words(vectors: WordVectors, words: list[str]) -> tuple[dict[str, np.ndarray], list[str]]:
+    """``row_ids`` / ``row_mask`` feeds for ``words``; also the words that have no rows (skipped)."""
+    rows, missing = [], []
+    for word in words:
+        found = vectors.rows(word)
+        if found:
+            rows.append(found)
+        else:
+            missing.append(word)
+    width = max((len(r) for r in rows), default=1)
+    ids = np.zeros((len(rows), width), np.int32)
+    mask = np.zeros((len(rows), width), np.float32)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = r
+        mask[i, : len(r)] = 1.0
+    return {"row_ids": ids, "row_mask": mask}, missing
+
+
+def export_onnx(vectors: WordVectors, target: str | os.PathLike[str], family: str, extra: dict[str, Any] | None = None, probe: list[str] | None = None) -> dict[str, Any]:
+    """Write ``model.onnx``, ``vocabulary.txt`` and ``manifest.json`` to ``target``.
+
+    The ONNX output is compared with Keras' on the first 200 words, on ``probe`` words (e.g.
+    out-of-vocabulary words of a subword family) and on random padded rows; the largest absolute
+    difference must be <= :data:`PARITY_TOLERANCE`.
+
+    Raises:
+        VectorExportError: conversion failed or the parity check failed (nothing is written).
+    """
+    import onnx
+    import onnxruntime as ort
+    import tensorflow as tf
+
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    model = build_lookup_model(vectors.matrix)
+    with tempfile.TemporaryDirectory(prefix=".export-", dir=target.parent) as tmp_name:
+        tmp = Path(tmp_name)
+        path = tmp / "model.onnx"
+        signature = [{"row_ids": tf.TensorSpec((None, None), tf.int32, name="row_ids"), "row_mask": tf.TensorSpec((None, None), tf.float32, name="row_mask")}]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                model.export(str(path), format="onnx", input_signature=signature, verbose=False)
+            graph_model = onnx.load(str(path))
+            for value in graph_model.graph.input:
+                dims = value.type.tensor_type.shape.dim
+                dims[0].dim_param, dims[1].dim_param = "batch", "rows"
+            (output,) = graph_model.graph.output
+            for node in graph_model.graph.node:
+                node.output[:] = ["vectors" if name == output.name else name for name in node.output]
+            output.name = "vectors"
+            output.type.tensor_type.shape.dim[0].dim_param = "batch"
+            onnx.checker.check_model(graph_model)
+            onnx.save(graph_model, str(path))
+        except Exception as exc:
+            raise VectorExportError(f"ONNX conversion failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        words = vectors.words[:200] + list(probe or [])
+        feeds, _ = encode_words(vectors, words)
+        rng = np.random.default_rng(0)
+        random_ids = rng.integers(0, len(vectors.matrix), size=(7, 5)).astype(np.int32)
+        random_mask = (rng.random((7, 5)) < 0.7).astype(np.float32)
+        random_mask[:, 0] = 1.0
+        worst = 0.0
+        for feed in (feeds, {"row_ids": random_ids, "row_mask": random_mask}):
+            expected = np.asarray(model(feed, training=False))
+            actual = session.run(["vectors"], feed)[0]
+            worst = max(worst, float(np.max(np.abs(expected - actual))))
+        if worst > PARITY_TOLERANCE:
+            raise VectorExportError(f"ONNX output differs from Keras by {worst:.2e} > {PARITY_TOLERANCE:g}; nothing written")
+        with open(tmp / "vocabulary.txt", "w", encoding="utf-8") as handle:
+            handle.writelines(f"{w}\n" for w in vectors.words)
+        manifest = {
+            "format": "ptmkit-export/1",
+            "family": family,
+            "task": "word-vectors",
+            "inputs": [
+                {"name": "row_ids", "dtype": "int32", "shape": ["batch", "rows"]},
+                {"name": "row_mask", "dtype": "float32", "shape": ["batch", "rows"]},
+            ],
+            "outputs": [{"name": "vectors", "dtype": "float32", "shape": ["batch", vectors.dim]}],
+            "vocabulary": "vocabulary.txt",
+            "rows": int(len(vectors.matrix)),
+            "parity_max_abs_diff": worst,
+            **(extra or {}),
+        }
+        atomic_write_json(tmp / "manifest.json", manifest)
+        target.mkdir(parents=True, exist_ok=True)
+        if (target / "manifest.json").exists():
+            (target / "manifest.json").unlink()
+        for name in ("model.onnx", "vocabulary.txt", "manifest.json"):
+            os.replace(tmp / name, target / name)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {**manifest, "directory": str(target)}

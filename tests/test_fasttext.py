@@ -1,0 +1,161 @@
+"""The fastText family against gensim 4.4: hashing and n-grams, Facebook .bin import (in-vocabulary
+and out-of-vocabulary vectors equal ``load_facebook_model``'s in several scripts), refusal of
+mismatched hashing parameters, training, OOV embedding and ONNX export."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from inplugins import in_tree_plugins, registered  # noqa: F401 - the fixture
+from tinyconfig import DATA
+
+from ptmkit.cli import main
+
+gensim = pytest.importorskip("gensim")
+pytestmark = pytest.mark.usefixtures("in_tree_plugins")
+GENSIM_DATA = Path(gensim.__file__).parent / "test" / "test_data"
+WORDS = ["night", "word2vec", "naïveté", "příliš", "Москва", "столица", "東京大学", "日本語", "🙂👍", "a"]
+CORPUS_LINES = [
+    "the night was dark and the night was long naïveté příliš",
+    "Москва столица России и Москва большой город",
+    "東京大学 日本語 東京大学 日本語 の 研究",
+    "🙂👍 emoji 🙂👍 smile the night",
+]
+
+
+def test_hash_and_ngrams_equal_gensims() -> None:
+    from gensim.models.fasttext import ft_ngram_hashes
+    from gensim.models.fasttext_inner import compute_ngrams_bytes, ft_hash_bytes
+
+    from ptmkit_fasttext.subwords import char_ngrams, fnv1a, ngram_rows
+
+    for word in WORDS + ["</s>x", "ab"]:
+        assert fnv1a(word.encode()) == ft_hash_bytes(word.encode())
+        for minn, maxn in ((3, 6), (1, 3), (2, 4)):
+            assert char_ngrams(word, minn, maxn) == compute_ngrams_bytes(word, minn, maxn)
+            assert ngram_rows(word, minn, maxn, 1000, 0) == list(ft_ngram_hashes(word, minn, maxn, 1000))
+
+
+@pytest.fixture(scope="module")
+def gensim_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fastText .bin written by gensim's ``save_facebook_model`` with words in several scripts."""
+    from gensim.models import FastText
+    from gensim.models.fasttext import save_facebook_model
+
+    sentences = [line.split() for line in CORPUS_LINES] * 5
+    model = FastText(sentences, vector_size=12, min_count=1, min_n=2, max_n=5, bucket=3000, epochs=3, seed=1, workers=1)
+    path = tmp_path_factory.mktemp("ft") / "scripts.bin"
+    save_facebook_model(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("name", ["scripts", "non_ascii_fasttext.bin", "lee_fasttext.bin"])
+def test_imported_vectors_equal_gensims_load_facebook_model(name: str, gensim_bin: Path, tmp_path: Path) -> None:
+    from gensim.models.fasttext import load_facebook_model
+
+    from ptmkit.wordvectors.commands import load_vectors
+
+    model_path = gensim_bin if name == "scripts" else GENSIM_DATA / name
+    out = tmp_path / "run"
+    assert main(["import-fasttext", str(model_path), "--out", str(out)]) == 0
+    reference = load_facebook_model(str(model_path)).wv
+    family, ours = load_vectors(out)
+    assert family == "fasttext" and ours.words == reference.index_to_key
+    in_vocabulary = [w for w in reference.index_to_key[:50] if w != "</s>"] + [w for w in WORDS if w in reference.key_to_index]
+    if "</s>" in ours.index:
+        # fastText gives its end-of-line token no n-grams (Dictionary::initNgrams); gensim averages
+        # "</s>"'s n-grams in anyway. We follow fastText: the token's own row.
+        np.testing.assert_array_equal(ours.vector("</s>"), ours.matrix[ours.index["</s>"]])
+    for word in in_vocabulary + [w for w in WORDS if w not in reference.key_to_index] + ["zzyzx", "Ωmega"]:
+        np.testing.assert_allclose(ours.vector(word), reference[word], atol=1e-6, err_msg=word)
+    if name == "scripts":
+        assert {"Москва", "東京大学", "🙂👍", "naïveté"} <= set(ours.words)
+
+
+def test_mismatched_hashing_parameters_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = bytearray((GENSIM_DATA / "lee_fasttext.bin").read_bytes())
+    header = 8 * 4  # an old-format model: dim ws epoch minCount neg wordNgrams loss model; bucket next
+    (bucket,) = struct.unpack_from("<i", data, header)
+    struct.pack_into("<i", data, header, bucket + 1)
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(bytes(data))
+    assert main(["import-fasttext", str(bad), "--out", str(tmp_path / "run")]) == 2
+    assert "the hashing parameters do not fit the matrix; refusing to re-hash" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    # A run whose stored parameters were edited is refused on load, not re-hashed.
+    good = tmp_path / "good"
+    assert main(["import-fasttext", str(GENSIM_DATA / "lee_fasttext.bin"), "--out", str(good)]) == 0
+    params = json.loads((good / "subwords.json").read_text())
+    (good / "subwords.json").write_text(json.dumps({**params, "bucket": params["bucket"] // 2}))
+    assert main(["embed", str(good), "--words", "night"]) == 2
+    assert "refusing to re-hash" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    lines = (DATA / "corpus" / "enwiki-106.txt").read_text(encoding="utf-8").lower().splitlines()[:800]
+    corpus = tmp_path_factory.mktemp("ftc") / "wiki.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path_factory.mktemp("ftruns") / "ft"
+    argv = ["train", "fasttext", "--corpus", str(corpus), "--out", str(out), "--set", "model.bucket=20000", "--set", "model.vector_size=24", "--set", "model.epochs=3", "--set", "model.min_count=2"]
+    with registered():
+        assert main(argv) == 0
+    return out
+
+
+def test_training_learns_and_oov_words_get_ngram_vectors(trained: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    metrics = json.loads((trained / "metrics.json").read_text())
+    assert metrics["final_loss"] < 0.9 * np.log(2)  # from ln 2 at zero output vectors
+    assert main(["embed", str(trained), "--words", "history", "--words", "historyx"]) == 0
+    known, oov = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert known["in_vocabulary"] and not oov["in_vocabulary"]
+    cosine = np.dot(known["vector"], oov["vector"]) / np.linalg.norm(known["vector"]) / np.linalg.norm(oov["vector"])
+    assert cosine > 0.5  # most of their n-grams are shared
+
+
+def test_trained_model_loads_like_gensim_would_compute_it(trained: Path) -> None:
+    """Our in-vocabulary and OOV vectors are fastText's mean of rows, computed here with gensim's hashing."""
+    from gensim.models.fasttext import ft_ngram_hashes
+
+    from ptmkit.wordvectors.commands import load_vectors
+
+    _, vectors = load_vectors(trained)
+    matrix = np.load(trained / "vectors.npy")
+    nwords = len(vectors.words)
+    for word in vectors.words[:20] + ["unseenword", "Москва"]:
+        hashes = [nwords + h for h in ft_ngram_hashes(word, 3, 6, 20000)]
+        rows = ([vectors.index[word]] if word in vectors.index else []) + hashes
+        np.testing.assert_allclose(vectors.vector(word), matrix[rows].mean(axis=0), atol=1e-6)
+
+
+def test_onnx_export_computes_oov_vectors_from_ngram_ids(trained: Path, tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    from ptmkit.wordvectors.commands import load_vectors
+    from ptmkit.wordvectors.onnx import encode_words
+
+    assert main(["export", str(trained), "--out", str(tmp_path / "export")]) == 0
+    manifest = json.loads((tmp_path / "export" / "manifest.json").read_text())
+    assert manifest["parity_max_abs_diff"] <= 1e-6 and manifest["subwords"]["bucket"] == 20000
+    _, vectors = load_vectors(trained)
+    words = ["history", "historyx", "東京大学", "🙂"]
+    feeds, missing = encode_words(vectors, words)
+    assert missing == []
+    session = ort.InferenceSession(str(tmp_path / "export" / "model.onnx"), providers=["CPUExecutionProvider"])
+    out = session.run(["vectors"], feeds)[0]
+    np.testing.assert_allclose(out, np.stack([vectors.vector(w) for w in words]), atol=1e-6)
+
+
+def test_cbow_with_subwords_learns(tmp_path: Path) -> None:
+    lines = (DATA / "corpus" / "enwiki-106.txt").read_text(encoding="utf-8").lower().splitlines()[:300]
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "cbow"
+    argv = ["train", "fasttext", "--corpus", str(corpus), "--out", str(out), "--set", "model.architecture=cbow", "--set", "model.bucket=5000", "--set", "model.vector_size=16", "--set", "model.min_count=2"]
+    assert main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["final_loss"] < 0.9 * np.log(2) and metrics["subword_rows_per_word"] > 5

@@ -1,0 +1,74 @@
+"""The NNLM family: Bengio et al. 2003's parameter count, n-gram contexts against a plain loop,
+and held-out perplexity below the maximum-likelihood unigram model's on the same split."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from inplugins import in_tree_plugins  # noqa: F401 - the fixture
+from tinyconfig import DATA
+
+from ptmkit.cli import main
+
+pytestmark = pytest.mark.usefixtures("in_tree_plugins")
+
+
+@pytest.mark.parametrize(("hidden", "direct"), [(50, True), (50, False), (0, True)])
+def test_parameter_count_is_the_papers(hidden: int, direct: bool) -> None:
+    from ptmkit.training.setup import quiet_tensorflow
+    from ptmkit_nnlm.model import build_nnlm
+
+    quiet_tensorflow()
+    size, n, m = 500, 5, 30
+    model = build_nnlm(size, n - 1, m, hidden, direct)
+    # Bengio et al. 2003, section 2: |V|(1 + nm + h) + h(1 + (n-1)m), less W when there are no
+    # direct connections, less U, d and H without a hidden layer.
+    expected = size * (1 + n * m + hidden) + hidden * (1 + (n - 1) * m)
+    if not direct:
+        expected -= size * (n - 1) * m
+    assert model.count_params() == expected
+
+
+def test_contexts_are_the_previous_words_padded_with_start(tmp_path: Path) -> None:
+    from ptmkit.data.vocabulary import TokenFile
+    from ptmkit_nnlm.train import ngrams
+
+    lines = [[5, 6, 7], [8], [9, 10, 11, 12, 13]]
+    ids = np.asarray([t for line in lines for t in line], np.int32)
+    offsets = np.cumsum([0] + [len(line) for line in lines])
+    tokens = TokenFile(ids, offsets, len(ids))
+    contexts, targets = ngrams(tokens, np.arange(len(ids)), 3, start_id=0)
+    expected = []
+    for line in lines:
+        for t in range(len(line)):
+            expected.append(([0] * 3 + line[:t])[-3:])
+    assert contexts.tolist() == expected and targets.tolist() == ids.tolist()
+
+
+def test_heldout_perplexity_beats_the_unigram_model(tmp_path: Path) -> None:
+    lines = (DATA / "corpus" / "enwiki-106.txt").read_text(encoding="utf-8").lower().splitlines()[:700]
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "run"
+    argv = ["train", "nnlm", "--corpus", str(corpus), "--out", str(out), "--set", "model.epochs=3", "--set", "model.learning_rate=0.003", "--set", "model.heldout_lines=100", "--set", "model.vector_size=30", "--set", "model.hidden=50"]
+    assert main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    # The unigram model on the same vocabulary (<unk> for rarer words, </s> per line), fitted on
+    # the training lines by counting, scored on the held-out lines.
+    counts = Counter(w for line in lines for w in line.split())
+    known = {w for w, c in counts.items() if c >= 5}
+
+    def units(text: str) -> list[str]:
+        return [w if w in known else "<unk>" for w in text.split()] + ["</s>"]
+
+    train = Counter(u for line in lines[:-100] for u in units(line))
+    total = sum(train.values())
+    heldout = [u for line in lines[-100:] for u in units(line)]
+    unigram = math.exp(-sum(math.log(train.get(u, 0.5) / total) for u in heldout) / len(heldout))
+    assert metrics["heldout_targets"] == len(heldout)
+    assert metrics["heldout_perplexity"] < 0.9 * unigram

@@ -1,0 +1,61 @@
+"""Reading vector files: GloVe tokens with spaces, word2vec files written by gensim, and one-line
+errors naming file and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ptmkit.errors import DataError
+from ptmkit.wordvectors.formats import read_vectors, write_vectors
+
+gensim = pytest.importorskip("gensim")
+
+
+def test_glove_tokens_with_spaces_are_read_whole(tmp_path: Path) -> None:
+    words = ["new york", "san francisco bay", "the", "1 2", "é ü"]
+    vectors = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    path = tmp_path / "glove.txt"
+    write_vectors(path, words, vectors, "glove")
+    back = read_vectors(path)
+    assert back.words == words  # "1 2": the last 3 fields are the numbers, the rest the token
+    np.testing.assert_array_equal(back.vectors, vectors)
+
+
+def test_word2vec_files_written_by_gensim_are_read(tmp_path: Path) -> None:
+    from gensim.models import KeyedVectors
+
+    kv = KeyedVectors(4)
+    kv.add_vectors(["king", "queen", "Москва", "東京"], np.random.default_rng(1).standard_normal((4, 4)).astype(np.float32))
+    for binary in (False, True):
+        path = tmp_path / f"vectors.{'bin' if binary else 'txt'}"
+        kv.save_word2vec_format(str(path), binary=binary)
+        back = read_vectors(path)
+        assert back.words == kv.index_to_key
+        np.testing.assert_allclose(back.vectors, kv.vectors, atol=0 if binary else 1e-6)
+
+
+def test_formats_that_cannot_hold_spaces_refuse_them(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="cannot hold the word 'new york'"):
+        write_vectors(tmp_path / "v.txt", ["new york"], np.zeros((1, 2), np.float32), "word2vec")
+    assert not (tmp_path / "v.txt").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("2 3\na 1 2 3\nb 1 x 3\n", ":3: expected 3 numbers after the word"),
+        ("2 3\na 1 2 3\n", ": the header says 2 vectors, the file has 1"),
+        ("2 3\na 1 2 3\nb 1 2\n", ":3: expected a word and 3 numbers, got 3 fields"),
+        ("a 1 2\nb 1 2\nc 1 z\n", ":3: expected 2 numbers after the word"),
+        ("", ":1: empty vector file"),
+    ],
+)
+def test_bad_vector_files_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "v.txt"
+    path.write_text(text)
+    with pytest.raises(DataError) as info:
+        read_vectors(path)
+    assert str(info.value) == f"{path}{message}"
