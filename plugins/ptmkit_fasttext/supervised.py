@@ -16,7 +16,6 @@ updates.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections import Counter
 from pathlib import Path
@@ -117,7 +116,7 @@ def train_classifier(corpus: Path, run_dir: Path, config: FastTextClassifierConf
     """
     from ptmkit.data.readers import read_labelled
     from ptmkit.data.vocabulary import Vocabulary
-    from ptmkit.io import atomic_save
+    from ptmkit.io import atomic_save, atomic_write_json
     from ptmkit.training.setup import quiet_tensorflow, seed_everything
 
     quiet_tensorflow()
@@ -165,6 +164,6 @@ def train_classifier(corpus: Path, run_dir: Path, config: FastTextClassifierConf
         })
         console.print(f"dev accuracy {metrics['dev_accuracy']} ({len(dev_texts):,} texts; majority class {metrics['dev_majority_baseline']})")
     vocabulary.save(run_dir / "vocabulary.tsv")
-    (run_dir / "labels.json").write_text(json.dumps(names) + "\n", encoding="utf-8")
+    atomic_write_json(run_dir / "labels.json", names)
     atomic_save(run_dir / "classifier.weights.h5", lambda tmp: model.save_weights(str(tmp)))
     return metrics
