@@ -93,6 +93,10 @@ class Registry:
                 entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
         disabled = {n.strip() for n in os.environ.get("PTMKIT_DISABLED_PLUGINS", "").split(",") if n.strip()}
         seen: set[tuple[str, str, str]] = set()
+        # ptmkit's own plugins first, whatever the order of sys.path (a PYTHONPATH entry comes
+        # before site-packages): a third-party distribution that reuses a built-in name is then
+        # always the one named second in the conflict.
+        entry_points = sorted(entry_points, key=lambda ep: ep.dist is None or _normalise(ep.dist.name) != "ptmkit")
         for ep in entry_points:
             dist = ep.dist.name if ep.dist is not None else "?"
             key = (_normalise(dist), ep.name, ep.value)

@@ -159,3 +159,69 @@ def test_cbow_with_subwords_learns(tmp_path: Path) -> None:
     assert main(argv) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["final_loss"] < 0.9 * np.log(2) and metrics["subword_rows_per_word"] > 5
+
+
+def test_supervised_classifier_equals_a_transcription_of_fasttexts_update(tmp_path: Path) -> None:
+    """With one example per step, training equals fastText's ``Model::update`` for supervised
+    models (softmax loss, input gradient divided by the number of rows, linear learning-rate
+    decay), transcribed here in float64; word bigrams hashed as ``Dictionary::addWordNgrams``."""
+    from rich.console import Console
+
+    from ptmkit.training.setup import quiet_tensorflow
+    from ptmkit_fasttext.subwords import fnv1a
+    from ptmkit_fasttext.supervised import FastTextClassifierConfig, build_classifier, pad_rows, train_classifier
+
+    quiet_tensorflow()
+    texts = ["good film", "bad film", "a good good plot", "bad acting", "great film indeed", "terrible plot", "good acting", "bad bad film"]
+    labels = ["pos", "neg", "pos", "neg", "pos", "neg", "pos", "neg"]
+    corpus = tmp_path / "train.txt"
+    corpus.write_text("".join(f"__label__{label} {text}\n" for label, text in zip(labels, texts, strict=True)))
+    config = FastTextClassifierConfig(vector_size=8, word_ngrams=2, bucket=50, epochs=2, learning_rate=0.5, batch_size=1, seed=3)
+    run = tmp_path / "run"
+    run.mkdir()
+    metrics = train_classifier(corpus, run, config, Console(stderr=True))
+
+    words = [line.split("\t")[0] for line in (run / "vocabulary.tsv").read_text().splitlines()]
+    index = {w: i for i, w in enumerate(words)}
+
+    def rows(text: str) -> list[int]:  # fastText: words, then nwords + (h * 116049371 + h') % bucket
+        hashes = [fnv1a(w.encode()) for w in text.split()]
+        bigrams = [len(words) + ((a * 116049371 + b) & 0xFFFFFFFFFFFFFFFF) % 50 for a, b in zip(hashes, hashes[1:], strict=False)]
+        return [index[w] for w in text.split()] + bigrams
+
+    names = ["neg", "pos"]
+    rng = np.random.default_rng(3)
+    w_in = rng.uniform(-1 / 8, 1 / 8, (len(words) + 50, 8)).astype(np.float32).astype(np.float64)
+    w_out = np.zeros((2, 8))
+    steps, t = 2 * len(texts), 0
+    for _ in range(2):
+        for i in rng.permutation(len(texts)):
+            lr = 0.5 * (1 - t / steps)
+            r = rows(texts[i])
+            h = w_in[r].mean(axis=0)
+            scores = w_out @ h
+            p = np.exp(scores - scores.max())
+            p /= p.sum()
+            alpha = lr * ((np.arange(2) == names.index(labels[i])) - p)
+            grad = alpha @ w_out
+            w_out += np.outer(alpha, h)
+            np.add.at(w_in, r, grad / len(r))
+            t += 1
+    model = build_classifier(len(words) + 50, 8, 2)
+    model.load_weights(str(run / "classifier.weights.h5"))
+    np.testing.assert_allclose(model.get_layer("input_rows").get_weights()[0], w_in, atol=1e-6)
+    np.testing.assert_allclose(model.get_layer("output").get_weights()[0], w_out.T, atol=1e-6)
+    assert metrics["labels"] == 2
+    logits = model(pad_rows([rows("good film"), rows("bad acting")]))
+    assert np.argmax(np.asarray(logits), axis=1).tolist() == [1, 0]
+
+
+def test_supervised_classifier_through_the_cli_beats_the_majority_class(tmp_path: Path) -> None:
+    data = DATA / "classify"
+    out = tmp_path / "sup"
+    argv = ["train", "fasttext-supervised", "--corpus", str(data / "wordnet-supersense-train-20k.tsv"), "--out", str(out),
+            "--set", "model.epochs=2", "--set", "model.vector_size=32", "--set", f"model.dev={data / 'wordnet-supersense-dev.tsv'}"]
+    assert main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["labels"] == 45 and metrics["dev_examples"] == 5000
+    assert metrics["dev_accuracy"] > 2.5 * metrics["dev_majority_baseline"]

@@ -17,8 +17,9 @@ import typer
 import ptmkit
 from ptmkit.contract import WORD_VECTORS, ModelFamily
 from ptmkit_fasttext.config import FastTextConfig
+from ptmkit_fasttext.supervised import FastTextClassifierConfig
 
-__all__ = ["FastTextConfig", "FastTextFamily"]
+__all__ = ["FastTextClassifierConfig", "FastTextClassifierFamily", "FastTextConfig", "FastTextFamily"]
 
 
 class FastTextFamily(ModelFamily):
@@ -40,6 +41,23 @@ class FastTextFamily(ModelFamily):
         from ptmkit_fasttext.train import load_run
 
         return load_run(Path(run_dir))
+
+
+class FastTextClassifierFamily(ModelFamily):
+    """fastText's supervised text classifier on ``__label__`` files."""
+
+    name = "fasttext-supervised"
+    description = "fastText supervised classifier (Joulin et al. 2017) on __label__ files"
+    provides = frozenset()
+    input_names = ("row_ids", "row_mask")
+    trains_itself = True
+
+    config_class = FastTextClassifierConfig
+
+    def train(self, corpus: Path, run_dir: Path, config: Any, console: Any) -> dict[str, Any]:
+        from ptmkit_fasttext.supervised import train_classifier
+
+        return train_classifier(corpus, run_dir, config, console)
 
 
 def import_fasttext(model: Path, out: Path) -> dict[str, Any]:
@@ -86,8 +104,8 @@ def import_fasttext(model: Path, out: Path) -> dict[str, Any]:
 
 @ptmkit.hookimpl
 def ptmkit_model_families() -> list[ModelFamily]:
-    """fastText."""
-    return [FastTextFamily()]
+    """fastText (unsupervised word vectors) and fastText's supervised classifier."""
+    return [FastTextFamily(), FastTextClassifierFamily()]
 
 
 @ptmkit.hookimpl

@@ -1,0 +1,169 @@
+"""fastText's supervised classifier (Joulin et al. 2017, "Bag of Tricks for Efficient Text
+Classification"): a text is the mean of its word rows (and hashed word n-gram rows), a linear
+layer without bias maps it to label scores, softmax loss, SGD with a learning rate decaying
+linearly to 0. Trained on ``__label__`` files (or TSV/CSV/JSON lines with ``label`` and ``text``).
+
+Reference implementation: facebookresearch/fastText (``./fasttext supervised``): the defaults below
+are its own (dim 100, lr 0.1, 5 epochs, minCount 1, wordNgrams 1, no character n-grams,
+2,000,000 buckets); word n-gram rows are ``nwords + h % bucket`` with
+``h = h * 116049371 + hash(next word)`` over 64-bit unsigned arithmetic (``Dictionary::addWordNgrams``);
+the input gradient is divided by the number of rows (``Model::update`` for supervised models),
+which is what the mean's derivative gives. Examples are updated in mini-batches with a summed
+loss, so each example moves the parameters by its own full step, as in fastText's per-example
+updates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from ptmkit.errors import ConfigError
+from ptmkit_fasttext.subwords import fnv1a
+
+NGRAM_MULTIPLIER = 116049371
+
+
+@dataclasses.dataclass
+class FastTextClassifierConfig:
+    """fastText supervised hyper-parameters (``[model]``).
+
+    Attributes:
+        vector_size: dimensions of the word rows.
+        word_ngrams: longest word n-gram (1: words only, 2: words and bigrams).
+        bucket: hash buckets for word n-grams (used when ``word_ngrams > 1``).
+        min_count: rarer words are dropped.
+        epochs: passes over the training file.
+        learning_rate: initial SGD learning rate, decaying linearly to 0.
+        batch_size: examples per step (summed loss: each example takes a full step).
+        dev: a labelled file to measure accuracy on after training ("" for none).
+        lowercase: lower-case the texts.
+        seed: initialisation and shuffling.
+    """
+
+    vector_size: int = 100
+    word_ngrams: int = 1
+    bucket: int = 2_000_000
+    min_count: int = 1
+    epochs: int = 5
+    learning_rate: float = 0.1
+    batch_size: int = 16
+    dev: str = ""
+    lowercase: bool = False
+    seed: int = 1
+
+    def validate(self) -> None:
+        for name in ("vector_size", "word_ngrams", "min_count", "epochs", "learning_rate", "batch_size"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")
+        if self.word_ngrams > 1 and self.bucket <= 0:
+            raise ConfigError("config key 'model.bucket' must be > 0 when 'model.word_ngrams' > 1")
+
+
+def text_rows(words: list[str], index: dict[str, int], word_ngrams: int, bucket: int) -> list[int]:
+    """Input rows of a text: its in-vocabulary words' rows, then its word n-gram rows (fastText's
+    ``addWordNgrams``, over the hashes of all its words, known or not)."""
+    rows = [index[w] for w in words if w in index]
+    if word_ngrams > 1:
+        hashes = [fnv1a(w.encode("utf-8")) for w in words]
+        nwords = len(index)
+        for i in range(len(hashes)):
+            h = hashes[i]
+            for j in range(i + 1, min(len(hashes), i + word_ngrams)):
+                h = (h * NGRAM_MULTIPLIER + hashes[j]) & 0xFFFFFFFFFFFFFFFF
+                rows.append(nwords + h % bucket)
+    return rows
+
+
+def build_classifier(rows: int, vector_size: int, labels: int, initial: np.ndarray | None = None) -> Any:
+    """``row_ids``/``row_mask`` ``(batch, n)`` -> ``logits`` ``(batch, labels)``: masked mean of the
+    rows, then a linear map without bias (fastText's output matrix, zero-initialised)."""
+    import keras
+
+    row_ids = keras.Input(shape=(None,), dtype="int32", name="row_ids")
+    row_mask = keras.Input(shape=(None,), dtype="float32", name="row_mask")
+    embedding = keras.layers.Embedding(rows, vector_size, name="input_rows")
+    total = keras.ops.einsum("bn,bnd->bd", row_mask, embedding(row_ids))
+    mean = total / keras.ops.maximum(keras.ops.sum(row_mask, axis=1, keepdims=True), 1.0)
+    logits = keras.layers.Dense(labels, use_bias=False, kernel_initializer="zeros", name="output")(mean)
+    model = keras.Model({"row_ids": row_ids, "row_mask": row_mask}, logits, name="fasttext_classifier")
+    if initial is not None:
+        embedding.set_weights([initial])
+    return model
+
+
+def pad_rows(items: list[list[int]]) -> dict[str, np.ndarray]:
+    width = max((len(r) for r in items), default=1) or 1
+    ids = np.zeros((len(items), width), np.int32)
+    mask = np.zeros((len(items), width), np.float32)
+    for i, r in enumerate(items):
+        ids[i, : len(r)] = r
+        mask[i, : len(r)] = 1.0
+    return {"row_ids": ids, "row_mask": mask}
+
+
+def train_classifier(corpus: Path, run_dir: Path, config: FastTextClassifierConfig, console: Console) -> dict[str, Any]:
+    """Train on a labelled file; write ``vocabulary.tsv``, ``labels.json``, ``classifier.weights.h5``.
+
+    Raises:
+        DataError: an unreadable labelled file, or one without labels.
+    """
+    from ptmkit.data.readers import read_labelled
+    from ptmkit.data.vocabulary import Vocabulary
+    from ptmkit.io import atomic_save, atomic_write_json
+    from ptmkit.training.setup import quiet_tensorflow, seed_everything
+
+    quiet_tensorflow()
+    import keras
+
+    seed_everything(config.seed)
+    texts, labels = read_labelled(corpus)
+    split = [(t.lower() if config.lowercase else t).split() for t in texts]
+    counts = Counter(w for words in split for w in words)
+    kept = sorted(((w, c) for w, c in counts.items() if c >= config.min_count), key=lambda item: -item[1])
+    vocabulary = Vocabulary([w for w, _ in kept], np.asarray([c for _, c in kept], np.int64), sum(counts.values()), len(counts), len(texts))
+    names = sorted(set(labels))
+    label_id = {name: i for i, name in enumerate(names)}
+    buckets = config.bucket if config.word_ngrams > 1 else 0
+    features = [text_rows(words, vocabulary.index, config.word_ngrams, buckets) for words in split]
+    y = np.asarray([label_id[label] for label in labels], np.int32)
+    rng = np.random.default_rng(config.seed)
+    rows = len(vocabulary) + buckets
+    initial = rng.uniform(-1.0 / config.vector_size, 1.0 / config.vector_size, (rows, config.vector_size)).astype(np.float32)
+    model = build_classifier(rows, config.vector_size, len(names), initial)
+    steps = config.epochs * math.ceil(len(texts) / config.batch_size)
+    schedule = keras.optimizers.schedules.PolynomialDecay(config.learning_rate, steps, end_learning_rate=0.0, power=1.0)
+    model.compile(optimizer=keras.optimizers.SGD(schedule), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum"))
+    console.print(f"{len(texts):,} training texts, {len(names)} labels, {len(vocabulary):,} words, {buckets:,} word n-gram buckets")
+    for epoch in range(config.epochs):
+        order = rng.permutation(len(texts))
+        total = 0.0
+        for start in range(0, len(order), config.batch_size):
+            batch = order[start : start + config.batch_size]
+            total += float(model.train_on_batch(pad_rows([features[i] for i in batch]), y[batch]))
+        console.print(f"epoch {epoch + 1}/{config.epochs}: loss {total / len(texts):.4f}")
+    metrics: dict[str, Any] = {"train_examples": len(texts), "labels": len(names), "vocabulary_size": len(vocabulary), "final_train_loss": round(total / len(texts), 4)}
+    if config.dev:
+        dev_texts, dev_labels = read_labelled(config.dev)
+        unknown = sorted(set(dev_labels) - set(names))
+        dev_features = [text_rows((t.lower() if config.lowercase else t).split(), vocabulary.index, config.word_ngrams, buckets) for t in dev_texts]
+        predicted = np.argmax(model.predict(pad_rows(dev_features), batch_size=256, verbose=0), axis=1)
+        gold = np.asarray([label_id.get(label, -1) for label in dev_labels])
+        majority = Counter(labels).most_common(1)[0][0]
+        metrics.update({
+            "dev_examples": len(dev_texts),
+            "dev_accuracy": round(float(np.mean(predicted == gold)), 4),
+            "dev_majority_baseline": round(float(np.mean(np.asarray(dev_labels) == majority)), 4),
+            "dev_labels_unseen_in_training": unknown,
+        })
+        console.print(f"dev accuracy {metrics['dev_accuracy']} ({len(dev_texts):,} texts; majority class {metrics['dev_majority_baseline']})")
+    vocabulary.save(run_dir / "vocabulary.tsv")
+    atomic_write_json(run_dir / "labels.json", names)
+    atomic_save(run_dir / "classifier.weights.h5", lambda tmp: model.save_weights(str(tmp)))
+    return metrics
