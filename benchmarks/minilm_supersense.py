@@ -55,7 +55,7 @@ def read_tsv(path: Path) -> tuple[list[str], list[str]]:
     return texts, labels
 
 
-def stage_ptmkit(work: Path, epochs: int, learning_rate: float, extra: list[str] | None = None) -> dict[str, float]:
+def stage_ptmkit(work: Path, epochs: int, learning_rate: float, extra: list[str] | None = None, seed: int = SEED) -> dict[str, float]:
     import numpy as np
 
     from ptmkit.exporting import export_run
@@ -69,7 +69,7 @@ def stage_ptmkit(work: Path, epochs: int, learning_rate: float, extra: list[str]
     started = time.perf_counter()
     overrides = [f"finetune.epochs={epochs}", f"finetune.batch_size={BATCH_SIZE}", f"finetune.sequence_length={SEQUENCE_LENGTH}",
                  f"finetune.learning_rate={learning_rate}", f"finetune.warmup_ratio={WARMUP_RATIO}", f"finetune.weight_decay={WEIGHT_DECAY}",
-                 f"finetune.seed={SEED}", *(extra or [])]
+                 f"finetune.seed={seed}", *(extra or [])]
     metrics = finetune(imported, TRAIN, DEV, tuned, overrides=overrides, test_file=TEST)
     seconds = time.perf_counter() - started
     export = export_run(tuned, int8=True)
@@ -84,7 +84,7 @@ def stage_ptmkit(work: Path, epochs: int, learning_rate: float, extra: list[str]
     return result
 
 
-def stage_hf(work: Path, epochs: int, learning_rate: float) -> dict[str, float]:
+def stage_hf(work: Path, epochs: int, learning_rate: float, seed: int = SEED) -> dict[str, float]:
     import numpy as np
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
@@ -113,7 +113,7 @@ def stage_hf(work: Path, epochs: int, learning_rate: float) -> dict[str, float]:
     args = TrainingArguments(
         output_dir=str(work / "hf-trainer"), num_train_epochs=epochs, per_device_train_batch_size=BATCH_SIZE,
         per_device_eval_batch_size=128, learning_rate=learning_rate, warmup_steps=round(WARMUP_RATIO * total_steps), weight_decay=WEIGHT_DECAY,
-        adam_epsilon=1e-6, max_grad_norm=1.0, lr_scheduler_type="linear", seed=SEED, save_strategy="no", report_to=[],
+        adam_epsilon=1e-6, max_grad_norm=1.0, lr_scheduler_type="linear", seed=seed, save_strategy="no", report_to=[],
         logging_steps=100, use_cpu=True, dataloader_num_workers=0,
     )
     trainer = Trainer(model=model, args=args, train_dataset=train)  # shuffles each epoch, as ptmkit does
@@ -178,6 +178,7 @@ def main() -> int:
     parser.add_argument("--stage", choices=[*STAGES, "report", "all"], default="all")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE)
+    parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--set", action="append", default=[], help="Extra ptmkit config override for the ptmkit stage (repeatable).")
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "bench-minilm-supersense")
     args = parser.parse_args()
@@ -192,12 +193,13 @@ def main() -> int:
         report(args.work)
         return 0
     if args.stage == "ptmkit":
-        result = stage_ptmkit(args.work, args.epochs, args.learning_rate, args.set)
+        result = stage_ptmkit(args.work, args.epochs, args.learning_rate, args.set, args.seed)
         result["overrides"] = args.set
     else:
-        result = {"hf": stage_hf, "frozen": stage_frozen}[args.stage](args.work, args.epochs, args.learning_rate)
+        result = stage_hf(args.work, args.epochs, args.learning_rate, args.seed) if args.stage == "hf" else stage_frozen(args.work, args.epochs, args.learning_rate)
     result["epochs"] = args.epochs
     result["learning_rate"] = args.learning_rate
+    result["seed"] = args.seed
     (args.work / f"{args.stage}.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
     return 0
