@@ -16,12 +16,11 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from ptmkit.data.readers import read_corpus
-from ptmkit.data.vocabulary import Vocabulary, build_vocabulary, encode_corpus, noise_table
+from ptmkit.data.vocabulary import Vocabulary, noise_table
 from ptmkit.errors import RunDirError
 from ptmkit.io import atomic_write_json
 from ptmkit.objectives.word_prediction import OutputLayer, cbow_examples, skipgram_examples
-from ptmkit.training.wordvectors import SGDSchedule, train_word_prediction
+from ptmkit.training.wordvectors import SGDSchedule, prepare_corpus, train_word_prediction
 from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, load_matrix, save_matrix
 from ptmkit_fasttext.config import FastTextConfig
 from ptmkit_fasttext.subwords import SubwordVectors, vocabulary_subwords
@@ -65,13 +64,10 @@ def train_fasttext(corpus: Path, run_dir: Path, config: FastTextConfig, console:
     from ptmkit.training.setup import quiet_tensorflow
 
     quiet_tensorflow()
-    vocabulary = build_vocabulary(corpus, read_corpus(corpus), config.min_count, config.max_vocab, config.lowercase)
-    console.print(
-        f"vocabulary: {len(vocabulary):,} words with count >= {config.min_count} of {vocabulary.unique_words:,} unique; "
-        f"{vocabulary.tokens_seen:,} tokens in {vocabulary.lines:,} lines; {config.bucket:,} n-gram buckets"
+    vocabulary, tokens = prepare_corpus(
+        corpus, run_dir, config.min_count, config.max_vocab, config.lowercase, console, note=f"; {config.bucket:,} n-gram buckets"
     )
     tokens_dir = run_dir / "tokens"
-    tokens = encode_corpus(read_corpus(corpus), vocabulary, tokens_dir, config.lowercase)
     size = len(vocabulary)
     bucket = config.bucket if config.maxn else 0
     subwords = vocabulary_subwords(vocabulary.words, config.minn, config.maxn, bucket)

@@ -15,10 +15,9 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from ptmkit.data.readers import read_corpus
-from ptmkit.data.vocabulary import build_vocabulary, encode_corpus, huffman_codes, noise_table
+from ptmkit.data.vocabulary import huffman_codes, noise_table
 from ptmkit.objectives.word_prediction import OutputLayer, cbow_examples, skipgram_examples
-from ptmkit.training.wordvectors import SGDSchedule, train_word_prediction
+from ptmkit.training.wordvectors import SGDSchedule, prepare_corpus, train_word_prediction
 from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, save_matrix
 from ptmkit_word2vec.config import Word2VecConfig
 
@@ -33,13 +32,8 @@ def train_word2vec(corpus: Path, run_dir: Path, config: Word2VecConfig, console:
     from ptmkit.training.setup import quiet_tensorflow
 
     quiet_tensorflow()
-    vocabulary = build_vocabulary(corpus, read_corpus(corpus), config.min_count, config.max_vocab, config.lowercase)
-    console.print(
-        f"vocabulary: {len(vocabulary):,} words with count >= {config.min_count} of {vocabulary.unique_words:,} unique; "
-        f"{vocabulary.tokens_seen:,} tokens in {vocabulary.lines:,} lines"
-    )
+    vocabulary, tokens = prepare_corpus(corpus, run_dir, config.min_count, config.max_vocab, config.lowercase, console)
     tokens_dir = run_dir / "tokens"
-    tokens = encode_corpus(read_corpus(corpus), vocabulary, tokens_dir, config.lowercase)
     size = len(vocabulary)
     rng = np.random.default_rng(config.seed)
     # word2vec.c: uniform in [-0.5, 0.5) / vector_size; output vectors start at zero.

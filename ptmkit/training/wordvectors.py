@@ -15,14 +15,33 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ptmkit.data.vocabulary import TokenFile, keep_probabilities
+from ptmkit.data.vocabulary import TokenFile, Vocabulary, keep_probabilities
 from ptmkit.objectives.word_prediction import Examples, OutputLayer, WordPredictionStep, make_batch
 
 ExampleMaker = Callable[[np.ndarray, np.ndarray, np.random.Generator], Examples]
+
+
+def prepare_corpus(corpus: Path, run_dir: Path, min_count: int, max_vocab: int, lowercase: bool, console: Any, note: str = "") -> tuple[Vocabulary, TokenFile]:
+    """Count the vocabulary of ``corpus`` (streamed), report it on ``console`` and encode the corpus
+    as word ids into ``run_dir/tokens`` (the caller removes that directory when training ends).
+
+    Raises:
+        DataError: an empty corpus, blank lines only, or no word surviving ``min_count``.
+    """
+    from ptmkit.data.readers import read_corpus
+    from ptmkit.data.vocabulary import build_vocabulary, encode_corpus
+
+    vocabulary = build_vocabulary(corpus, read_corpus(corpus), min_count, max_vocab, lowercase)
+    console.print(
+        f"vocabulary: {len(vocabulary):,} words with count >= {min_count} of {vocabulary.unique_words:,} unique; "
+        f"{vocabulary.tokens_seen:,} tokens in {vocabulary.lines:,} lines{note}"
+    )
+    return vocabulary, encode_corpus(read_corpus(corpus), vocabulary, run_dir / "tokens", lowercase)
 
 
 @dataclasses.dataclass
