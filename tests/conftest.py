@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
-import pytest
-from tinyconfig import DATA, TINY
+# Test this checkout's code even when the editable install points at another one (a git
+# worktree): its packages go first on sys.path and, for the CLI subprocesses, on PYTHONPATH.
+_ROOT = Path(__file__).resolve().parents[1]
+_PATHS = [str(_ROOT), str(_ROOT / "plugins"), str(_ROOT / "export")]
+sys.path[:0] = [path for path in _PATHS if path not in sys.path]
+os.environ["PYTHONPATH"] = os.pathsep.join([*_PATHS, *filter(None, [os.environ.get("PYTHONPATH")])])
+
+import pytest  # noqa: E402
+from tinyconfig import DATA, TINY  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
