@@ -72,7 +72,7 @@ class FinetuneConfig:
         head: the head's name (``classification``).
         epochs: passes over the training set.
         max_train_examples: use at most this many training examples (0: all), chosen with ``seed``.
-        adam_epsilon: AdamW's epsilon, in Keras' placement (see :func:`ptmkit.training.schedule.adamw`).
+        adam_epsilon: AdamW's epsilon, added to the bias-corrected root as in PyTorch (see :class:`ptmkit.training.schedule.AdamW`).
     """
 
     head: str = "classification"
