@@ -88,3 +88,35 @@ def test_warmup_linear_decay_matches_bert_schedule() -> None:
     for step in (0, 1, 62, 124, 125, 126, 700, 1249, 1250, 1300):
         expected = peak * step / warmup if step < warmup else peak * max(0.0, (total - step) / (total - warmup))
         assert float(keras.ops.convert_to_numpy(schedule(step))) == pytest.approx(expected, rel=1e-6, abs=1e-12)
+
+
+def test_adamw_sums_repeated_embedding_rows_before_squaring() -> None:
+    """An embedding row looked up k times in a batch gets one gradient, the sum of the k slices
+    (as PyTorch's dense embedding gradient): Adam's second moment sees (sum g_i)^2, not sum g_i^2."""
+    import keras
+    import tensorflow as tf
+
+    from ptmkit.training.schedule import AdamW
+
+    table = (np.arange(15, dtype=np.float32).reshape(5, 3) / 10).copy()
+    ids = np.array([1, 1, 1, 2, 1])
+    weights = np.array([[1, 2, 3], [1, -2, 0.5], [0.5, 1, 1], [1, 1, 1], [-1, 0, 2]], np.float32)
+    dense = np.zeros_like(table)
+    np.add.at(dense, ids, weights)  # d(sum(table[ids] * weights)) / d table
+    reference = torch_adamw({"embeddings": table}, [{"embeddings": dense}] * 3, decay=set(), clip=np.inf)
+
+    def train(optimizer: keras.optimizers.Optimizer) -> np.ndarray:
+        embedding = keras.layers.Embedding(5, 3)
+        embedding.build((None,))
+        embedding.embeddings.assign(table)
+        for _ in range(3):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(embedding(ids) * weights)
+            grads = tape.gradient(loss, embedding.trainable_variables)
+            assert isinstance(grads[0], tf.IndexedSlices)
+            optimizer.apply_gradients(zip(grads, embedding.trainable_variables, strict=True))
+        return keras.ops.convert_to_numpy(embedding.embeddings)
+
+    np.testing.assert_allclose(train(AdamW(learning_rate=LR, weight_decay=0.0, epsilon=EPS)), reference["embeddings"], rtol=0, atol=1e-6)
+    stock = train(keras.optimizers.Adam(learning_rate=LR, epsilon=EPS))
+    assert np.abs(stock[1] - reference["embeddings"][1]).max() > 1e-4  # Keras' own Adam squares each slice

@@ -56,7 +56,20 @@ class AdamW(keras.optimizers.AdamW):
     before the step) is Keras' own and equals torch's. Fine-tuning MiniLM for 80 steps without
     dropout, losses then stay within 1e-3 of ``torch.optim.AdamW`` where Keras' placement drifts
     by 8e-3 (``benchmarks/minilm_supersense.py`` documents the comparison).
+
+    Sparse gradients (``tf.IndexedSlices`` from embedding lookups, one slice per occurrence of a
+    token in the batch) are summed into a dense gradient first. Keras squares the slices one by
+    one, so a token seen k times in a batch got ``sum g_i^2`` as its second-moment input instead of
+    ``(sum g_i)^2`` (the segment embedding sees every position of the batch), and the global norm
+    used for clipping was computed the same way; PyTorch's embedding gradients are dense.
     """
+
+    def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+        return super().apply(grads, trainable_variables)
 
     def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
         ops = keras.ops
