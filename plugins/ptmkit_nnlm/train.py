@@ -96,6 +96,8 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
     quiet_tensorflow()
     import keras
 
+    from ptmkit.training.schedule import AdamW
+
     seed_everything(config.seed)
     counted = build_vocabulary(corpus, read_corpus(corpus), config.min_count, config.max_vocab, config.lowercase)
     words = counted.words + list(SPECIALS)
@@ -109,7 +111,8 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
     console.print(f"vocabulary: {len(words):,} entries ({len(counted):,} words with count >= {config.min_count}, {', '.join(SPECIALS)}); {split:,} training and {len(tokens.ids) - split:,} held-out targets")
     model = build_nnlm(len(words), config.context, config.vector_size, config.hidden, config.direct)
     model.compile(
-        optimizer=keras.optimizers.Adam(config.learning_rate),
+        # ptmkit's AdamW without decay is Adam that sums the repeated rows of C in a batch first
+        optimizer=AdamW(learning_rate=config.learning_rate, weight_decay=0.0, epsilon=1e-7),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
     )
