@@ -57,23 +57,17 @@ def tokenizer_variants(
     """
     from ptmkit.data.tokenization import ENCODING_FIELDS
     from ptmkit.exporting import ExportError
-    from ptmkit_export.benchmark import median_latency_ms
     from ptmkit_export.errors import ExportDirError
-    from ptmkit_export.tokenizer_graph import (
-        TokenizerGraphError,
-        build_tokenizer_variants,
-        extensions_session,
-        text_feed,
-    )
+    from ptmkit_export.tokenizer_graph import TokenizerGraphError, build_tokenizer_variants_isolated
 
     inputs = [{"name": name, "dtype": "int32", "encoding": ENCODING_FIELDS[name]} for name in input_names]
     try:
         with console.status("building the tokenizer graph (onnxruntime-extensions) and checking it against tokenizers"):
-            made = build_tokenizer_variants(directory, variants, tokenizer_json, inputs, output, sequence_length, pad_id, check_texts)
-            feeds = {"text": text_feed([" ".join(["long"] * 300)])}
-            for entry in made.values():
-                session = extensions_session(directory / entry["file"], threads=latency_threads)
-                entry["latency_ms_b1x128"] = round(median_latency_ms(session, feeds, repeats=latency_repeats), 3)
+            # In a fresh process: onnxruntime-extensions' regular expressions misbehave next to TensorFlow.
+            made = build_tokenizer_variants_isolated(
+                latency_threads, latency_repeats, directory=directory, variants=variants, tokenizer_json=tokenizer_json,
+                inputs=inputs, output_name=output, max_sequence_length=sequence_length, pad_token_id=pad_id, check_texts=check_texts,
+            )
     except (TokenizerGraphError, ExportDirError) as error:
         raise ExportError(str(error)) from error
     for name, entry in made.items():

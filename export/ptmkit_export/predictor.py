@@ -130,7 +130,9 @@ class Predictor:
         ValueError: ``threads < 1``, an unknown ``device``, or both ``device`` and ``providers``.
         ExportDirError: the directory, manifest, tokenizer or chosen variant's model file is
             missing or broken; the model's inputs or outputs do not match the manifest; a variant
-            that tokenizes in the graph without onnxruntime-extensions installed.
+            that tokenizes in the graph without onnxruntime-extensions installed, or whose outputs
+            on the manifest's probe texts moved since the export (e.g. with TensorFlow loaded in
+            the same process; :func:`ptmkit_export.tokenizer_graph.check_probe`).
     """
 
     batch_size: int = 32
@@ -183,6 +185,10 @@ class Predictor:
                 stacklevel=2,
             )
         self._check_session(model_path)
+        if self.text_input is not None:
+            from ptmkit_export.tokenizer_graph import check_probe
+
+            check_probe(self.session, entry, self._output, model_path)
 
     def _load_tokenizer(self, path: Path) -> Tokenizer:
         try:

@@ -63,6 +63,7 @@ import functools
 import json
 import os
 import re
+import sys
 import tempfile
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -84,6 +85,11 @@ TEXT_INPUT = "text"
 PREFIX = "tokenizer/"
 #: Largest max abs difference between the single-file model's outputs and the two-step path's.
 OUTPUT_TOLERANCE = 1e-5
+#: Texts whose first :data:`PROBE_VALUES` outputs the manifest records and :class:`ptmkit_export.Predictor`
+#: checks when it loads a single-file variant (accents, kana and hangul, special tokens written out).
+PROBE_TEXTS = ["Crème brûlée — ガギグ 한국어 ΟΔΟΣ [SEP] ﬁne 🤖", "special tokens [CLS] x [MASK] y", "plain text ."]
+PROBE_VALUES = 16
+PROBE_TOLERANCE = 1e-4
 #: Variants that get a single-file twin, and the twin's name and file.
 BASES = {"fp32": ("fp32+tokenizer", "model.with_tokenizer.onnx"), "int8": ("int8+tokenizer", "model.int8.with_tokenizer.onnx")}
 
@@ -648,6 +654,29 @@ def build_tokenizer_model(
 # --- onnxruntime-extensions, merging, checking -------------------------------------------------------
 
 
+def _import_extensions() -> Any:
+    """Import onnxruntime_extensions, its library bound to its own symbols first (``RTLD_DEEPBIND``).
+
+    The library carries RE2 and exports its symbols; TensorFlow, loaded earlier in the same
+    process, carries another RE2 whose symbols would otherwise take precedence, and then a pattern
+    with a capture group no longer splits a string (the graph's character split gives the whole
+    text back). Measured here: 454 of 634 token-id comparisons wrong after ``import tensorflow``
+    without it, none with it. An onnxruntime_extensions imported earlier without the flag stays as
+    it was; :func:`check_probe` then catches the damage.
+    """
+    if "onnxruntime_extensions" in sys.modules and sys.modules["onnxruntime_extensions"] is not None:
+        return sys.modules["onnxruntime_extensions"]
+    deepbind = getattr(os, "RTLD_DEEPBIND", 0)
+    flags = sys.getdlopenflags()
+    if deepbind:
+        sys.setdlopenflags(flags | deepbind)
+    try:
+        import onnxruntime_extensions
+    finally:
+        sys.setdlopenflags(flags)
+    return onnxruntime_extensions
+
+
 def extensions_library(what: str) -> str:
     """Path of onnxruntime-extensions' custom-operator library, for ``SessionOptions.register_custom_ops_library``.
 
@@ -658,7 +687,7 @@ def extensions_library(what: str) -> str:
         ExportDirError: onnxruntime-extensions is not installed (``pip install 'ptmkit-export[tokenizer]'``).
     """
     try:
-        import onnxruntime_extensions
+        onnxruntime_extensions = _import_extensions()
     except ImportError:
         raise ExportDirError(
             f"{what}: tokenizes inside the ONNX graph and needs onnxruntime-extensions: pip install 'ptmkit-export[tokenizer]'"
@@ -826,6 +855,7 @@ def build_tokenizer_variants(
                 worst = max(worst, float(np.max(np.abs(np.asarray(expected) - np.asarray(got)))))
             if worst > OUTPUT_TOLERANCE:
                 raise TokenizerGraphError(f"{out_path}: outputs differ from the two-step path by {worst:.2e} > {OUTPUT_TOLERANCE:g}; nothing written")
+            (probe,) = single.run([output_name], {TEXT_INPUT: text_feed(PROBE_TEXTS)})
             made[name] = {
                 "file": file_name,
                 "base": base,
@@ -833,6 +863,7 @@ def build_tokenizer_variants(
                 "ok": bool(variants[base].get("ok", True)),
                 "requires": {"onnxruntime-extensions": version("onnxruntime-extensions"), "tokenizers": version("tokenizers")},
                 "check": {"texts": len(texts), "token_id_mismatches": 0, "max_abs_diff_vs_two_step": worst},
+                "probe": {"texts": PROBE_TEXTS, "outputs": np.asarray(probe, np.float64)[:, :PROBE_VALUES].round(7).tolist()},
                 "bytes": out_path.stat().st_size,
             }
     except BaseException:
@@ -872,3 +903,90 @@ def add_tokenizer_variants(export_dir: str | os.PathLike[str], check_texts: Sequ
         staged.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         os.replace(staged, root / MANIFEST_NAME)
     return made
+
+
+def check_probe(session: Any, entry: dict[str, Any], output_name: str, model_path: Path) -> None:
+    """Run the manifest's probe texts through a single-file ``session``; raise if the outputs moved.
+
+    Guards against an environment whose string operators behave otherwise than at export time:
+    onnxruntime-extensions' regular expressions (RE2) go wrong when TensorFlow is loaded in the same
+    process (TensorFlow's own RE2 symbols take precedence: a pattern with a capture group no longer
+    splits), and another onnxruntime-extensions version could differ too.
+
+    Raises:
+        ExportDirError: outputs differ by more than :data:`PROBE_TOLERANCE`.
+    """
+    probe = entry.get("probe")
+    if not isinstance(probe, dict):
+        return
+    (got,) = session.run([output_name], {TEXT_INPUT: text_feed(probe["texts"])})
+    expected = np.asarray(probe["outputs"], np.float64)
+    worst = float(np.max(np.abs(np.asarray(got, np.float64)[:, : expected.shape[1]] - expected)))
+    if worst > PROBE_TOLERANCE:
+        loaded = " TensorFlow is loaded in this process, and its RE2 breaks onnxruntime-extensions' regular expressions;" if "tensorflow" in sys.modules else ""
+        raise ExportDirError(
+            f"{model_path}: gives other outputs on its probe texts than at export time (max abs difference {worst:.2e}):{loaded} "
+            f"use the {entry.get('base', 'fp32')} variant (two-step) or a process without TensorFlow"
+        )
+
+
+def build_tokenizer_variants_isolated(latency_threads: int = 1, latency_repeats: int = 0, **arguments: Any) -> dict[str, dict[str, Any]]:
+    """:func:`build_tokenizer_variants` in a fresh Python process, which loads no TensorFlow.
+
+    ``ptmkit export`` has TensorFlow loaded, and onnxruntime-extensions' regular expressions
+    misbehave next to it (see :func:`check_probe`); the checks must run where the model will.
+    With ``latency_repeats > 0`` each entry also gets ``latency_ms_b1x128``: the median time of one
+    text of 300 words (cut to ``max_sequence_length``, 128 for BERT-base-like exports) through
+    the single-file model with ``latency_threads`` threads.
+
+    Args:
+        arguments: :func:`build_tokenizer_variants`'s (paths as str or Path).
+
+    Raises:
+        TokenizerGraphError, ExportDirError: as :func:`build_tokenizer_variants`, re-raised here.
+    """
+    import subprocess
+
+    request = {key: (str(value) if isinstance(value, Path) else value) for key, value in arguments.items()}
+    request["check_texts"] = list(request.get("check_texts", ()))
+    request["latency"] = [latency_threads, latency_repeats]
+    with tempfile.TemporaryDirectory(prefix="ptmkit-tokenizer-graph-") as tmp_name:
+        tmp = Path(tmp_name)
+        (tmp / "request.json").write_text(json.dumps(request, ensure_ascii=False), encoding="utf-8")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), *filter(None, [env.get("PYTHONPATH")])])
+        process = subprocess.run(
+            [sys.executable, "-m", "ptmkit_export.tokenizer_graph", str(tmp / "request.json"), str(tmp / "result.json")],
+            capture_output=True, text=True, env=env, check=False,
+        )
+        if not (tmp / "result.json").is_file():
+            last = (process.stderr.strip().splitlines() or ["no output"])[-1]
+            raise TokenizerGraphError(f"building the tokenizer graph failed (exit {process.returncode}): {last}")
+        result = json.loads((tmp / "result.json").read_text(encoding="utf-8"))
+    if "error" in result:
+        raise (ExportDirError if result["kind"] == "ExportDirError" else TokenizerGraphError)(result["error"])
+    return dict(result["variants"])
+
+
+def _main(argv: Sequence[str]) -> int:
+    """``python -m ptmkit_export.tokenizer_graph REQUEST.json RESULT.json`` (see :func:`build_tokenizer_variants_isolated`)."""
+    request = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    threads, repeats = request.pop("latency")
+    try:
+        made = build_tokenizer_variants(**request)
+        if repeats:
+            from ptmkit_export.benchmark import median_latency_ms
+
+            feeds = {TEXT_INPUT: text_feed([" ".join(["long"] * 300)])}
+            for entry in made.values():
+                session = extensions_session(Path(request.get("out_dir") or request["directory"]) / entry["file"], threads=threads)
+                entry["latency_ms_b1x128"] = round(median_latency_ms(session, feeds, repeats=repeats), 3)
+        result: dict[str, Any] = {"variants": made}
+    except (TokenizerGraphError, ExportDirError) as error:
+        result = {"error": str(error), "kind": type(error).__name__}
+    Path(argv[1]).write_text(json.dumps(result), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))

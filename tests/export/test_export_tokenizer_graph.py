@@ -7,8 +7,10 @@ up: truncation to the export's max_sequence_length, padding to the longest text 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,7 +21,10 @@ from export_fixtures import INPUTS, MAX_SEQUENCE_LENGTH, REPO, TEXTS, TinyExport
 from ptmkit_export import Predictor
 from ptmkit_export.errors import ExportDirError
 
-pytest.importorskip("onnxruntime_extensions", reason="ptmkit-export[tokenizer] installs onnxruntime-extensions")
+# Not importorskip: importing onnxruntime_extensions after TensorFlow, without ptmkit_export's
+# RTLD_DEEPBIND, breaks its regular expressions (ptmkit_export.tokenizer_graph._import_extensions).
+if importlib.util.find_spec("onnxruntime_extensions") is None:
+    pytest.skip("ptmkit-export[tokenizer] installs onnxruntime-extensions", allow_module_level=True)
 
 from ptmkit_export.tokenizer_graph import (  # noqa: E402
     HARD_CASES,
@@ -207,3 +212,27 @@ def test_predict_cli_runs_the_single_file_variant(single_file: Path, capsys: pyt
     for a, b in zip(rows["fp32"], rows["fp32+tokenizer"], strict=True):
         assert a["label"] == b["label"]
         assert max(abs(a["probabilities"][k] - b["probabilities"][k]) for k in a["probabilities"]) < 1e-6
+
+
+GUARD = """
+import sys
+import tensorflow  # noqa: F401  (TensorFlow first, then onnxruntime_extensions imported plainly)
+import onnxruntime_extensions  # noqa: F401
+from ptmkit_export import Predictor
+from ptmkit_export.errors import ExportDirError
+try:
+    Predictor(sys.argv[1], variant="fp32+tokenizer")
+    print("loaded")
+except ExportDirError as error:
+    print("refused:", error)
+"""
+
+
+def test_a_single_file_model_that_would_tokenize_wrongly_is_refused_at_load(single_file: Path) -> None:
+    """onnxruntime-extensions imported plainly after TensorFlow: its regular expressions use
+    TensorFlow's RE2 and stop splitting; the manifest's probe outputs catch it."""
+    env = {**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run([sys.executable, "-c", GUARD, str(single_file)], capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    line = result.stdout.strip().splitlines()[-1]
+    assert line.startswith("refused:") and "probe texts" in line and "TensorFlow is loaded" in line, line
