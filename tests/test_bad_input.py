@@ -326,7 +326,7 @@ def test_export_with_tokenizer_writes_a_single_file_model_that_embeds_alike(tiny
     manifest = json.loads((out / "manifest.json").read_text())
     entry = manifest["variants"]["fp32+tokenizer"]
     assert entry["file"] == "model.with_tokenizer.onnx" and (out / entry["file"]).is_file()
-    assert entry["check"]["token_id_mismatches"] == 0 and entry["latency_ms_b1x128"] > 0
+    assert entry["check"]["token_id_mismatches"] == 0 and entry["latency_ms_b1x128"] > 0 and entry["two_step_latency_ms_b1x128"] > 0
     texts = ["a fine film", "Crème brûlée in Zürich, 東京 🤖", "the history of anarchism in europe " * 20]
     rows = {}
     for variant in ("fp32", "fp32+tokenizer"):

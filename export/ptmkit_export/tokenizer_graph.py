@@ -12,45 +12,54 @@ texts and :data:`HARD_CASES` and refuses to write a model that disagrees.
 
 Why not onnxruntime-extensions' ``BertTokenizer`` operator (what ``gen_processing_models`` builds):
 on the 295 sentences of ``tests/test_hf_import.py`` with all-MiniLM-L6-v2's vocabulary it gave
-other ids than ``tokenizers`` for 7 (its lowercasing maps only characters without a canonical
-decomposition through ``towlower`` in the C locale: ``Ł``, Greek and Cyrillic capitals stay
-upper-case and become ``[UNK]``; its accent stripping does not decompose Hangul syllables or
-kana with dakuten; it does not split at full-width punctuation such as ``－``). Its WordPiece
-keeps the pieces found before a failing one (``abc☃`` gives ``ab ##c [UNK]`` where tokenizers
-gives one ``[UNK]`` for the word), it takes one text (or one pair) per call, and it does not match
-special tokens such as ``[SEP]`` written in the text. So the graph here does each step with
-operators whose behaviour is exact, and takes its tables from ``tokenizers`` itself:
+other ids than ``tokenizers`` for 7 (one because onnxruntime's Python binding cuts a string at
+U+0000, see below): its lowercasing leaves ``Ł``, Greek and Cyrillic capitals
+upper-case (they become ``[UNK]``), its accent stripping decomposes neither Hangul syllables nor
+kana with dakuten, and it does not split at full-width punctuation such as ``－``. Its WordPiece keeps the pieces found before a failing one (``film☃`` gives ``film [UNK]``
+where tokenizers gives one ``[UNK]`` for the word), it takes one text (or one pair) per call, and
+it does not match special tokens such as ``[SEP]`` written in the text. So the graph here does
+each step with operators whose behaviour is exact, and takes its tables from ``tokenizers``:
 
-1. Special tokens written in the text (``[SEP]``, ``[MASK]``, ...: tokenizers' added tokens, which
-   it matches in the raw text before normalising) become private-use placeholder characters
-   (``StringRegexReplace``); placeholder characters already in the text become U+FFFD first.
-2. The text is split into characters (``StringRegexSplitWithOffsets``), each character that the
-   normaliser and pre-tokeniser change is replaced by its result (``StringMapping``; e.g. ``Ä`` ->
-   ``a``, ``한`` -> its three jamo, ``（`` -> `` （ ``), and the characters are joined again.
-3. Three regular expressions over explicit code-point ranges delete what the normaliser deletes
-   (control and format characters, non-spacing marks when accents are stripped, private use),
-   turn whitespace into spaces, and put spaces around punctuation and CJK ideographs.
-4. ``StringSplit`` on spaces gives the words, ``WordpieceTokenizer`` their pieces (one row per
-   word), an ``ai.onnx.ml`` ``LabelEncoder`` the ids; a word whose greedy match fails becomes one
-   ``[UNK]``, as in tokenizers.
+1. Reserved private-use characters already in the texts become U+FFFD (deleted later); special
+   tokens written in the text (``[SEP]``, ``[MASK]``, ...: tokenizers' added tokens, which it
+   matches in the raw text before normalising) become reserved placeholder characters
+   (``StringRegexReplace``). The batch's texts are joined into one string with a reserved
+   boundary character between them (``StringJoin``).
+2. The string is split into characters (``StringRegexSplitWithOffsets``), each character that
+   the normaliser or pre-tokeniser changes is replaced by its result (``StringMapping``, ~16k
+   entries for BERT: ``Ä`` -> ``a``, ``한`` -> its three jamo, ``（`` -> `` （ ``, a deleted
+   character -> a reserved marker), and the characters are joined again.
+3. Three small regular expressions over explicit code-point ranges delete the marker and the long
+   runs the normaliser deletes (private-use planes), turn tab and newline into spaces, and put
+   spaces around the long runs of isolated characters (CJK ideograph blocks). They stay small
+   because onnxruntime-extensions compiles them on every call.
+4. ``StringSplit`` on spaces gives the words and, through the boundaries, each word's text;
+   ``WordpieceTokenizer`` gives their pieces (one row per word) and an ``ai.onnx.ml``
+   ``LabelEncoder`` the ids; a word whose greedy match fails becomes one ``[UNK]``, as in
+   tokenizers.
 5. Standard ONNX operators cut each text to ``max_sequence_length`` minus the special tokens, add
    ``[CLS]``/``[SEP]`` (the tokenizer.json's post-processor), pad to the longest text of the batch
    and build ``segment_ids`` and ``padding_mask``.
 
-The character table and the ranges come from running the tokenizer.json's normaliser and
-pre-tokeniser over every Unicode code point (about 1 s). That is exact because the normalisers
-accepted (BertNormalizer, Lowercase, NFD, NFKD, StripAccents and Sequences of them) and
-pre-tokenisers (BertPreTokenizer, WhitespaceSplit) act on each character alone, with one
-exception that is checked: NFD puts runs of combining marks in canonical order, which can change
-the order of two spacing marks with a non-zero combining class (25 code points, e.g. U+302E); an
-export whose vocabulary holds any of them is refused. Anything else (BPE, Unigram, Metaspace,
-Replace or NFC normalisers, added tokens with ``lstrip``/``rstrip``/``single_word``/``normalized``)
-is refused with a message naming the tokenizer.json key.
+The table and the ranges come from running the tokenizer.json's normaliser and pre-tokeniser
+over every Unicode code point (about 5 s, once per process and tokenizer). That is exact because
+the normalisers accepted (BertNormalizer, Lowercase, NFD, NFKD, StripAccents and Sequences of
+them) and pre-tokenisers (BertPreTokenizer, WhitespaceSplit) act on each character alone, and
+every code point's result is checked against the plan. The one rule that is not per character
+is checked too: NFD puts a run of combining marks in canonical order, so when the normaliser
+decomposes and keeps marks, an export whose vocabulary holds any kept mark is refused. Anything
+else (BPE, Unigram, Metaspace, Replace or NFC normalisers, added tokens with
+``lstrip``/``rstrip``/``single_word``/``normalized``) is refused with a message naming the
+tokenizer.json key.
 
-One input difference remains outside the graph: onnxruntime's Python binding passes strings to
-the graph as C strings, so a text is cut at its first U+0000. tokenizers deletes U+0000, and the
-graph deletes U+FFFD, so :class:`ptmkit_export.Predictor` replaces U+0000 by U+FFFD before the
-call (checked at build time: both are deleted by the normaliser).
+Two environment issues are handled outside the graph. onnxruntime's Python binding passes strings
+to the graph as C strings, so a text would end at its first U+0000: :func:`text_feed` sends U+0000
+as U+FFFD, both deleted by the normaliser (checked at build time). And TensorFlow's RE2, loaded
+first in the same process, takes over onnxruntime-extensions' exported RE2 symbols: the split
+into characters then returns the whole string (454 of 634 token-id comparisons wrong). This
+module imports onnxruntime-extensions with ``RTLD_DEEPBIND``, ``ptmkit export`` runs the checks in
+a fresh process, and the manifest records probe outputs that :class:`ptmkit_export.Predictor`
+checks at load (:func:`check_probe`).
 
 Source: onnxruntime-extensions' operators (https://github.com/microsoft/onnxruntime-extensions,
 ``operators/text`` and ``operators/tokenizer``); tokenizers' BertNormalizer, BertPreTokenizer and
@@ -936,8 +945,10 @@ def build_tokenizer_variants_isolated(latency_threads: int = 1, latency_repeats:
     ``ptmkit export`` has TensorFlow loaded, and onnxruntime-extensions' regular expressions
     misbehave next to it (see :func:`check_probe`); the checks must run where the model will.
     With ``latency_repeats > 0`` each entry also gets ``latency_ms_b1x128``: the median time of one
-    text of 300 words (cut to ``max_sequence_length``, 128 for BERT-base-like exports) through
-    the single-file model with ``latency_threads`` threads.
+    text of ``min(128, max_sequence_length)`` tokens (tokenization included) through the
+    single-file model with ``latency_threads`` threads, as the two-step variants are timed, and
+    ``two_step_latency_ms_b1x128``: the same text through tokenizers and the base variant's model
+    in the same process, right after.
 
     Args:
         arguments: :func:`build_tokenizer_variants`'s (paths as str or Path).
@@ -975,12 +986,30 @@ def _main(argv: Sequence[str]) -> int:
     try:
         made = build_tokenizer_variants(**request)
         if repeats:
+            import onnxruntime as ort
+            from tokenizers import Tokenizer
+
             from ptmkit_export.benchmark import median_latency_ms
 
-            feeds = {TEXT_INPUT: text_feed([" ".join(["long"] * 300)])}
+            # One text of exactly min(128, max_sequence_length) tokens, as the two-step variants' timing.
+            reference, words = Tokenizer.from_file(str(request["tokenizer_json"])), ["a"]
+            target = min(128, int(request["max_sequence_length"]))
+            while len(reference.encode(" ".join(words)).ids) < target and len(words) < 1000:
+                words.append("a")
+            feeds = {TEXT_INPUT: text_feed([" ".join(words)])}
+            reference.enable_truncation(int(request["max_sequence_length"]))
             for entry in made.values():
                 session = extensions_session(Path(request.get("out_dir") or request["directory"]) / entry["file"], threads=threads)
+                options = ort.SessionOptions()
+                options.intra_op_num_threads = threads
+                base = ort.InferenceSession(str(Path(request["directory"]) / request["variants"][entry["base"]]["file"]), options, providers=["CPUExecutionProvider"])
+
+                def two_step(texts: list[str], base: Any = base) -> Any:  # the Predictor's path: tokenizers, then the model
+                    encodings = reference.encode_batch(texts)
+                    return base.run(None, {s["name"]: np.asarray([getattr(e, s["encoding"]) for e in encodings], s["dtype"]) for s in request["inputs"]})
+
                 entry["latency_ms_b1x128"] = round(median_latency_ms(session, feeds, repeats=repeats), 3)
+                entry["two_step_latency_ms_b1x128"] = round(median_latency_ms(two_step, [" ".join(words)], repeats=repeats), 3)
         result: dict[str, Any] = {"variants": made}
     except (TokenizerGraphError, ExportDirError) as error:
         result = {"error": str(error), "kind": type(error).__name__}
