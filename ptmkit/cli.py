@@ -100,6 +100,7 @@ def export(
     triton: Annotated[Path | None, typer.Option(help="Also write a Triton Inference Server model repository here (REPO_DIR/NAME/config.pbtxt, 1/model.onnx).")] = None,
     vectors: Annotated[str | None, typer.Option(help="Word-vector runs: write a vector file: word2vec, word2vec-binary, glove or fasttext-vec.")] = None,
     output: Annotated[Path | None, typer.Option(help="The vector file --vectors writes.")] = None,
+    with_tokenizer: Annotated[bool, typer.Option("--with-tokenizer", help="Also write model.with_tokenizer.onnx: WordPiece tokenization inside the graph (onnxruntime-extensions), raw text in; variant fp32+tokenizer (and int8+tokenizer).")] = False,
 ) -> None:
     """Export RUN_DIR to ONNX (checked against Keras), optionally quantized to int8; or write a
     word-vector run's vectors in a format the field reads (--vectors FORMAT --output FILE)."""
@@ -108,15 +109,15 @@ def export(
     if vectors is not None or word_vectors.is_word_vector_run(run_dir):
         if vectors is None and not onnx:
             raise PtmkitError("nothing to export: give --vectors FORMAT --output FILE, or --onnx")
-        if int8 or dev is not None:
-            raise PtmkitError("--int8/--dev apply to classifiers; word vectors are exported as float32 lookups")
+        if int8 or dev is not None or with_tokenizer:
+            raise PtmkitError("--int8/--dev/--with-tokenizer apply to classifiers; word vectors are exported as float32 lookups")
         _report(f"exported {run_dir}", word_vectors.export(run_dir, vectors, output, out))
         return
     if not onnx:
         raise PtmkitError("nothing to export: --no-onnx leaves no format (ONNX is the only one so far)")
     from ptmkit.exporting import export_run
 
-    manifest = export_run(run_dir, out, int8=int8, dev=dev, console=console)
+    manifest = export_run(run_dir, out, int8=int8, dev=dev, console=console, with_tokenizer=with_tokenizer)
     _report(f"exported -> {manifest['directory']}", manifest["summary"])
     if triton is not None:
         _write_triton(Path(manifest["directory"]), triton, name=None, variant="fp32", max_batch_size=32, overwrite=True)
@@ -156,7 +157,7 @@ def serve(
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: a free one).")] = 8000,
     max_batch: Annotated[int, typer.Option(min=1, help="Most texts per model call; 1 turns dynamic batching off.")] = 32,
     max_delay_ms: Annotated[float, typer.Option(min=0, help="Longest wait for requests on their way to join a batch.")] = 5.0,
-    variant: Annotated[str | None, typer.Option(help="fp32 or int8 (default: int8 when it passed its checks).")] = None,
+    variant: Annotated[str | None, typer.Option(help="fp32, int8, or fp32+tokenizer / int8+tokenizer (the single-file model of --with-tokenizer) (default: int8 when it passed its checks).")] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="ONNX Runtime intra-op threads.")] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda (CUDA through onnxruntime-gpu; CPU with a warning without it).")] = "cpu",
     max_body_bytes: Annotated[int, typer.Option(min=1, help="Larger request bodies get HTTP 413.")] = 8 * 1024 * 1024,
@@ -215,7 +216,7 @@ def embed(
     text: Annotated[list[str] | None, typer.Option("--text", help="A text to embed (repeatable).")] = None,
     file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too).")] = None,
     output: Annotated[Path | None, typer.Option(help="Write a (texts, dim) float32 .npy matrix here instead of JSON lines.")] = None,
-    variant: Annotated[str | None, typer.Option(help="Export variant: fp32 or int8 (default: int8 when it passed its checks).")] = None,
+    variant: Annotated[str | None, typer.Option(help="Export variant: fp32, int8, fp32+tokenizer or int8+tokenizer (default: int8 when it passed its checks).")] = None,
     words: Annotated[list[str] | None, typer.Option("--words", help="Word-vector runs: words to look up (repeatable; several per option too).")] = None,
 ) -> None:
     """Sentence embeddings with the checkpoint's pooling (one JSON line per text, or a .npy matrix),
@@ -280,7 +281,7 @@ def predict(
     export_dir: Annotated[Path, typer.Argument(help="An export directory (or a run directory with export/).")],
     text: Annotated[list[str] | None, typer.Option("--text", help="A text to classify (repeatable).")] = None,
     file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too).")] = None,
-    variant: Annotated[str | None, typer.Option(help="fp32 or int8 (default: int8 when it passed its checks).")] = None,
+    variant: Annotated[str | None, typer.Option(help="fp32, int8, or fp32+tokenizer / int8+tokenizer (the single-file model of --with-tokenizer) (default: int8 when it passed its checks).")] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="ONNX Runtime intra-op threads.")] = None,
 ) -> None:
     """Classify texts with ONNX Runtime: one JSON line per text with label and probabilities."""

@@ -99,7 +99,7 @@ def check_parity(
     return diffs
 
 
-def export_run(run_dir: str | Path, out: str | Path | None = None, int8: bool = False, dev: str | Path | None = None, console: Console | None = None) -> dict[str, Any]:
+def export_run(run_dir: str | Path, out: str | Path | None = None, int8: bool = False, dev: str | Path | None = None, console: Console | None = None, with_tokenizer: bool = False) -> dict[str, Any]:
     """Export a run to ONNX (and int8); see the module docstring.
 
     A fine-tuned run exports its head's ``logits``; a run without a head (pre-trained or imported
@@ -112,6 +112,9 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, int8: bool = 
         int8: also write ``model.int8.onnx``.
         dev: file for the fp32-vs-int8 check: labelled for a head (default: the run's dev file),
             any text file for embeddings (required then).
+        with_tokenizer: also write single-file models that tokenize inside the graph
+            (``model.with_tokenizer.onnx``, variant ``fp32+tokenizer``, and ``int8+tokenizer``
+            with ``int8``; :mod:`ptmkit.tokenizer_export`).
 
     Returns:
         the export manifest, with ``directory`` and a ``summary`` of the measured numbers.
@@ -227,6 +230,13 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, int8: bool = 
                     problems.append(f"is slower than fp32 ({int8_latency:.2f} ms vs {variants['fp32']['latency_ms_b1x128']:.2f} ms at batch 1 x 128)")
                 console.print(f"[bold red]WARNING: int8 {' and '.join(problems)}; it is marked not ok and the runtime uses fp32 by default[/bold red]")
         shutil.copyfile(run.require("tokenizer.json"), tmp / "tokenizer.json")
+        if with_tokenizer:
+            from ptmkit.tokenizer_export import dev_texts, tokenizer_variants
+
+            variants.update(tokenizer_variants(
+                tmp, variants, tmp / "tokenizer.json", family.input_names, output, sequence_length, specials.pad,
+                dev_texts(dev_file, labels), LATENCY_THREADS, LATENCY_REPEATS, console,
+            ))
         manifest = {
             "format": "ptmkit-export/1",
             "family": run_manifest["family"],

@@ -11,6 +11,7 @@ holds two lines of invalid UTF-8, which must be a warning and not an error.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import os
 import random
@@ -311,6 +312,35 @@ def test_a_run_without_a_head_exports_embeddings_that_predict_refuses(tiny_run: 
         u, v = np.asarray(a["embedding"]), np.asarray(b["embedding"])
         assert u.shape == v.shape == (32,)  # model.hidden_dim of the tiny run
         assert float(u @ v / np.linalg.norm(u) / np.linalg.norm(v)) >= 0.99999
+
+
+def test_export_with_tokenizer_writes_a_single_file_model_that_embeds_alike(tiny_run: TinyRun, work: Path) -> None:
+    """`ptmkit export --with-tokenizer`: model.with_tokenizer.onnx in the manifest; `ptmkit embed
+    --variant fp32+tokenizer` (raw text into the graph) gives the two-step path's embeddings."""
+    if importlib.util.find_spec("onnxruntime_extensions") is None:  # not importorskip: see ptmkit_export.tokenizer_graph._import_extensions
+        pytest.skip("ptmkit-export[tokenizer] installs onnxruntime-extensions")
+    out = work / "export"
+    result = ptmkit("export", tiny_run.run_dir, "--out", out, "--with-tokenizer", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert "fp32+tokenizer: model.with_tokenizer.onnx, token ids identical to tokenizers" in result.stdout + result.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    entry = manifest["variants"]["fp32+tokenizer"]
+    assert entry["file"] == "model.with_tokenizer.onnx" and (out / entry["file"]).is_file()
+    assert entry["check"]["token_id_mismatches"] == 0 and entry["latency_ms_b1x128"] > 0 and entry["two_step_latency_ms_b1x128"] > 0
+    texts = ["a fine film", "Crème brûlée in Zürich, 東京 🤖", "the history of anarchism in europe " * 20]
+    rows = {}
+    for variant in ("fp32", "fp32+tokenizer"):
+        lines = ptmkit("embed", out, "--variant", variant, *[a for t in texts for a in ("--text", t)], cwd=work)
+        assert lines.returncode == 0, lines.stderr
+        rows[variant] = [np.asarray(json.loads(line)["embedding"]) for line in lines.stdout.splitlines()]
+    for a, b in zip(rows["fp32"], rows["fp32+tokenizer"], strict=True):
+        assert float(np.max(np.abs(a - b))) <= 1e-5
+
+
+def test_export_with_tokenizer_refuses_word_vectors(tiny_run: TinyRun, work: Path) -> None:
+    word2vec = tiny_run.run_dir.parent / "no-such-word2vec-run"
+    result = ptmkit("export", word2vec, "--vectors", "word2vec", "--output", work / "v.txt", "--with-tokenizer", cwd=work)
+    user_error(result, "--with-tokenizer")
 
 
 def test_predict_on_a_directory_without_manifest(work: Path) -> None:

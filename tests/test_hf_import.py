@@ -8,6 +8,7 @@ torch, sentence-transformers), so these tests need no torch.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -155,7 +156,7 @@ def test_onnx_export_of_the_imported_checkpoint(imported: Path, checkpoint: Path
     dev = tmp_path / "dev.txt"
     texts = _texts()[::5]
     dev.write_text("\n".join(t.replace("\n", " ") for t in texts if t.strip()) + "\n", encoding="utf-8")
-    manifest = export_run(imported, tmp_path / "export", int8=True, dev=dev)
+    manifest = export_run(imported, tmp_path / "export", int8=True, dev=dev, with_tokenizer=importlib.util.find_spec("onnxruntime_extensions") is not None)
     assert manifest["task"] == "embedding" and manifest["outputs"][0]["shape"] == ["batch", 384]
     fp32, int8 = Predictor(manifest["directory"], variant="fp32"), Predictor(manifest["directory"], variant="int8")
     sample = [str(t) for t in texts[:40] if t.strip()]
@@ -167,3 +168,18 @@ def test_onnx_export_of_the_imported_checkpoint(imported: Path, checkpoint: Path
     recorded = manifest["variants"]["int8"]
     assert recorded["dev_mean_cosine_to_fp32"] >= 0.99 and recorded["dev_texts"] == dev.read_text().count("\n")
     assert manifest["variants"]["int8"]["bytes"] < manifest["variants"]["fp32"]["bytes"] / 3
+    # --with-tokenizer: the single-file models tokenize in the graph exactly as tokenizers does (the
+    # 295 texts, one at a time and 16 at a time) and give the two-step path's embeddings.
+    if importlib.util.find_spec("onnxruntime_extensions") is None:  # not importorskip: see ptmkit_export.tokenizer_graph._import_extensions
+        pytest.skip("ptmkit-export[tokenizer] installs onnxruntime-extensions")
+    from ptmkit_export.tokenizer_graph import build_tokenizer_model, count_token_mismatches
+
+    directory, every_text = Path(manifest["directory"]), _texts()
+    assert manifest["variants"]["fp32+tokenizer"]["file"] == "model.with_tokenizer.onnx"
+    assert all(manifest["variants"][v]["check"]["token_id_mismatches"] == 0 for v in ("fp32+tokenizer", "int8+tokenizer"))
+    graph = build_tokenizer_model(directory / "tokenizer.json", 128, 0, manifest["inputs"])
+    assert count_token_mismatches(graph, directory / "tokenizer.json", every_text, 128, 0, manifest["inputs"]) == (0, None)
+    single = Predictor(directory, variant="fp32+tokenizer")
+    assert float(np.max(np.abs(single.embed(every_text) - fp32.embed(every_text)))) <= 1e-5
+    int8_single = Predictor(directory, variant="int8+tokenizer")
+    assert float(np.max(np.abs(int8_single.embed(sample) - int8.embed(sample)))) <= 1e-5

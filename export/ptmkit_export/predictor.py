@@ -101,7 +101,11 @@ class Predictor:
         export_dir: directory holding ``manifest.json``, ``tokenizer.json`` and the model files.
         variant: ``"fp32"``, ``"int8"`` or any other key of the manifest's ``variants``; ``None``
             picks ``"int8"`` when the manifest marks it ``ok``, else ``"fp32"`` (always ``"fp32"``
-            on CUDA).
+            on CUDA). ``"fp32+tokenizer"`` / ``"int8+tokenizer"`` (``ptmkit export
+            --with-tokenizer``) are single-file models that tokenize inside the graph: texts go
+            in as a string tensor; they need onnxruntime-extensions (``ptmkit-export[tokenizer]``)
+            and give the same outputs as their base variant (see
+            :mod:`ptmkit_export.tokenizer_graph`).
         threads: ONNX Runtime intra-op threads (``SessionOptions.intra_op_num_threads``);
             ``None`` lets ONNX Runtime decide (one per physical core).
         providers: ONNX Runtime execution providers, e.g. ``["CUDAExecutionProvider",
@@ -119,11 +123,16 @@ class Predictor:
         batch_size: texts per ONNX Runtime call in :meth:`logits` (int, default 32).
         session: the ``onnxruntime.InferenceSession``; ``session.get_providers()`` lists the
             providers in use.
+        text_input: the model's string input for a variant that tokenizes inside the graph,
+            else None (the model takes the manifest's ``inputs``; :meth:`encode` makes them).
 
     Raises:
         ValueError: ``threads < 1``, an unknown ``device``, or both ``device`` and ``providers``.
         ExportDirError: the directory, manifest, tokenizer or chosen variant's model file is
-            missing or broken; the model's inputs or outputs do not match the manifest.
+            missing or broken; the model's inputs or outputs do not match the manifest; a variant
+            that tokenizes in the graph without onnxruntime-extensions installed, or whose outputs
+            on the manifest's probe texts moved since the export (e.g. with TensorFlow loaded in
+            the same process; :func:`ptmkit_export.tokenizer_graph.check_probe`).
     """
 
     batch_size: int = 32
@@ -148,6 +157,8 @@ class Predictor:
         model_path = variant_path(self.export_dir, self.manifest, self.variant)
 
         self._inputs = [(spec["name"], spec["encoding"], np.dtype(spec["dtype"])) for spec in self.manifest["inputs"]]
+        entry = self.manifest["variants"][self.variant]
+        self.text_input: str | None = entry.get("text_input") if isinstance(entry.get("text_input"), str) else None
         self._output = self.manifest["outputs"][0]["name"]
         self.tokenizer = self._load_tokenizer(self.export_dir / self.manifest["tokenizer"])
 
@@ -156,6 +167,10 @@ class Predictor:
             if threads < 1:
                 raise ValueError(f"threads must be >= 1, got {threads}")
             options.intra_op_num_threads = threads
+        if self.text_input is not None:
+            from ptmkit_export.tokenizer_graph import extensions_library
+
+            options.register_custom_ops_library(extensions_library(f"{model_path} (variant {self.variant!r})"))
         try:
             self.session = ort.InferenceSession(str(model_path), options, providers=chosen)
         except Exception as error:  # onnxruntime raises its own exception types
@@ -170,6 +185,10 @@ class Predictor:
                 stacklevel=2,
             )
         self._check_session(model_path)
+        if self.text_input is not None:
+            from ptmkit_export.tokenizer_graph import check_probe
+
+            check_probe(self.session, entry, self._output, model_path)
 
     def _load_tokenizer(self, path: Path) -> Tokenizer:
         try:
@@ -185,7 +204,7 @@ class Predictor:
 
     def _check_session(self, model_path: Path) -> None:
         model_inputs = {value.name for value in self.session.get_inputs()}
-        wanted = {name for name, _, _ in self._inputs}
+        wanted = {self.text_input} if self.text_input is not None else {name for name, _, _ in self._inputs}
         if model_inputs != wanted:
             raise ExportDirError(
                 f"{model_path}: model inputs {sorted(model_inputs)} do not match the manifest's {sorted(wanted)}"
@@ -248,9 +267,15 @@ class Predictor:
     def _outputs(self, texts: list[str]) -> np.ndarray:
         chunks = []
         for start in range(0, len(texts), self.batch_size):
-            feeds = self.encode(texts[start : start + self.batch_size])
+            chunk = texts[start : start + self.batch_size]
+            if self.text_input is not None:
+                from ptmkit_export.tokenizer_graph import text_feed
+
+                feeds = {self.text_input: text_feed(chunk)}
+            else:
+                feeds = self.encode(chunk)
             (values,) = self.session.run([self._output], feeds)
-            chunks.append(np.asarray(values, dtype=np.float32).reshape(len(feeds[self._inputs[0][0]]), -1))
+            chunks.append(np.asarray(values, dtype=np.float32).reshape(len(chunk), -1))
         return np.concatenate(chunks, axis=0)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

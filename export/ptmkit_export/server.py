@@ -151,8 +151,9 @@ class ModelService:
         self.pad_id = int(manifest["pad_token_id"])
         self.vocabulary_size = int(predictor.tokenizer.get_vocab_size())
         self.labels = list(predictor.labels)
-        #: (name, datatype, encoding) of the model's own inputs, in manifest order.
-        self.tensor_inputs = [(s["name"], s["dtype"].upper(), s["encoding"]) for s in manifest["inputs"]]
+        #: (name, datatype, encoding) of the model's own inputs, in manifest order; none for a
+        #: variant that tokenizes inside the graph (it takes text only).
+        self.tensor_inputs = [] if predictor.text_input else [(s["name"], s["dtype"].upper(), s["encoding"]) for s in manifest["inputs"]]
         self.has_mask = any(encoding == "attention_mask" for _, _, encoding in self.tensor_inputs)
         self.model_outputs = [o.name for o in predictor.session.get_outputs()]
         self._model_output_meta = [
@@ -358,7 +359,7 @@ class ModelService:
         unknown = sorted(set(tensors) - set(expected))
         if unknown:
             raise RequestError(
-                400, f"unknown input {unknown[0]!r}; model {self.name!r} takes 'text' (BYTES) or {', '.join(expected)}"
+                400, f"unknown input {unknown[0]!r}; model {self.name!r} takes 'text' (BYTES)" + (f" or {', '.join(expected)}" if expected else " only")
             )
         missing = [name for name in expected if name not in tensors]
         if missing:

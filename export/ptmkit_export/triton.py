@@ -148,7 +148,8 @@ def write_triton_repository(
         The model folder ``REPO_DIR/NAME``.
 
     Raises:
-        ExportDirError: a missing or broken export, an unknown variant, a model ONNX Runtime
+        ExportDirError: a missing or broken export, an unknown variant, a variant that tokenizes
+            inside the graph (``fp32+tokenizer``: it needs a custom op library), a model ONNX Runtime
             cannot load, an existing ``REPO_DIR/NAME`` without ``overwrite``, ``repo_dir`` not a
             folder.
         ValueError: an invalid name or option (see :func:`triton_config`).
@@ -156,6 +157,11 @@ def write_triton_repository(
     export_dir = Path(export_dir)
     manifest = read_manifest(export_dir)
     model_path = variant_path(export_dir, manifest, variant)
+    if manifest["variants"][variant].get("text_input"):
+        raise ExportDirError(
+            f"{model_path}: variant {variant!r} tokenizes inside the graph with onnxruntime-extensions' operators, which a Triton "
+            f"repository would need as a custom op library on the server; write the {manifest['variants'][variant].get('base', 'fp32')} variant"
+        )
     name = name or default_name(export_dir)
     try:
         session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])

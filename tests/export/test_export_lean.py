@@ -20,7 +20,7 @@ SCRIPT = """
 import json, sys, tempfile, warnings
 import ptmkit_export
 from ptmkit_export import Predictor
-from ptmkit_export import batching, benchmark, errors, manifest, metrics, predictor, quantize, server, triton  # every module
+from ptmkit_export import batching, benchmark, errors, manifest, metrics, predictor, quantize, server, tokenizer_graph, triton  # every module
 import onnxruntime.quantization  # what quantize_int8 imports lazily
 p = Predictor(sys.argv[1])
 out = [x.to_dict() for x in p.predict(["a gorgeous , witty movie .", "tedious ."])]
@@ -90,8 +90,10 @@ def test_wheel_declares_only_lean_requirements(tmp_path: Path) -> None:
     requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     base = {requirement_name(r) for r in requires if "extra ==" not in r}
     serve = {requirement_name(r) for r in requires if 'extra == "serve"' in r}
+    tokenizer = {requirement_name(r) for r in requires if 'extra == "tokenizer"' in r}
     assert base == LEAN, requires
     assert serve == SERVE, requires
+    assert tokenizer == {"onnxruntime-extensions"}, requires  # optional: only the single-file models need it
     heavy = {"tensorflow", "tensorflow-cpu", "keras", "keras-hub", "tf2onnx", "torch", "ptmkit"}
     assert not heavy & {requirement_name(r) for r in requires}
     modules = {n.split("/")[1] for n in names if n.startswith("ptmkit_export/")}
