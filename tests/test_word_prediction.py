@@ -122,6 +122,37 @@ def test_per_pair_step_equals_the_reference_with_unpadded_widths() -> None:
     np.testing.assert_allclose(got_out, want_out, atol=2e-6)
 
 
+def test_shared_negatives_of_a_window_equal_the_per_pair_update() -> None:
+    """fastText's skip-gram example: a center's bag of rows (its mean is the input) and the words
+    of its window as targets; the noise words drawn once per window are the per-pair update with
+    every pair drawing the window's noise words (one of which equals a target: skipped for that
+    pair only)."""
+    output = OutputLayer(V, 3, np.array([2, 2, 2, 5, 6, 7, 8], np.int32))
+    # Window 0: bag rows 0, 1, 2 (mean), targets 2, 3, 4; window 1: bag row 5, targets 6, 6.
+    examples = Examples(np.array([0, 0, 0, 1]), np.array([0, 1, 2, 5], np.int32), np.array([2, 3, 4, 6, 6], np.int32), np.array([0, 0, 0, 1, 1]), 2)
+    batch = make_batch(examples, output, np.random.default_rng(11), 3, hot_limit=0.0, shared_negatives=True)
+    w_in, w_out = _params(4, V)
+    d_in, d_out = np.zeros((V, DIM)), np.zeros((V, DIM))
+    for window in range(2):
+        bag = examples.bag_row[examples.bag_example == window]
+        h = w_in[bag].astype(np.float64).mean(axis=0)
+        items = batch["item_row"][window][batch["item_label"][window] == 0][: output.negative]
+        assert len(items) == output.negative
+        for target in examples.target[examples.target_example == window]:
+            pair = [(int(target), 1.0)] + [(int(n), 0.0) for n in items if n != target]
+            for row, label in pair:
+                u = w_out[row].astype(np.float64)
+                g = (label - 1.0 / (1.0 + np.exp(-(h @ u)))) * LR
+                d_in[bag] += g * u  # each bag row gets the mean's full gradient (word2vec.c, fastText)
+                d_out[row] += g * h
+    assert (batch["item_row"][0] == 2).sum() >= 2  # a noise word equal to a target occurs
+    got_in, got_out = _step(w_in, w_out, batch, grouped=False)
+    np.testing.assert_allclose(got_in, w_in + d_in, atol=2e-6)
+    np.testing.assert_allclose(got_out, w_out + d_out, atol=2e-6)
+    # T + k items a window instead of T (1 + k).
+    assert batch["item_row"].shape[1] < make_batch(examples, output, np.random.default_rng(11), 3)["item_row"].shape[1]
+
+
 def _hot_scale_by_sorting(rows: np.ndarray, weight: np.ndarray, limit: float, updates: np.ndarray | None = None) -> np.ndarray:
     count = np.ones(rows.shape) if updates is None else np.broadcast_to(updates, rows.shape)
     real = weight > 0

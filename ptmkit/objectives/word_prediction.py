@@ -125,22 +125,28 @@ def _dense(owner: np.ndarray, values: np.ndarray, count: int, width: int) -> tup
     return dense, mask
 
 
-def _width(lengths: np.ndarray, multiple: int) -> int:
+def _width(lengths: np.ndarray, multiple: int, steps: int = 4) -> int:
     """Padded width: the common length when every example has the same, without padding (a
     padded row is gathered and scattered like a real one: word2vec's skip-gram pairs, one input
     row and 1 + k items each, padded to 4 and 8 rows took 3x the step time); else a multiple of
-    ``multiple`` up to 4 of them, then the next power of two, so that few distinct shapes reach
-    XLA (each compiles once) and padding wastes at most half."""
+    ``multiple`` up to ``steps`` of them, then the next power of two, so that few distinct shapes
+    reach XLA (each compiles once) and padding wastes at most half."""
     longest = int(lengths.max()) if len(lengths) else 1
     if len(lengths) and int(lengths.min()) == longest:
         return longest
-    if longest <= 4 * multiple:
+    if longest <= steps * multiple:
         return max(multiple, -(-longest // multiple) * multiple)
     return 1 << (longest - 1).bit_length()
 
 
 def make_batch(
-    examples: Examples, output: OutputLayer, rng: np.random.Generator, batch_examples: int, pad_width: int = 4, hot_limit: float = 0.0
+    examples: Examples,
+    output: OutputLayer,
+    rng: np.random.Generator,
+    batch_examples: int,
+    pad_width: int = 4,
+    hot_limit: float = 0.0,
+    shared_negatives: bool = False,
 ) -> dict[str, np.ndarray]:
     """The arrays one :class:`WordPredictionStep` call takes, for at most ``batch_examples`` examples.
 
@@ -152,6 +158,13 @@ def make_batch(
         the widths ``Lb`` and ``Li`` are rounded up (multiples of ``pad_width``, then powers of
         two) and padding has weight 0, so XLA sees few distinct shapes.
 
+    Shared negatives (``shared_negatives``, for examples with several targets: fastText's
+    skip-gram window): the ``k`` noise words are drawn once per example instead of once per
+    target, and each is one item weighted by the number of the example's targets it differs
+    from. The input (the bag's mean) is the same for every target of the example, so this is
+    exactly the per-pair update with the same noise words for every pair of the window (Ji et
+    al. 2016), with ``T + k`` items an example instead of ``T (1 + k)``.
+
     Hot rows: all updates of a batch are computed from the same parameters and summed, so a row
     that occurs ``n`` times in a batch moves ``n`` steps at once; with ``n`` in the hundreds (a
     tiny vocabulary, the most frequent noise words) input and output vectors feed each other's
@@ -160,11 +173,34 @@ def make_batch(
     """
     count, size = len(examples), batch_examples
     bag_lengths = np.bincount(examples.bag_example, minlength=count)
-    bag_row, bag_weight = _dense(examples.bag_example, examples.bag_row.astype(np.int32), size, _width(bag_lengths, pad_width))
+    # Bags in steps of half the pad width up to 16 rows: a word2vec CBOW window (2 x window
+    # context words, 10 by default) is not padded to 12.
+    bag_width = _width(bag_lengths, max(1, pad_width // 2), steps=8)
+    bag_row, bag_weight = _dense(examples.bag_example, examples.bag_row.astype(np.int32), size, bag_width)
     rows, labels, weights, hs = [], [], [], []
     owner = examples.owners()
     targets = examples.target.astype(np.int64)
-    if output.negative:
+    if output.negative and shared_negatives and examples.target_example is not None:
+        assert output.noise is not None
+        k = output.negative
+        negatives = output.noise[rng.integers(0, len(output.noise), size=(count, k))].astype(np.int64)
+        # A noise word counts once for each target of its example that it differs from.
+        same = np.zeros((count, k), np.float64)
+        np.add.at(same, owner, (negatives[owner] == targets[:, None]).astype(np.float64))
+        per_example = np.bincount(owner, minlength=count).astype(np.float64)[:, None]
+        item_owner = np.concatenate([owner, np.repeat(np.arange(count, dtype=np.int64), k)])
+        order = np.argsort(item_owner, kind="stable")
+        item_owner = item_owner[order]
+        values = np.concatenate([targets, negatives.ravel()])[order]
+        label = np.concatenate([np.ones(len(targets), np.float32), np.zeros(count * k, np.float32)])[order]
+        weight = np.concatenate([np.ones(len(targets), np.float32), (per_example - same).ravel().astype(np.float32)])[order]
+        width = _width(np.bincount(item_owner, minlength=count), pad_width)
+        row, mask = _dense(item_owner, values.astype(np.int32), size, width)
+        rows.append(row)
+        labels.append(_dense(item_owner, label, size, width)[0])
+        weights.append(_dense(item_owner, weight, size, width)[0] * mask)
+        hs.append(np.zeros((size, width), np.float32))
+    elif output.negative:
         assert output.noise is not None
         k = output.negative
         negatives = output.noise[rng.integers(0, len(output.noise), size=(len(targets), k))]
@@ -205,7 +241,7 @@ def make_batch(
         "item_label": np.concatenate(labels, axis=1),
         "item_weight": item_weight,
         "item_hs": np.concatenate(hs, axis=1),
-        "item_scale": _hot_scale(item_row, item_weight, hot_limit),
+        "item_scale": _hot_scale(item_row, item_weight, hot_limit, item_weight if shared_negatives else None),
     }
 
 

@@ -11,6 +11,7 @@ deterministic for a seed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import queue
 import threading
 import time
@@ -64,6 +65,8 @@ class SGDSchedule:
         windows: the examples are windows whose context rows are separate inputs sharing the
             window's output items (:func:`ptmkit.objectives.word_prediction.make_window_batch`);
             ``batch_examples`` counts windows.
+        shared_negatives: examples with several targets (fastText's skip-gram windows) draw
+            their noise words once, shared by their targets (:func:`make_batch`).
     """
 
     epochs: int = 5
@@ -77,6 +80,7 @@ class SGDSchedule:
     jit_compile: bool = True
     hot_limit: float = 64.0
     windows: bool = False
+    shared_negatives: bool = False
 
     def lr(self, progress: float) -> float:
         return max(self.min_alpha, self.alpha - (self.alpha - self.min_alpha) * progress)
@@ -93,7 +97,7 @@ def _batches(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: 
     buffered = 0
     raw_per_token = tokens.raw_tokens / per_epoch
     done = 0
-    batcher = make_window_batch if schedule.windows else make_batch
+    batcher = make_window_batch if schedule.windows else functools.partial(make_batch, shared_negatives=schedule.shared_negatives)
 
     def emit(final: bool, epoch: int) -> Iterator[tuple[dict[str, np.ndarray], float, int, int]]:
         nonlocal buffer, progress, buffered
