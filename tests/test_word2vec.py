@@ -190,6 +190,40 @@ def test_cbow_with_hierarchical_softmax_learns(corpus: Path, tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize(
+    ("settings", "windows"),
+    [
+        (["model.hs=true", "model.negative=0"], True),  # auto: hierarchical softmax alone batches windows
+        (["model.batching=windows"], True),  # negatives shared by a window's pairs
+        (["model.hs=true", "model.negative=0", "model.batching=pairs"], False),
+    ],
+)
+def test_skipgram_window_batches_learn(corpus: Path, tmp_path: Path, settings: list[str], windows: bool) -> None:
+    from ptmkit_word2vec.config import Word2VecConfig
+    from ptmkit_word2vec.train import _default_batch, uses_window_batches
+
+    out = tmp_path / "sg"
+    argv = ["train", "word2vec", "--corpus", str(corpus), "--out", str(out), *FAST]
+    for setting in settings:
+        argv += ["--set", setting]
+    assert main(argv) == 0
+    values = {key.split(".")[1]: value for key, value in (setting.split("=") for setting in settings)}
+    config = Word2VecConfig(hs=values.get("hs") == "true", negative=int(values.get("negative", 5)), batching=values.get("batching", "auto"))
+    assert uses_window_batches(config) == windows
+    # The item log loss starts at ln 2 (zero output vectors); hierarchical softmax's stays nearer.
+    assert json.loads((out / "metrics.json").read_text())["final_loss"] < (np.log(2) - 0.01 if config.hs else 0.9 * np.log(2))
+    # Window steps take a few hundred windows (~5.7 pairs each), pair steps 1,024 or 4,096 pairs.
+    assert _default_batch(config, windows) == ((192 if config.hs else 768) if windows else 1024)
+
+
+def test_batching_must_be_known() -> None:
+    from ptmkit.errors import ConfigError
+    from ptmkit_word2vec.config import Word2VecConfig
+
+    with pytest.raises(ConfigError, match="model.batching"):
+        Word2VecConfig(batching="sentences").validate()
+
+
+@pytest.mark.parametrize(
     ("text", "expected"),
     [
         ("", "no words to train on (it is empty): 0 tokens seen, 0 unique words, 0 with count >= min_count=5"),

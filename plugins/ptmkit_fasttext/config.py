@@ -30,6 +30,10 @@ class FastTextConfig:
         ns_exponent: exponent of the noise distribution.
         batch_size: examples per SGD step; a skip-gram example is a center word (its n-gram
             rows) with all the words of its window, a CBOW example a window.
+        shared_negatives: skip-gram draws the ``negative`` noise words once per window, shared
+            by its targets (Ji et al. 2016): the same update as drawing them per pair when each
+            pair happens to draw the window's, with ``T + k`` output rows a window instead of
+            ``T (1 + k)``; off: each pair draws its own (fastText).
         epochs, alpha, min_alpha, hot_row_limit, lowercase, seed, jit_compile: as
             :class:`ptmkit_word2vec.Word2VecConfig`.
     """
@@ -49,6 +53,7 @@ class FastTextConfig:
     alpha: float = 0.025
     min_alpha: float = 0.0001
     batch_size: int = 2048
+    shared_negatives: bool = True
     hot_row_limit: float = 64.0
     lowercase: bool = False
     seed: int = 1

@@ -92,6 +92,7 @@ def train_fasttext(corpus: Path, run_dir: Path, config: FastTextConfig, console:
         seed=config.seed,
         jit_compile=config.jit_compile,
         hot_limit=config.hot_row_limit,
+        shared_negatives=config.shared_negatives,
     )
     step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial, schedule, report=console.print)
     del initial

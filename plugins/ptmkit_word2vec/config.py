@@ -7,6 +7,7 @@ import dataclasses
 from ptmkit.errors import ConfigError
 
 ARCHITECTURES = ("skipgram", "cbow")
+BATCHING = ("auto", "pairs", "windows")
 
 
 @dataclasses.dataclass
@@ -28,10 +29,21 @@ class Word2VecConfig:
         epochs: passes over the corpus.
         alpha: initial learning rate, decaying linearly to ``min_alpha`` over all epochs.
         min_alpha: final learning rate.
-        batch_size: examples (word pairs for skip-gram, windows for CBOW) per SGD step, all
-            updated from the same parameters; 0 picks 4,096, or 1,024 with hierarchical softmax
-            (whose top inner nodes are on every path). Larger is faster but moves frequent
-            vectors many steps at once: WordSim-353 falls from 0.20 at 4,096 to 0.16 at 16,384.
+        batch_size: examples (word pairs for skip-gram, windows for CBOW and for skip-gram
+            with ``batching = windows``) per SGD step, all updated from the same parameters; 0
+            picks 4,096 skip-gram pairs (1,024 with hierarchical softmax, whose top inner nodes
+            are on every path), 1,024 CBOW windows, 768 skip-gram windows (192 with hierarchical
+            softmax). Larger is faster but moves frequent vectors many steps at once:
+            skip-gram's WordSim-353 falls from 0.20 at 4,096 to 0.16 at 16,384.
+        batching: how skip-gram examples are batched. ``pairs``: one example per (center,
+            context) pair, each with its own ``negative`` noise words. ``windows``: one example
+            per center word, its context words predicting it side by side and sharing its
+            output rows (its Huffman path; the center and ``negative`` noise words drawn once
+            per window, as in Ji et al. 2016), each output row gathered and updated once per
+            window; with hierarchical softmax alone this is the same gradient as ``pairs``.
+            ``batch_size`` then counts windows. ``auto``:
+            ``windows`` for hierarchical softmax without negatives, else ``pairs``. CBOW always
+            has one example per window.
         hot_row_limit: a vector updated ``n`` times in one batch, ``n`` above this, gets this
             ``/ n`` of each update, so that frequent words cannot diverge (0: off).
         lowercase: lower-case the corpus before counting and training.
@@ -52,6 +64,7 @@ class Word2VecConfig:
     alpha: float = 0.025
     min_alpha: float = 0.0001
     batch_size: int = 0
+    batching: str = "auto"
     hot_row_limit: float = 64.0
     lowercase: bool = False
     seed: int = 1
@@ -60,6 +73,8 @@ class Word2VecConfig:
     def validate(self) -> None:
         if self.architecture not in ARCHITECTURES:
             raise ConfigError(f"config key 'model.architecture' must be one of {', '.join(ARCHITECTURES)}, got {self.architecture!r}")
+        if self.batching not in BATCHING:
+            raise ConfigError(f"config key 'model.batching' must be one of {', '.join(BATCHING)}, got {self.batching!r}")
         for name in ("vector_size", "window", "min_count", "epochs"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")

@@ -45,7 +45,9 @@ def train_word2vec(corpus: Path, run_dir: Path, config: Word2VecConfig, console:
         huffman_codes(vocabulary.counts) if config.hs else None,
     )
     window = config.window
-    examples = skipgram_examples if config.architecture == "skipgram" else cbow_examples
+    windows = uses_window_batches(config)
+    # Window batches take CBOW's examples (a center and its context rows), each row its own input.
+    examples = cbow_examples if windows or config.architecture == "cbow" else skipgram_examples
 
     def make(ids: np.ndarray, sentence: np.ndarray, generator: np.random.Generator) -> Any:
         return examples(ids, sentence, window, generator)
@@ -55,10 +57,11 @@ def train_word2vec(corpus: Path, run_dir: Path, config: Word2VecConfig, console:
         alpha=config.alpha,
         min_alpha=config.min_alpha,
         sample=config.sample,
-        batch_examples=config.batch_size or (1024 if config.hs else 4096),
+        batch_examples=config.batch_size or _default_batch(config, windows),
         seed=config.seed,
         jit_compile=config.jit_compile,
         hot_limit=config.hot_row_limit,
+        windows=windows,
     )
     step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial, schedule, report=console.print)
     vocabulary.save(run_dir / VOCABULARY_FILE)
@@ -72,3 +75,23 @@ def train_word2vec(corpus: Path, run_dir: Path, config: Word2VecConfig, console:
         "vector_size": config.vector_size,
         **stats,
     }
+
+
+def uses_window_batches(config: Word2VecConfig) -> bool:
+    """Skip-gram with ``batching = windows``, or ``auto`` with hierarchical softmax alone (the
+    same gradient as pairs, fewer rows gathered)."""
+    if config.architecture != "skipgram":
+        return False
+    return config.batching == "windows" or (config.batching == "auto" and config.hs and not config.negative)
+
+
+def _default_batch(config: Word2VecConfig, windows: bool) -> int:
+    """Examples per step when ``batch_size`` is 0. Skip-gram: 4,096 pairs, or 1,024 with
+    hierarchical softmax (its top inner nodes are on every path); windows: 768 (about 4,300
+    pairs), or 192 with hierarchical softmax (about 1,100). CBOW: 1,024 windows, whose ~6,000
+    context rows load the input rows like skip-gram's 4,096 pairs: at 4,096 windows the hot-row
+    limit cut a third of the context-word updates (frequent words) and WordSim-353 fell to chance.
+    """
+    if windows:
+        return 192 if config.hs else 768
+    return 1024 if config.hs or config.architecture == "cbow" else 4096

@@ -111,25 +111,42 @@ class OutputLayer:
 def _dense(owner: np.ndarray, values: np.ndarray, count: int, width: int) -> tuple[np.ndarray, np.ndarray]:
     """Scatter ragged ``values`` (sorted by ``owner``) into ``(count, width)`` and a 0/1 mask."""
     lengths = np.bincount(owner, minlength=count)
-    within = np.arange(len(owner)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     dense = np.zeros((count, width), values.dtype)
     mask = np.zeros((count, width), np.float32)
+    examples = int(owner[-1]) + 1 if len(owner) else 0
+    length = int(lengths[0]) if examples else 0
+    if examples and len(owner) == examples * length and (lengths[:examples] == length).all():
+        dense[:examples, :length] = values.reshape(examples, length)  # equal lengths: a reshape
+        mask[:examples, :length] = 1.0
+        return dense, mask
+    within = np.arange(len(owner)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     dense[owner, within] = values
     mask[owner, within] = 1.0
     return dense, mask
 
 
-def _width(lengths: np.ndarray, multiple: int) -> int:
-    """Padded width: a multiple of ``multiple`` up to 4 of them, then the next power of two, so
-    that few distinct shapes reach XLA (each compiles once) and padding wastes at most half."""
+def _width(lengths: np.ndarray, multiple: int, steps: int = 4) -> int:
+    """Padded width: the common length when every example has the same, without padding (a
+    padded row is gathered and scattered like a real one: word2vec's skip-gram pairs, one input
+    row and 1 + k items each, padded to 4 and 8 rows took 3x the step time); else a multiple of
+    ``multiple`` up to ``steps`` of them, then the next power of two, so that few distinct shapes
+    reach XLA (each compiles once) and padding wastes at most half."""
     longest = int(lengths.max()) if len(lengths) else 1
-    if longest <= 4 * multiple:
+    if len(lengths) and int(lengths.min()) == longest:
+        return longest
+    if longest <= steps * multiple:
         return max(multiple, -(-longest // multiple) * multiple)
     return 1 << (longest - 1).bit_length()
 
 
 def make_batch(
-    examples: Examples, output: OutputLayer, rng: np.random.Generator, batch_examples: int, pad_width: int = 4, hot_limit: float = 0.0
+    examples: Examples,
+    output: OutputLayer,
+    rng: np.random.Generator,
+    batch_examples: int,
+    pad_width: int = 4,
+    hot_limit: float = 0.0,
+    shared_negatives: bool = False,
 ) -> dict[str, np.ndarray]:
     """The arrays one :class:`WordPredictionStep` call takes, for at most ``batch_examples`` examples.
 
@@ -141,6 +158,13 @@ def make_batch(
         the widths ``Lb`` and ``Li`` are rounded up (multiples of ``pad_width``, then powers of
         two) and padding has weight 0, so XLA sees few distinct shapes.
 
+    Shared negatives (``shared_negatives``, for examples with several targets: fastText's
+    skip-gram window): the ``k`` noise words are drawn once per example instead of once per
+    target, and each is one item weighted by the number of the example's targets it differs
+    from. The input (the bag's mean) is the same for every target of the example, so this is
+    exactly the per-pair update with the same noise words for every pair of the window (Ji et
+    al. 2016), with ``T + k`` items an example instead of ``T (1 + k)``.
+
     Hot rows: all updates of a batch are computed from the same parameters and summed, so a row
     that occurs ``n`` times in a batch moves ``n`` steps at once; with ``n`` in the hundreds (a
     tiny vocabulary, the most frequent noise words) input and output vectors feed each other's
@@ -149,11 +173,34 @@ def make_batch(
     """
     count, size = len(examples), batch_examples
     bag_lengths = np.bincount(examples.bag_example, minlength=count)
-    bag_row, bag_weight = _dense(examples.bag_example, examples.bag_row.astype(np.int32), size, _width(bag_lengths, pad_width))
+    # Bags in steps of half the pad width up to 16 rows: a word2vec CBOW window (2 x window
+    # context words, 10 by default) is not padded to 12.
+    bag_width = _width(bag_lengths, max(1, pad_width // 2), steps=8)
+    bag_row, bag_weight = _dense(examples.bag_example, examples.bag_row.astype(np.int32), size, bag_width)
     rows, labels, weights, hs = [], [], [], []
     owner = examples.owners()
     targets = examples.target.astype(np.int64)
-    if output.negative:
+    if output.negative and shared_negatives and examples.target_example is not None:
+        assert output.noise is not None
+        k = output.negative
+        negatives = output.noise[rng.integers(0, len(output.noise), size=(count, k))].astype(np.int64)
+        # A noise word counts once for each target of its example that it differs from.
+        same = np.zeros((count, k), np.float64)
+        np.add.at(same, owner, (negatives[owner] == targets[:, None]).astype(np.float64))
+        per_example = np.bincount(owner, minlength=count).astype(np.float64)[:, None]
+        item_owner = np.concatenate([owner, np.repeat(np.arange(count, dtype=np.int64), k)])
+        order = np.argsort(item_owner, kind="stable")
+        item_owner = item_owner[order]
+        values = np.concatenate([targets, negatives.ravel()])[order]
+        label = np.concatenate([np.ones(len(targets), np.float32), np.zeros(count * k, np.float32)])[order]
+        weight = np.concatenate([np.ones(len(targets), np.float32), (per_example - same).ravel().astype(np.float32)])[order]
+        width = _width(np.bincount(item_owner, minlength=count), pad_width)
+        row, mask = _dense(item_owner, values.astype(np.int32), size, width)
+        rows.append(row)
+        labels.append(_dense(item_owner, label, size, width)[0])
+        weights.append(_dense(item_owner, weight, size, width)[0] * mask)
+        hs.append(np.zeros((size, width), np.float32))
+    elif output.negative:
         assert output.noise is not None
         k = output.negative
         negatives = output.noise[rng.integers(0, len(output.noise), size=(len(targets), k))]
@@ -194,23 +241,113 @@ def make_batch(
         "item_label": np.concatenate(labels, axis=1),
         "item_weight": item_weight,
         "item_hs": np.concatenate(hs, axis=1),
-        "item_scale": _hot_scale(item_row, item_weight, hot_limit),
+        "item_scale": _hot_scale(item_row, item_weight, hot_limit, item_weight if shared_negatives else None),
     }
 
 
-def _hot_scale(rows: np.ndarray, weight: np.ndarray, hot_limit: float) -> np.ndarray:
+def make_window_batch(examples: Examples, output: OutputLayer, rng: np.random.Generator, batch_examples: int, pad_width: int = 4, hot_limit: float = 0.0) -> dict[str, np.ndarray]:
+    """The arrays of one window-grouped step (:class:`WordPredictionStep` with ``grouped=True``)
+    for at most ``batch_examples`` windows.
+
+    Each example is a window: its bag rows are separate inputs (*slots*, the context words of
+    word2vec's skip-gram, each predicting the center on its own), its target the center word. The
+    slots of a window share its output items, so one window is a small dense product
+    ``(slots, d) x (d, items)`` and each output row is gathered and updated once per window
+    instead of once per pair (Ji et al. 2016, "Parallelizing Word2Vec in Shared and Distributed
+    Memory"):
+
+    * hierarchical softmax: the items are the center's Huffman path, which every pair of the
+      window has anyway, so the gradient equals the per-pair batch's exactly;
+    * negative sampling: the center (label 1) and ``k`` noise words drawn once per window and
+      shared by its pairs (a noise word equal to the center is skipped). Each pair still sees
+      ``k`` noise words and each noise row is updated by as many pairs on average as per-pair
+      drawing gives; the pairs of one window see the same ones (an approximation, reported on
+      par in quality by Ji et al.).
+
+    Returns:
+        ``slot_row`` ``(W, S)`` int32, ``slot_weight`` and ``slot_scale`` ``(W, S)`` float32;
+        ``item_row`` ``(W, I)`` int32, ``item_label``, ``item_weight``, ``item_hs`` and
+        ``item_scale`` ``(W, I)`` float32. ``W = batch_examples``; ``S`` is the longest window
+        rounded up to even, ``I = 1 + k`` plus the longest path (rounded up to ``pad_width``).
+        Hot rows (``hot_limit``) count pair updates: a shared output row of a window counts
+        once per slot.
+    """
+    if examples.target_example is not None:
+        raise ValueError("window batches need one target per example")
+    count, size = len(examples), batch_examples
+    lengths = np.bincount(examples.bag_example, minlength=count)
+    slots = max(2, -(-int(lengths.max() if len(lengths) else 1) // 2) * 2)
+    slot_row, slot_weight = _dense(examples.bag_example, examples.bag_row.astype(np.int32), size, slots)
+    targets = np.zeros(size, np.int64)
+    targets[:count] = examples.target
+    real = np.zeros(size, bool)
+    real[:count] = True
+    rows, labels, weights, hs = [], [], [], []
+    if output.negative:
+        assert output.noise is not None
+        k = output.negative
+        negatives = output.noise[rng.integers(0, len(output.noise), size=(size, k))].astype(np.int64)
+        rows.append(np.concatenate([targets[:, None], negatives], axis=1))
+        label = np.zeros((size, 1 + k), np.float32)
+        label[:, 0] = 1.0
+        labels.append(label)
+        weights.append(np.concatenate([real[:, None], (negatives != targets[:, None]) & real[:, None]], axis=1).astype(np.float32))
+        hs.append(np.zeros((size, 1 + k), np.float32))
+    if output.huffman is not None:
+        huffman = output.huffman
+        starts = huffman.offsets[examples.target]
+        path = huffman.offsets[examples.target + 1] - starts
+        owner = np.repeat(np.arange(count, dtype=np.int64), path)
+        position = starts[owner] + (np.arange(len(owner)) - np.repeat(np.cumsum(path) - path, path))
+        width = _width(path, pad_width)
+        shift = output.vocabulary_size if output.negative else 0
+        point, mask = _dense(owner, huffman.points[position].astype(np.int64) + shift, size, width)
+        code, _ = _dense(owner, huffman.codes[position].astype(np.float32), size, width)
+        rows.append(point)
+        labels.append((1.0 - code) * mask)
+        weights.append(mask)
+        hs.append(np.ones((size, width), np.float32))
+    item_row = np.concatenate(rows, axis=1).astype(np.int32)
+    item_weight = np.concatenate(weights, axis=1)
+    pairs = slot_weight.sum(axis=1, keepdims=True)
+    return {
+        "slot_row": slot_row,
+        "slot_weight": slot_weight,
+        "slot_scale": _hot_scale(slot_row, slot_weight, hot_limit),
+        "item_row": item_row,
+        "item_label": np.concatenate(labels, axis=1),
+        "item_weight": item_weight,
+        "item_hs": np.concatenate(hs, axis=1),
+        "item_scale": _hot_scale(item_row, item_weight * (pairs > 0), hot_limit, pairs),
+    }
+
+
+def _hot_scale(rows: np.ndarray, weight: np.ndarray, hot_limit: float, updates: np.ndarray | None = None) -> np.ndarray:
+    """``hot_limit / n`` for rows updated ``n > hot_limit`` times in the batch, else 1.
+
+    ``n`` counts real occurrences (``weight > 0``), each counting ``updates`` (default 1: one
+    pair update per occurrence; a shared output row of a window counts one per pair).
+    """
     if not hot_limit:
         return np.ones(rows.shape, np.float32)
-    real = rows[weight > 0]
-    unique, counts = np.unique(real, return_counts=True)
-    hot = counts > hot_limit
-    scale = np.ones(rows.shape, np.float32)
-    if hot.any():
-        where = np.searchsorted(unique, rows).clip(0, len(unique) - 1)
-        found = unique[where] == rows
-        share = np.where(hot, hot_limit / counts, 1.0).astype(np.float32)
-        scale = np.where(found, share[where], 1.0).astype(np.float32)
-    return scale
+    real = weight > 0
+    flat = rows[real]
+    if not len(flat):
+        return np.ones(rows.shape, np.float32)
+    counted = None if updates is None else np.broadcast_to(updates, rows.shape)[real].astype(np.float64)
+    top = int(flat.max()) + 1
+    if top <= max(1 << 16, 8 * len(flat)):  # a small row range: one bincount, no sort
+        n = np.bincount(flat, weights=counted, minlength=top)
+        if n.max() <= hot_limit:
+            return np.ones(rows.shape, np.float32)
+        occurrences = n[np.minimum(rows, top - 1)]
+    else:  # fastText's millions of bucket rows: sort only the rows this batch touches
+        unique, inverse = np.unique(flat, return_inverse=True)
+        n_unique = np.bincount(inverse, weights=counted, minlength=len(unique))
+        occurrences = np.zeros(rows.shape, np.float64)
+        occurrences[real] = n_unique[inverse]
+    scale = np.where(real & (occurrences > hot_limit), hot_limit / np.maximum(occurrences, 1.0), 1.0)
+    return scale.astype(np.float32)
 
 
 class WordPredictionStep:
@@ -223,12 +360,15 @@ class WordPredictionStep:
         output_rows: rows of the output matrix (zero-initialised, as word2vec.c's ``syn1neg`` and
             ``syn1``).
         jit_compile: compile with XLA (much faster on CPU than TensorFlow's scatter kernels).
+        grouped: take window batches (:func:`make_window_batch`: each window's input slots share
+            its output items) instead of :func:`make_batch`'s examples.
 
-    Calling it with a batch from :func:`make_batch` and a learning rate updates both matrices and
-    returns the batch's mean log loss over items (a float).
+    Calling it with a batch from :func:`make_batch` (or :func:`make_window_batch`) and a
+    learning rate updates both matrices and returns the batch's mean log loss over items (a
+    float).
     """
 
-    def __init__(self, input_matrix: np.ndarray, output_rows: int, jit_compile: bool = True) -> None:
+    def __init__(self, input_matrix: np.ndarray, output_rows: int, jit_compile: bool = True, grouped: bool = False) -> None:
         import keras
         import tensorflow as tf
 
@@ -257,7 +397,24 @@ class WordPredictionStep:
             sign = 2.0 * label - 1.0
             return tf.reduce_sum(weight * tf.math.softplus(-sign * f)) / tf.maximum(tf.reduce_sum(weight), 1.0)
 
-        self._step = tf.function(step, jit_compile=jit_compile, reduce_retracing=True)
+        def window_step(batch: dict[str, Any], lr: Any) -> Any:
+            slot_row, slot_weight = batch["slot_row"], batch["slot_weight"]
+            x = tf.gather(w_in, slot_row)  # (W, S, d)
+            item_row = batch["item_row"]
+            u = tf.gather(w_out, item_row)  # (W, I, d)
+            f = tf.einsum("wsd,wid->wsi", x, u)
+            label, hs = batch["item_label"][:, None, :], batch["item_hs"][:, None, :]
+            weight = slot_weight[:, :, None] * batch["item_weight"][:, None, :] * (1.0 - hs * tf.cast(tf.abs(f) >= MAX_EXP, tf.float32))
+            g = (label - tf.sigmoid(f)) * lr * weight
+            dx = tf.einsum("wsi,wid->wsd", g, u) * batch["slot_scale"][:, :, None]
+            du = tf.einsum("wsi,wsd->wid", g, x) * batch["item_scale"][:, :, None]
+            w_out.scatter_add(tf.IndexedSlices(tf.reshape(du, (-1, dim)), tf.reshape(item_row, (-1,))))
+            w_in.scatter_add(tf.IndexedSlices(tf.reshape(dx, (-1, dim)), tf.reshape(slot_row, (-1,))))
+            sign = 2.0 * label - 1.0
+            return tf.reduce_sum(weight * tf.math.softplus(-sign * f)) / tf.maximum(tf.reduce_sum(weight), 1.0)
+
+        self.grouped = grouped
+        self._step = tf.function(window_step if grouped else step, jit_compile=jit_compile, reduce_retracing=True)
         self._tf = tf
 
     def __call__(self, batch: dict[str, np.ndarray], lr: float) -> float:

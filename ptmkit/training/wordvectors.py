@@ -11,6 +11,7 @@ deterministic for a seed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import queue
 import threading
 import time
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ptmkit.data.vocabulary import TokenFile, Vocabulary, keep_probabilities
-from ptmkit.objectives.word_prediction import Examples, OutputLayer, WordPredictionStep, make_batch
+from ptmkit.objectives.word_prediction import Examples, OutputLayer, WordPredictionStep, make_batch, make_window_batch
 
 ExampleMaker = Callable[[np.ndarray, np.ndarray, np.random.Generator], Examples]
 
@@ -61,6 +62,11 @@ class SGDSchedule:
         jit_compile: XLA-compile the step.
         hot_limit: a row updated more often in one batch gets ``hot_limit / n`` of each update
             (:func:`ptmkit.objectives.word_prediction.make_batch`); 0 turns this off.
+        windows: the examples are windows whose context rows are separate inputs sharing the
+            window's output items (:func:`ptmkit.objectives.word_prediction.make_window_batch`);
+            ``batch_examples`` counts windows.
+        shared_negatives: examples with several targets (fastText's skip-gram windows) draw
+            their noise words once, shared by their targets (:func:`make_batch`).
     """
 
     epochs: int = 5
@@ -73,6 +79,8 @@ class SGDSchedule:
     seed: int = 1
     jit_compile: bool = True
     hot_limit: float = 64.0
+    windows: bool = False
+    shared_negatives: bool = False
 
     def lr(self, progress: float) -> float:
         return max(self.min_alpha, self.alpha - (self.alpha - self.min_alpha) * progress)
@@ -89,6 +97,7 @@ def _batches(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: 
     buffered = 0
     raw_per_token = tokens.raw_tokens / per_epoch
     done = 0
+    batcher = make_window_batch if schedule.windows else functools.partial(make_batch, shared_negatives=schedule.shared_negatives)
 
     def emit(final: bool, epoch: int) -> Iterator[tuple[dict[str, np.ndarray], float, int, int]]:
         nonlocal buffer, progress, buffered
@@ -99,7 +108,7 @@ def _batches(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: 
         start = 0
         while len(examples) - start >= schedule.batch_examples or (final and start < len(examples)):
             stop = min(start + schedule.batch_examples, len(examples))
-            batch = make_batch(examples.slice(start, stop), output, rng, schedule.batch_examples, schedule.pad_width, schedule.hot_limit)
+            batch = batcher(examples.slice(start, stop), output, rng, schedule.batch_examples, schedule.pad_width, schedule.hot_limit)
             yield batch, schedule.lr(float(where[start])), epoch, int(where[stop - 1] * total * raw_per_token)
             start = stop
         buffer = [examples.slice(start, len(examples))] if start < len(examples) else []
@@ -146,7 +155,7 @@ def train_word_prediction(
         ``words_per_second`` (raw corpus words, as gensim counts them), ``raw_words``,
         ``steps`` and ``final_loss`` (mean item log loss of the last epoch).
     """
-    step = WordPredictionStep(input_matrix, output.rows, schedule.jit_compile)
+    step = WordPredictionStep(input_matrix, output.rows, schedule.jit_compile, grouped=schedule.windows)
     items: queue.Queue[Any] = queue.Queue(maxsize=6)
     failure: list[BaseException] = []
     stop = threading.Event()

@@ -1,0 +1,216 @@
+"""The word-prediction SGD step (word2vec, fastText) against a NumPy transcription of the
+per-pair update: pair batches, window batches (a center's context words sharing its output rows)
+and the hot-row scaling; and window batching learning planted co-occurrences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ptmkit.data.vocabulary import huffman_codes, noise_table
+from ptmkit.objectives.word_prediction import (
+    MAX_EXP,
+    Examples,
+    OutputLayer,
+    WordPredictionStep,
+    _hot_scale,
+    make_batch,
+    make_window_batch,
+)
+
+V, DIM, LR = 12, 6, 0.4
+COUNTS = np.array([40, 30, 22, 18, 15, 12, 9, 7, 5, 4, 3, 2])
+
+
+def _per_pair_reference(w_in: np.ndarray, w_out: np.ndarray, pairs: list[tuple[int, list[tuple[int, float, bool]]]], lr: float) -> tuple[np.ndarray, np.ndarray]:
+    """One mini-batch step, pair by pair from the same parameters (word2vec.c's update of each
+    pair, summed): ``pairs`` = ``[(input row, [(output row, label, is_hs), ...]), ...]``."""
+    d_in, d_out = np.zeros_like(w_in, np.float64), np.zeros_like(w_out, np.float64)
+    for row, items in pairs:
+        x = w_in[row].astype(np.float64)
+        for out, label, hs in items:
+            u = w_out[out].astype(np.float64)
+            f = x @ u
+            if hs and abs(f) >= MAX_EXP:
+                continue
+            g = (label - 1.0 / (1.0 + np.exp(-f))) * lr
+            d_in[row] += g * u
+            d_out[out] += g * x
+    return w_in + d_in, w_out + d_out
+
+
+def _params(seed: int, out_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return (rng.normal(0, 0.5, (V, DIM)).astype(np.float32), rng.normal(0, 0.5, (out_rows, DIM)).astype(np.float32))
+
+
+def _windows() -> Examples:
+    """Three windows: center 0 with contexts 3, 4, 3 (a repeated context); center 5 with 1;
+    center 2 with 7, 8, 9, 10."""
+    owner = np.array([0, 0, 0, 1, 2, 2, 2, 2])
+    return Examples(owner, np.array([3, 4, 3, 1, 7, 8, 9, 10], np.int32), np.array([0, 5, 2], np.int32))
+
+
+def _step(w_in: np.ndarray, w_out: np.ndarray, batch: dict[str, np.ndarray], grouped: bool) -> tuple[np.ndarray, np.ndarray]:
+    step = WordPredictionStep(w_in, len(w_out), grouped=grouped)
+    step.output.assign(w_out)
+    step(batch, LR)
+    return step.input_vectors(), step.output_vectors()
+
+
+def test_window_step_with_shared_negatives_equals_the_per_pair_update() -> None:
+    examples = _windows()
+    output = OutputLayer(V, 3, noise_table(COUNTS))
+    batch = make_window_batch(examples, output, np.random.default_rng(3), 4, hot_limit=0.0)
+    assert batch["slot_row"].shape == (4, 4) and batch["item_row"].shape == (4, 4)
+    w_in, w_out = _params(0, V)
+    pairs = []
+    for window in range(3):
+        center, negatives = int(batch["item_row"][window, 0]), batch["item_row"][window, 1:]
+        assert center == examples.target[window]
+        # Every pair of the window sees the center (label 1) and the window's noise words,
+        # a noise word equal to the center skipped.
+        items = [(center, 1.0, False)] + [(int(n), 0.0, False) for n in negatives if n != center]
+        pairs += [(int(row), items) for row in examples.bag_row[examples.bag_example == window]]
+    want_in, want_out = _per_pair_reference(w_in, w_out, pairs, LR)
+    got_in, got_out = _step(w_in, w_out, batch, grouped=True)
+    np.testing.assert_allclose(got_in, want_in, atol=2e-6)
+    np.testing.assert_allclose(got_out, want_out, atol=2e-6)
+    assert not np.allclose(got_in, w_in) and not np.allclose(got_out, w_out)
+
+
+def test_window_step_with_hierarchical_softmax_equals_the_pair_batch() -> None:
+    """The center's Huffman path is every pair's: windows give the pair batch's step exactly."""
+    huffman = huffman_codes(COUNTS)
+    output = OutputLayer(V, 0, None, huffman)
+    w_in, w_out = _params(1, V - 1)
+    w_out[0] *= 40.0  # the root: |h . u| >= MAX_EXP for some pairs, which are skipped
+    examples = _windows()
+    pairs = []
+    for window, center in enumerate(examples.target):
+        path = range(huffman.offsets[center], huffman.offsets[center + 1])
+        items = [(int(huffman.points[i]), 1.0 - float(huffman.codes[i]), True) for i in path]
+        pairs += [(int(row), items) for row in examples.bag_row[examples.bag_example == window]]
+    assert any(abs(w_in[row] @ w_out[0]) >= MAX_EXP for row, _ in pairs) and any(abs(w_in[row] @ w_out[0]) < MAX_EXP for row, _ in pairs)
+    want_in, want_out = _per_pair_reference(w_in, w_out, pairs, LR)
+    window_batch = make_window_batch(examples, output, np.random.default_rng(0), 4, hot_limit=0.0)
+    got_in, got_out = _step(w_in, w_out, window_batch, grouped=True)
+    np.testing.assert_allclose(got_in, want_in, atol=2e-6)
+    np.testing.assert_allclose(got_out, want_out, atol=2e-6)
+    # The same pairs through the per-pair batch (skip-gram examples: one per pair).
+    pair_examples = Examples(np.arange(8), examples.bag_row, examples.target[examples.bag_example])
+    pair_in, pair_out = _step(w_in, w_out, make_batch(pair_examples, output, np.random.default_rng(0), 8, hot_limit=0.0), grouped=False)
+    np.testing.assert_allclose(pair_in, got_in, atol=2e-6)
+    np.testing.assert_allclose(pair_out, got_out, atol=2e-6)
+
+
+def test_per_pair_step_equals_the_reference_with_unpadded_widths() -> None:
+    """Skip-gram pairs have one input row and 1 + k items each: no padding (every gathered row
+    costs), and the step is still word2vec.c's update."""
+    output = OutputLayer(V, 4, noise_table(COUNTS))
+    examples = Examples(np.arange(5), np.array([3, 4, 3, 1, 7], np.int32), np.array([0, 0, 0, 5, 2], np.int32))
+    batch = make_batch(examples, output, np.random.default_rng(5), 5, hot_limit=0.0)
+    assert batch["bag_row"].shape == (5, 1) and batch["item_row"].shape == (5, 5)
+    w_in, w_out = _params(2, V)
+    pairs = []
+    for p in range(5):
+        items = [(int(r), float(lab), False) for r, lab, w in zip(batch["item_row"][p], batch["item_label"][p], batch["item_weight"][p], strict=True) if w > 0]
+        pairs.append((int(examples.bag_row[p]), items))
+    want_in, want_out = _per_pair_reference(w_in, w_out, pairs, LR)
+    got_in, got_out = _step(w_in, w_out, batch, grouped=False)
+    np.testing.assert_allclose(got_in, want_in, atol=2e-6)
+    np.testing.assert_allclose(got_out, want_out, atol=2e-6)
+
+
+def test_shared_negatives_of_a_window_equal_the_per_pair_update() -> None:
+    """fastText's skip-gram example: a center's bag of rows (its mean is the input) and the words
+    of its window as targets; the noise words drawn once per window are the per-pair update with
+    every pair drawing the window's noise words (one of which equals a target: skipped for that
+    pair only)."""
+    output = OutputLayer(V, 3, np.array([2, 2, 2, 5, 6, 7, 8], np.int32))
+    # Window 0: bag rows 0, 1, 2 (mean), targets 2, 3, 4; window 1: bag row 5, targets 6, 6.
+    examples = Examples(np.array([0, 0, 0, 1]), np.array([0, 1, 2, 5], np.int32), np.array([2, 3, 4, 6, 6], np.int32), np.array([0, 0, 0, 1, 1]), 2)
+    batch = make_batch(examples, output, np.random.default_rng(11), 3, hot_limit=0.0, shared_negatives=True)
+    w_in, w_out = _params(4, V)
+    d_in, d_out = np.zeros((V, DIM)), np.zeros((V, DIM))
+    for window in range(2):
+        bag = examples.bag_row[examples.bag_example == window]
+        h = w_in[bag].astype(np.float64).mean(axis=0)
+        items = batch["item_row"][window][batch["item_label"][window] == 0][: output.negative]
+        assert len(items) == output.negative
+        for target in examples.target[examples.target_example == window]:
+            pair = [(int(target), 1.0)] + [(int(n), 0.0) for n in items if n != target]
+            for row, label in pair:
+                u = w_out[row].astype(np.float64)
+                g = (label - 1.0 / (1.0 + np.exp(-(h @ u)))) * LR
+                d_in[bag] += g * u  # each bag row gets the mean's full gradient (word2vec.c, fastText)
+                d_out[row] += g * h
+    assert (batch["item_row"][0] == 2).sum() >= 2  # a noise word equal to a target occurs
+    got_in, got_out = _step(w_in, w_out, batch, grouped=False)
+    np.testing.assert_allclose(got_in, w_in + d_in, atol=2e-6)
+    np.testing.assert_allclose(got_out, w_out + d_out, atol=2e-6)
+    # T + k items a window instead of T (1 + k).
+    assert batch["item_row"].shape[1] < make_batch(examples, output, np.random.default_rng(11), 3)["item_row"].shape[1]
+
+
+def _hot_scale_by_sorting(rows: np.ndarray, weight: np.ndarray, limit: float, updates: np.ndarray | None = None) -> np.ndarray:
+    count = np.ones(rows.shape) if updates is None else np.broadcast_to(updates, rows.shape)
+    real = weight > 0
+    scale = np.ones(rows.shape, np.float32)
+    for row in np.unique(rows[real]):
+        where = real & (rows == row)
+        n = count[where].sum()
+        if n > limit:
+            scale[where] = limit / n
+    return scale
+
+
+@pytest.mark.parametrize("top", [50, 3_000_000])  # a vocabulary; fastText's bucket rows
+def test_hot_scale_gives_each_hot_row_limit_over_its_updates(top: int) -> None:
+    rng = np.random.default_rng(7)
+    rows = np.where(rng.random((300, 6)) < 0.5, rng.integers(0, 4, (300, 6)), rng.integers(0, top, (300, 6)))
+    weight = (rng.random((300, 6)) < 0.9).astype(np.float32)
+    updates = rng.integers(1, 9, (300, 1)).astype(np.float32)
+    for limit in (4.0, 64.0):
+        np.testing.assert_allclose(_hot_scale(rows, weight, limit), _hot_scale_by_sorting(rows, weight, limit), rtol=1e-6)
+        np.testing.assert_allclose(_hot_scale(rows, weight, limit, updates), _hot_scale_by_sorting(rows, weight, limit, updates), rtol=1e-6)
+    assert (_hot_scale(rows, weight, 0.0) == 1.0).all()
+
+
+@pytest.mark.parametrize("windows", [True, False])
+def test_skipgram_learns_planted_cooccurrences(tmp_path, windows: bool) -> None:  # type: ignore[no-untyped-def]
+    """Twenty word pairs (x_i, y_i), each only ever between the same two words (c_i _ d_i), among
+    filler words: trained with window batches (shared noise words) or pair batches, each x_i's
+    nearest word (cosine of the input vectors) is y_i."""
+    from ptmkit.data.readers import read_corpus
+    from ptmkit.data.vocabulary import build_vocabulary, encode_corpus
+    from ptmkit.objectives.word_prediction import cbow_examples, skipgram_examples
+    from ptmkit.training.wordvectors import SGDSchedule, train_word_prediction
+
+    rng = np.random.default_rng(0)
+    lines = []
+    for _ in range(4000):
+        words = [f"f{j}" for j in rng.integers(0, 200, 12)]
+        i, at = int(rng.integers(0, 20)), int(rng.integers(0, 10))
+        words[at : at + 3] = [f"c{i}", f"{'xy'[int(rng.integers(0, 2))]}{i}", f"d{i}"]
+        lines.append(" ".join(words))
+    corpus = tmp_path / "planted.txt"
+    corpus.write_text("\n".join(lines) + "\n")
+    vocabulary = build_vocabulary(corpus, read_corpus(corpus), 1, 0, False)
+    tokens = encode_corpus(read_corpus(corpus), vocabulary, tmp_path / "tokens", False)
+    output = OutputLayer(len(vocabulary), 5, noise_table(vocabulary.counts))
+    initial = ((rng.random((len(vocabulary), 32), dtype=np.float32) - 0.5) / 32).astype(np.float32)
+    schedule = SGDSchedule(epochs=5, sample=0.0, batch_examples=256 if windows else 1024, windows=windows, seed=3)
+    examples = cbow_examples if windows else skipgram_examples
+    step, stats = train_word_prediction(tokens, vocabulary.counts, lambda i, s, g: examples(i, s, 2, g), output, initial, schedule)
+    assert stats["final_loss"] < 0.8 * np.log(2)
+    vectors = step.input_vectors()
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    index = {w: k for k, w in enumerate(vocabulary.words)}
+    hits = 0
+    for i in range(20):
+        x = index[f"x{i}"]
+        similarity = unit @ unit[x]
+        similarity[x] = -2.0
+        hits += vocabulary.words[int(np.argmax(similarity))] == f"y{i}"
+    assert hits >= 18, hits
