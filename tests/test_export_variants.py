@@ -68,10 +68,9 @@ def test_optimize_int8_fp16_variants_and_gate(tiny_finetuned: Path, tmp_path: Pa
     variants = manifest["variants"]
     assert list(variants) == ["fp32", "optimized", "int8", "fp16"]
     optimization = variants["optimized"]["optimization"]
-    # One layer: embedding LayerNormalization + 2 SkipLayerNormalization, exact GELU -> Gelu (bias Add not fused:
-    # tf2onnx's Tensordot Reshape sits between MatMul and bias), no attention.
-    assert {op: n for op, n in optimization["fused"].items() if n} == {"SkipLayerNormalization": 2, "LayerNormalization": 1, "Gelu": 1}
-    assert optimization["passes"] == {"gemm_to_matmul": optimization["passes"]["gemm_to_matmul"], "layer_normalization": 3, "gelu": 1}
+    # One layer: embedding LayerNormalization + 2 SkipLayerNormalization, exact GELU + its bias -> BiasGelu, no attention.
+    assert {op: n for op, n in optimization["fused"].items() if n} == {"SkipLayerNormalization": 2, "LayerNormalization": 1, "BiasGelu": 1}
+    assert optimization["passes"] == {"gemm_to_matmul": 6, "tensordot_to_matmul": 2, "layer_normalization": 3, "gelu": 1}
     assert optimization["attention_fused"] is False
     quantization = variants["int8"]["quantization"]
     assert quantization["mode"] == "dynamic" and quantization["source_variant"] == "optimized"

@@ -9,6 +9,11 @@ unusual graph, and ONNX Runtime's tools only recognise the patterns PyTorch's ex
   (``moments/mean``, ``moments/variance``, ``Rsqrt``, a batch-norm style scale and shift) that
   neither ONNX Runtime's graph optimizer nor its transformer optimizer fuses
   (:func:`fuse_layer_normalization` turns it into one ONNX ``LayerNormalization``, opset 17);
+* a ``Dense`` on a 3-D input is a ``Tensordot``: ``Reshape`` to 2-D, ``MatMul``, ``Reshape`` back
+  to a shape computed at run time from ``Shape``/``Gather``/``Concat``; the reshapes sit between
+  the ``MatMul`` and its bias ``Add``, which hides the bias from the optimizer's ``BiasGelu`` and
+  ``SkipLayerNormalization`` (bias) fusions (:func:`fold_tensordot_reshapes`: one ``MatMul`` on
+  the 3-D input, which broadcasts the same way);
 * the exact GELU is written ``(0.5 * x) * (1 + erf(x * 0.7071))``, an operand order none of the
   transformer optimizer's three GELU patterns matches (:func:`fuse_gelu` turns it into
   ``com.microsoft.Gelu``, which the optimizer then merges with the bias ``Add`` into ``BiasGelu``).
@@ -33,7 +38,7 @@ from onnx import helper, numpy_helper
 
 from ptmkit_export.quantize import rewrite_gemm_as_matmul
 
-__all__ = ["canonicalize", "fold_constants", "fuse_gelu", "fuse_layer_normalization", "rewrite_gemm_as_matmul", "set_opset"]
+__all__ = ["canonicalize", "fold_constants", "fold_tensordot_reshapes", "fuse_gelu", "fuse_layer_normalization", "rewrite_gemm_as_matmul", "set_opset"]
 
 #: Lowest default-domain opset with ``LayerNormalization``.
 LAYER_NORM_OPSET = 17
@@ -222,6 +227,114 @@ def _match_layer_norm(g: _Graph, out: onnx.NodeProto) -> tuple[str, float, np.nd
     return None
 
 
+def _remove_dead_nodes(model: onnx.ModelProto) -> None:
+    """Drop nodes none of whose outputs is read (repeatedly), then unread initializers."""
+    while True:
+        used = {name for node in model.graph.node for name in node.input} | {value.name for value in model.graph.output}
+        keep = [node for node in model.graph.node if any(name in used for name in node.output)]
+        if len(keep) == len(model.graph.node):
+            break
+        del model.graph.node[:]
+        model.graph.node.extend(keep)
+    _prune_initializers(model)
+
+
+def fold_tensordot_reshapes(model: onnx.ModelProto) -> int:
+    """Replace tf2onnx's ``Tensordot`` (``Reshape`` -> ``MatMul`` -> ``Reshape``) with one ``MatMul`` (in place).
+
+    Pattern, for ``x`` of rank ``r`` and a constant weight ``W`` of shape ``(K, N)``::
+
+        y = Reshape(MatMul(Reshape(x, [-1, K]), W), Concat(Gather(Shape(x), [0, ..., r-2]), [N]))
+
+    (``Cast`` nodes allowed around the shape arithmetic), which is ``MatMul(x, W)``: ONNX
+    ``MatMul`` multiplies the last axis and keeps the leading ones. ``x``'s rank is taken from ONNX
+    shape inference and must be ``r``; the shape arithmetic left unread is removed.
+
+    Returns:
+        How many ``Tensordot``s were folded.
+    """
+    inferred = onnx.shape_inference.infer_shapes(model)
+    ranks = {}
+    for value in list(inferred.graph.value_info) + list(inferred.graph.input):
+        if value.type.tensor_type.HasField("shape"):
+            ranks[value.name] = len(value.type.tensor_type.shape.dim)
+    g = _Graph(model)
+
+    def through_casts(name: str) -> onnx.NodeProto | None:
+        node = g.producer.get(name)
+        while node is not None and node.op_type == "Cast":
+            node = g.producer.get(node.input[0])
+        return node
+
+    folded = 0
+    for reshape_back in list(model.graph.node):
+        if reshape_back.op_type != "Reshape":
+            continue
+        matmul = g.parent(reshape_back, 0, "MatMul")
+        if matmul is None or len(g.consumers.get(matmul.output[0], [])) != 1:
+            continue
+        weight = g.constant(matmul.input[1])
+        flatten = g.parent(matmul, 0, "Reshape")
+        if weight is None or weight.ndim != 2 or flatten is None or len(g.consumers.get(flatten.output[0], [])) != 1:
+            continue
+        target = g.constant(flatten.input[1])
+        if target is None or target.tolist() != [-1, weight.shape[0]]:
+            continue
+        x = flatten.input[0]
+        concat = through_casts(reshape_back.input[1])
+        if concat is None or concat.op_type != "Concat" or len(concat.input) != 2:
+            continue
+        gather, last = through_casts(concat.input[0]), g.constant(concat.input[1])
+        if gather is None or gather.op_type != "Gather" or last is None or last.tolist() != [weight.shape[1]]:
+            continue
+        shape, index = through_casts(gather.input[0]), g.constant(gather.input[1])
+        if shape is None or shape.op_type != "Shape" or shape.input[0] != x or index is None:
+            continue
+        if any(a.name != "start" or a.i != 0 for a in shape.attribute):  # a Shape of all axes (start=0 is the default)
+            continue
+        if index.tolist() != list(range(index.size)) or ranks.get(x) != index.size + 1:
+            continue
+        matmul.input[0] = x
+        matmul.output[0] = reshape_back.output[0]
+        reshape_back.output[0] = f"{reshape_back.output[0]}__folded"  # now dead; removed below
+        folded += 1
+    if folded:
+        # Move each rewritten MatMul to its old Reshape's place, so nodes stay in topological order.
+        order = {id(node): i for i, node in enumerate(model.graph.node)}
+        producer_of = {name: node for node in model.graph.node for name in node.output}
+        nodes = sorted(model.graph.node, key=lambda node: order[id(node)])
+        del model.graph.node[:]
+        model.graph.node.extend(_topological(nodes, producer_of))
+        _remove_dead_nodes(model)
+    return folded
+
+
+def _topological(nodes: list[onnx.NodeProto], producer_of: dict[str, onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """``nodes`` in a topological order, keeping the given order where it already is one."""
+    done: set[int] = set()
+    out: list[onnx.NodeProto] = []
+
+    def visit(node: onnx.NodeProto) -> None:
+        stack = [(node, False)]
+        while stack:
+            current, expanded = stack.pop()
+            if id(current) in done:
+                continue
+            if expanded:
+                done.add(id(current))
+                out.append(current)
+                continue
+            stack.append((current, True))
+            for name in reversed(current.input):
+                parent = producer_of.get(name)
+                if parent is not None and id(parent) not in done:
+                    stack.append((parent, False))
+
+    for node in nodes:
+        visit(node)
+    return out
+
+
 def fuse_gelu(model: onnx.ModelProto) -> int:
     """Replace the exact GELU as Keras writes it with ``com.microsoft.Gelu`` (in place).
 
@@ -304,11 +417,16 @@ def fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def canonicalize(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, Any]]:
-    """Constant folding, Gemm -> MatMul (+ Add), then LayerNormalization; returns ``(new model, counts)``.
+    """Constant folding, Gemm -> MatMul (+ Add), Tensordot -> MatMul, then LayerNormalization.
 
     The result uses only default-domain ops (opset >= 17 when a layer norm was fused), so it stays
-    a portable ONNX model. ``counts`` is ``{"gemm_to_matmul": n, "layer_normalization": n}``.
+    a portable ONNX model. Returns ``(new model, counts)``, ``counts`` being
+    ``{"gemm_to_matmul": n, "tensordot_to_matmul": n, "layer_normalization": n}``.
     """
     model = fold_constants(model)
-    counts = {"gemm_to_matmul": rewrite_gemm_as_matmul(model), "layer_normalization": fuse_layer_normalization(model)}
+    counts = {
+        "gemm_to_matmul": rewrite_gemm_as_matmul(model),
+        "tensordot_to_matmul": fold_tensordot_reshapes(model),
+        "layer_normalization": fuse_layer_normalization(model),
+    }
     return model, counts

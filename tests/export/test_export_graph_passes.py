@@ -19,7 +19,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ptmkit_export import Predictor
 from ptmkit_export.benchmark import make_feeds
-from ptmkit_export.graph_passes import canonicalize, fold_constants, fuse_gelu, fuse_layer_normalization
+from ptmkit_export.graph_passes import (
+    canonicalize,
+    fold_constants,
+    fold_tensordot_reshapes,
+    fuse_gelu,
+    fuse_layer_normalization,
+)
 from ptmkit_export.optimize import optimize_transformer
 from ptmkit_export.quantize import (
     UnknownNodeError,
@@ -84,9 +90,22 @@ def test_layer_normalization_fusion_keeps_outputs(exported: onnx.ModelProto) -> 
     assert fuse_layer_normalization(model) == 0  # idempotent
 
 
+def test_tensordot_folding_keeps_outputs(exported: onnx.ModelProto) -> None:
+    model = fold_constants(exported)
+    rewrite_gemm_as_matmul(model)
+    before = count_ops(model)
+    assert fold_tensordot_reshapes(model) == 2 * LAYERS  # the feed-forward Dense layers (3-D input)
+    after = count_ops(model)
+    assert after["MatMul"] == before["MatMul"] and after["Reshape"] == before["Reshape"] - 2 * 2 * LAYERS
+    assert after["Shape"] < before["Shape"]  # the run-time shape arithmetic went with the reshapes
+    onnx.checker.check_model(model, full_check=True)
+    assert_same_outputs(exported, model)
+    assert fold_tensordot_reshapes(model) == 0
+
+
 def test_canonicalize_counts(exported: onnx.ModelProto) -> None:
     model, counts = canonicalize(exported)
-    assert counts == {"gemm_to_matmul": 8, "layer_normalization": 5}
+    assert counts == {"gemm_to_matmul": 8, "tensordot_to_matmul": 2 * LAYERS, "layer_normalization": 5}
     assert all(node.domain in ("", "ai.onnx") for node in model.graph.node)  # standard ONNX only
     assert_same_outputs(exported, model)
 
