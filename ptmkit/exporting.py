@@ -341,7 +341,8 @@ def export_run(
 
             opt_path = tmp / VARIANT_FILES["optimized"]
             with console.status(f"optimizing the graph (level {optimize})"):
-                info = optimize_transformer(fp32_path, opt_path, optimize, num_heads, hidden_size)
+                mask_input = next((name for name in family.input_names if ENCODING_FIELDS.get(name) == "attention_mask"), None)
+                info = optimize_transformer(fp32_path, opt_path, optimize, num_heads, hidden_size, mask_input=mask_input)
             fused = ", ".join(f"{op} {n}" for op, n in info["fused"].items() if n) or "nothing"
             console.print(f"optimize {optimize}: passes {info['passes']}; fused: {fused}")
             for note in info["notes"]:

@@ -68,13 +68,15 @@ def test_optimize_int8_fp16_variants_and_gate(tiny_finetuned: Path, tmp_path: Pa
     variants = manifest["variants"]
     assert list(variants) == ["fp32", "optimized", "int8", "fp16"]
     optimization = variants["optimized"]["optimization"]
-    # One layer: embedding LayerNormalization + 2 SkipLayerNormalization, exact GELU + its bias -> BiasGelu, no attention.
-    assert {op: n for op, n in optimization["fused"].items() if n} == {"SkipLayerNormalization": 2, "LayerNormalization": 1, "BiasGelu": 1}
-    assert optimization["passes"] == {"gemm_to_matmul": 6, "tensordot_to_matmul": 2, "layer_normalization": 3, "gelu": 1}
-    assert optimization["attention_fused"] is False
+    # One layer: Attention, embedding LayerNormalization + 2 SkipLayerNormalization, exact GELU + its bias -> BiasGelu.
+    fused = {op: n for op, n in optimization["fused"].items() if n}
+    assert fused == {"Attention": 1, "SkipLayerNormalization": 2, "LayerNormalization": 1, "BiasGelu": 1}
+    assert optimization["passes"] == {"gemm_to_matmul": 6, "tensordot_to_matmul": 2, "layer_normalization": 3, "attention": 1, "gelu": 1}
+    assert optimization["attention_fused"] is True
     quantization = variants["int8"]["quantization"]
     assert quantization["mode"] == "dynamic" and quantization["source_variant"] == "optimized"
-    assert quantization["float_weight_matmul"] == 0 and quantization["quantized_matmul"] == 6 + 2  # q, k, v, output, 2 feed-forward; the head's 2 Dense
+    # q, k, v in QAttention; attention output, 2 feed-forward and the head's 2 Dense as MatMulInteger.
+    assert quantization["float_weight_matmul"] == 0 and quantization["quantized_attention"] == 1 and quantization["quantized_matmul"] == 5
     assert quantization["reduce_range_source"] == "auto" and isinstance(quantization["reduce_range"], bool)
     for name in ("optimized", "int8", "fp16"):
         entry = variants[name]

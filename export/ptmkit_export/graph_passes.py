@@ -22,9 +22,12 @@ Every pass rewrites a model in place, is exact up to float rounding (the tests c
 Runtime outputs before and after within 1e-5), leaves graph inputs, outputs and their names alone
 and returns how many subgraphs it rewrote. :func:`canonicalize` runs them all.
 
-Attention is left as Keras wrote it (einsum projections decomposed by tf2onnx, scores computed as
-``K @ Q^T`` then transposed, the padding mask applied through ``SelectV2`` arithmetic): the
-transformer optimizer fuses no ``Attention`` node on it, and the export manifest says so.
+* Keras' multi-head attention (``EinsumDense`` query/key/value projections decomposed by tf2onnx
+  into ``Unsqueeze``/``Reshape``/``MatMul``/``Reshape``/``Squeeze``, scores computed as
+  ``K @ Q^T`` then transposed, the padding mask applied by ``SelectV2`` arithmetic before and after
+  the softmax) matches none of the transformer optimizer's attention patterns
+  (:func:`fuse_attention` recognises it and writes ``com.microsoft.Attention`` + the output
+  projection's ``MatMul``, which dynamic int8 turns into ``QAttention``).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from onnx import helper, numpy_helper
 
 from ptmkit_export.quantize import rewrite_gemm_as_matmul
 
-__all__ = ["canonicalize", "fold_constants", "fold_tensordot_reshapes", "fuse_gelu", "fuse_layer_normalization", "rewrite_gemm_as_matmul", "set_opset"]
+__all__ = ["canonicalize", "fold_constants", "fold_tensordot_reshapes", "fuse_attention", "fuse_gelu", "fuse_layer_normalization", "rewrite_gemm_as_matmul", "set_opset"]
 
 #: Lowest default-domain opset with ``LayerNormalization``.
 LAYER_NORM_OPSET = 17
@@ -333,6 +336,215 @@ def _topological(nodes: list[onnx.NodeProto], producer_of: dict[str, onnx.NodePr
     for node in nodes:
         visit(node)
     return out
+
+
+def _ancestor_inputs(g: _Graph, name: str, allowed: set[str], limit: int = 64) -> set[str] | None:
+    """Graph inputs ``name`` is computed from, when only ``allowed`` op types and constants lie between; else None."""
+    inputs, stack, seen = set(), [name], set()
+    graph_inputs = {value.name for value in g.graph.input}
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        if len(seen) > limit:
+            return None
+        if current in graph_inputs:
+            inputs.add(current)
+            continue
+        if current in g.initializers:
+            continue
+        node = g.producer.get(current)
+        if node is None or (node.op_type not in allowed and node.op_type != "Constant"):
+            return None
+        stack.extend(node.input)
+    return inputs
+
+
+def _match_projection(g: _Graph, name: str) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """``(x, W (H, N*D), b (N*D,))`` of tf2onnx's ``EinsumDense("abc,cde->abde")`` (+ bias) ending in ``name``.
+
+    Pattern: ``[Add(] Squeeze(Reshape([Add(] MatMul(Reshape(Unsqueeze(x)), W) [, b)])) [, b)]`` with
+    constant ``W`` and ``b``: the bias, when there is one, is added after the projection or, when
+    tf2onnx wrote a ``Gemm`` with a bias (rewritten to ``MatMul`` + ``Add``), before the reshape.
+    """
+    node = g.producer.get(name)
+    bias = None
+    if node is not None and node.op_type == "Add":
+        for i in (0, 1):
+            parent, value = g.parent(node, i, "Squeeze"), g.constant(node.input[1 - i])
+            if parent is not None and value is not None:
+                node, bias = parent, value.reshape(-1)
+                break
+        else:
+            return None
+    if node is None or node.op_type != "Squeeze":
+        return None
+    reshape = g.parent(node, 0, "Reshape")
+    if reshape is None:
+        return None
+    inner = g.producer.get(reshape.input[0])
+    if inner is not None and inner.op_type == "Add" and bias is None:
+        for i in (0, 1):
+            parent, value = g.parent(inner, i, "MatMul"), g.constant(inner.input[1 - i])
+            if parent is not None and value is not None:
+                inner, bias = parent, value.reshape(-1)
+                break
+    if inner is None or inner.op_type != "MatMul":
+        return None
+    weight = g.constant(inner.input[1])
+    flatten = g.parent(inner, 0, "Reshape")
+    unsqueeze = g.parent(flatten, 0, "Unsqueeze") if flatten is not None else None
+    if weight is None or unsqueeze is None or weight.ndim != 2:
+        return None
+    if bias is None:
+        bias = np.zeros(weight.shape[1], np.float32)
+    if bias.size != weight.shape[1]:
+        return None
+    return unsqueeze.input[0], weight, bias
+
+
+def fuse_attention(model: onnx.ModelProto, num_heads: int, mask_input: str) -> int:
+    """Replace Keras' multi-head self-attention with ``com.microsoft.Attention`` (in place).
+
+    Recognised per ``Softmax``, as tf2onnx writes ``keras.layers.MultiHeadAttention`` (the
+    projections as :func:`_match_projection` describes, the same input ``x`` for query, key and
+    value)::
+
+        scores = Transpose(MatMul(Transpose(k), Transpose(q * scale)), [0, 1, 3, 2])
+        probs  = Softmax(scores * m + (-1e9) * (1 - m)) * m + 0 * (1 - m)   # m: the key padding mask
+        ctx    = Transpose(Unsqueeze(MatMul(probs, Transpose(v))), [0, 3, 1, 2, 4])
+        out    = Squeeze(Reshape(MatMul(Reshape(ctx), W_o)))                # before the output bias
+
+    where ``m`` is computed from the graph input ``mask_input`` alone (``Cast``/``Unsqueeze``/
+    ``Not``/``Mul``/``Add`` of constants). It becomes ``Attention(x, [W_q W_k W_v], [b_q b_k b_v],
+    mask_input, num_heads, scale)`` and ``MatMul(., W_o)`` writing ``out``. The mask must be a 0/1
+    int32 ``(batch, sequence)`` input; ONNX Runtime's ``Attention`` masks with -10000 instead of
+    -1e9, which gives the same softmax (``exp`` underflows to 0 either way); only a row whose
+    every token is padding differs (Keras gives zeros there, ``Attention`` a uniform average).
+
+    Returns:
+        How many attention blocks were fused.
+    """
+    g = _Graph(model)
+    mask_ops = {"Cast", "Unsqueeze", "Not", "Mul", "Add", "Sub"}
+    remove: list[onnx.NodeProto] = []
+    add: list[tuple[onnx.NodeProto, onnx.NodeProto]] = []
+    inits: list[onnx.TensorProto] = []
+    taken = {node.name for node in model.graph.node} | set(g.initializers) | {n for node in model.graph.node for n in node.output}
+
+    def fresh(base: str) -> str:
+        name, i = base, 0
+        while name in taken:
+            i += 1
+            name = f"{base}_{i}"
+        taken.add(name)
+        return name
+
+    def split_mask(node: onnx.NodeProto, op: str) -> tuple[onnx.NodeProto, str] | None:
+        """``(the non-mask parent of op type ``op``, the mask operand)`` of a binary node, or None."""
+        for i in (0, 1):
+            parent = g.parent(node, i, op)
+            if parent is not None and _ancestor_inputs(g, node.input[1 - i], mask_ops) == {mask_input}:
+                return parent, node.input[1 - i]
+        return None
+
+    def perm(node: onnx.NodeProto | None) -> list[int] | None:
+        if node is None or node.op_type != "Transpose":
+            return None
+        for attribute in node.attribute:
+            if attribute.name == "perm":
+                return list(attribute.ints)
+        return None
+
+    def only(name: str, op: str) -> onnx.NodeProto | None:
+        users = g.consumers.get(name, [])
+        return users[0] if len(users) == 1 and users[0].op_type == op else None
+
+    for softmax in model.graph.node:
+        if softmax.op_type != "Softmax":
+            continue
+        # Before the softmax: Add(Mul(scores, m), masked constant)
+        masked_add = g.producer.get(softmax.input[0])
+        if masked_add is None or masked_add.op_type != "Add":
+            continue
+        found = None
+        for i in (0, 1):
+            mul = g.parent(masked_add, i, "Mul")
+            if mul is not None and _ancestor_inputs(g, masked_add.input[1 - i], mask_ops) == {mask_input}:
+                found = split_mask(mul, "Transpose")
+                if found is not None:
+                    break
+        if found is None:
+            continue
+        scores_t, _ = found
+        scores = g.parent(scores_t, 0, "MatMul")
+        if perm(scores_t) != [0, 1, 3, 2] or scores is None:
+            continue
+        k_t, q_t = g.parent(scores, 0, "Transpose"), g.parent(scores, 1, "Transpose")
+        if perm(k_t) != [0, 2, 1, 3] or perm(q_t) != [0, 2, 3, 1]:
+            continue
+        assert k_t is not None and q_t is not None
+        q_scaled = g.parent(q_t, 0, "Mul")
+        if q_scaled is None:
+            continue
+        scale = q_bias_name = None
+        for i in (0, 1):
+            value = g.scalar(q_scaled.input[1 - i])
+            if value is not None:
+                scale, q_bias_name = value, q_scaled.input[i]
+        if scale is None or q_bias_name is None:
+            continue
+        # After the softmax: Add(Mul(softmax, m), 0-term) -> MatMul(., Transpose(v)) -> Unsqueeze -> Transpose -> Reshape
+        # -> MatMul(W_o) -> Reshape -> Squeeze
+        post_mul = only(softmax.output[0], "Mul")
+        post_add = only(post_mul.output[0], "Add") if post_mul is not None else None
+        context = only(post_add.output[0], "MatMul") if post_add is not None else None
+        if context is None or context.input[0] != post_add.output[0]:
+            continue
+        v_t = g.parent(context, 1, "Transpose")
+        unsqueeze = only(context.output[0], "Unsqueeze")
+        if perm(v_t) != [0, 2, 1, 3] or unsqueeze is None:
+            continue
+        assert v_t is not None
+        axes = g.constant(unsqueeze.input[1]) if len(unsqueeze.input) > 1 else None
+        heads_first = [c for c in g.consumers.get(unsqueeze.output[0], []) if c.op_type == "Transpose"]
+        if axes is None or axes.tolist() != [1] or len(heads_first) != 1 or perm(heads_first[0]) != [0, 3, 1, 2, 4]:
+            continue
+        flatten = only(heads_first[0].output[0], "Reshape")
+        out_matmul = only(flatten.output[0], "MatMul") if flatten is not None else None
+        out_weight = g.constant(out_matmul.input[1]) if out_matmul is not None else None
+        unflatten = only(out_matmul.output[0], "Reshape") if out_matmul is not None else None
+        squeeze = only(unflatten.output[0], "Squeeze") if unflatten is not None else None
+        if out_weight is None or squeeze is None or out_weight.ndim != 2:
+            continue
+        assert out_matmul is not None
+        projections = [_match_projection(g, name) for name in (q_bias_name, k_t.input[0], v_t.input[0])]
+        if any(p is None for p in projections) or len({p[0] for p in projections if p is not None}) != 1:
+            continue
+        x = projections[0][0]  # type: ignore[index]
+        weights = np.concatenate([p[1] for p in projections if p is not None], axis=1).astype(np.float32)
+        biases = np.concatenate([p[2] for p in projections if p is not None]).astype(np.float32)
+        hidden = weights.shape[1] // 3
+        if hidden % num_heads or out_weight.shape[0] != hidden:
+            continue
+        base = softmax.name.rsplit("/", 2)[0] if "/" in softmax.name else softmax.name
+        w_name, b_name, ctx_name = fresh(f"{base}/attention_qkv_weight"), fresh(f"{base}/attention_qkv_bias"), fresh(f"{base}/attention_context")
+        inits += [numpy_helper.from_array(weights, w_name), numpy_helper.from_array(biases, b_name)]
+        attrs: dict[str, Any] = {"num_heads": num_heads}
+        if abs(scale - 1.0 / np.sqrt(hidden // num_heads)) > 1e-7:
+            attrs["scale"] = scale
+        attention = helper.make_node("Attention", [x, w_name, b_name, mask_input], [ctx_name], name=fresh(f"{base}/Attention"), domain="com.microsoft", **attrs)
+        projection = helper.make_node("MatMul", [ctx_name, out_matmul.input[1]], [squeeze.output[0]], name=fresh(f"{base}/attention_output_MatMul"))
+        squeeze.output[0] = fresh(f"{squeeze.output[0]}__replaced")  # the old chain is now dead
+        add.append((attention, squeeze))
+        add.append((projection, squeeze))
+    if add:
+        _replace(model, remove, add)
+        model.graph.initializer.extend(inits)
+        _ensure_domain(model, "com.microsoft")
+        _remove_dead_nodes(model)
+    return len(add) // 2
 
 
 def fuse_gelu(model: onnx.ModelProto) -> int:

@@ -8,10 +8,11 @@ Levels, as ``ptmkit export --optimize`` takes them:
 * ``0``: nothing (the graph as Keras/tf2onnx wrote it).
 * ``1``: ptmkit's standard-ONNX passes only: constant folding, ``Gemm`` -> ``MatMul`` (+ ``Add``),
   layer normalization -> ONNX ``LayerNormalization`` (opset 17). A portable ONNX model.
-* ``2``: level 1, then the exact GELU -> ``com.microsoft.Gelu`` and ONNX Runtime's transformer
-  fusions (``SkipLayerNormalization``, ``BiasGelu``/``FastGelu``, ``Attention``,
-  ``EmbedLayerNormalization`` when their patterns are found) on top of ONNX Runtime's basic
-  optimizations. Needs ONNX Runtime (contrib ops), runs on any of its execution providers.
+* ``2``: level 1, then Keras' multi-head attention -> ``com.microsoft.Attention`` and the exact
+  GELU -> ``com.microsoft.Gelu`` (ptmkit's passes), then ONNX Runtime's transformer fusions
+  (``SkipLayerNormalization``, ``BiasGelu``/``FastGelu``, ``EmbedLayerNormalization`` when their
+  patterns are found) on top of ONNX Runtime's basic optimizations. Needs ONNX Runtime (contrib
+  ops), runs on any of its execution providers.
 * ``3``: level 2 with ONNX Runtime's extended optimizations baked in (``FusedMatMul``,
   ``MatMul`` + ``Add`` fusion, ...); still hardware independent (the layout level, which is not,
   is never saved).
@@ -71,6 +72,7 @@ def optimize_transformer(
     level: int,
     num_heads: int | None = None,
     hidden_size: int | None = None,
+    mask_input: str | None = "padding_mask",
 ) -> dict[str, Any]:
     """Write an optimised copy of the fp32 ONNX model ``src`` to ``dst``; see the module docstring.
 
@@ -80,6 +82,8 @@ def optimize_transformer(
         level: 0-3 (:data:`LEVELS`).
         num_heads, hidden_size: the transformer's attention head count and hidden width, from the
             model family's config; required for levels >= 2 (the attention fusion needs them).
+        mask_input: the graph input holding the 0/1 padding mask, which the fused ``Attention``
+            reads; ``None`` (or a name the graph lacks) leaves attention unfused.
 
     Returns:
         ``{"level", "passes": {pass: count}, "fused": {op: count}, "attention_fused": bool,
@@ -97,6 +101,8 @@ def optimize_transformer(
     if level >= 1:
         model, passes = graph_passes.canonicalize(original)
     if level >= 2:
+        inputs = {value.name for value in model.graph.input}
+        passes["attention"] = graph_passes.fuse_attention(model, int(num_heads or 0), mask_input) if mask_input in inputs else 0
         passes["gelu"] = graph_passes.fuse_gelu(model)
         model = _ort_transformer_optimizer(model, level, int(num_heads or 0), int(hidden_size or 0))
     onnx.checker.check_model(model)
@@ -106,8 +112,8 @@ def optimize_transformer(
     notes = []
     if level >= 2 and attention == 0:
         notes.append(
-            "attention is not fused: the Keras/tf2onnx attention subgraph (einsum projections, K @ Q^T scores, "
-            "SelectV2 masking) matches none of ONNX Runtime's attention patterns; it runs as separate MatMul/Softmax nodes"
+            "attention is not fused: the attention subgraph matches neither ptmkit's Keras pattern nor ONNX Runtime's; "
+            "it runs as separate MatMul/Softmax nodes"
         )
     return {
         "level": level,

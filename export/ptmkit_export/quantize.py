@@ -225,7 +225,8 @@ def quantize_int8(
     Returns:
         A JSON-serializable summary: ``gemm_rewritten`` (Gemm nodes turned into MatMul),
         ``quantized_matmul`` (integer matmul nodes in ``dst``: MatMulInteger,
-        DynamicQuantizeMatMul, ...), ``float_weight_matmul`` (MatMul/Gemm nodes in ``dst`` still
+        DynamicQuantizeMatMul, ...), ``quantized_attention`` (``QAttention`` nodes: a fused
+        ``Attention``'s query, key and value projections in int8), ``float_weight_matmul`` (MatMul/Gemm nodes in ``dst`` still
         multiplying by a float weight; 0 when all were quantized), ``nodes_before`` /
         ``nodes_after`` (``{op type: count}`` of ``src`` and ``dst``), ``bytes_before`` /
         ``bytes_after`` (file sizes), ``per_channel``, ``reduce_range``, ``weight_type``
@@ -277,6 +278,7 @@ def quantize_int8(
     return {
         "gemm_rewritten": rewritten,
         "quantized_matmul": sum(n for op, n in nodes_after.items() if op in QUANTIZED_MATMUL_OPS),
+        "quantized_attention": nodes_after.get("QAttention", 0),
         "float_weight_matmul": count_float_weight_matmuls(quantized),
         "nodes_before": count_ops(original),
         "nodes_after": nodes_after,

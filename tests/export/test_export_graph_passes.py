@@ -23,6 +23,7 @@ from ptmkit_export.graph_passes import (
     canonicalize,
     fold_constants,
     fold_tensordot_reshapes,
+    fuse_attention,
     fuse_gelu,
     fuse_layer_normalization,
 )
@@ -30,7 +31,6 @@ from ptmkit_export.optimize import optimize_transformer
 from ptmkit_export.quantize import (
     UnknownNodeError,
     auto_reduce_range,
-    count_float_weight_matmuls,
     count_ops,
     quantizable_matmuls,
     quantize_int8,
@@ -103,6 +103,18 @@ def test_tensordot_folding_keeps_outputs(exported: onnx.ModelProto) -> None:
     assert fold_tensordot_reshapes(model) == 0
 
 
+def test_attention_fusion_keeps_outputs(exported: onnx.ModelProto) -> None:
+    model, _ = canonicalize(exported)
+    assert fuse_attention(model, HEADS, "padding_mask") == LAYERS
+    ops = count_ops(model)
+    assert ops["Attention"] == LAYERS and "Softmax" not in ops and "Transpose" not in ops
+    attention = next(node for node in model.graph.node if node.op_type == "Attention")
+    assert attention.domain == "com.microsoft" and attention.input[3] == "padding_mask"
+    onnx.checker.check_model(model)
+    assert_same_outputs(exported, model)  # with padding: rows of 1, length // 2 + 1 and full length
+    assert fuse_attention(model, HEADS, "padding_mask") == 0
+
+
 def test_canonicalize_counts(exported: onnx.ModelProto) -> None:
     model, counts = canonicalize(exported)
     assert counts == {"gemm_to_matmul": 8, "tensordot_to_matmul": 2 * LAYERS, "layer_normalization": 5}
@@ -156,10 +168,13 @@ def test_optimize_levels_report_real_fusions(tiny_export: TinyExport, tmp_path: 
     for level in (2, 3):
         info = optimize_transformer(src, tmp_path / f"l{level}.onnx", level, HEADS, HIDDEN)
         fused = {op: n for op, n in info["fused"].items() if n}
-        # tanh GELU (keras-hub) -> FastGelu; residual Add + LayerNormalization -> SkipLayerNormalization.
-        assert fused == {"SkipLayerNormalization": 2 * LAYERS, "LayerNormalization": 1, "FastGelu": LAYERS}
-        assert info["attention_fused"] is False and "attention is not fused" in info["notes"][0]
+        # Keras attention -> Attention; tanh GELU (keras-hub) -> FastGelu; residual Add + LayerNormalization ->
+        # SkipLayerNormalization.
+        assert fused == {"Attention": LAYERS, "SkipLayerNormalization": 2 * LAYERS, "LayerNormalization": 1, "FastGelu": LAYERS}
+        assert info["passes"]["attention"] == LAYERS and info["attention_fused"] is True and info["notes"] == []
         assert_same_outputs(src, tmp_path / f"l{level}.onnx", atol=1e-5)
+    unfused = optimize_transformer(src, tmp_path / "no-mask.onnx", 2, HEADS, HIDDEN, mask_input=None)
+    assert unfused["fused"]["Attention"] == 0 and "attention is not fused" in unfused["notes"][0]
     with pytest.raises(ValueError, match="one of 0, 1, 2, 3"):
         optimize_transformer(src, tmp_path / "x.onnx", 5, HEADS, HIDDEN)
     with pytest.raises(ValueError, match="needs the model's num_heads"):
@@ -175,8 +190,12 @@ def test_int8_dynamic_quantizes_every_linear_layer(tiny_export: TinyExport, tmp_
     summary = quantize_int8(src, tmp_path / "int8.onnx")
     ops = count_ops(onnx.load(str(tmp_path / "int8.onnx")))
     assert summary["float_weight_matmul"] == 0
-    assert ops.get("MatMulInteger", 0) == LINEAR_LAYERS == summary["quantized_matmul"]
-    assert ops.get("DynamicQuantizeLinear", 0) >= LINEAR_LAYERS - 2 * LAYERS  # q/k/v share one input
+    # Level 2 fuses attention: its query, key and value projections are quantized inside QAttention.
+    attention = LAYERS if level >= 2 else 0
+    assert summary["quantized_attention"] == ops.get("QAttention", 0) == attention
+    assert ops.get("MatMulInteger", 0) + 3 * attention == LINEAR_LAYERS
+    assert summary["quantized_matmul"] == ops.get("MatMulInteger", 0)
+    assert ops.get("DynamicQuantizeLinear", 0) >= LINEAR_LAYERS - 2 * LAYERS - 3 * attention  # q/k/v share one input
     assert "Gemm" not in ops
 
 
