@@ -341,8 +341,11 @@ def export_run(
 
             opt_path = tmp / VARIANT_FILES["optimized"]
             with console.status(f"optimizing the graph (level {optimize})"):
-                mask_input = next((name for name in family.input_names if ENCODING_FIELDS.get(name) == "attention_mask"), None)
-                info = optimize_transformer(fp32_path, opt_path, optimize, num_heads, hidden_size, mask_input=mask_input)
+                by_encoding = {ENCODING_FIELDS.get(name): name for name in family.input_names}
+                info = optimize_transformer(
+                    fp32_path, opt_path, optimize, num_heads, hidden_size,
+                    mask_input=by_encoding.get("attention_mask"), ids_input=by_encoding.get("ids"), segment_input=by_encoding.get("type_ids"),
+                )
             fused = ", ".join(f"{op} {n}" for op, n in info["fused"].items() if n) or "nothing"
             console.print(f"optimize {optimize}: passes {info['passes']}; fused: {fused}")
             for note in info["notes"]:

@@ -68,10 +68,12 @@ def test_optimize_int8_fp16_variants_and_gate(tiny_finetuned: Path, tmp_path: Pa
     variants = manifest["variants"]
     assert list(variants) == ["fp32", "optimized", "int8", "fp16"]
     optimization = variants["optimized"]["optimization"]
-    # One layer: Attention, embedding LayerNormalization + 2 SkipLayerNormalization, exact GELU + its bias -> BiasGelu.
+    # One layer: Attention, EmbedLayerNormalization, 2 SkipLayerNormalization, exact GELU + its bias -> BiasGelu.
     fused = {op: n for op, n in optimization["fused"].items() if n}
-    assert fused == {"Attention": 1, "SkipLayerNormalization": 2, "LayerNormalization": 1, "BiasGelu": 1}
-    assert optimization["passes"] == {"gemm_to_matmul": 6, "tensordot_to_matmul": 2, "layer_normalization": 3, "attention": 1, "gelu": 1}
+    assert fused == {"Attention": 1, "SkipLayerNormalization": 2, "EmbedLayerNormalization": 1, "BiasGelu": 1}
+    assert optimization["passes"] == {
+        "gemm_to_matmul": 6, "tensordot_to_matmul": 2, "layer_normalization": 3, "attention": 1, "embed_layer_normalization": 1, "gelu": 1,
+    }
     assert optimization["attention_fused"] is True
     quantization = variants["int8"]["quantization"]
     assert quantization["mode"] == "dynamic" and quantization["source_variant"] == "optimized"

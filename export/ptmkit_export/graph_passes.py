@@ -27,7 +27,10 @@ and returns how many subgraphs it rewrote. :func:`canonicalize` runs them all.
   ``K @ Q^T`` then transposed, the padding mask applied by ``SelectV2`` arithmetic before and after
   the softmax) matches none of the transformer optimizer's attention patterns
   (:func:`fuse_attention` recognises it and writes ``com.microsoft.Attention`` + the output
-  projection's ``MatMul``, which dynamic int8 turns into ``QAttention``).
+  projection's ``MatMul``, which dynamic int8 turns into ``QAttention``);
+* the embeddings (token and segment ``Gather`` behind a ``SelectV2`` that wraps negative ids, a
+  ``Slice`` + ``Expand`` of the position table, two ``Add``, a layer norm) match none of the
+  optimizer's ``EmbedLayerNormalization`` patterns (:func:`fuse_embed_layer_normalization`).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from onnx import helper, numpy_helper
 
 from ptmkit_export.quantize import rewrite_gemm_as_matmul
 
-__all__ = ["canonicalize", "fold_constants", "fold_tensordot_reshapes", "fuse_attention", "fuse_gelu", "fuse_layer_normalization", "rewrite_gemm_as_matmul", "set_opset"]
+__all__ = ["canonicalize", "fold_constants", "fold_tensordot_reshapes", "fuse_attention", "fuse_embed_layer_normalization", "fuse_gelu", "fuse_layer_normalization", "rewrite_gemm_as_matmul", "set_opset"]
 
 #: Lowest default-domain opset with ``LayerNormalization``.
 LAYER_NORM_OPSET = 17
@@ -545,6 +548,81 @@ def fuse_attention(model: onnx.ModelProto, num_heads: int, mask_input: str) -> i
         _ensure_domain(model, "com.microsoft")
         _remove_dead_nodes(model)
     return len(add) // 2
+
+
+def fuse_embed_layer_normalization(model: onnx.ModelProto, ids_input: str, segment_input: str | None) -> int:
+    """Replace Keras' BERT embeddings + layer norm with ``com.microsoft.EmbedLayerNormalization`` (in place).
+
+    Pattern: ``LayerNormalization(t + p + s)`` (the two ``Add`` in any order) where ``t`` is
+    ``Gather(W_token, ids)`` with ``ids`` computed from the graph input ``ids_input`` alone (Keras'
+    embedding wraps negative ids with ``SelectV2(ids < 0, ids + V, ids)``), ``s`` the same for
+    ``segment_input`` and ``p`` is ``Expand(Slice(W_position, [0, 0], [length, H]))``: the first
+    ``length`` rows of the position table, computed from the token ids' shape alone. It becomes
+    ``EmbedLayerNormalization(ids, segments, W_token, W_position, W_segment, gamma, beta)`` (int32
+    ids). Identical for every valid input; a negative id, which Keras wraps, is an error there.
+
+    Returns:
+        1 when the embeddings were fused, else 0.
+    """
+    g = _Graph(model)
+    wrap_ops = {"Cast", "Less", "Not", "Mul", "Add"}
+    shape_ops = {"Shape", "Cast", "Slice", "Concat", "Equal", "Mul", "Add", "Gather", "Less", "Not"}
+    for norm in model.graph.node:
+        if norm.op_type != "LayerNormalization" or norm.domain not in ("", "ai.onnx") or len(norm.input) < 3:
+            continue
+        top = g.parent(norm, 0, "Add")
+        if top is None:
+            continue
+        leaves: list[str] = []
+        adds = [top]
+        for name in top.input:
+            inner = g.producer.get(name)
+            if inner is not None and inner.op_type == "Add" and len(adds) == 1 and len(g.consumers.get(name, [])) == 1:
+                adds.append(inner)
+                leaves.extend(inner.input)
+            else:
+                leaves.append(name)
+        if len(leaves) != 3:
+            continue
+        token = segment = position = None
+        for name in leaves:
+            node = g.producer.get(name)
+            if node is None:
+                break
+            if node.op_type == "Gather" and g.constant(node.input[0]) is not None:
+                source = _ancestor_inputs(g, node.input[1], wrap_ops)
+                if source == {ids_input}:
+                    token = node
+                elif segment_input is not None and source == {segment_input}:
+                    segment = node
+            elif node.op_type == "Expand":
+                sliced = g.parent(node, 0, "Slice")
+                table = g.constant(sliced.input[0]) if sliced is not None else None
+                starts = g.constant(sliced.input[1]) if sliced is not None else None
+                if table is None or table.ndim != 2 or starts is None or starts.tolist() != [0, 0] or len(sliced.input) > 3:
+                    continue
+                if all(_ancestor_inputs(g, name_, shape_ops, limit=256) == {ids_input} for name_ in (sliced.input[2], node.input[1])):
+                    position = (node, table)
+        if token is None or position is None or (segment_input is not None and segment is None):
+            continue
+        gamma, beta = g.constant(norm.input[1]), g.constant(norm.input[2])
+        epsilon = next((a.f for a in norm.attribute if a.name == "epsilon"), 1e-5)
+        axis = next((a.i for a in norm.attribute if a.name == "axis"), -1)
+        if gamma is None or beta is None or axis not in (-1, 2):
+            continue
+        base = norm.name.rsplit("/", 1)[0] if "/" in norm.name else norm.name
+        position_name = f"{base}/position_embedding_table"
+        model.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(position[1].astype(np.float32)), position_name))
+        inputs = [ids_input, segment_input if segment is not None else "", token.input[0], position_name,
+                  segment.input[0] if segment is not None else "", norm.input[1], norm.input[2]]
+        outputs = [norm.output[0], f"{base}/embed_mask_index"]  # ONNX Runtime's shape inference wants both outputs
+        fused = helper.make_node("EmbedLayerNormalization", inputs, outputs, name=f"{base}/EmbedLayerNormalization",
+                                 domain="com.microsoft", epsilon=epsilon)
+        _replace(model, [norm], [(fused, norm)])
+        _ensure_domain(model, "com.microsoft")
+        _remove_dead_nodes(model)
+        return 1
+    return 0
 
 
 def fuse_gelu(model: onnx.ModelProto) -> int:

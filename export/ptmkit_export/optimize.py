@@ -8,10 +8,10 @@ Levels, as ``ptmkit export --optimize`` takes them:
 * ``0``: nothing (the graph as Keras/tf2onnx wrote it).
 * ``1``: ptmkit's standard-ONNX passes only: constant folding, ``Gemm`` -> ``MatMul`` (+ ``Add``),
   layer normalization -> ONNX ``LayerNormalization`` (opset 17). A portable ONNX model.
-* ``2``: level 1, then Keras' multi-head attention -> ``com.microsoft.Attention`` and the exact
-  GELU -> ``com.microsoft.Gelu`` (ptmkit's passes), then ONNX Runtime's transformer fusions
-  (``SkipLayerNormalization``, ``BiasGelu``/``FastGelu``, ``EmbedLayerNormalization`` when their
-  patterns are found) on top of ONNX Runtime's basic optimizations. Needs ONNX Runtime (contrib
+* ``2``: level 1, then Keras' multi-head attention -> ``com.microsoft.Attention``, its embeddings
+  -> ``com.microsoft.EmbedLayerNormalization`` and the exact GELU -> ``com.microsoft.Gelu``
+  (ptmkit's passes), then ONNX Runtime's transformer fusions (``SkipLayerNormalization``,
+  ``BiasGelu``/``FastGelu``, and the others when their patterns are found) on top of ONNX Runtime's basic optimizations. Needs ONNX Runtime (contrib
   ops), runs on any of its execution providers.
 * ``3``: level 2 with ONNX Runtime's extended optimizations baked in (``FusedMatMul``,
   ``MatMul`` + ``Add`` fusion, ...); still hardware independent (the layout level, which is not,
@@ -73,6 +73,8 @@ def optimize_transformer(
     num_heads: int | None = None,
     hidden_size: int | None = None,
     mask_input: str | None = "padding_mask",
+    ids_input: str | None = "token_ids",
+    segment_input: str | None = "segment_ids",
 ) -> dict[str, Any]:
     """Write an optimised copy of the fp32 ONNX model ``src`` to ``dst``; see the module docstring.
 
@@ -84,6 +86,8 @@ def optimize_transformer(
             model family's config; required for levels >= 2 (the attention fusion needs them).
         mask_input: the graph input holding the 0/1 padding mask, which the fused ``Attention``
             reads; ``None`` (or a name the graph lacks) leaves attention unfused.
+        ids_input, segment_input: the graph inputs of token ids and segment ids, which the fused
+            ``EmbedLayerNormalization`` reads; ``ids_input=None`` leaves the embeddings unfused.
 
     Returns:
         ``{"level", "passes": {pass: count}, "fused": {op: count}, "attention_fused": bool,
@@ -103,6 +107,8 @@ def optimize_transformer(
     if level >= 2:
         inputs = {value.name for value in model.graph.input}
         passes["attention"] = graph_passes.fuse_attention(model, int(num_heads or 0), mask_input) if mask_input in inputs else 0
+        segments = segment_input if segment_input in inputs else None
+        passes["embed_layer_normalization"] = graph_passes.fuse_embed_layer_normalization(model, ids_input, segments) if ids_input in inputs else 0
         passes["gelu"] = graph_passes.fuse_gelu(model)
         model = _ort_transformer_optimizer(model, level, int(num_heads or 0), int(hidden_size or 0))
     onnx.checker.check_model(model)

@@ -24,6 +24,7 @@ from ptmkit_export.graph_passes import (
     fold_constants,
     fold_tensordot_reshapes,
     fuse_attention,
+    fuse_embed_layer_normalization,
     fuse_gelu,
     fuse_layer_normalization,
 )
@@ -115,6 +116,24 @@ def test_attention_fusion_keeps_outputs(exported: onnx.ModelProto) -> None:
     assert fuse_attention(model, HEADS, "padding_mask") == 0
 
 
+def test_embedding_fusion_keeps_outputs(exported: onnx.ModelProto) -> None:
+    model, _ = canonicalize(exported)
+    gathers = count_ops(model)["Gather"]
+    assert fuse_embed_layer_normalization(model, "token_ids", "segment_ids") == 1
+    ops = count_ops(model)
+    assert ops["EmbedLayerNormalization"] == 1 and ops["LayerNormalization"] == 2 * LAYERS
+    assert ops["Gather"] == gathers - 2  # the token and segment lookups (the rest are shape arithmetic)
+    onnx.checker.check_model(model)
+    a, b = session(exported), session(model)
+    rng = np.random.default_rng(5)
+    for batch, length in SHAPES:
+        feeds = make_feeds(MANIFEST, batch, length, vocab_high=VOCABULARY_SIZE, seed=batch + length)
+        feeds["segment_ids"] = rng.integers(0, 2, size=(batch, length)).astype(np.int32)  # both segments
+        feeds["padding_mask"][0, length // 2 + 1 :] = 0
+        np.testing.assert_allclose(b.run(None, feeds)[0], a.run(None, feeds)[0], atol=1e-5, rtol=0)
+    assert fuse_embed_layer_normalization(model, "token_ids", "segment_ids") == 0
+
+
 def test_canonicalize_counts(exported: onnx.ModelProto) -> None:
     model, counts = canonicalize(exported)
     assert counts == {"gemm_to_matmul": 8, "tensordot_to_matmul": 2 * LAYERS, "layer_normalization": 5}
@@ -170,8 +189,9 @@ def test_optimize_levels_report_real_fusions(tiny_export: TinyExport, tmp_path: 
         fused = {op: n for op, n in info["fused"].items() if n}
         # Keras attention -> Attention; tanh GELU (keras-hub) -> FastGelu; residual Add + LayerNormalization ->
         # SkipLayerNormalization.
-        assert fused == {"Attention": LAYERS, "SkipLayerNormalization": 2 * LAYERS, "LayerNormalization": 1, "FastGelu": LAYERS}
+        assert fused == {"Attention": LAYERS, "SkipLayerNormalization": 2 * LAYERS, "EmbedLayerNormalization": 1, "FastGelu": LAYERS}
         assert info["passes"]["attention"] == LAYERS and info["attention_fused"] is True and info["notes"] == []
+        assert info["passes"]["embed_layer_normalization"] == 1
         assert_same_outputs(src, tmp_path / f"l{level}.onnx", atol=1e-5)
     unfused = optimize_transformer(src, tmp_path / "no-mask.onnx", 2, HEADS, HIDDEN, mask_input=None)
     assert unfused["fused"]["Attention"] == 0 and "attention is not fused" in unfused["notes"][0]
