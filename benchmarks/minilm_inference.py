@@ -148,6 +148,15 @@ def worker_keras(work: Path, threads: int, repeats: int, batch_repeats: int) -> 
     return result
 
 
+def fused_counts(path: Path) -> dict[str, int]:
+    """Fused transformer ops (Attention, SkipLayerNormalization, ...) in an ONNX file, non-zero only."""
+    import onnx
+
+    from ptmkit_export.optimize import fused_counts as count
+
+    return {op: n for op, n in count(onnx.load(str(path), load_external_data=False)).items() if n}
+
+
 def run_worker(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     out = args.work / f"{kind}.json"
     command = [sys.executable, __file__, "--worker", kind, "--work", str(args.work), "--threads", str(args.threads),
@@ -256,8 +265,8 @@ def main() -> int:
         "cosine_ptmkit_int8_to_torch_fp32_min": round(float(np.min(cosines["int8"])), 5),
         "cosine_ptmkit_fp32_to_torch_fp32_mean": round(float(np.mean(cosines["fp32"])), 6),
         "texts": len(texts),
-        "ptmkit_fused": {k: v for k, v in manifest["variants"]["optimized"]["optimization"]["fused"].items() if v},
-        "torch_fused": raw.get("torch_fused"),
+        "ptmkit_fused": fused_counts(export / "model.opt.onnx"),
+        "torch_fused": fused_counts(args.work / "torch.opt.onnx"),
         "ptmkit_megabytes": {v: round(manifest["variants"][v]["bytes"] / 1e6, 1) for v in ("fp32", "optimized", "int8")},
         "torch_megabytes": {p.name: round(p.stat().st_size / 1e6, 1) for p in (args.work / "torch.onnx", args.work / "torch.opt.onnx", args.work / "torch.opt.int8.onnx")},
         "load_average": os.getloadavg(),

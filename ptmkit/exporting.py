@@ -511,8 +511,3 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Row-wise cosine similarity of two ``(n, d)`` arrays; ``(n,)`` float64."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return np.sum(a * b, -1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-12)
-
-
-def _run(session: Any, feeds: dict[str, np.ndarray], output: str, batch_size: int = 64) -> np.ndarray:
-    count = len(next(iter(feeds.values())))
-    return np.concatenate([session.run([output], {k: v[i : i + batch_size] for k, v in feeds.items()})[0] for i in range(0, count, batch_size)])
