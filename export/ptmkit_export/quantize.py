@@ -326,6 +326,26 @@ def _check_excluded(model: onnx.ModelProto, exclude_nodes: Sequence[str]) -> Non
         raise UnknownNodeError(f"--exclude-nodes: no node named {', '.join(map(repr, missing))} in the graph; quantizable MatMul nodes: {shown}")
 
 
+def _declare_float_types(model: onnx.ModelProto, nodes: Sequence[str]) -> None:
+    """Declare float32 the inputs and outputs of the ``nodes`` (MatMuls) that have no type yet.
+
+    ONNX shape inference cannot type the outputs of ONNX Runtime's contrib ops (``Attention``,
+    ``SkipLayerNormalization``, ... of an optimised graph), and the static quantizer silently skips
+    a tensor of unknown type: it would quantize the weights but no activation.
+    """
+    inferred = onnx.shape_inference.infer_shapes(model)
+    typed = {value.name for value in list(inferred.graph.value_info) + list(model.graph.input) + list(model.graph.output)
+             if value.type.tensor_type.elem_type}
+    typed |= {init.name for init in model.graph.initializer}
+    wanted = set(nodes)
+    missing = []
+    for node in model.graph.node:
+        if node.name in wanted:
+            missing.extend(name for name in (node.input[0], node.output[0]) if name not in typed)
+    for name in dict.fromkeys(missing):
+        model.graph.value_info.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+
+
 def cpu_has_vnni(cpuinfo: str | None = None) -> bool | None:
     """Whether this CPU has an 8-bit dot-product instruction (AVX-512 VNNI or AVX-VNNI).
 
@@ -397,6 +417,7 @@ def quantize_int8_static(
     Raises:
         ValueError: unknown ``method``, or no calibration batches.
         UnknownNodeError: ``exclude_nodes`` names a node that is not in the graph.
+        RuntimeError: the quantizer quantized no activation (a bug: it would be weight-only int8).
     """
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -421,6 +442,7 @@ def quantize_int8_static(
     _prune_opsets(model)
     _check_excluded(model, exclude_nodes)
     nodes = [name for name in quantizable_matmuls(model) if name not in set(exclude_nodes)]
+    _declare_float_types(model, nodes)
 
     class Reader(CalibrationDataReader):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -447,8 +469,10 @@ def quantize_int8_static(
         )
         quantized = onnx.load(str(work / "int8.onnx"))
         onnx.checker.check_model(quantized)
+        after = count_ops(quantized)
+        if nodes and not after.get("QuantizeLinear"):
+            raise RuntimeError("static quantization quantized no activation (0 QuantizeLinear nodes); nothing written")
         _write_atomically(work / "int8.onnx", dst)
-    after = count_ops(quantized)
     return {
         "mode": "static-qdq",
         "method": method,
