@@ -333,7 +333,7 @@ def export_run(
             variants[name] = entry
             if problems:
                 hint = " (fp16 is meant for GPUs; ONNX Runtime's CPU has few fp16 kernels)" if name == "fp16" else ""
-                console.print(f"[bold red]WARNING: {name} is {' and '.join(problems)}{hint}; marked not ok: the runtime does not pick it by default[/bold red]")
+                console.print(f"[bold red]WARNING: {name}: {'; '.join(problems)}{hint}; marked not ok: the runtime does not pick it by default[/bold red]")
 
         base = fp32_path
         if optimize > 0:
