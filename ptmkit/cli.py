@@ -94,30 +94,45 @@ def finetune(
 def export(
     run_dir: Annotated[Path, typer.Argument(help="A fine-tuned run directory (one with a head), or a word-vector run.")],
     onnx: Annotated[bool, typer.Option("--onnx/--no-onnx", help="Write model.onnx (fp32).")] = True,
-    int8: Annotated[bool, typer.Option("--int8", help="Also write model.int8.onnx (dynamic, per-channel).")] = False,
+    int8: Annotated[bool, typer.Option("--int8", help="Also write model.int8.onnx (dynamic int8 unless --static).")] = False,
     out: Annotated[Path | None, typer.Option(help="Export directory (default: RUN_DIR/export).")] = None,
-    dev: Annotated[Path | None, typer.Option(help="Labelled file for fp32-vs-int8 agreement (default: the run's dev file).")] = None,
+    dev: Annotated[Path | None, typer.Option(help="Labelled file for the fp32-vs-variant gate (default: the run's dev file); any text file for embeddings.")] = None,
+    optimize: Annotated[int, typer.Option("--optimize", help="Graph optimisation level 0-3 (model.opt.onnx): 1 ptmkit's ONNX passes, 2 + onnxruntime's transformer fusions, 3 + its extended optimizations. Runs before quantization.")] = 0,
+    per_channel: Annotated[bool, typer.Option("--per-channel/--per-tensor", help="int8: one weight scale per output column (default) or per tensor.")] = True,
+    reduce_range: Annotated[bool | None, typer.Option("--reduce-range/--no-reduce-range", help="int8: 7-bit weights; default: chosen from the CPU (on without AVX-512 VNNI), recorded in the manifest.")] = None,
+    exclude_nodes: Annotated[str | None, typer.Option("--exclude-nodes", help="int8: comma-separated node names to keep in float (A,B).")] = None,
+    static: Annotated[bool, typer.Option("--static", help="int8: static QDQ quantization calibrated on --calibration text instead of dynamic.")] = False,
+    calibration: Annotated[Path | None, typer.Option(help="int8 --static: text file to calibrate activation ranges on (first 256 examples).")] = None,
+    method: Annotated[str, typer.Option(help="int8 --static calibration: minmax, entropy or percentile.")] = "minmax",
+    fp16: Annotated[bool, typer.Option("--fp16", help="Also write model.fp16.onnx (for GPUs; float32 inputs and outputs).")] = False,
     triton: Annotated[Path | None, typer.Option(help="Also write a Triton Inference Server model repository here (REPO_DIR/NAME/config.pbtxt, 1/model.onnx).")] = None,
     vectors: Annotated[str | None, typer.Option(help="Word-vector runs: write a vector file: word2vec, word2vec-binary, glove or fasttext-vec.")] = None,
     output: Annotated[Path | None, typer.Option(help="The vector file --vectors writes.")] = None,
     with_tokenizer: Annotated[bool, typer.Option("--with-tokenizer", help="Also write model.with_tokenizer.onnx: WordPiece tokenization inside the graph (onnxruntime-extensions), raw text in; variant fp32+tokenizer (and int8+tokenizer).")] = False,
 ) -> None:
-    """Export RUN_DIR to ONNX (checked against Keras), optionally quantized to int8; or write a
-    word-vector run's vectors in a format the field reads (--vectors FORMAT --output FILE)."""
+    """Export RUN_DIR to ONNX (checked against Keras), optionally optimised (--optimize 1-3), quantized
+    (--int8, dynamic or --static) and in fp16 (--fp16); every variant is gated against fp32 (dev
+    agreement, latency at batch 1x128, throughput at 32x128) and one that fails is marked not ok. Or
+    write a word-vector run's vectors in a format the field reads (--vectors FORMAT --output FILE)."""
     from ptmkit.wordvectors import commands as word_vectors
 
     if vectors is not None or word_vectors.is_word_vector_run(run_dir):
         if vectors is None and not onnx:
             raise PtmkitError("nothing to export: give --vectors FORMAT --output FILE, or --onnx")
-        if int8 or dev is not None or with_tokenizer:
-            raise PtmkitError("--int8/--dev/--with-tokenizer apply to classifiers; word vectors are exported as float32 lookups")
+        if int8 or dev is not None or optimize or fp16 or static or with_tokenizer:
+            raise PtmkitError("--int8/--dev/--optimize/--fp16/--with-tokenizer apply to transformer runs; word vectors are exported as float32 lookups")
         _report(f"exported {run_dir}", word_vectors.export(run_dir, vectors, output, out))
         return
     if not onnx:
         raise PtmkitError("nothing to export: --no-onnx leaves no format (ONNX is the only one so far)")
-    from ptmkit.exporting import export_run
+    from ptmkit.exporting import check_options, export_run
 
-    manifest = export_run(run_dir, out, int8=int8, dev=dev, console=console, with_tokenizer=with_tokenizer)
+    excluded = [name.strip() for name in (exclude_nodes or "").split(",") if name.strip()]
+    check_options(optimize, int8, static, calibration, method, excluded, per_channel, reduce_range)  # before the slow conversion
+    manifest = export_run(
+        run_dir, out, int8=int8, dev=dev, console=console, optimize=optimize, per_channel=per_channel, reduce_range=reduce_range,
+        exclude_nodes=excluded, static=static, calibration=calibration, method=method, fp16=fp16, with_tokenizer=with_tokenizer,
+    )
     _report(f"exported -> {manifest['directory']}", manifest["summary"])
     if triton is not None:
         _write_triton(Path(manifest["directory"]), triton, name=None, variant="fp32", max_batch_size=32, overwrite=True)

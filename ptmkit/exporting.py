@@ -1,4 +1,4 @@
-"""``ptmkit export RUN_DIR --onnx --int8``: Keras -> ONNX (tf2onnx), checked, then int8.
+"""``ptmkit export RUN_DIR --onnx [--optimize N] [--int8 [--static ...]] [--fp16]``: Keras -> ONNX, checked, optimised, quantised, gated.
 
 1. Convert with Keras' own ``model.export(format="onnx")`` (which drives tf2onnx), inputs
    ``token_ids``, ``segment_ids``, ``padding_mask`` with symbolic ``batch`` and ``sequence`` axes,
@@ -7,11 +7,21 @@
 2. Check: ``onnx.checker``, an ONNX Runtime session, and outputs against Keras at shapes other
    than the trace shapes (batch 1 x 17; batch 3 x the fine-tuning length; batch 8 x 1, each with
    random padding); the max abs difference must be <= 1e-4 (:data:`PARITY_TOLERANCE`).
-3. ``--int8``: dynamic int8, per-channel (:func:`ptmkit_export.quantize.quantize_int8`); top-1
-   agreement with fp32 on the dev set (heads) or mean cosine to fp32 on the dev texts
-   (embeddings) and the median latency of both at batch 1 x 128 are printed and stored; int8
-   slower than fp32, agreeing on fewer than 97% of dev examples or with a mean cosine below 0.99,
-   is reported loudly and marked ``ok: false`` so that the runtime does not pick it by default.
+3. ``--optimize N`` (1-3, transformer families): ptmkit's graph passes and ONNX Runtime's
+   transformer optimizer (:mod:`ptmkit_export.optimize`, head count and hidden size from the
+   family's config) write ``model.opt.onnx`` (variant ``optimized``); the fused op counts are
+   printed and stored. Quantization then starts from the optimised graph.
+4. ``--int8``: dynamic int8 (:func:`ptmkit_export.quantize.quantize_int8`; per-channel unless
+   ``per_channel=False``; ``reduce_range`` chosen from the CPU unless given; ``exclude_nodes``
+   kept float), or with ``static=True`` QDQ static int8 calibrated on texts of ``calibration``
+   (:func:`ptmkit_export.quantize.quantize_int8_static`). ``--fp16``: ``model.fp16.onnx``.
+5. Gate, every variant against fp32: top-1 agreement on the dev set (heads) or mean cosine on the
+   dev texts (embeddings), median latency at batch 1 x 128 and throughput at batch 32 x 128 (one
+   ONNX Runtime thread: the numbers are comparable between variants, not the machine's best).
+   A variant that agrees on fewer than 97% of dev examples (mean cosine below 0.99), or is more
+   than 5% slower than fp32 at batch 1 x 128 (the two timed alternately), is printed in red and
+   stored with ``ok: false`` and its ``problems``; :class:`ptmkit_export.Predictor` never picks it by default and warns when asked
+   for it. The table is printed and stored in the manifest (``gate``).
 
 Everything is built in a temporary directory beside the target and moved in only when every
 check passed: a failed export leaves no model file behind.
@@ -99,8 +109,77 @@ def check_parity(
     return diffs
 
 
-def export_run(run_dir: str | Path, out: str | Path | None = None, int8: bool = False, dev: str | Path | None = None, console: Console | None = None, with_tokenizer: bool = False) -> dict[str, Any]:
-    """Export a run to ONNX (and int8); see the module docstring.
+#: A variant is "slower than fp32" when its median latency is over this multiple of fp32's (measured
+#: alternately with it): medians of the same graph measured twice differ by a few percent here.
+SLOWER_TOLERANCE = 1.05
+THROUGHPUT_SHAPE = (32, 128)
+THROUGHPUT_REPEATS = 3
+CALIBRATION_TEXTS = 256  # texts of --calibration used for static int8
+CALIBRATION_BATCH = 16
+#: Variant names and files, in the order they are built and shown.
+VARIANT_FILES = {"fp32": "model.onnx", "optimized": "model.opt.onnx", "int8": "model.int8.onnx", "fp16": "model.fp16.onnx"}
+#: The single-file models of ``--with-tokenizer`` (:mod:`ptmkit.tokenizer_export`).
+TOKENIZER_VARIANT_FILES = ("model.with_tokenizer.onnx", "model.int8.with_tokenizer.onnx")
+
+
+def check_options(
+    optimize: int = 0,
+    int8: bool = False,
+    static: bool = False,
+    calibration: str | Path | None = None,
+    method: str = "minmax",
+    exclude_nodes: tuple[str, ...] | list[str] = (),
+    per_channel: bool = True,
+    reduce_range: bool | None = None,
+) -> None:
+    """Reject inconsistent export options before anything is converted.
+
+    Raises:
+        ExportError: ``optimize`` not in 0-3; ``--static``, ``--calibration``, ``--method``,
+            ``--exclude-nodes``, ``--per-tensor`` or ``--reduce-range`` without ``--int8``;
+            ``--static`` without ``--calibration`` (or the reverse); a calibration file that does
+            not exist; an unknown calibration method.
+    """
+    from ptmkit_export.optimize import LEVELS
+    from ptmkit_export.quantize import CALIBRATION_METHODS
+
+    if optimize not in LEVELS:
+        raise ExportError(f"--optimize must be one of {', '.join(map(str, LEVELS))}, got {optimize}")
+    if not int8:
+        given = [flag for flag, on in (("--static", static), ("--calibration", calibration is not None), ("--method", method != "minmax"),
+                                       ("--exclude-nodes", bool(exclude_nodes)), ("--per-tensor", not per_channel),
+                                       ("--reduce-range/--no-reduce-range", reduce_range is not None)) if on]
+        if given:
+            raise ExportError(f"{', '.join(given)} configure int8 quantization; add --int8")
+        return
+    if method not in CALIBRATION_METHODS:
+        raise ExportError(f"--method must be one of {', '.join(CALIBRATION_METHODS)}, got {method!r}")
+    if static and calibration is None:
+        raise ExportError("--static needs --calibration FILE (real text, one example per line, to calibrate activation ranges)")
+    if not static and (calibration is not None or method != "minmax"):
+        raise ExportError("--calibration/--method apply to static quantization; add --static")
+    if calibration is not None and not Path(calibration).is_file():
+        raise ExportError(f"{calibration}: calibration file not found")
+
+
+def export_run(
+    run_dir: str | Path,
+    out: str | Path | None = None,
+    int8: bool = False,
+    dev: str | Path | None = None,
+    console: Console | None = None,
+    *,
+    optimize: int = 0,
+    per_channel: bool = True,
+    reduce_range: bool | None = None,
+    exclude_nodes: tuple[str, ...] | list[str] = (),
+    static: bool = False,
+    calibration: str | Path | None = None,
+    method: str = "minmax",
+    fp16: bool = False,
+    with_tokenizer: bool = False,
+) -> dict[str, Any]:
+    """Export a run to ONNX (optimised, int8, fp16 variants on request); see the module docstring.
 
     A fine-tuned run exports its head's ``logits``; a run without a head (pre-trained or imported
     with ``ptmkit import-hf``) exports sentence ``embeddings`` with the run's pooling
@@ -110,8 +189,16 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, int8: bool = 
         run_dir: a run directory.
         out: the export directory (default ``RUN_DIR/export``).
         int8: also write ``model.int8.onnx``.
-        dev: file for the fp32-vs-int8 check: labelled for a head (default: the run's dev file),
+        dev: file for the fp32-vs-variant gate: labelled for a head (default: the run's dev file),
             any text file for embeddings (required then).
+        optimize: 0-3, see :mod:`ptmkit_export.optimize`; >= 1 writes ``model.opt.onnx``.
+        per_channel: int8 weights with one scale per output column (default) or per tensor.
+        reduce_range: 7-bit int8 weights; ``None`` chooses from the CPU (no VNNI: True).
+        exclude_nodes: node names int8 leaves in float.
+        static: static QDQ int8 calibrated on ``calibration`` instead of dynamic int8.
+        calibration: text file (any format ``ptmkit`` reads, labels ignored) for static int8.
+        method: static calibration: ``minmax``, ``entropy`` or ``percentile``.
+        fp16: also write ``model.fp16.onnx`` (for GPUs).
         with_tokenizer: also write single-file models that tokenize inside the graph
             (``model.with_tokenizer.onnx``, variant ``fp32+tokenizer``, and ``int8+tokenizer``
             with ``int8``; :mod:`ptmkit.tokenizer_export`).
@@ -121,7 +208,8 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, int8: bool = 
 
     Raises:
         RunDirError: missing or corrupted files.
-        ExportError: the ONNX graph failed a check (nothing is written); no dev texts for int8.
+        ExportError: bad options (:func:`check_options`); the ONNX graph failed a check (nothing is
+            written); no dev texts for the gate; ``exclude_nodes`` names no node of the graph.
     """
     import onnxruntime as ort
 
@@ -129,8 +217,8 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, int8: bool = 
     from ptmkit.plugins import get_registry
     from ptmkit.training.finetune import load_classifier, load_labelled
     from ptmkit_export.benchmark import median_latency_ms
-    from ptmkit_export.quantize import quantize_int8
 
+    check_options(optimize, int8, static, calibration, method, exclude_nodes, per_channel, reduce_range)
     console = console or default_console()
     registry = get_registry()
     run = RunDir(run_dir)
@@ -155,17 +243,21 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, int8: bool = 
         from ptmkit.training.pretrain import resolve_config
 
         config = resolve_config(registry, run_manifest["family"], base=read_toml(run.require("config.toml")))
+    num_heads, hidden_size = getattr(config.model, "num_heads", None), getattr(config.model, "hidden_dim", None)
+    if optimize >= 2 and not (num_heads and hidden_size):
+        raise ExportError(f"--optimize {optimize} is for transformer families; {run_manifest['family']}'s config has no num_heads/hidden_dim (use --optimize 1)")
     specials = family.special_tokens(tokenizer)
     vocabulary_size = int(config.model.vocabulary_size)
     target = Path(out) if out is not None else run.path / "export"
     target.parent.mkdir(parents=True, exist_ok=True)
     dev_file = dev or run_manifest.get("dev")
-    if int8 and not dev_file:
-        raise ExportError(f"{run.path}: no dev file recorded in the run; pass --dev FILE (texts, one per line) for the fp32-vs-int8 check")
+    wanted = [name for name, on in (("optimized", optimize > 0), ("int8", int8), ("fp16", fp16)) if on]
+    if wanted and not dev_file:
+        raise ExportError(f"{run.path}: no dev file recorded in the run; pass --dev FILE (texts, one per line) for the fp32-vs-{wanted[0]} check")
 
     with tempfile.TemporaryDirectory(prefix=".export-", dir=target.parent) as tmp_name:
         tmp = Path(tmp_name)
-        fp32_path = tmp / "model.onnx"
+        fp32_path = tmp / VARIANT_FILES["fp32"]
         with console.status("converting to ONNX (tf2onnx)"):
             try:
                 convert_to_onnx(model, fp32_path, family.input_names, output)
@@ -180,55 +272,125 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, int8: bool = 
         console.print(f"ONNX vs Keras max abs difference: {worst:.2e} " + ", ".join(f"{k}: {v:.1e}" for k, v in parity.items()))
         if worst > PARITY_TOLERANCE:
             raise ExportError(f"ONNX output differs from Keras by {worst:.2e} > {PARITY_TOLERANCE:g} ({parity}); nothing written")
-        latency_feeds = random_inputs(np.random.default_rng(1), LATENCY_SHAPE[0], min(LATENCY_SHAPE[1], config.model.max_sequence_length), vocabulary_size, specials.pad)
-        latency_feeds["padding_mask"][:] = 1
-        variants: dict[str, Any] = {
-            "fp32": {
-                "file": "model.onnx",
-                "ok": True,
-                "parity_max_abs_diff": parity,
-                "latency_threads": LATENCY_THREADS,
-                "latency_ms_b1x128": round(median_latency_ms(session, latency_feeds, repeats=LATENCY_REPEATS), 3),
-                "bytes": fp32_path.stat().st_size,
+        length = min(LATENCY_SHAPE[1], config.model.max_sequence_length)
+        latency_feeds = random_inputs(np.random.default_rng(1), LATENCY_SHAPE[0], length, vocabulary_size, specials.pad)
+        throughput_feeds = random_inputs(np.random.default_rng(2), THROUGHPUT_SHAPE[0], length, vocabulary_size, specials.pad)
+        for feeds in (latency_feeds, throughput_feeds):
+            feeds["padding_mask"][:] = 1
+        gate_shapes = {"latency": f"1x{length}", "throughput": f"{THROUGHPUT_SHAPE[0]}x{length}"}
+
+        def timings(sess: Any) -> dict[str, float]:
+            latency = median_latency_ms(sess, latency_feeds, repeats=LATENCY_REPEATS)
+            batch_ms = median_latency_ms(sess, throughput_feeds, warmup=1, repeats=THROUGHPUT_REPEATS)
+            return {"latency_ms_b1x128": round(latency, 3), "throughput_seq_per_s_b32x128": round(THROUGHPUT_SHAPE[0] * 1000.0 / batch_ms, 1)}
+
+        def paired_timings(sess: Any) -> dict[str, float]:
+            """The variant's timings and fp32's, measured alternately (one call of each in turn) so a
+            shared machine's load swings hit both alike."""
+            (fp32_latency, latency) = paired_median_ms([session, sess], latency_feeds, LATENCY_REPEATS)
+            (fp32_batch, batch_ms) = paired_median_ms([session, sess], throughput_feeds, THROUGHPUT_REPEATS, warmup=1)
+            return {
+                "latency_ms_b1x128": round(latency, 3),
+                "throughput_seq_per_s_b32x128": round(THROUGHPUT_SHAPE[0] * 1000.0 / batch_ms, 1),
+                "fp32_paired_latency_ms_b1x128": round(fp32_latency, 3),
+                "fp32_paired_throughput_seq_per_s_b32x128": round(THROUGHPUT_SHAPE[0] * 1000.0 / fp32_batch, 1),
             }
+
+        variants: dict[str, Any] = {
+            "fp32": {"file": VARIANT_FILES["fp32"], "ok": True, "problems": [], "parity_max_abs_diff": parity, "latency_threads": LATENCY_THREADS,
+                     **timings(session), "bytes": fp32_path.stat().st_size}
         }
-        if int8:
+        if wanted:
             assert dev_file is not None
-            int8_path = tmp / "model.int8.onnx"
-            with console.status("quantizing to int8 (dynamic, per-channel)"):
-                quantization = quantize_int8(fp32_path, int8_path, per_channel=True)
-            int8_session = ort.InferenceSession(str(int8_path), options, providers=["CPUExecutionProvider"])
             if labels:
                 texts, _, y_dev = load_labelled(dev_file, labels)
             else:
                 from ptmkit.data.readers import read_records
 
                 texts = [record.text for record in read_records(dev_file, labelled=False)][:DEV_EMBEDDING_TEXTS]
-            feeds = encode_texts(tokenizer, texts, sequence_length, family.input_names, specials.pad)
-            fp32_out, int8_out = _run(session, feeds, output), _run(int8_session, feeds, output)
-            int8_latency = median_latency_ms(int8_session, latency_feeds, repeats=LATENCY_REPEATS)
-            int8_variant: dict[str, Any] = {"file": "model.int8.onnx", "quantization": quantization, "dev_file": str(dev_file)}
+                y_dev = None
+            dev_batches = _length_batches(encode_texts(tokenizer, texts, sequence_length, family.input_names, specials.pad))
+            fp32_out = _run_batches(session, dev_batches, output)
             if labels:
-                fp32_top, int8_top = np.argmax(fp32_out, -1), np.argmax(int8_out, -1)
-                agreement, threshold, measure = float(np.mean(fp32_top == int8_top)), AGREEMENT_THRESHOLD, "top-1 agreement"
-                int8_variant["dev_agreement_with_fp32"] = round(agreement, 4)
-                int8_variant["dev_accuracy"] = round(float(np.mean(int8_top == y_dev)), 4)
-                variants["fp32"]["dev_accuracy"] = round(float(np.mean(fp32_top == y_dev)), 4)
+                variants["fp32"]["dev_accuracy"] = round(float(np.mean(np.argmax(fp32_out, -1) == y_dev)), 4)
+
+        def gate(name: str, path: Path, extra: dict[str, Any]) -> None:
+            sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            out_ = _run_batches(sess, dev_batches, output)
+            entry: dict[str, Any] = {"file": path.name, **extra, "dev_file": str(dev_file), "latency_threads": LATENCY_THREADS}
+            if labels:
+                top = np.argmax(out_, -1)
+                agreement, threshold, measure = float(np.mean(np.argmax(fp32_out, -1) == top)), AGREEMENT_THRESHOLD, "top-1 agreement"
+                entry["dev_agreement_with_fp32"] = round(agreement, 4)
+                entry["dev_accuracy"] = round(float(np.mean(top == y_dev)), 4)
             else:
-                cosines = cosine(fp32_out, int8_out)
+                cosines = cosine(fp32_out, out_)
                 agreement, threshold, measure = float(np.mean(cosines)), COSINE_THRESHOLD, "mean cosine"
-                int8_variant["dev_mean_cosine_to_fp32"] = round(agreement, 5)
-                int8_variant["dev_min_cosine_to_fp32"] = round(float(np.min(cosines)), 5)
-                int8_variant["dev_texts"] = len(texts)
-            ok = agreement >= threshold and int8_latency <= variants["fp32"]["latency_ms_b1x128"]
-            variants["int8"] = int8_variant | {"ok": ok, "latency_ms_b1x128": round(int8_latency, 3), "bytes": int8_path.stat().st_size}
-            if not ok:
-                problems = []
-                if agreement < threshold:
-                    problems.append(f"{measure} with fp32 is only {agreement:.4f} on {dev_file} (< {threshold})")
-                if int8_latency > variants["fp32"]["latency_ms_b1x128"]:
-                    problems.append(f"is slower than fp32 ({int8_latency:.2f} ms vs {variants['fp32']['latency_ms_b1x128']:.2f} ms at batch 1 x 128)")
-                console.print(f"[bold red]WARNING: int8 {' and '.join(problems)}; it is marked not ok and the runtime uses fp32 by default[/bold red]")
+                entry["dev_mean_cosine_to_fp32"] = round(agreement, 5)
+                entry["dev_min_cosine_to_fp32"] = round(float(np.min(cosines)), 5)
+                entry["dev_texts"] = len(texts)
+            entry.update(paired_timings(sess))
+            problems = []
+            if agreement < threshold:
+                problems.append(f"{measure} with fp32 is only {agreement:.4f} on {dev_file} (< {threshold})")
+            if entry["latency_ms_b1x128"] > entry["fp32_paired_latency_ms_b1x128"] * SLOWER_TOLERANCE:
+                problems.append(f"slower than fp32 ({entry['latency_ms_b1x128']:.2f} ms vs {entry['fp32_paired_latency_ms_b1x128']:.2f} ms at batch {gate_shapes['latency']}, measured alternately)")
+            entry |= {"ok": not problems, "agreement_ok": agreement >= threshold, "problems": problems, "bytes": path.stat().st_size}
+            variants[name] = entry
+            if problems:
+                hint = " (fp16 is meant for GPUs; ONNX Runtime's CPU has few fp16 kernels)" if name == "fp16" else ""
+                console.print(f"[bold red]WARNING: {name}: {'; '.join(problems)}{hint}; marked not ok: the runtime does not pick it by default[/bold red]")
+
+        base = fp32_path
+        if optimize > 0:
+            from ptmkit_export.optimize import optimize_transformer
+
+            opt_path = tmp / VARIANT_FILES["optimized"]
+            with console.status(f"optimizing the graph (level {optimize})"):
+                by_encoding = {ENCODING_FIELDS.get(name): name for name in family.input_names}
+                info = optimize_transformer(
+                    fp32_path, opt_path, optimize, num_heads, hidden_size,
+                    mask_input=by_encoding.get("attention_mask"), ids_input=by_encoding.get("ids"), segment_input=by_encoding.get("type_ids"),
+                )
+            fused = ", ".join(f"{op} {n}" for op, n in info["fused"].items() if n) or "nothing"
+            console.print(f"optimize {optimize}: passes {info['passes']}; fused: {fused}")
+            for note in info["notes"]:
+                console.print(f"[yellow]note: {note}[/yellow]")
+            gate("optimized", opt_path, {"optimization": info})
+            base = opt_path
+        if int8:
+            from ptmkit_export.quantize import UnknownNodeError, auto_reduce_range, quantize_int8, quantize_int8_static
+
+            if reduce_range is None:
+                chosen, reason = auto_reduce_range()
+                reduce_choice = {"reduce_range": chosen, "reduce_range_source": "auto", "reduce_range_reason": reason}
+            else:
+                reduce_choice = {"reduce_range": reduce_range, "reduce_range_source": "--reduce-range" if reduce_range else "--no-reduce-range"}
+            int8_path = tmp / VARIANT_FILES["int8"]
+            kind = f"static QDQ, {method} calibration" if static else "dynamic"
+            with console.status(f"quantizing to int8 ({kind}, {'per-channel' if per_channel else 'per-tensor'})"):
+                try:
+                    if static:
+                        assert calibration is not None
+                        batches = _calibration_batches(calibration, tokenizer, sequence_length, family.input_names, specials.pad)
+                        quantization = quantize_int8_static(base, int8_path, batches, method, per_channel, reduce_choice["reduce_range"], exclude_nodes)
+                    else:
+                        quantization = quantize_int8(base, int8_path, per_channel=per_channel, reduce_range=reduce_choice["reduce_range"], exclude_nodes=exclude_nodes)
+                        quantization["mode"] = "dynamic"
+                except UnknownNodeError as exc:
+                    raise ExportError(str(exc)) from None
+            quantization |= reduce_choice
+            quantization["source_variant"] = "optimized" if base != fp32_path else "fp32"
+            gate("int8", int8_path, {"quantization": quantization})
+        if fp16:
+            from ptmkit_export.optimize import convert_fp16
+
+            fp16_path = tmp / VARIANT_FILES["fp16"]
+            with console.status("converting to fp16"):
+                conversion = convert_fp16(base, fp16_path)
+            gate("fp16", fp16_path, {"conversion": conversion | {"source_variant": "optimized" if base != fp32_path else "fp32"}})
+        gate_table = {"shapes": gate_shapes, "threads": LATENCY_THREADS, "rows": [_gate_row(name, v, variants["fp32"]) for name, v in variants.items()]}
+        print_gate_table(gate_table, console)
         shutil.copyfile(run.require("tokenizer.json"), tmp / "tokenizer.json")
         if with_tokenizer:
             from ptmkit.tokenizer_export import dev_texts, tokenizer_variants
@@ -248,6 +410,7 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, int8: bool = 
             "pad_token_id": specials.pad,
             "tokenizer": "tokenizer.json",
             "variants": variants,
+            "gate": gate_table,
         }
         from ptmkit.io import atomic_write_json
 
@@ -256,27 +419,109 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, int8: bool = 
         stale = target / "manifest.json"
         if stale.exists():
             stale.unlink()  # the directory is not a valid export while files are swapped
+        for name in [*VARIANT_FILES.values(), *TOKENIZER_VARIANT_FILES]:  # files of variants not built this time are stale
+            if name not in {v["file"] for v in variants.values()}:
+                (target / name).unlink(missing_ok=True)
         for name in [v["file"] for v in variants.values()] + ["tokenizer.json", "manifest.json"]:
             os.replace(tmp / name, target / name)
     summary: dict[str, Any] = {"onnx_parity_max_abs_diff": f"{worst:.2e}"}
     for name, variant in variants.items():
         summary[f"{name}_latency_ms_b1x128"] = variant["latency_ms_b1x128"]
+        if "throughput_seq_per_s_b32x128" in variant:  # the single-file (+tokenizer) variants time batch 1 only
+            summary[f"{name}_throughput_seq_per_s_b32x128"] = variant["throughput_seq_per_s_b32x128"]
         if "dev_accuracy" in variant:
             summary[f"{name}_dev_accuracy"] = variant["dev_accuracy"]
-    if "int8" in variants:
         for key in ("dev_agreement_with_fp32", "dev_mean_cosine_to_fp32"):
-            if key in variants["int8"]:
-                summary[f"int8_{key}"] = variants["int8"][key]
-        summary["int8_ok"] = variants["int8"]["ok"]
+            if key in variant:
+                summary[f"{name}_{key}"] = variant[key]
+        if name != "fp32":
+            summary[f"{name}_ok"] = variant["ok"]
+    if "optimized" in variants:
+        summary["optimized_fused"] = {op: n for op, n in variants["optimized"]["optimization"]["fused"].items() if n}
     return {**manifest, "directory": str(target), "summary": summary}
+
+
+def paired_median_ms(sessions: list[Any], feeds: dict[str, np.ndarray], repeats: int, warmup: int = 2) -> list[float]:
+    """Median milliseconds per call of each session, timed round-robin (one call of each in turn)."""
+    import statistics
+    import time
+
+    for sess in sessions:
+        for _ in range(warmup):
+            sess.run(None, feeds)
+    times: list[list[float]] = [[] for _ in sessions]
+    for _ in range(repeats):
+        for i, sess in enumerate(sessions):
+            start = time.perf_counter()
+            sess.run(None, feeds)
+            times[i].append(time.perf_counter() - start)
+    return [statistics.median(t) * 1000.0 for t in times]
+
+
+def _gate_row(name: str, variant: dict[str, Any], fp32: dict[str, Any]) -> dict[str, Any]:
+    agreement = variant.get("dev_agreement_with_fp32", variant.get("dev_mean_cosine_to_fp32"))
+    return {
+        "variant": name,
+        "file": variant["file"],
+        "megabytes": round(variant["bytes"] / 1e6, 1),
+        "agreement": None if name == "fp32" else agreement,
+        "agreement_kind": "top-1" if "dev_agreement_with_fp32" in variant else "cosine",
+        "latency_ms_b1x128": variant["latency_ms_b1x128"],
+        "speedup_vs_fp32": round(variant.get("fp32_paired_latency_ms_b1x128", fp32["latency_ms_b1x128"]) / variant["latency_ms_b1x128"], 2),
+        "throughput_seq_per_s_b32x128": variant["throughput_seq_per_s_b32x128"],
+        "throughput_vs_fp32": round(variant["throughput_seq_per_s_b32x128"] / variant.get("fp32_paired_throughput_seq_per_s_b32x128", fp32["throughput_seq_per_s_b32x128"]), 2),
+        "ok": variant["ok"],
+    }
+
+
+def print_gate_table(gate_table: dict[str, Any], console: Console) -> None:
+    """Print the variants' gate (agreement, latency, throughput, ok) as a rich table."""
+    from rich.table import Table
+
+    shapes = gate_table["shapes"]
+    table = Table(
+        title=f"export variants vs fp32 (ONNX Runtime, {gate_table['threads']} thread; each ratio against fp32 timed alternately with the variant)"
+    )
+    for column in ("variant", "MB", "agreement", f"ms @ {shapes['latency']}", "speed-up", f"seq/s @ {shapes['throughput']}", "x fp32", "ok"):
+        table.add_column(column, justify="left" if column == "variant" else "right")
+    for row in gate_table["rows"]:
+        agreement = "-" if row["agreement"] is None else f"{row['agreement']:.4f} {row['agreement_kind']}"
+        ok = "[green]yes[/green]" if row["ok"] else "[bold red]NO[/bold red]"
+        table.add_row(row["variant"], f"{row['megabytes']:.1f}", agreement, f"{row['latency_ms_b1x128']:.2f}", f"{row['speedup_vs_fp32']:.2f}x",
+                      f"{row['throughput_seq_per_s_b32x128']:.1f}", f"{row['throughput_vs_fp32']:.2f}x", ok)
+    console.print(table)
+
+
+def _length_batches(feeds: dict[str, np.ndarray], batch_size: int = 32) -> list[dict[str, np.ndarray]]:
+    """Split padded inputs into batches of similar length, cut to each batch's longest row; the
+    batches keep the original row order when concatenated (rows are not reordered)."""
+    count = len(next(iter(feeds.values())))
+    mask = next((v for k, v in feeds.items() if k == "padding_mask"), None)
+    batches = []
+    for i in range(0, count, batch_size):
+        chunk = {k: v[i : i + batch_size] for k, v in feeds.items()}
+        if mask is not None:
+            longest = max(1, int(mask[i : i + batch_size].sum(axis=1).max()))
+            chunk = {k: np.ascontiguousarray(v[:, :longest]) for k, v in chunk.items()}
+        batches.append(chunk)
+    return batches
+
+
+def _run_batches(session: Any, batches: list[dict[str, np.ndarray]], output: str) -> np.ndarray:
+    return np.concatenate([session.run([output], batch)[0] for batch in batches])
+
+
+def _calibration_batches(path: str | Path, tokenizer: Any, sequence_length: int, input_names: tuple[str, ...], pad: int) -> list[dict[str, np.ndarray]]:
+    from ptmkit.data.readers import read_records
+    from ptmkit.data.tokenization import encode_texts
+
+    texts = [record.text for _, record in zip(range(CALIBRATION_TEXTS), read_records(path, labelled=False), strict=False)]
+    if not texts:
+        raise ExportError(f"{path}: no calibration text")
+    return _length_batches(encode_texts(tokenizer, texts, sequence_length, input_names, pad), CALIBRATION_BATCH)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Row-wise cosine similarity of two ``(n, d)`` arrays; ``(n,)`` float64."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return np.sum(a * b, -1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-12)
-
-
-def _run(session: Any, feeds: dict[str, np.ndarray], output: str, batch_size: int = 64) -> np.ndarray:
-    count = len(next(iter(feeds.values())))
-    return np.concatenate([session.run([output], {k: v[i : i + batch_size] for k, v in feeds.items()})[0] for i in range(0, count, batch_size)])

@@ -1,7 +1,15 @@
 """Read and validate the ``manifest.json`` of an export directory.
 
 An export directory holds ``manifest.json``, the tokenizer file it names (``tokenizer.json``) and one
-ONNX file per variant (``model.onnx`` for ``fp32``, optionally ``model.int8.onnx`` for ``int8``).
+ONNX file per variant: ``model.onnx`` for ``fp32``, optionally ``model.opt.onnx`` for ``optimized``
+(``ptmkit export --optimize N``), ``model.int8.onnx`` for ``int8`` and ``model.fp16.onnx`` for ``fp16``.
+Each variant other than fp32 carries the export's gate: ``ok`` (bool), ``problems`` (list of str: why
+it is not ok), its agreement with fp32 on the dev set (``dev_agreement_with_fp32`` for a classifier,
+``dev_mean_cosine_to_fp32`` for embeddings), ``latency_ms_b1x128``,
+``throughput_seq_per_s_b32x128`` and fp32's figures measured alternately with it
+(``fp32_paired_*``); ``optimized`` has ``optimization`` (passes and fused op counts) and ``int8`` has
+``quantization`` (mode, per-channel, reduce-range and why, excluded nodes). The manifest's ``gate``
+holds the table ``ptmkit export`` prints.
 """
 
 from __future__ import annotations

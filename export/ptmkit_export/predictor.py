@@ -52,10 +52,36 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def default_variant(manifest: dict[str, Any]) -> str:
-    """``"int8"`` when the manifest lists an int8 variant whose ``ok`` is true, else ``"fp32"``."""
-    int8 = manifest["variants"].get("int8")
-    return "int8" if isinstance(int8, dict) and int8.get("ok") is True else "fp32"
+#: Variants :func:`default_variant` considers on CPU, most preferred first.
+CPU_PREFERENCE = ("int8", "optimized", "fp32")
+
+
+def default_variant(manifest: dict[str, Any], device: str = "cpu") -> str:
+    """The variant a :class:`Predictor` loads when none is named.
+
+    On CPU: the first of ``int8``, ``optimized`` whose manifest entry has ``ok`` true (it passed
+    the export's gate: agreement with fp32 on the dev set and no slower than fp32), else ``fp32``.
+    On CUDA: ``fp16`` when its agreement with fp32 passed (``agreement_ok``; its CPU timing does
+    not count there), else ``fp32`` (int8's dynamic-quantization kernels are CPU kernels).
+    """
+    variants = manifest["variants"]
+    if device == "cuda":
+        fp16 = variants.get("fp16")
+        return "fp16" if isinstance(fp16, dict) and fp16.get("agreement_ok") is True else "fp32"
+    for name in CPU_PREFERENCE:
+        entry = variants.get(name)
+        if name == "fp32" or (isinstance(entry, dict) and entry.get("ok") is True):
+            return name
+    return "fp32"
+
+
+def _gate_problems(manifest: dict[str, Any], variant: str) -> list[str] | None:
+    """The reasons the export's gate gave for marking ``variant`` not ok; ``None`` when it is ok."""
+    entry = manifest["variants"].get(variant)
+    if not isinstance(entry, dict) or entry.get("ok", True) is not False:
+        return None
+    problems = entry.get("problems")
+    return [str(p) for p in problems] if isinstance(problems, list) and problems else ["marked not ok"]
 
 
 #: ``device`` values :class:`Predictor` accepts.
@@ -99,13 +125,15 @@ class Predictor:
 
     Args:
         export_dir: directory holding ``manifest.json``, ``tokenizer.json`` and the model files.
-        variant: ``"fp32"``, ``"int8"`` or any other key of the manifest's ``variants``; ``None``
-            picks ``"int8"`` when the manifest marks it ``ok``, else ``"fp32"`` (always ``"fp32"``
-            on CUDA). ``"fp32+tokenizer"`` / ``"int8+tokenizer"`` (``ptmkit export
-            --with-tokenizer``) are single-file models that tokenize inside the graph: texts go
-            in as a string tensor; they need onnxruntime-extensions (``ptmkit-export[tokenizer]``)
-            and give the same outputs as their base variant (see
-            :mod:`ptmkit_export.tokenizer_graph`).
+        variant: ``"fp32"``, ``"optimized"``, ``"int8"``, ``"fp16"`` or any other key of the
+            manifest's ``variants``; ``None`` picks :func:`default_variant` (a variant the export's
+            gate marked ``ok``). Naming a variant the gate marked not ok (below the agreement
+            threshold, or slower than fp32) loads it with a :class:`RuntimeWarning` giving the
+            reasons: the choice is the caller's, but never silent.
+            ``"fp32+tokenizer"`` / ``"int8+tokenizer"`` (``ptmkit export --with-tokenizer``) are
+            single-file models that tokenize inside the graph: texts go in as a string tensor;
+            they need onnxruntime-extensions (``ptmkit-export[tokenizer]``) and give the same
+            outputs as their base variant (see :mod:`ptmkit_export.tokenizer_graph`).
         threads: ONNX Runtime intra-op threads (``SessionOptions.intra_op_num_threads``);
             ``None`` lets ONNX Runtime decide (one per physical core).
         providers: ONNX Runtime execution providers, e.g. ``["CUDAExecutionProvider",
@@ -150,8 +178,16 @@ class Predictor:
         chosen = list(providers) if providers else device_providers(device or "cpu")
         self.export_dir = Path(export_dir)
         self.manifest: dict[str, Any] = read_manifest(self.export_dir)
-        if variant is None:  # int8's dynamic-quantization kernels are CPU-only: on CUDA, fp32 by default
-            variant = "fp32" if "CUDAExecutionProvider" in chosen else default_variant(self.manifest)
+        if variant is None:  # int8's dynamic-quantization kernels are CPU-only: on CUDA, fp32 or fp16
+            variant = default_variant(self.manifest, "cuda" if "CUDAExecutionProvider" in chosen else "cpu")
+        else:
+            problems = _gate_problems(self.manifest, variant)
+            if problems:
+                warnings.warn(
+                    f"{self.export_dir}: variant {variant!r} did not pass the export's gate ({'; '.join(problems)}); using it anyway",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         self.variant: str = variant
         self.labels: list[str] = list(self.manifest["labels"])
         model_path = variant_path(self.export_dir, self.manifest, self.variant)

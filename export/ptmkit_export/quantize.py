@@ -13,6 +13,7 @@ import collections
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +195,7 @@ def quantize_int8(
     per_channel: bool = True,
     reduce_range: bool = False,
     preprocess: bool = True,
+    exclude_nodes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Write a dynamically int8-quantized copy of the fp32 ONNX model ``src`` to ``dst``.
 
@@ -214,13 +216,17 @@ def quantize_int8(
         dst: path to write the int8 ``.onnx`` file to; its directory must exist. May equal ``src``.
         per_channel: one scale per output column of each weight instead of one per tensor
             (more accurate, same speed).
-        reduce_range: quantize weights to 7 bits; helps accuracy on x86 CPUs without VNNI.
+        reduce_range: quantize weights to 7 bits; helps accuracy on x86 CPUs without VNNI
+            (:func:`auto_reduce_range` chooses it from the CPU).
         preprocess: run step (1).
+        exclude_nodes: names of nodes (in the graph after steps 1-2, see
+            :func:`quantizable_matmuls`) to leave in float.
 
     Returns:
         A JSON-serializable summary: ``gemm_rewritten`` (Gemm nodes turned into MatMul),
         ``quantized_matmul`` (integer matmul nodes in ``dst``: MatMulInteger,
-        DynamicQuantizeMatMul, ...), ``float_weight_matmul`` (MatMul/Gemm nodes in ``dst`` still
+        DynamicQuantizeMatMul, ...), ``quantized_attention`` (``QAttention`` nodes: a fused
+        ``Attention``'s query, key and value projections in int8), ``float_weight_matmul`` (MatMul/Gemm nodes in ``dst`` still
         multiplying by a float weight; 0 when all were quantized), ``nodes_before`` /
         ``nodes_after`` (``{op type: count}`` of ``src`` and ``dst``), ``bytes_before`` /
         ``bytes_after`` (file sizes), ``per_channel``, ``reduce_range``, ``weight_type``
@@ -252,6 +258,7 @@ def quantize_int8(
         rewritten = rewrite_gemm_as_matmul(model)
         _prune_opsets(model)
         onnx.checker.check_model(model)
+        _check_excluded(model, exclude_nodes)
         onnx.save(model, str(work / "rewritten.onnx"))
 
         quantize_dynamic(
@@ -260,26 +267,18 @@ def quantize_int8(
             per_channel=per_channel,
             reduce_range=reduce_range,
             weight_type=QuantType.QInt8,
+            nodes_to_exclude=list(exclude_nodes),
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},  # contrib ops of an optimised graph
         )
         quantized = onnx.load(str(work / "int8.onnx"))
         onnx.checker.check_model(quantized)
-
-        fd, partial = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".partial")
-        try:
-            os.chmod(partial, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual file mode
-            with os.fdopen(fd, "wb") as out, open(work / "int8.onnx", "rb") as data:
-                shutil.copyfileobj(data, out)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(partial, dst)
-        except BaseException:
-            Path(partial).unlink(missing_ok=True)
-            raise
+        _write_atomically(work / "int8.onnx", dst)
 
     nodes_after = count_ops(quantized)
     return {
         "gemm_rewritten": rewritten,
         "quantized_matmul": sum(n for op, n in nodes_after.items() if op in QUANTIZED_MATMUL_OPS),
+        "quantized_attention": nodes_after.get("QAttention", 0),
         "float_weight_matmul": count_float_weight_matmuls(quantized),
         "nodes_before": count_ops(original),
         "nodes_after": nodes_after,
@@ -288,6 +287,205 @@ def quantize_int8(
         "per_channel": per_channel,
         "reduce_range": reduce_range,
         "weight_type": "QInt8",
+        "excluded_nodes": list(exclude_nodes),
         "preprocessed": preprocess and preprocess_error is None,
         "preprocess_error": preprocess_error,
+    }
+
+
+def _write_atomically(source: Path, dst: Path) -> None:
+    fd, partial = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".partial")
+    try:
+        os.chmod(partial, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual file mode
+        with os.fdopen(fd, "wb") as out, open(source, "rb") as data:
+            shutil.copyfileobj(data, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(partial, dst)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
+
+
+class UnknownNodeError(ValueError):
+    """``exclude_nodes`` names a node the graph to be quantized does not have."""
+
+
+def quantizable_matmuls(model: onnx.ModelProto) -> list[str]:
+    """Names of the top-level ``MatMul`` nodes whose weight (input 1) is a float initializer: what int8 quantizes."""
+    floats = {init.name for init in model.graph.initializer if init.data_type == onnx.TensorProto.FLOAT}
+    return [node.name for node in model.graph.node if node.op_type == "MatMul" and node.input[1] in floats]
+
+
+def _check_excluded(model: onnx.ModelProto, exclude_nodes: Sequence[str]) -> None:
+    names = {node.name for node in model.graph.node}
+    missing = [name for name in exclude_nodes if name not in names]
+    if missing:
+        candidates = quantizable_matmuls(model)
+        shown = ", ".join(candidates[:4]) + (f", ... ({len(candidates)} in all)" if len(candidates) > 4 else "")
+        raise UnknownNodeError(f"--exclude-nodes: no node named {', '.join(map(repr, missing))} in the graph; quantizable MatMul nodes: {shown}")
+
+
+def _declare_float_types(model: onnx.ModelProto, nodes: Sequence[str]) -> None:
+    """Declare float32 the inputs and outputs of the ``nodes`` (MatMuls) that have no type yet.
+
+    ONNX shape inference cannot type the outputs of ONNX Runtime's contrib ops (``Attention``,
+    ``SkipLayerNormalization``, ... of an optimised graph), and the static quantizer silently skips
+    a tensor of unknown type: it would quantize the weights but no activation.
+    """
+    inferred = onnx.shape_inference.infer_shapes(model)
+    typed = {value.name for value in list(inferred.graph.value_info) + list(model.graph.input) + list(model.graph.output)
+             if value.type.tensor_type.elem_type}
+    typed |= {init.name for init in model.graph.initializer}
+    wanted = set(nodes)
+    missing = []
+    for node in model.graph.node:
+        if node.name in wanted:
+            missing.extend(name for name in (node.input[0], node.output[0]) if name not in typed)
+    for name in dict.fromkeys(missing):
+        model.graph.value_info.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+
+
+def cpu_has_vnni(cpuinfo: str | None = None) -> bool | None:
+    """Whether this CPU has an 8-bit dot-product instruction (AVX-512 VNNI or AVX-VNNI).
+
+    Reads the ``flags`` line of ``/proc/cpuinfo`` (or ``cpuinfo``, for tests). ``None`` when there
+    is no x86 ``flags`` line to read (not Linux, or not x86: ARM's int8 kernels need no reduced range).
+    """
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+                cpuinfo = handle.read()
+        except OSError:
+            return None
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[-1].split())
+            return bool(flags & {"avx512_vnni", "avx_vnni"})
+    return None
+
+
+def auto_reduce_range(cpuinfo: str | None = None) -> tuple[bool, str]:
+    """``(reduce_range, reason)``: 7-bit weights on x86 CPUs without VNNI, 8-bit otherwise.
+
+    Without VNNI, ONNX Runtime's x86 u8s8 kernels (``vpmaddubsw``) add pairs of 8-bit products in
+    16 bits, which can saturate with full-range weights; 7-bit weights cannot.
+    """
+    vnni = cpu_has_vnni(cpuinfo)
+    if vnni is None:
+        return False, "no x86 CPU flags found (/proc/cpuinfo): full 8-bit range"
+    if vnni:
+        return False, "CPU has AVX-512 VNNI / AVX-VNNI: full 8-bit range"
+    return True, "CPU lacks AVX-512 VNNI / AVX-VNNI: weights reduced to 7 bits to avoid u8s8 saturation"
+
+
+#: ``--method`` names of static calibration.
+CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+
+
+def quantize_int8_static(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    calibration: Sequence[dict[str, np.ndarray]],
+    method: str = "minmax",
+    per_channel: bool = True,
+    reduce_range: bool = False,
+    exclude_nodes: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Static int8 quantization in QDQ format, calibrated on real inputs.
+
+    Steps: ONNX Runtime basic optimization (constant folding), :func:`rewrite_gemm_as_matmul`,
+    then ``onnxruntime.quantization.quantize_static`` (``QuantFormat.QDQ``, uint8 activations,
+    int8 weights) on the ``MatMul`` nodes with a constant weight (:func:`quantizable_matmuls`,
+    less ``exclude_nodes``): activation scales come from running ``calibration`` through the
+    model with the chosen ``method`` (MinMax, Entropy or Percentile 99.999). Attention's
+    activation-by-activation ``MatMul``s, softmax and layer norms stay float. ONNX Runtime fuses
+    the ``QuantizeLinear``/``DequantizeLinear`` pairs around each ``MatMul`` into integer kernels
+    when the session loads.
+
+    Args:
+        src, dst: fp32 model in, QDQ model out (written atomically).
+        calibration: batches of model inputs (``{input name: array}``), e.g. tokenized dev text.
+        method: one of :data:`CALIBRATION_METHODS`.
+        per_channel, reduce_range, exclude_nodes: as :func:`quantize_int8`.
+
+    Returns:
+        ``{"mode": "static-qdq", "method", "calibration_batches", "quantize_linear",
+        "dequantize_linear", "quantized_matmul", "nodes_before", "nodes_after", "bytes_before",
+        "bytes_after", "per_channel", "reduce_range", "excluded_nodes"}``.
+
+    Raises:
+        ValueError: unknown ``method``, or no calibration batches.
+        UnknownNodeError: ``exclude_nodes`` names a node that is not in the graph.
+        RuntimeError: the quantizer quantized no activation (a bug: it would be weight-only int8).
+    """
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    from ptmkit_export.graph_passes import fold_constants
+
+    methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile}
+    if method not in methods:
+        raise ValueError(f"calibration method must be one of {', '.join(CALIBRATION_METHODS)}, got {method!r}")
+    batches = list(calibration)
+    if not batches:
+        raise ValueError("no calibration batches")
+    src, dst = Path(src), Path(dst)
+    original = onnx.load(str(src))
+    model = fold_constants(original)
+    rewrite_gemm_as_matmul(model)
+    _prune_opsets(model)
+    _check_excluded(model, exclude_nodes)
+    nodes = [name for name in quantizable_matmuls(model) if name not in set(exclude_nodes)]
+    _declare_float_types(model, nodes)
+
+    class Reader(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self._iter = iter(batches)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self._iter, None)
+
+    with tempfile.TemporaryDirectory(prefix="ptmkit-quantize-static-") as tmp:
+        work = Path(tmp)
+        onnx.save(model, str(work / "folded.onnx"))
+        quantize_static(
+            str(work / "folded.onnx"),
+            str(work / "int8.onnx"),
+            Reader(),
+            quant_format=QuantFormat.QDQ,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            per_channel=per_channel,
+            reduce_range=reduce_range,
+            nodes_to_quantize=nodes,
+            calibrate_method=methods[method],
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT, "CalibTensorRangeSymmetric": False},
+        )
+        quantized = onnx.load(str(work / "int8.onnx"))
+        onnx.checker.check_model(quantized)
+        after = count_ops(quantized)
+        if nodes and not after.get("QuantizeLinear"):
+            raise RuntimeError("static quantization quantized no activation (0 QuantizeLinear nodes); nothing written")
+        _write_atomically(work / "int8.onnx", dst)
+    return {
+        "mode": "static-qdq",
+        "method": method,
+        "calibration_batches": len(batches),
+        "quantize_linear": after.get("QuantizeLinear", 0),
+        "dequantize_linear": after.get("DequantizeLinear", 0),
+        "quantized_matmul": len(nodes),
+        "nodes_before": count_ops(original),
+        "nodes_after": after,
+        "bytes_before": src.stat().st_size,
+        "bytes_after": dst.stat().st_size,
+        "per_channel": per_channel,
+        "reduce_range": reduce_range,
+        "weight_type": "QInt8",
+        "excluded_nodes": list(exclude_nodes),
     }
