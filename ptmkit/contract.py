@@ -143,6 +143,26 @@ class ModelFamily:
         raise NotImplementedError
 
 
+class WordVectorFamily(ModelFamily):
+    """A family of static word vectors that trains itself (:attr:`ModelFamily.trains_itself`).
+
+    Provides :data:`WORD_VECTORS`; inputs ``row_ids``/``row_mask`` (the rows summed into a word's
+    vector: one for a word, its n-grams too for a subword family); :meth:`load_word_vectors`
+    reads the run's ``vocabulary.tsv`` and vector matrix with
+    :func:`ptmkit.wordvectors.load_run_vectors`. Subclasses set ``name``, ``description``,
+    ``config_class`` and implement :meth:`ModelFamily.train`.
+    """
+
+    provides: ClassVar[frozenset[str]] = frozenset({WORD_VECTORS})
+    input_names: ClassVar[tuple[str, ...]] = ("row_ids", "row_mask")
+    trains_itself: ClassVar[bool] = True
+
+    def load_word_vectors(self, run_dir: Path) -> WordVectors:
+        from ptmkit.wordvectors import load_run_vectors
+
+        return load_run_vectors(run_dir)
+
+
 class Objective:
     """A pre-training objective (masked LM, next-sentence prediction, ...).
 

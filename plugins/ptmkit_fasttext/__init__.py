@@ -15,22 +15,19 @@ from typing import Annotated, Any
 import typer
 
 import ptmkit
-from ptmkit.contract import WORD_VECTORS, ModelFamily
+from ptmkit.contract import ModelFamily, WordVectorFamily
 from ptmkit_fasttext.config import FastTextConfig
 from ptmkit_fasttext.supervised import FastTextClassifierConfig
 
 __all__ = ["FastTextClassifierConfig", "FastTextClassifierFamily", "FastTextConfig", "FastTextFamily"]
 
 
-class FastTextFamily(ModelFamily):
+class FastTextFamily(WordVectorFamily):
     """fastText: words as bags of character n-grams."""
 
     name = "fasttext"
     description = "fastText skip-gram / CBOW with character n-grams (static word vectors, OOV vectors)"
     config_class = FastTextConfig
-    provides = frozenset({WORD_VECTORS})
-    input_names = ("row_ids", "row_mask")
-    trains_itself = True
 
     def train(self, corpus: Path, run_dir: Path, config: FastTextConfig, console: Any) -> dict[str, Any]:
         from ptmkit_fasttext.train import train_fasttext

@@ -11,31 +11,23 @@ from pathlib import Path
 from typing import Any
 
 import ptmkit
-from ptmkit.contract import WORD_VECTORS, ModelFamily
+from ptmkit.contract import ModelFamily, WordVectorFamily
 from ptmkit_glove.config import GloVeConfig
 
 __all__ = ["GloVeConfig", "GloVeFamily"]
 
 
-class GloVeFamily(ModelFamily):
+class GloVeFamily(WordVectorFamily):
     """GloVe: global log-bilinear regression on co-occurrence counts."""
 
     name = "glove"
     description = "GloVe: weighted least squares on log co-occurrences, AdaGrad (static word vectors)"
     config_class = GloVeConfig
-    provides = frozenset({WORD_VECTORS})
-    input_names = ("row_ids", "row_mask")
-    trains_itself = True
 
     def train(self, corpus: Path, run_dir: Path, config: GloVeConfig, console: Any) -> dict[str, Any]:
         from ptmkit_glove.train import train_glove
 
         return train_glove(corpus, run_dir, config, console)
-
-    def load_word_vectors(self, run_dir: Path) -> Any:
-        from ptmkit.wordvectors import load_run_vectors
-
-        return load_run_vectors(run_dir)
 
 
 @ptmkit.hookimpl

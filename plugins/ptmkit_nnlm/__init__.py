@@ -10,31 +10,24 @@ from pathlib import Path
 from typing import Any
 
 import ptmkit
-from ptmkit.contract import WORD_VECTORS, ModelFamily
+from ptmkit.contract import ModelFamily, WordVectorFamily
 from ptmkit_nnlm.config import NNLMConfig
 
 __all__ = ["NNLMConfig", "NNLMFamily"]
 
 
-class NNLMFamily(ModelFamily):
+class NNLMFamily(WordVectorFamily):
     """NNLM: an n-gram language model on learnt word features."""
 
     name = "nnlm"
     description = "Bengio et al. 2003 neural probabilistic language model (word features C as static vectors)"
     config_class = NNLMConfig
-    provides = frozenset({WORD_VECTORS})
     input_names = ("context_ids",)
-    trains_itself = True
 
     def train(self, corpus: Path, run_dir: Path, config: NNLMConfig, console: Any) -> dict[str, Any]:
         from ptmkit_nnlm.train import train_nnlm
 
         return train_nnlm(corpus, run_dir, config, console)
-
-    def load_word_vectors(self, run_dir: Path) -> Any:
-        from ptmkit.wordvectors import load_run_vectors
-
-        return load_run_vectors(run_dir)
 
 
 @ptmkit.hookimpl

@@ -14,31 +14,23 @@ from pathlib import Path
 from typing import Any
 
 import ptmkit
-from ptmkit.contract import WORD_VECTORS, ModelFamily
+from ptmkit.contract import ModelFamily, WordVectorFamily
 from ptmkit_word2vec.config import Word2VecConfig
 
 __all__ = ["Word2VecConfig", "Word2VecFamily"]
 
 
-class Word2VecFamily(ModelFamily):
+class Word2VecFamily(WordVectorFamily):
     """word2vec: one vector per word, trained to predict its neighbours (or be predicted by them)."""
 
     name = "word2vec"
     description = "word2vec skip-gram / CBOW, negative sampling or hierarchical softmax (static word vectors)"
     config_class = Word2VecConfig
-    provides = frozenset({WORD_VECTORS})
-    input_names = ("row_ids", "row_mask")
-    trains_itself = True
 
     def train(self, corpus: Path, run_dir: Path, config: Word2VecConfig, console: Any) -> dict[str, Any]:
         from ptmkit_word2vec.train import train_word2vec
 
         return train_word2vec(corpus, run_dir, config, console)
-
-    def load_word_vectors(self, run_dir: Path) -> Any:
-        from ptmkit.wordvectors import load_run_vectors
-
-        return load_run_vectors(run_dir)
 
 
 @ptmkit.hookimpl
