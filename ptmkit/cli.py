@@ -81,7 +81,7 @@ def finetune(
     fine-tune it; report dev (and test) accuracy and macro-F1.
 
     Config sections: \\[finetune] (head, epochs, batch_size, sequence_length, learning_rate,
-    warmup_ratio, weight_decay, seed, max_train_examples) and \\[head] (dropout); e.g.
+    warmup_ratio, weight_decay, seed, max_train_examples) and \\[head] (dropout, initializer_range); e.g.
     --set finetune.epochs=5.
     """
     from ptmkit.training.finetune import finetune as run_finetune

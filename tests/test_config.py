@@ -168,7 +168,7 @@ def test_unknown_nested_objective_key(registry: Registry) -> None:
 
 def test_unknown_key_without_a_close_match_lists_the_known_keys(registry: Registry) -> None:
     message = config_error(registry, None, "head.zzzz=1")
-    assert message == "--set: unknown config key 'head.zzzz' (known keys: dropout)"
+    assert message == "--set: unknown config key 'head.zzzz' (known keys: dropout, initializer_range)"
 
 
 def test_unknown_section(registry: Registry, tmp_path: Path) -> None:
@@ -264,6 +264,7 @@ def test_num_heads_must_divide_hidden_dim(registry: Registry, tmp_path: Path) ->
         ("model.dropout=1.0", "config key 'model.dropout' must be in [0, 1), got 1.0"),
         ("model.vocabulary_size=0", "config key 'model.vocabulary_size' must be > 0, got 0"),
         ("head.dropout=-0.1", "config key 'head.dropout' must be in [0, 1), got -0.1"),
+        ("head.initializer_range=0", "config key 'head.initializer_range' must be > 0, got 0.0"),
         ("objectives.mlm.mask_rate=2", "config key 'objectives.mlm.mask_rate' must be in [0, 1], got 2.0"),
     ],
 )

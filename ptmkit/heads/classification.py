@@ -16,17 +16,28 @@ class ClassificationConfig:
 
     Attributes:
         dropout: dropout rate before the output layer.
+        initializer_range: standard deviation of the output layer's normal initialisation (Hugging
+            Face's ``initializer_range``; its ``BertForSequenceClassification`` draws the classifier
+            from ``normal(0, 0.02)``). Keras' ``TruncatedNormal(stddev=0.02)``, which this head used
+            before, redraws beyond two deviations and so has a deviation of 0.0176: fine-tuning
+            all-MiniLM-L6-v2 on WordNet supersenses from the same draw rescaled to 0.02, the mean
+            loss of steps 201-300 fell from 2.251 to 2.185 (README, "all-MiniLM-L6-v2 imported
+            from Hugging Face format").
     """
 
     dropout: float = 0.1
+    initializer_range: float = 0.02
 
     def validate(self) -> None:
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"config key 'head.dropout' must be in [0, 1), got {self.dropout}")
+        if not self.initializer_range > 0.0:
+            raise ConfigError(f"config key 'head.initializer_range' must be > 0, got {self.initializer_range}")
 
 
 class SequenceClassification(Head):
-    """``pooled_output -> Dropout -> Dense(num_labels)``, returning ``logits``."""
+    """``pooled_output -> Dropout -> Dense(num_labels)``, returning ``logits`` ``(batch, num_labels)``
+    float32; the dense kernel is drawn from ``normal(0, head.initializer_range)``, its bias is 0."""
 
     name = "classification"
     description = "sequence classification on the pooled output (logits over the labels)"
@@ -40,6 +51,9 @@ class SequenceClassification(Head):
         pooled = backbone(inputs)["pooled_output"]
         hidden = keras.layers.Dropout(config.dropout, name="head_dropout")(pooled)
         logits = keras.layers.Dense(
-            num_labels, kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02), dtype="float32", name="logits"
+            num_labels,
+            kernel_initializer=keras.initializers.RandomNormal(stddev=config.initializer_range),
+            dtype="float32",
+            name="logits",
         )(hidden)
         return keras.Model(inputs, logits, name="classifier")
