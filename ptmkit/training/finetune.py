@@ -90,6 +90,29 @@ def build_classifier(registry: Registry, config: RunConfig, backbone: Any, num_l
     return registry.head(config.finetune.head).build(backbone, num_labels, config.head)
 
 
+def training_batches(x: dict[str, np.ndarray], y: np.ndarray, batch_size: int, seed: int) -> Any:
+    """A ``tf.data.Dataset`` of ``(x, y)`` batches in a new random order each epoch.
+
+    Args:
+        x: model inputs, each ``(examples, sequence_length)`` int32 (``token_ids``, ...).
+        y: ``(examples,)`` int32 label ids.
+        batch_size: examples per batch (the last batch may be smaller).
+        seed: the orders are the same from run to run for a seed.
+
+    Keras' ``fit(..., shuffle=True)`` on arrays draws its permutation with an op seed fixed by
+    ``keras.utils.set_random_seed``, so every epoch repeats the first epoch's order; Hugging Face's
+    Trainer (and PyTorch's ``RandomSampler``) draw a new one each epoch, as SGD assumes.
+    """
+    import tensorflow as tf
+
+    return (
+        tf.data.Dataset.from_tensor_slices((x, y))
+        .shuffle(len(y), seed=seed, reshuffle_each_iteration=True)
+        .batch(batch_size)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+
 def finetune(
     run_dir: str | Path,
     train_file: str | Path,
@@ -174,12 +197,11 @@ def finetune(
     logs = target.path.parent / f".{target.path.name}.logs-{os.getpid()}"  # moved in when the run is done
     try:
         model.fit(
-            x_train,
-            y_train,
-            batch_size=ft.batch_size,
+            training_batches(x_train, y_train, ft.batch_size, ft.seed),
             epochs=ft.epochs,
             validation_data=(x_dev, y_dev),
-            shuffle=True,
+            validation_batch_size=128,
+            shuffle=False,  # training_batches shuffles, anew each epoch
             verbose=0,
             callbacks=[
                 ProgressCallback("fine-tuning", 0, total, ft.batch_size * ft.sequence_length, console),
