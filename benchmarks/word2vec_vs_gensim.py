@@ -17,7 +17,7 @@ included). Quality: Spearman's rho on WordSim-353 (pairs with both words in the 
 ``ptmkit.wordvectors.evaluation``, which equals gensim's ``evaluate_word_pairs``, tested).
 
 Run: ``python benchmarks/word2vec_vs_gensim.py [--seeds 1 2 3] [--variants SGNS CBOW SG+HS fastText]
-[--json results.json]``. Not run by CI.
+[--json results.json] [--set model.KEY=VALUE ...]``. Not run by CI.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def run_gensim(variant: str, corpus: Path, seed: int) -> dict[str, float]:
     return {"words_per_second": model.corpus_total_words * EPOCHS / seconds, "rho": rho, "seconds": seconds}
 
 
-def run_ptmkit(variant: str, corpus: Path, seed: int, scratch: Path) -> dict[str, float]:
+def run_ptmkit(variant: str, corpus: Path, seed: int, scratch: Path, extra: list[str] | None = None) -> dict[str, float]:
     from ptmkit.console import default_console
     from ptmkit.training.pretrain import pretrain
     from ptmkit.wordvectors.commands import load_vectors
@@ -76,6 +76,7 @@ def run_ptmkit(variant: str, corpus: Path, seed: int, scratch: Path) -> dict[str
     overrides = [f"model.vector_size={SIZE}", f"model.window={WINDOW}", f"model.min_count={MIN_COUNT}", f"model.epochs={EPOCHS}", f"model.seed={seed}", "model.sample=0.001", *spec["ptmkit"]]
     if spec["family"] == "fasttext":
         overrides += ["model.minn=3", "model.maxn=6", "model.bucket=2000000", f"model.negative={NEGATIVE}"]
+    overrides += extra or []
     metrics = pretrain(spec["family"], corpus, out, overrides=overrides, console=default_console())
     _, vectors = load_vectors(out)
     rho = evaluate_word_pairs(vectors, WORDSIM)["spearman"]
@@ -87,6 +88,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="extra ptmkit [model] override, e.g. model.batch_size=512 (repeatable)")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
@@ -97,7 +99,7 @@ def main() -> None:
         for variant in args.variants:
             results[variant] = {"gensim": [], "ptmkit": []}
             for seed in args.seeds:
-                for side, run in (("gensim", lambda v=variant, s=seed: run_gensim(v, corpus, s)), ("ptmkit", lambda v=variant, s=seed: run_ptmkit(v, corpus, s, scratch))):
+                for side, run in (("gensim", lambda v=variant, s=seed: run_gensim(v, corpus, s)), ("ptmkit", lambda v=variant, s=seed: run_ptmkit(v, corpus, s, scratch, args.overrides))):
                     outcome = run()
                     results[variant][side].append(outcome)
                     print(f"{variant} seed {seed} {side}: {outcome['words_per_second']:,.0f} words/s, rho {outcome['rho']:.4f}", file=sys.stderr, flush=True)

@@ -61,7 +61,37 @@ def test_training_learns_and_writes_a_finished_run(run: Path, corpus: Path) -> N
     assert not (run / "tokens").exists()
 
 
-def test_evaluate_equals_gensims_numbers_on_the_same_vectors(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture(scope="module")
+def centered(run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run with its vectors minus their mean, for comparisons with gensim's evaluation: a
+    110K-token run's vectors share one direction (mean cosine of random pairs 0.995 here, 0.968
+    with gensim's own training on the same text), which makes many similarities equal to float32
+    precision, and gensim's BLAS norm and ours then break those ties differently (a 2e-5
+    difference in rho that says nothing about the ranking). Such a run also answers almost no
+    analogy (0 or 1 of 1,539), so 20 are planted: ``d = b - a + c`` on unit vectors, for
+    questions whose words appear in no other planted one; both toolkits must then count them."""
+    import shutil
+
+    copy = Path(shutil.copytree(run, tmp_path_factory.mktemp("centered") / "run"))
+    vectors = np.load(copy / "vectors.npy")
+    vectors = vectors - vectors.mean(axis=0)
+    index = {line.split("\t")[0]: i for i, line in enumerate((copy / "vocabulary.tsv").read_text(encoding="utf-8").splitlines())}
+    used: set[str] = set()
+    planted = 0
+    for line in (EVAL / "questions-words.txt").read_text(encoding="utf-8").splitlines():
+        words = line.lower().split()
+        if planted == 20 or line.startswith(":") or len(set(words)) != 4 or not all(w in index for w in words) or used & set(words):
+            continue
+        a, b, c, d = (vectors[index[w]] / np.linalg.norm(vectors[index[w]]) for w in words)
+        vectors[index[words[3]]] = b - a + c
+        used |= set(words)
+        planted += 1
+    np.save(copy / "vectors.npy", vectors)
+    return copy
+
+
+def test_evaluate_equals_gensims_numbers_on_the_same_vectors(centered: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = centered
     argv = ["evaluate", str(run), "--wordsim", str(EVAL / "wordsim353.tsv"), "--analogy", str(EVAL / "questions-words.txt"), "--json"]
     assert main(argv) == 0
     ours = json.loads(capsys.readouterr().out)
@@ -78,14 +108,14 @@ def test_evaluate_equals_gensims_numbers_on_the_same_vectors(run: Path, capsys: 
     assert {s["section"]: (s["correct"], s["questions"]) for s in analogy["sections"]} | {
         "Total accuracy": (analogy["correct"], analogy["questions"])
     } == theirs
-    assert analogy["correct"] > 0
+    assert analogy["correct"] >= 20  # the planted ones at least
 
 
-def test_restrict_vocab_and_case_folding_match_gensim(run: Path) -> None:
+def test_restrict_vocab_and_case_folding_match_gensim(centered: Path) -> None:
     from ptmkit.wordvectors import WordVectors
     from ptmkit.wordvectors.evaluation import evaluate_analogies, evaluate_word_pairs
 
-    kv = _kv(run)
+    kv = _kv(centered)
     # A cased duplicate after its lower-case form must not replace it (the most frequent casing wins).
     words = list(kv.index_to_key) + ["KING", "Paris"]
     matrix = np.vstack([kv.vectors, np.ones((2, 32), np.float32)])
@@ -160,13 +190,16 @@ def test_a_2mb_file_without_newline_is_trained_in_full(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     filler = " ".join(f"filler{i}" for i in rng.integers(0, 40, size=250_000))
     corpus = tmp_path / "one-line.txt"
-    corpus.write_bytes((filler + " " + " ".join(["tailword", "mate"] * 20)).encode())
+    # 200 tail occurrences: 20 were too few to train with the learning rate near its end (the
+    # tail's norm stayed near its initial one and its nearest word depended on the seed).
+    corpus.write_bytes((filler + " " + " ".join(["tailword", "mate"] * 200)).encode())
     assert corpus.stat().st_size > 2_000_000 and b"\n" not in corpus.read_bytes()
     out = tmp_path / "run"
     argv = ["train", "word2vec", "--corpus", str(corpus), "--out", str(out), "--set", "model.vector_size=16", "--set", "model.epochs=3", "--set", "model.sample=0"]
     assert main(argv) == 0
-    assert json.loads((out / "metrics.json").read_text())["tokens"] == 250_040
-    _check_tail(out)
+    assert json.loads((out / "metrics.json").read_text())["tokens"] == 250_400
+    vectors = _check_tail(out)
+    assert np.linalg.norm(vectors["tailword"]) > 5 * np.sqrt(16) * 0.5 / 16  # far beyond its initial +-0.5/dim
 
 
 def _check_tail(out: Path) -> dict[str, np.ndarray]:
@@ -211,8 +244,8 @@ def test_skipgram_window_batches_learn(corpus: Path, tmp_path: Path, settings: l
     assert uses_window_batches(config) == windows
     # The item log loss starts at ln 2 (zero output vectors); hierarchical softmax's stays nearer.
     assert json.loads((out / "metrics.json").read_text())["final_loss"] < (np.log(2) - 0.01 if config.hs else 0.9 * np.log(2))
-    # Window steps take a few hundred windows (~5.7 pairs each), pair steps 1,024 or 4,096 pairs.
-    assert _default_batch(config, windows) == ((192 if config.hs else 768) if windows else 1024)
+    # Window steps take a hundred or two windows (~5.7 pairs each), pair steps 1,024 pairs.
+    assert _default_batch(config, windows) == ((96 if config.hs else 192) if windows else 1024)
 
 
 def test_batching_must_be_known() -> None:

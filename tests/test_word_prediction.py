@@ -214,3 +214,42 @@ def test_skipgram_learns_planted_cooccurrences(tmp_path, windows: bool) -> None:
         similarity[x] = -2.0
         hits += vocabulary.words[int(np.argmax(similarity))] == f"y{i}"
     assert hits >= 18, hits
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_updates_stacked_in_one_call_equal_one_call_each(grouped: bool) -> None:
+    """``K`` batches in one call (an XLA loop) are ``K`` updates in sequence, each reading the
+    parameters the previous one wrote: the same as ``K`` calls, to float32 rounding; the batches
+    made in one pass (``updates=K``) are the ``K`` batches made one by one."""
+    rng = np.random.default_rng(4)
+    huffman = huffman_codes(COUNTS)
+    output = OutputLayer(V, 3, noise_table(COUNTS), huffman if grouped else None)
+    count = 24  # three batches of 8 examples
+    if grouped:
+        owner = np.repeat(np.arange(count), 3)
+        examples = Examples(owner, rng.integers(0, V, len(owner)).astype(np.int32), rng.integers(0, V, count).astype(np.int32))
+        make = make_window_batch
+    else:
+        examples = Examples(np.arange(count), rng.integers(0, V, count).astype(np.int32), rng.integers(0, V, count).astype(np.int32))
+        make = make_batch
+    stacked = make(examples, output, np.random.default_rng(9), 8, hot_limit=0.0, updates=3)
+    assert all(value.shape[:2] == (3, 8) for value in stacked.values())
+    w_in, w_out = _params(5, output.rows)
+    one_call = WordPredictionStep(w_in, output.rows, grouped=grouped)
+    one_call.output.assign(w_out)
+    loss = one_call(stacked, np.array([LR, LR / 2, LR / 4], np.float32))
+    separate = WordPredictionStep(w_in, output.rows, grouped=grouped)
+    separate.output.assign(w_out)
+    losses = [separate({name: value[k] for name, value in stacked.items()}, LR / 2**k) for k in range(3)]
+    np.testing.assert_allclose(one_call.input_vectors(), separate.input_vectors(), atol=1e-6)
+    np.testing.assert_allclose(one_call.output_vectors(), separate.output_vectors(), atol=1e-6)
+    assert not np.allclose(separate.input_vectors(), w_in)
+    # The call's loss is the mean over all its items: the batches' losses weighted by their items.
+    if not grouped:
+        items = stacked["item_weight"].sum(axis=(1, 2))
+        assert loss == pytest.approx(float(np.dot(losses, items) / items.sum()), rel=1e-5)
+    # The second batch differs from a first batch of the same examples: sequence matters.
+    first_only = WordPredictionStep(w_in, output.rows, grouped=grouped)
+    first_only.output.assign(w_out)
+    first_only({name: value[1] for name, value in stacked.items()}, LR / 2)
+    assert not np.allclose(first_only.input_vectors(), separate.input_vectors(), atol=1e-6)

@@ -34,7 +34,7 @@ class FastTextConfig:
             by its targets (Ji et al. 2016): the same update as drawing them per pair when each
             pair happens to draw the window's, with ``T + k`` output rows a window instead of
             ``T (1 + k)``; off: each pair draws its own (fastText).
-        epochs, alpha, min_alpha, hot_row_limit, lowercase, seed, jit_compile: as
+        updates_per_call, epochs, alpha, min_alpha, hot_row_limit, lowercase, seed, jit_compile: as
             :class:`ptmkit_word2vec.Word2VecConfig`.
     """
 
@@ -53,6 +53,7 @@ class FastTextConfig:
     alpha: float = 0.025
     min_alpha: float = 0.0001
     batch_size: int = 2048
+    updates_per_call: int = 0
     shared_negatives: bool = True
     hot_row_limit: float = 64.0
     lowercase: bool = False
@@ -65,7 +66,7 @@ class FastTextConfig:
         for name in ("vector_size", "window", "min_count", "epochs", "batch_size", "negative"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")
-        for name in ("max_vocab", "minn", "maxn", "bucket", "sample", "alpha", "min_alpha", "hot_row_limit"):
+        for name in ("max_vocab", "minn", "maxn", "bucket", "sample", "alpha", "min_alpha", "hot_row_limit", "updates_per_call"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"config key 'model.{name}' must be >= 0, got {getattr(self, name)}")
         if self.maxn and (self.minn < 1 or self.minn > self.maxn):

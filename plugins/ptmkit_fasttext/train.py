@@ -19,8 +19,8 @@ from rich.console import Console
 from ptmkit.data.vocabulary import Vocabulary, noise_table
 from ptmkit.errors import RunDirError
 from ptmkit.io import atomic_write_json
-from ptmkit.objectives.word_prediction import OutputLayer, cbow_examples, skipgram_examples
-from ptmkit.training.wordvectors import SGDSchedule, prepare_corpus, train_word_prediction
+from ptmkit.objectives.word_prediction import OutputLayer, WindowExamples
+from ptmkit.training.wordvectors import SGDSchedule, auto_updates_per_call, prepare_corpus, train_word_prediction
 from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, load_matrix, save_matrix
 from ptmkit_fasttext.config import FastTextConfig
 from ptmkit_fasttext.subwords import SubwordVectors, vocabulary_subwords
@@ -77,11 +77,7 @@ def train_fasttext(corpus: Path, run_dir: Path, config: FastTextConfig, console:
     initial *= 2.0 / config.vector_size
     initial -= 1.0 / config.vector_size
     output = OutputLayer(size, config.negative, noise_table(vocabulary.counts, config.ns_exponent))
-    window = config.window
-    examples = skipgram_examples if config.architecture == "skipgram" else cbow_examples
-
-    def make(ids: np.ndarray, sentence: np.ndarray, generator: np.random.Generator) -> Any:
-        return examples(ids, sentence, window, generator, subwords)
+    make = WindowExamples(config.architecture, config.window, subwords)
 
     schedule = SGDSchedule(
         epochs=config.epochs,
@@ -89,6 +85,7 @@ def train_fasttext(corpus: Path, run_dir: Path, config: FastTextConfig, console:
         min_alpha=config.min_alpha,
         sample=config.sample,
         batch_examples=config.batch_size,
+        updates_per_call=config.updates_per_call or auto_updates_per_call(config.batch_size, pairs_per_example=2 * config.window),
         seed=config.seed,
         jit_compile=config.jit_compile,
         hot_limit=config.hot_row_limit,

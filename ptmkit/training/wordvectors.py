@@ -15,7 +15,7 @@ import functools
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,9 @@ class SGDSchedule:
             ``batch_examples`` counts windows.
         shared_negatives: examples with several targets (fastText's skip-gram windows) draw
             their noise words once, shared by their targets (:func:`make_batch`).
+        updates_per_call: batches of ``batch_examples`` stacked into one call of the step,
+            which updates with them one after the other (an XLA loop; see
+            :class:`ptmkit.objectives.word_prediction.WordPredictionStep`).
     """
 
     epochs: int = 5
@@ -81,13 +84,28 @@ class SGDSchedule:
     hot_limit: float = 64.0
     windows: bool = False
     shared_negatives: bool = False
+    updates_per_call: int = 16
 
     def lr(self, progress: float) -> float:
         return max(self.min_alpha, self.alpha - (self.alpha - self.min_alpha) * progress)
 
 
-def _batches(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: OutputLayer, schedule: SGDSchedule) -> Iterator[tuple[dict[str, np.ndarray], float, int, int]]:
-    """Yield ``(batch, lr, epoch, raw_words_done)`` for the whole run."""
+PAIRS_PER_CALL = 32768
+
+
+def auto_updates_per_call(batch_examples: int, pairs_per_example: float = 1.0) -> int:
+    """SGD steps a call of the compiled step for about :data:`PAIRS_PER_CALL` word pairs a call
+    (a window holds up to ``2 x window`` pairs; a dynamic window about 60% of that)."""
+    return max(1, round(PAIRS_PER_CALL / (0.6 * pairs_per_example if pairs_per_example > 1 else 1.0) / batch_examples))
+
+
+Call = tuple[dict[str, np.ndarray], np.ndarray, int, int, int]
+
+
+def _calls(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: OutputLayer, schedule: SGDSchedule) -> Iterator[Call]:
+    """Yield the step calls of the whole run: ``(batches (K, P, ...), learning rates (K,), epoch,
+    raw_words_done, real updates)`` with ``K = updates_per_call`` batches of ``P =
+    batch_examples`` examples; the last call is padded with empty batches (learning rate 0)."""
     rng = np.random.default_rng(schedule.seed)
     keep = keep_probabilities(counts, schedule.sample)
     per_epoch = max(len(tokens.ids), 1)
@@ -98,18 +116,23 @@ def _batches(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: 
     raw_per_token = tokens.raw_tokens / per_epoch
     done = 0
     batcher = make_window_batch if schedule.windows else functools.partial(make_batch, shared_negatives=schedule.shared_negatives)
+    size, updates = schedule.batch_examples, max(1, schedule.updates_per_call)
+    group = size * updates
 
-    def emit(final: bool, epoch: int) -> Iterator[tuple[dict[str, np.ndarray], float, int, int]]:
+    def emit(final: bool, epoch: int) -> Iterator[Call]:
         nonlocal buffer, progress, buffered
         if not buffer:
             return
         examples = Examples.concatenate(buffer) if len(buffer) > 1 else buffer[0]
         where = np.concatenate(progress)
         start = 0
-        while len(examples) - start >= schedule.batch_examples or (final and start < len(examples)):
-            stop = min(start + schedule.batch_examples, len(examples))
-            batch = batcher(examples.slice(start, stop), output, rng, schedule.batch_examples, schedule.pad_width, schedule.hot_limit)
-            yield batch, schedule.lr(float(where[start])), epoch, int(where[stop - 1] * total * raw_per_token)
+        while len(examples) - start >= group or (final and start < len(examples)):
+            stop = min(start + group, len(examples))
+            batch = batcher(examples.slice(start, stop), output, rng, size, schedule.pad_width, schedule.hot_limit, updates=updates)
+            firsts = np.arange(start, stop, size)
+            lrs = np.zeros(updates, np.float32)
+            lrs[: len(firsts)] = [schedule.lr(float(where[i])) for i in firsts]
+            yield batch, lrs, epoch, int(where[stop - 1] * total * raw_per_token), len(firsts)
             start = stop
         buffer = [examples.slice(start, len(examples))] if start < len(examples) else []
         progress = [where[start:]] if start < len(examples) else []
@@ -125,9 +148,44 @@ def _batches(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: 
                 buffer.append(examples)
                 progress.append(np.linspace(lo, hi, len(examples), endpoint=False))
                 buffered += len(examples)
-            if buffered >= schedule.batch_examples:
+            if buffered >= group:
                 yield from emit(final=False, epoch=epoch)
     yield from emit(final=True, epoch=schedule.epochs - 1)
+
+
+def _produced(calls: Iterator[Call]) -> Generator[Call, None, None]:
+    """``calls``, built on a thread (NumPy) while the caller runs the step (XLA, which releases
+    the GIL)."""
+    items: queue.Queue[Any] = queue.Queue(maxsize=6)
+    failure: list[BaseException] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in calls:
+                while not stop.is_set():
+                    try:
+                        items.put(item, timeout=0.5)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+        except BaseException as exc:  # re-raised in the training thread
+            failure.append(exc)
+        finally:
+            items.put(None)
+
+    producer = threading.Thread(target=produce, name="ptmkit-examples", daemon=True)
+    producer.start()
+    try:
+        while (item := items.get()) is not None:
+            yield item
+    finally:
+        stop.set()
+        producer.join()
+    if failure:
+        raise failure[0]
 
 
 def train_word_prediction(
@@ -155,47 +213,23 @@ def train_word_prediction(
         ``words_per_second`` (raw corpus words, as gensim counts them), ``raw_words``,
         ``steps`` and ``final_loss`` (mean item log loss of the last epoch).
     """
+    _one_thread_per_step()
     step = WordPredictionStep(input_matrix, output.rows, schedule.jit_compile, grouped=schedule.windows)
-    items: queue.Queue[Any] = queue.Queue(maxsize=6)
-    failure: list[BaseException] = []
-    stop = threading.Event()
-
-    def produce() -> None:
-        try:
-            for item in _batches(tokens, counts, make, output, schedule):
-                while not stop.is_set():
-                    try:
-                        items.put(item, timeout=0.5)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-        except BaseException as exc:  # re-raised in the training thread
-            failure.append(exc)
-        finally:
-            items.put(None)
-
-    producer = threading.Thread(target=produce, name="ptmkit-examples", daemon=True)
+    produced = _produced(_calls(tokens, counts, make, output, schedule))
     started = time.perf_counter()
-    producer.start()
     steps = 0
     losses: list[float] = []
     current_epoch, words = 0, 0
     try:
-        while (item := items.get()) is not None:
-            batch, lr, epoch, words = item
+        for batch, lrs, epoch, words, updates in produced:
             if epoch != current_epoch and report is not None:
                 report(_line(current_epoch, schedule.epochs, losses, words, time.perf_counter() - started))
                 losses = []
             current_epoch = epoch
-            losses.append(step(batch, lr))
-            steps += 1
+            losses.append(step(batch, lrs))
+            steps += updates
     finally:
-        stop.set()
-        producer.join()
-    if failure:
-        raise failure[0]
+        produced.close()
     seconds = time.perf_counter() - started
     raw_words = tokens.raw_tokens * schedule.epochs
     if report is not None:
@@ -208,6 +242,23 @@ def train_word_prediction(
         "final_loss": round(float(np.mean(losses)), 4) if losses else None,
     }
     return step, stats
+
+
+def _one_thread_per_step() -> None:
+    """Run TensorFlow's ops on the calling thread (intra- and inter-op pools of one thread).
+
+    The step is one XLA program whose loops run on one core anyway; TensorFlow's pools added
+    a third of its CPU time (0.87 s of CPU an epoch for 0.64 s of wall time, skip-gram, quiet
+    machine), taken from the producer thread on the other core. Only possible before
+    TensorFlow starts its runtime; later (several trainings in one process) this does nothing.
+    """
+    import tensorflow as tf
+
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:  # the runtime is already initialised
+        pass
 
 
 def _line(epoch: int, epochs: int, losses: list[float], words: int, seconds: float) -> str:
