@@ -1,7 +1,8 @@
 """Read and validate the ``manifest.json`` of an export directory.
 
-An export directory holds ``manifest.json``, the tokenizer file it names (``tokenizer.json``) and one
-ONNX file per variant: ``model.onnx`` for ``fp32``, optionally ``model.opt.onnx`` for ``optimized``
+An export directory holds ``manifest.json``, the tokenizer file it names (``tokenizer.json``), or for
+a bag-of-rows model (fastText's classifier) the vocabulary its ``featurizer`` object names
+(:mod:`ptmkit_export.bag_of_rows`), and one ONNX file per variant: ``model.onnx`` for ``fp32``, optionally ``model.opt.onnx`` for ``optimized``
 (``ptmkit export --optimize N``), ``model.int8.onnx`` for ``int8`` and ``model.fp16.onnx`` for ``fp16``.
 Each variant other than fp32 carries the export's gate: ``ok`` (bool), ``problems`` (list of str: why
 it is not ok), its agreement with fp32 on the dev set (``dev_agreement_with_fp32`` for a classifier,
@@ -37,12 +38,20 @@ REQUIRED_KEYS: dict[str, type | tuple[type, ...]] = {
     "variants": dict,
 }
 
+#: Keys a manifest with a ``featurizer`` (bag-of-rows inputs ``row_ids``/``row_mask``) has instead of
+#: the tokenizer's ``tokenizer``, ``max_sequence_length`` and ``pad_token_id``.
+FEATURIZER_KEYS: dict[str, type | tuple[type, ...]] = {
+    key: kind for key, kind in REQUIRED_KEYS.items() if key not in ("tokenizer", "max_sequence_length", "pad_token_id")
+} | {"featurizer": dict}
+
 #: ``task`` of an export whose output is sentence ``embeddings`` (no labels).
 EMBEDDING_TASK = "embedding"
 
 #: ``encoding`` values an input may name: attributes of a ``tokenizers.Encoding``.
 ENCODINGS = ("ids", "type_ids", "attention_mask")
 INPUT_DTYPES = ("int32", "int64")
+#: ``encoding`` and ``dtype`` of the inputs a ``featurizer`` makes (:func:`ptmkit_export.bag_of_rows.BagOfRows.encode`).
+FEATURIZER_INPUTS = {"row_ids": "int32", "row_mask": "float32"}
 
 
 def _fail(path: Path, problem: str) -> ExportDirError:
@@ -52,10 +61,12 @@ def _fail(path: Path, problem: str) -> ExportDirError:
 def _validate(manifest: Any, path: Path) -> None:
     if not isinstance(manifest, dict):
         raise _fail(path, f"expected a JSON object, got {type(manifest).__name__}")
-    missing = [key for key in REQUIRED_KEYS if key not in manifest]
+    featurized = "featurizer" in manifest
+    required = FEATURIZER_KEYS if featurized else REQUIRED_KEYS
+    missing = [key for key in required if key not in manifest]
     if missing:
         raise _fail(path, f"missing key(s) {', '.join(missing)}")
-    for key, kind in REQUIRED_KEYS.items():
+    for key, kind in required.items():
         value = manifest[key]
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise _fail(path, f"key {key!r} must be {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
@@ -66,6 +77,11 @@ def _validate(manifest: Any, path: Path) -> None:
     for i, spec in enumerate(manifest["inputs"]):
         if not isinstance(spec, dict) or not {"name", "dtype", "encoding"} <= spec.keys():
             raise _fail(path, f"inputs[{i}] must be an object with name, dtype and encoding")
+        if featurized:
+            if FEATURIZER_INPUTS.get(spec["encoding"]) != spec["dtype"]:
+                expected = ", ".join(f"{name} ({dtype})" for name, dtype in FEATURIZER_INPUTS.items())
+                raise _fail(path, f"inputs[{i}] has encoding {spec['encoding']!r} and dtype {spec['dtype']!r}; a featurizer's inputs are {expected}")
+            continue
         if spec["encoding"] not in ENCODINGS:
             raise _fail(path, f"inputs[{i}] has encoding {spec['encoding']!r}; expected one of {', '.join(ENCODINGS)}")
         if spec["dtype"] not in INPUT_DTYPES:
@@ -77,7 +93,11 @@ def _validate(manifest: Any, path: Path) -> None:
             raise _fail(path, "an embedding export's first output must be named 'embeddings'")
     elif not manifest["labels"] or not all(isinstance(label, str) for label in manifest["labels"]):
         raise _fail(path, "'labels' must be a non-empty list of strings")
-    if manifest["max_sequence_length"] < 1:
+    if featurized:
+        from ptmkit_export.bag_of_rows import validate_spec
+
+        validate_spec(manifest["featurizer"], str(path))
+    elif manifest["max_sequence_length"] < 1:
         raise _fail(path, "'max_sequence_length' must be >= 1")
     if "fp32" not in manifest["variants"]:
         raise _fail(path, "'variants' has no 'fp32' entry")
@@ -95,13 +115,15 @@ def read_manifest(export_dir: str | os.PathLike[str]) -> dict[str, Any]:
     Returns:
         The manifest as a dict (the parsed JSON, unchanged). Keys guaranteed present: ``format``
         (``"ptmkit-export/1"``), ``inputs`` (list of ``{name, dtype, encoding}``), ``outputs``
-        (list of ``{name, ...}``), ``labels`` (list of str, one per logit column),
-        ``max_sequence_length`` (int, in tokens), ``pad_token_id`` (int), ``tokenizer`` (file name)
-        and ``variants`` (``{"fp32": {"file": ...}, ...}``).
+        (list of ``{name, ...}``), ``labels`` (list of str, one per logit column) and ``variants``
+        (``{"fp32": {"file": ...}, ...}``); then either ``max_sequence_length`` (int, in tokens),
+        ``pad_token_id`` (int) and ``tokenizer`` (file name), or ``featurizer`` (a bag-of-rows
+        object: ``kind``, ``vocabulary`` file, ``lowercase``, ``minn``, ``maxn``, ``bucket``,
+        ``word_ngrams``; inputs ``row_ids`` int32 and ``row_mask`` float32).
 
     Raises:
-        ExportDirError: the directory, ``manifest.json``, the tokenizer file or the ``fp32`` model
-            file is missing; the manifest is not valid JSON, lacks a key or holds a value of the
+        ExportDirError: the directory, ``manifest.json``, the tokenizer (or featurizer vocabulary)
+            file or the ``fp32`` model file is missing; the manifest is not valid JSON, lacks a key or holds a value of the
             wrong type. Other variants' files are checked only when a variant is chosen (see
             :class:`ptmkit_export.Predictor`), so a failed int8 build does not break fp32 use.
     """
@@ -117,9 +139,14 @@ def read_manifest(export_dir: str | os.PathLike[str]) -> dict[str, Any]:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise _fail(path, f"invalid JSON ({message})") from None
     _validate(manifest, path)
-    tokenizer = root / manifest["tokenizer"]
-    if not tokenizer.is_file():
-        raise _fail(tokenizer, "tokenizer file not found")
+    if "featurizer" in manifest:
+        vocabulary = root / manifest["featurizer"]["vocabulary"]
+        if not vocabulary.is_file():
+            raise _fail(vocabulary, "vocabulary file not found (manifest key 'featurizer.vocabulary')")
+    else:
+        tokenizer = root / manifest["tokenizer"]
+        if not tokenizer.is_file():
+            raise _fail(tokenizer, "tokenizer file not found")
     model = root / manifest["variants"]["fp32"]["file"]
     if not model.is_file():
         raise _fail(model, "model file not found")

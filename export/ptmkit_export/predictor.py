@@ -1,5 +1,7 @@
 """Run an exported model with ONNX Runtime: texts in; labels and probabilities, or sentence embeddings, out.
 
+Texts become model inputs through the export's tokenizer (``tokenizer.json``: BERT-family exports) or
+its ``featurizer`` (a bag of rows: fastText's classifier, :mod:`ptmkit_export.bag_of_rows`).
 Imports neither TensorFlow nor Keras; needs only onnxruntime, numpy and tokenizers.
 """
 
@@ -15,6 +17,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+from ptmkit_export.bag_of_rows import BagOfRows
 from ptmkit_export.errors import ExportDirError
 from ptmkit_export.manifest import EMBEDDING_TASK, read_manifest, variant_path
 
@@ -124,7 +127,8 @@ class Predictor:
     embedding export (``task == "embedding"``, a run without a head) has :meth:`embed`.
 
     Args:
-        export_dir: directory holding ``manifest.json``, ``tokenizer.json`` and the model files.
+        export_dir: directory holding ``manifest.json``, ``tokenizer.json`` (or the vocabulary of the
+            manifest's ``featurizer``) and the model files.
         variant: ``"fp32"``, ``"optimized"``, ``"int8"``, ``"fp16"`` or any other key of the
             manifest's ``variants``; ``None`` picks :func:`default_variant` (a variant the export's
             gate marked ``ok``). Naming a variant the gate marked not ok (below the agreement
@@ -153,6 +157,9 @@ class Predictor:
             providers in use.
         text_input: the model's string input for a variant that tokenizes inside the graph,
             else None (the model takes the manifest's ``inputs``; :meth:`encode` makes them).
+        tokenizer: the ``tokenizers.Tokenizer`` of a tokenizer export, else None.
+        featurizer: the :class:`~ptmkit_export.bag_of_rows.BagOfRows` of a featurizer export
+            (inputs ``row_ids``/``row_mask``), else None.
 
     Raises:
         ValueError: ``threads < 1``, an unknown ``device``, or both ``device`` and ``providers``.
@@ -196,7 +203,15 @@ class Predictor:
         entry = self.manifest["variants"][self.variant]
         self.text_input: str | None = entry.get("text_input") if isinstance(entry.get("text_input"), str) else None
         self._output = self.manifest["outputs"][0]["name"]
-        self.tokenizer = self._load_tokenizer(self.export_dir / self.manifest["tokenizer"])
+        self.tokenizer: Tokenizer | None = None
+        self.featurizer: BagOfRows | None = None
+        if "featurizer" in self.manifest:
+            from ptmkit_export import bag_of_rows
+
+            rows = self.manifest.get("rows")
+            self.featurizer = bag_of_rows.load(self.export_dir, self.manifest["featurizer"], rows if isinstance(rows, int) else None)
+        else:
+            self.tokenizer = self._load_tokenizer(self.export_dir / self.manifest["tokenizer"])
 
         options = ort.SessionOptions()
         if threads is not None:
@@ -273,7 +288,10 @@ class Predictor:
 
         Each text gets the tokenizer's special tokens (e.g. ``[CLS] ... [SEP]``), is truncated to
         ``max_sequence_length`` tokens (specials included) and padded with ``pad_token_id`` to the
-        longest text of this call; every input is cut and padded the same way.
+        longest text of this call; every input is cut and padded the same way. A featurizer export
+        gives ``row_ids`` ``(len(texts), rows)`` int32 and ``row_mask`` float32 instead, padded to
+        the text with the most rows (:meth:`ptmkit_export.bag_of_rows.BagOfRows.encode`; no
+        truncation).
 
         Args:
             texts: non-empty list of str.
@@ -289,6 +307,10 @@ class Predictor:
             TypeError: ``texts`` is a single str, or holds a non-str.
         """
         texts = self._check_texts(texts)
+        if self.featurizer is not None:
+            feeds = self.featurizer.encode(texts)
+            return {name: feeds[encoding].astype(dtype, copy=False) for name, encoding, dtype in self._inputs}
+        assert self.tokenizer is not None
         encodings = self.tokenizer.encode_batch(texts)
         return {
             name: np.asarray([getattr(encoding, attribute) for encoding in encodings], dtype=dtype)

@@ -147,13 +147,19 @@ class ModelService:
         #: A model call's fixed cost, in padded tokens (see :func:`length_groups`).
         self.call_cost_tokens = 16
         manifest = predictor.manifest
-        self.max_length = int(manifest["max_sequence_length"])
-        self.pad_id = int(manifest["pad_token_id"])
-        self.vocabulary_size = int(predictor.tokenizer.get_vocab_size())
+        # A featurizer export (bag of rows, no tokenizer) has no sequence length or pad id.
+        self.max_length = int(manifest.get("max_sequence_length", 0))
+        self.pad_id = int(manifest.get("pad_token_id", 0))
+        if predictor.featurizer is not None:
+            self.vocabulary_size = predictor.featurizer.rows_total
+        else:
+            assert predictor.tokenizer is not None
+            self.vocabulary_size = int(predictor.tokenizer.get_vocab_size())
         self.labels = list(predictor.labels)
         #: (name, datatype, encoding) of the model's own inputs, in manifest order; none for a
-        #: variant that tokenizes inside the graph (it takes text only).
-        self.tensor_inputs = [] if predictor.text_input else [(s["name"], s["dtype"].upper(), s["encoding"]) for s in manifest["inputs"]]
+        #: variant that tokenizes inside the graph or a featurizer export (they take text only).
+        text_only = predictor.text_input or predictor.featurizer is not None
+        self.tensor_inputs = [] if text_only else [(s["name"], s["dtype"].upper(), s["encoding"]) for s in manifest["inputs"]]
         self.has_mask = any(encoding == "attention_mask" for _, _, encoding in self.tensor_inputs)
         self.model_outputs = [o.name for o in predictor.session.get_outputs()]
         self._model_output_meta = [
@@ -226,7 +232,11 @@ class ModelService:
         if len(texts) == 1:
             values = run(texts)
         else:  # texts of similar length run together, so that short texts are not padded to long ones
-            lengths = [sum(e.attention_mask) for e in self.predictor.tokenizer.encode_batch(texts)]
+            if self.predictor.featurizer is not None:
+                lengths = [len(self.predictor.featurizer.rows(text)) for text in texts]
+            else:
+                assert self.predictor.tokenizer is not None
+                lengths = [sum(e.attention_mask) for e in self.predictor.tokenizer.encode_batch(texts)]
             values = np.empty((0, 0), dtype=np.float32)
             for group in length_groups(lengths, self.call_cost_tokens):
                 part = run([texts[i] for i in group])

@@ -7,6 +7,8 @@ https://github.com/triton-inference-server/server/blob/main/docs/user_guide/mode
     REPO_DIR/NAME/1/model.onnx      the ONNX model, run by Triton's onnxruntime backend
     REPO_DIR/NAME/labels.txt        classifiers: one label per line, for the classification extension
     REPO_DIR/NAME/tokenizer.json    the export's tokenizer (clients tokenize; Triton serves tensors)
+    REPO_DIR/NAME/featurizer.json   instead, for a bag-of-rows export: its featurizer object, and the
+    REPO_DIR/NAME/vocabulary.txt    vocabulary it names (clients make row_ids/row_mask)
 
 config.pbtxt is generated from the ONNX Runtime session's real inputs and outputs (names, element
 types, shapes; model configuration docs,
@@ -186,7 +188,12 @@ def write_triton_repository(
         external = model_path.with_name(model_path.name + ".data")  # ONNX external weights, when any
         if external.is_file():
             shutil.copyfile(external, staging / "1" / external.name)
-        shutil.copyfile(export_dir / manifest["tokenizer"], staging / "tokenizer.json")
+        if "featurizer" in manifest:
+            spec = dict(manifest["featurizer"])
+            shutil.copyfile(export_dir / spec["vocabulary"], staging / "vocabulary.txt")
+            (staging / "featurizer.json").write_text(json.dumps({**spec, "vocabulary": "vocabulary.txt"}, indent=2) + "\n", encoding="utf-8")
+        else:
+            shutil.copyfile(export_dir / manifest["tokenizer"], staging / "tokenizer.json")
         if is_classifier:
             (staging / "labels.txt").write_text("".join(f"{label}\n" for label in manifest["labels"]), encoding="utf-8")
         (staging / "config.pbtxt").write_text(config, encoding="utf-8")

@@ -1,11 +1,14 @@
 """fastText's supervised classifier (Joulin et al. 2017, "Bag of Tricks for Efficient Text
-Classification"): a text is the mean of its word rows (and hashed word n-gram rows), a linear
+Classification"): a text is the mean of its word rows (and hashed character n-gram and word n-gram
+rows), a linear
 layer without bias maps it to label scores, softmax loss, SGD with a learning rate decaying
 linearly to 0. Trained on ``__label__`` files (or TSV/CSV/JSON lines with ``label`` and ``text``).
 
 Reference implementation: facebookresearch/fastText (``./fasttext supervised``): the defaults below
-are its own (dim 100, lr 0.1, 5 epochs, minCount 1, wordNgrams 1, no character n-grams,
-2,000,000 buckets); word n-gram rows are ``nwords + h % bucket`` with
+are its own (dim 100, lr 0.1, 5 epochs, minCount 1, wordNgrams 1, no character n-grams (minn 0,
+maxn 0), 2,000,000 buckets); character n-gram rows are ``nwords + fnv1a(ngram) % bucket``
+(``Dictionary::addSubwords``: a known word's own row then its n-grams, an unknown word its n-grams
+only), word n-gram rows are ``nwords + h % bucket`` with
 ``h = h * 116049371 + hash(next word)`` over 64-bit unsigned arithmetic (``Dictionary::addWordNgrams``);
 the input gradient is divided by the number of rows (``Model::update`` for supervised models),
 which is what the mean's derivative gives. Examples are updated in mini-batches with a summed
@@ -25,7 +28,7 @@ import numpy as np
 from rich.console import Console
 
 from ptmkit.errors import ConfigError
-from ptmkit_fasttext.subwords import fnv1a
+from ptmkit_fasttext.subwords import fnv1a, ngram_rows
 
 NGRAM_MULTIPLIER = 116049371
 
@@ -37,7 +40,10 @@ class FastTextClassifierConfig:
     Attributes:
         vector_size: dimensions of the word rows.
         word_ngrams: longest word n-gram (1: words only, 2: words and bigrams).
-        bucket: hash buckets for word n-grams (used when ``word_ngrams > 1``).
+        minn: shortest character n-gram (with ``maxn > 0``).
+        maxn: longest character n-gram (0: none, fastText's supervised default).
+        bucket: hash buckets for word and character n-grams (used when ``word_ngrams > 1`` or
+            ``maxn > 0``; both kinds share them, as in fastText).
         min_count: rarer words are dropped.
         epochs: passes over the training file.
         learning_rate: initial SGD learning rate, decaying linearly to 0.
@@ -49,6 +55,8 @@ class FastTextClassifierConfig:
 
     vector_size: int = 100
     word_ngrams: int = 1
+    minn: int = 0
+    maxn: int = 0
     bucket: int = 2_000_000
     min_count: int = 1
     epochs: int = 5
@@ -62,14 +70,42 @@ class FastTextClassifierConfig:
         for name in ("vector_size", "word_ngrams", "min_count", "epochs", "learning_rate", "batch_size"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")
-        if self.word_ngrams > 1 and self.bucket <= 0:
-            raise ConfigError("config key 'model.bucket' must be > 0 when 'model.word_ngrams' > 1")
+        if self.minn < 0 or self.maxn < 0:
+            raise ConfigError(f"config keys 'model.minn' = {self.minn} and 'model.maxn' = {self.maxn} must be >= 0")
+        if self.maxn and not 1 <= self.minn <= self.maxn:
+            raise ConfigError(f"config keys 'model.minn' = {self.minn} and 'model.maxn' = {self.maxn}: need 1 <= minn <= maxn (or maxn = 0)")
+        if (self.word_ngrams > 1 or self.maxn > 0) and self.bucket <= 0:
+            raise ConfigError("config key 'model.bucket' must be > 0 when 'model.word_ngrams' > 1 or 'model.maxn' > 0")
+
+    @property
+    def buckets(self) -> int:
+        """Hash rows after the word rows: ``bucket`` when any n-grams are used, else 0."""
+        return self.bucket if self.word_ngrams > 1 or self.maxn > 0 else 0
 
 
-def text_rows(words: list[str], index: dict[str, int], word_ngrams: int, bucket: int) -> list[int]:
-    """Input rows of a text: its in-vocabulary words' rows, then its word n-gram rows (fastText's
-    ``addWordNgrams``, over the hashes of all its words, known or not)."""
-    rows = [index[w] for w in words if w in index]
+def text_rows(words: list[str], index: dict[str, int], word_ngrams: int, bucket: int, minn: int = 0, maxn: int = 0) -> list[int]:
+    """Input rows of a text (fastText's ``Dictionary::getLine`` for supervised models).
+
+    For each word in order: an in-vocabulary word's row, then (``maxn > 0``) its character n-gram
+    rows (``addSubwords``; an out-of-vocabulary word contributes its n-gram rows only); then the
+    word n-gram rows (``addWordNgrams``, over the hashes of all its words, known or not).
+
+    Args:
+        words: the text's tokens.
+        index: word -> row of the vocabulary (rows ``0 .. len(index) - 1``).
+        word_ngrams: longest word n-gram (1: none).
+        bucket: hashed rows after the word rows.
+        minn, maxn: character n-gram lengths (``maxn = 0``: none).
+
+    Returns:
+        list of int rows in ``[0, len(index) + bucket)``.
+    """
+    rows: list[int] = []
+    for w in words:
+        if w in index:
+            rows.append(index[w])
+        if maxn > 0:
+            rows.extend(ngram_rows(w, minn, maxn, bucket, len(index)))
     if word_ngrams > 1:
         hashes = [fnv1a(w.encode("utf-8")) for w in words]
         nwords = len(index)
@@ -130,8 +166,8 @@ def train_classifier(corpus: Path, run_dir: Path, config: FastTextClassifierConf
     vocabulary = Vocabulary([w for w, _ in kept], np.asarray([c for _, c in kept], np.int64), sum(counts.values()), len(counts), len(texts))
     names = sorted(set(labels))
     label_id = {name: i for i, name in enumerate(names)}
-    buckets = config.bucket if config.word_ngrams > 1 else 0
-    features = [text_rows(words, vocabulary.index, config.word_ngrams, buckets) for words in split]
+    buckets = config.buckets
+    features = [text_rows(words, vocabulary.index, config.word_ngrams, buckets, config.minn, config.maxn) for words in split]
     y = np.asarray([label_id[label] for label in labels], np.int32)
     rng = np.random.default_rng(config.seed)
     rows = len(vocabulary) + buckets
@@ -140,7 +176,7 @@ def train_classifier(corpus: Path, run_dir: Path, config: FastTextClassifierConf
     steps = config.epochs * math.ceil(len(texts) / config.batch_size)
     schedule = keras.optimizers.schedules.PolynomialDecay(config.learning_rate, steps, end_learning_rate=0.0, power=1.0)
     model.compile(optimizer=keras.optimizers.SGD(schedule), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum"))
-    console.print(f"{len(texts):,} training texts, {len(names)} labels, {len(vocabulary):,} words, {buckets:,} word n-gram buckets")
+    console.print(f"{len(texts):,} training texts, {len(names)} labels, {len(vocabulary):,} words, {buckets:,} n-gram buckets")
     for epoch in range(config.epochs):
         order = rng.permutation(len(texts))
         total = 0.0
@@ -152,7 +188,7 @@ def train_classifier(corpus: Path, run_dir: Path, config: FastTextClassifierConf
     if config.dev:
         dev_texts, dev_labels = read_labelled(config.dev)
         unknown = sorted(set(dev_labels) - set(names))
-        dev_features = [text_rows((t.lower() if config.lowercase else t).split(), vocabulary.index, config.word_ngrams, buckets) for t in dev_texts]
+        dev_features = [text_rows((t.lower() if config.lowercase else t).split(), vocabulary.index, config.word_ngrams, buckets, config.minn, config.maxn) for t in dev_texts]
         predicted = np.argmax(model.predict(pad_rows(dev_features), batch_size=256, verbose=0), axis=1)
         gold = np.asarray([label_id.get(label, -1) for label in dev_labels])
         majority = Counter(labels).most_common(1)[0][0]

@@ -20,7 +20,7 @@ SCRIPT = """
 import json, sys, tempfile, warnings
 import ptmkit_export
 from ptmkit_export import Predictor
-from ptmkit_export import batching, benchmark, errors, manifest, metrics, predictor, quantize, server, tokenizer_graph, triton  # every module
+from ptmkit_export import bag_of_rows, batching, benchmark, errors, manifest, metrics, predictor, quantize, server, tokenizer_graph, triton  # every module
 import onnxruntime.quantization  # what quantize_int8 imports lazily
 p = Predictor(sys.argv[1])
 out = [x.to_dict() for x in p.predict(["a gorgeous , witty movie .", "tedious ."])]
