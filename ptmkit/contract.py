@@ -31,6 +31,30 @@ SEQUENCE_OUTPUT = "sequence_output"  # (batch, sequence, hidden) float
 POOLED_OUTPUT = "pooled_output"  # (batch, hidden) float
 TOKEN_EMBEDDING = "token_embedding"  # the backbone's token-embedding layer, for tied output heads
 WORD_VECTORS = "word_vectors"  # static word vectors: the family implements ModelFamily.load_word_vectors
+ROW_CLASSIFIER = "row_classifier"  # its runs classify bags of rows: the family implements ModelFamily.load_row_classifier
+
+
+class RowClassifier(NamedTuple):
+    """A trained text classifier over bags of matrix rows (fastText's supervised model, Joulin et
+    al. 2017), as ``ptmkit export`` needs it; see :mod:`ptmkit_export.bag_of_rows` for how texts
+    become rows.
+
+    Attributes:
+        model: a ``keras.Model`` with inputs ``row_ids`` ``(batch, n)`` int32 and ``row_mask``
+            ``(batch, n)`` float32 (1 on real rows) and one output, ``(batch, len(labels))``
+            float32 logits.
+        words: the vocabulary; ``words[i]`` owns row ``i``; hashed rows follow.
+        labels: label names, index = logit column.
+        featurizer: the keyword arguments of :class:`ptmkit_export.bag_of_rows.BagOfRows` besides
+            ``words``: ``lowercase``, ``minn``, ``maxn``, ``bucket``, ``word_ngrams``.
+        dev: the labelled dev file the run was measured on, or None.
+    """
+
+    model: Any
+    words: list[str]
+    labels: list[str]
+    featurizer: dict[str, Any]
+    dev: str | None
 
 
 class SpecialTokens(NamedTuple):
@@ -67,7 +91,9 @@ class ModelFamily:
 
     Families of static word vectors list :data:`WORD_VECTORS` in ``provides`` and implement
     :meth:`load_word_vectors`; ``ptmkit evaluate``, ``ptmkit embed --words`` and ``ptmkit export
-    --vectors`` / ``--onnx`` then serve them without knowing the family.
+    --vectors`` / ``--onnx`` then serve them without knowing the family. Families whose runs are
+    bag-of-rows text classifiers list :data:`ROW_CLASSIFIER` and implement
+    :meth:`load_row_classifier`; ``ptmkit export`` then writes their ONNX model and featurizer.
     """
 
     name: ClassVar[str]
@@ -110,6 +136,15 @@ class ModelFamily:
             a :class:`ptmkit.wordvectors.WordVectors`: words most frequent first, the ``(rows,
             dim)`` float32 lookup matrix and each word's rows (one row; a subword family's
             ``rows`` also answers out-of-vocabulary words).
+
+        Raises:
+            RunDirError: missing or corrupted files.
+        """
+        raise NotImplementedError
+
+    def load_row_classifier(self, run_dir: Path) -> RowClassifier:
+        """The trained classifier of a finished run of this family (families providing
+        :data:`ROW_CLASSIFIER`), weights loaded.
 
         Raises:
             RunDirError: missing or corrupted files.
@@ -213,6 +248,20 @@ class Objective:
         raise NotImplementedError
 
 
+class TrainedHead(NamedTuple):
+    """What :meth:`Head.train` returns.
+
+    Attributes:
+        model_config: the ``[model]`` section of the fine-tuned run (a dict of scalars), a valid
+            config of the head's :attr:`Head.run_family`.
+        logits: a function from a list of texts to their ``(len(texts), labels)`` float32 logits;
+            ``ptmkit finetune`` measures dev and test accuracy and macro-F1 with it.
+    """
+
+    model_config: dict[str, Any]
+    logits: Callable[[list[str]], np.ndarray]
+
+
 class Head:
     """A fine-tune head on top of a backbone (sequence classification, ...).
 
@@ -220,16 +269,50 @@ class Head:
         name: str. E.g. ``"classification"``.
         requires: frozenset of backbone capabilities it needs.
         config_class: dataclass of its hyper-parameters (section ``[head]``).
+        trains_itself: bool. True for a head on static word vectors (``requires`` holds
+            :data:`WORD_VECTORS`) with its own training loop (:meth:`train`) instead of a Keras
+            model on a backbone; its hyper-parameters are all in ``config_class``.
+        run_family: str. For a head that trains itself: the family whose runs it writes (one
+            providing :data:`ROW_CLASSIFIER`, so that ``ptmkit export`` and ``ptmkit predict`` serve
+            them).
     """
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
     requires: ClassVar[frozenset[str]] = frozenset()
     config_class: ClassVar[type]
+    trains_itself: ClassVar[bool] = False
+    run_family: ClassVar[str] = ""
 
     def build(self, backbone: keras.Model, num_labels: int, config: Any) -> keras.Model:
         """Return a model taking the backbone's inputs and returning ``logits``,
         ``(batch, num_labels)`` float32."""
+        raise NotImplementedError
+
+    def train(
+        self, vectors: WordVectors, parent_model: Any, texts: list[str], label_ids: np.ndarray, labels: list[str], config: Any, run_dir: Path, console: Console
+    ) -> TrainedHead:
+        """Train a classifier initialised from ``vectors`` (heads that train themselves) and write
+        its files into ``run_dir``.
+
+        The core has read the labelled files and created ``run_dir``; after this returns it
+        measures dev and test accuracy and macro-F1 with the returned ``logits`` and writes
+        ``config.toml`` (family :attr:`run_family`, ``[model]`` the returned ``model_config``),
+        ``labels.json``, ``metrics.json`` and the manifest, last.
+
+        Args:
+            vectors: the pre-trained run's word vectors (every row of its matrix).
+            parent_model: the pre-trained run's ``[model]`` config (e.g. its ``lowercase``).
+            texts: training texts.
+            label_ids: ``(len(texts),)`` int32 indices into ``labels``.
+            labels: label names, sorted.
+            config: an instance of ``config_class``, validated.
+            run_dir: the fine-tuned run directory.
+            console: where progress lines go.
+
+        Raises:
+            ConfigError: settings that cannot work with these vectors.
+        """
         raise NotImplementedError
 
 

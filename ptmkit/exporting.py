@@ -40,6 +40,7 @@ import numpy as np
 from rich.console import Console
 
 from ptmkit.console import default_console
+from ptmkit.contract import ROW_CLASSIFIER
 from ptmkit.errors import PtmkitError
 from ptmkit.rundir import RunDir
 
@@ -183,7 +184,9 @@ def export_run(
 
     A fine-tuned run exports its head's ``logits``; a run without a head (pre-trained or imported
     with ``ptmkit import-hf``) exports sentence ``embeddings`` with the run's pooling
-    (:mod:`ptmkit.embedding`).
+    (:mod:`ptmkit.embedding`). A run of a family providing
+    :data:`~ptmkit.contract.ROW_CLASSIFIER` (a bag-of-rows classifier) goes to
+    :func:`ptmkit.row_export.export_row_classifier` (fp32 only).
 
     Args:
         run_dir: a run directory.
@@ -209,7 +212,8 @@ def export_run(
     Raises:
         RunDirError: missing or corrupted files.
         ExportError: bad options (:func:`check_options`); the ONNX graph failed a check (nothing is
-            written); no dev texts for the gate; ``exclude_nodes`` names no node of the graph.
+            written); no dev texts for the gate; ``exclude_nodes`` names no node of the graph;
+            ``--int8``/``--optimize``/``--fp16``/``--with-tokenizer`` for a bag-of-rows classifier.
     """
     import onnxruntime as ort
 
@@ -222,6 +226,17 @@ def export_run(
     console = console or default_console()
     registry = get_registry()
     run = RunDir(run_dir)
+    family = registry.family(run.manifest()["family"])
+    if ROW_CLASSIFIER in family.provides:
+        given = [flag for flag, on in (("--int8", int8), (f"--optimize {optimize}", optimize > 0), ("--fp16", fp16), ("--with-tokenizer", with_tokenizer)) if on]
+        if given:
+            raise ExportError(
+                f"{run.path}: {', '.join(given)}: a {family.name} run is a bag-of-rows classifier (a row gather, a mean, one matrix "
+                "product) and is exported as fp32 ONNX only; drop the option"
+            )
+        from ptmkit.row_export import export_row_classifier
+
+        return export_row_classifier(family.load_row_classifier(run.path), run.path, family.name, out, dev, console)
     task_manifest: dict[str, Any]
     if run.manifest().get("head"):
         model, config, tokenizer, run_manifest = load_classifier(run_dir, registry)

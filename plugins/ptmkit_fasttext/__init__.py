@@ -4,7 +4,9 @@ negative sampling; out-of-vocabulary words get vectors from their n-grams.
 
 It also adds ``ptmkit import-fasttext MODEL.bin --out RUN_DIR`` (through the
 ``ptmkit_register_commands`` hook), which turns a Facebook fastText ``.bin`` into a run that every
-word-vector command serves.
+word-vector command serves; the ``fasttext-supervised`` family (Joulin et al. 2017), whose runs
+``ptmkit export`` writes as ONNX with their featurizer (capability ``ROW_CLASSIFIER``); and the
+``fasttext`` fine-tune head, which trains that classifier from any word-vector run.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Annotated, Any
 import typer
 
 import ptmkit
-from ptmkit.contract import ModelFamily, WordVectorFamily
+from ptmkit.contract import ROW_CLASSIFIER, ModelFamily, RowClassifier, WordVectorFamily
 from ptmkit_fasttext.config import FastTextConfig
 from ptmkit_fasttext.supervised import FastTextClassifierConfig
 
@@ -45,7 +47,7 @@ class FastTextClassifierFamily(ModelFamily):
 
     name = "fasttext-supervised"
     description = "fastText supervised classifier (Joulin et al. 2017) on __label__ files"
-    provides = frozenset()
+    provides = frozenset({ROW_CLASSIFIER})
     input_names = ("row_ids", "row_mask")
     trains_itself = True
 
@@ -55,6 +57,11 @@ class FastTextClassifierFamily(ModelFamily):
         from ptmkit_fasttext.supervised import train_classifier
 
         return train_classifier(corpus, run_dir, config, console)
+
+    def load_row_classifier(self, run_dir: Path) -> RowClassifier:
+        from ptmkit_fasttext.supervised import load_row_classifier
+
+        return load_row_classifier(Path(run_dir))
 
 
 def import_fasttext(model: Path, out: Path) -> dict[str, Any]:

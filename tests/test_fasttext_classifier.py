@@ -1,0 +1,111 @@
+"""fastText's supervised classifier end to end: ``ptmkit export`` (ONNX Runtime against Keras on the
+dev texts, <= 1e-6), ``ptmkit predict`` and the server through the lean runtime (no TensorFlow),
+and ``ptmkit finetune`` with the ``fasttext`` head from fastText and word2vec runs (rows copied from
+the run, n-gram rows hashed as gensim hashes them, metrics as scikit-learn computes them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from inplugins import in_tree_plugins, registered  # noqa: F401 - the fixture
+from tinyconfig import DATA
+
+from ptmkit.cli import main
+
+pytestmark = pytest.mark.usefixtures("in_tree_plugins")
+CLASSIFY = DATA / "classify"
+MULTI_SCRIPT = ["Москва столица 東京大学 🙂👍 naïveté", "ŽLUŤOUČKÝ kůň Straße", "a genus of ferns", ""]
+
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """1,500 training glosses; 300 dev glosses plus lines in several scripts; 200 test glosses
+    (dev and test: of labels the training glosses have)."""
+    folder = tmp_path_factory.mktemp("data")
+    train = (CLASSIFY / "wordnet-supersense-train-20k.tsv").read_text(encoding="utf-8").splitlines()
+    dev = (CLASSIFY / "wordnet-supersense-dev.tsv").read_text(encoding="utf-8").splitlines()
+    test = (CLASSIFY / "wordnet-supersense-test.tsv").read_text(encoding="utf-8").splitlines()
+    known = {line.split("\t", 1)[0] for line in train[1:1501]}
+    dev = dev[:1] + [line for line in dev[1:] if line.split("\t", 1)[0] in known][:300]
+    test = test[:1] + [line for line in test[1:] if line.split("\t", 1)[0] in known][:200]  # only labels seen in training
+    files = {"train": train[:1501], "dev": dev + [f"noun.plant\t{t}" for t in MULTI_SCRIPT if t], "test": test}
+    paths = {}
+    for name, lines in files.items():
+        paths[name] = folder / f"{name}.tsv"
+        paths[name].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def supervised(tmp_path_factory: pytest.TempPathFactory, labelled: dict[str, Path]) -> Path:
+    """A classifier with word bigrams and character 2-4-grams, lower-cased, exported."""
+    out = tmp_path_factory.mktemp("runs") / "sup"
+    argv = ["train", "fasttext-supervised", "--corpus", str(labelled["train"]), "--out", str(out), "--set", "model.epochs=2",
+            "--set", "model.vector_size=16", "--set", "model.word_ngrams=2", "--set", "model.minn=2", "--set", "model.maxn=4",
+            "--set", "model.bucket=5003", "--set", "model.lowercase=true", "--set", f"model.dev={labelled['dev']}"]
+    with registered():
+        assert main(argv) == 0
+        assert main(["export", str(out)]) == 0
+    return out
+
+
+def keras_logits(run: Path, texts: list[str]) -> np.ndarray:
+    """The run's Keras model on rows made by the training code (``supervised.text_rows``)."""
+    from ptmkit.config import read_toml
+    from ptmkit_fasttext.supervised import load_row_classifier, pad_rows, text_rows
+
+    classifier = load_row_classifier(run)
+    model = read_toml(run / "config.toml")["model"]
+    index = {w: i for i, w in enumerate(classifier.words)}
+    bucket = classifier.featurizer["bucket"]
+    rows = [text_rows((t.lower() if model["lowercase"] else t).split(), index, model["word_ngrams"], bucket, model["minn"], model["maxn"]) for t in texts]
+    return np.asarray(classifier.model(pad_rows(rows)))
+
+
+def test_export_equals_keras_and_predict_serves_it(supervised: Path, labelled: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    from ptmkit_export import Predictor
+    from ptmkit_export.server import create_app
+
+    manifest = json.loads((supervised / "export" / "manifest.json").read_text())
+    metrics = json.loads((supervised / "metrics.json").read_text())
+    fp32 = manifest["variants"]["fp32"]
+    assert max(fp32["parity_max_abs_diff"].values()) <= 1e-6 and fp32["dev_texts"] == 303
+    assert fp32["dev_accuracy"] == metrics["dev_accuracy"]  # ONNX Runtime's dev accuracy is Keras'
+    assert manifest["featurizer"] | {"hash": None, "eos": None} == {
+        "kind": "bag-of-rows", "vocabulary": "vocabulary.txt", "lowercase": True, "minn": 2, "maxn": 4, "bucket": 5003, "word_ngrams": 2, "hash": None, "eos": None}
+    predictor = Predictor(supervised / "export")
+    dev_texts = [line.split("\t", 1)[1] for line in labelled["dev"].read_text(encoding="utf-8").splitlines()[1:]]
+    texts = dev_texts[:40] + MULTI_SCRIPT
+    np.testing.assert_allclose(predictor.logits(texts), keras_logits(supervised, texts), atol=1e-6)
+
+    assert main(["predict", str(supervised / "export"), "--text", MULTI_SCRIPT[0], "--file", str(labelled["test"])]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 201 and lines[0]["text"] == MULTI_SCRIPT[0]
+    expected = predictor.predict([line["text"] for line in lines])
+    assert [line["label"] for line in lines] == [p.label for p in expected]
+    assert all(abs(sum(line["probabilities"].values()) - 1) < 1e-6 for line in lines)
+    served = create_app(predictor, "sup").state.service.run_batch("text", [texts[:3], texts[3:5]])
+    assert [list(r["labels"]) for r in served] == [[p.label for p in predictor.predict(texts[:3])], [p.label for p in predictor.predict(texts[3:5])]]
+
+
+def test_predictor_on_a_featurizer_export_loads_no_tensorflow(supervised: Path) -> None:
+    script = (
+        "import json, sys; from ptmkit_export import Predictor; p = Predictor(sys.argv[1]); p.predict(['Москва 🙂', 'a fern']);"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'ptmkit', 'ptmkit_fasttext', 'tf2onnx'))))"
+    )
+    result = subprocess.run([sys.executable, "-c", script, str(supervised / "export")], capture_output=True, text=True, env=dict(os.environ), timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+def test_int8_is_refused_in_one_line(supervised: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", str(supervised), "--int8", "--out", str(supervised / "export-int8")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "--int8" in err and "fp32 ONNX only" in err and "\n" not in err
+    assert not (supervised / "export-int8").exists()
