@@ -109,3 +109,94 @@ def test_int8_is_refused_in_one_line(supervised: Path, capsys: pytest.CaptureFix
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "--int8" in err and "fp32 ONNX only" in err and "\n" not in err
     assert not (supervised / "export-int8").exists()
+
+
+@pytest.fixture(scope="module")
+def fasttext_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    lines = (DATA / "corpus" / "enwiki-106.txt").read_text(encoding="utf-8").lower().splitlines()[:300]
+    corpus = tmp_path_factory.mktemp("ftcorpus") / "wiki.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path_factory.mktemp("ftruns") / "ft"
+    argv = ["train", "fasttext", "--corpus", str(corpus), "--out", str(out), "--set", "model.bucket=50000", "--set", "model.vector_size=16",
+            "--set", "model.epochs=1", "--set", "model.min_count=2", "--set", "model.lowercase=true"]
+    with registered():
+        assert main(argv) == 0
+    return out
+
+
+def test_finetune_from_fasttext_vectors(fasttext_run: Path, labelled: dict[str, Path], tmp_path: Path) -> None:
+    """The head starts from every row of the run (rows no training text touches keep the run's
+    values), hashes unknown words' n-grams as gensim does, inherits the run's lower-casing, and its
+    run exports and predicts; its dev macro-F1 is scikit-learn's on the exported model."""
+    from gensim.models.fasttext import ft_ngram_hashes
+    from sklearn.metrics import f1_score
+
+    from ptmkit.wordvectors.commands import load_vectors
+    from ptmkit_export import Predictor
+    from ptmkit_fasttext.supervised import load_row_classifier
+
+    out = tmp_path / "cls"
+    argv = ["finetune", str(fasttext_run), "--train", str(labelled["train"]), "--dev", str(labelled["dev"]), "--test", str(labelled["test"]),
+            "--out", str(out), "--set", "head.epochs=2"]
+    assert main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {"dev_accuracy", "dev_macro_f1", "test_accuracy", "test_macro_f1"} <= metrics.keys()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (manifest["family"], manifest["stage"], manifest["head"], manifest["parent_family"]) == ("fasttext-supervised", "finetune", "fasttext", "fasttext")
+
+    _, parent = load_vectors(fasttext_run)
+    classifier = load_row_classifier(out)
+    assert classifier.featurizer == {"lowercase": True, "minn": 3, "maxn": 6, "bucket": 50000, "word_ngrams": 1}
+    assert classifier.words[: len(parent.words)] == parent.words
+    rows = classifier.model.get_layer("input_rows").get_weights()[0]
+    nwords = len(classifier.words)
+    from ptmkit_export.bag_of_rows import BagOfRows
+
+    featurizer = BagOfRows(classifier.words, **classifier.featurizer)
+    touched = {r for line in labelled["train"].read_text(encoding="utf-8").splitlines()[1:] for r in featurizer.rows(line.split("\t", 1)[1])}
+    untouched_words = [i for i in range(len(parent.words)) if i not in touched]
+    untouched_buckets = [b for b in range(50000) if nwords + b not in touched]
+    assert len(untouched_words) > 100 and len(untouched_buckets) > 100
+    np.testing.assert_array_equal(rows[untouched_words], parent.matrix[untouched_words])
+    np.testing.assert_array_equal(rows[[nwords + b for b in untouched_buckets]], parent.matrix[[len(parent.words) + b for b in untouched_buckets]])
+    for word in ["zzqxjv", "Москвы", "東京"]:
+        assert featurizer.rows(word) == [nwords + h for h in ft_ngram_hashes(word.lower(), 3, 6, 50000)]
+
+    assert main(["export", str(out)]) == 0
+    export = json.loads((out / "export" / "manifest.json").read_text())
+    assert max(export["variants"]["fp32"]["parity_max_abs_diff"].values()) <= 1e-6
+    assert export["variants"]["fp32"]["dev_accuracy"] == metrics["dev_accuracy"]
+    predictor = Predictor(out / "export")
+    dev = [line.split("\t", 1) for line in labelled["dev"].read_text(encoding="utf-8").splitlines()[1:]]
+    predicted = [p.label for p in predictor.predict([text for _, text in dev])]
+    assert round(f1_score([label for label, _ in dev], predicted, average="macro"), 4) == metrics["dev_macro_f1"]
+    assert round(float(np.mean([p == label for p, (label, _) in zip(predicted, dev, strict=True)])), 4) == metrics["dev_accuracy"]
+
+
+def test_finetune_from_word2vec_vectors_and_wrong_heads(labelled: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ptmkit_export import Predictor
+
+    lines = (DATA / "corpus" / "enwiki-106.txt").read_text(encoding="utf-8").lower().splitlines()[:200]
+    corpus = tmp_path / "wiki.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    sgns = tmp_path / "sgns"
+    assert main(["train", "word2vec", "--corpus", str(corpus), "--out", str(sgns), "--set", "model.vector_size=16", "--set", "model.epochs=1", "--set", "model.min_count=2"]) == 0
+    common = ["--train", str(labelled["train"]), "--dev", str(labelled["dev"])]
+    out = tmp_path / "cls"
+    assert main(["finetune", str(sgns), *common, "--out", str(out), "--set", "head.epochs=1", "--set", "head.word_ngrams=2", "--set", "head.bucket=1000"]) == 0
+    assert main(["export", str(out)]) == 0
+    predictor = Predictor(out / "export")
+    assert predictor.featurizer is not None and predictor.featurizer.maxn == 0 and predictor.featurizer.bucket == 1000
+    assert len(predictor.predict(MULTI_SCRIPT)) == len(MULTI_SCRIPT)
+    capsys.readouterr()
+
+    cases = [
+        ([str(sgns), "--set", "finetune.head=classification"], "finetune.head = 'classification' needs ['pooled_output'], which word2vec runs do not provide; heads for them: fasttext"),
+        ([str(sgns), "--set", "finetune.epochs=2"], "the fasttext head trains with its own settings; set head.* keys"),
+        ([str(out)], "is a finetune run; fine-tune a pre-training run"),
+    ]
+    for args, message in cases:
+        assert main(["finetune", *args, *common, "--out", str(tmp_path / "bad")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err, err
+        assert not (tmp_path / "bad").exists()

@@ -17,11 +17,12 @@ from typing import Annotated, Any
 import typer
 
 import ptmkit
-from ptmkit.contract import ROW_CLASSIFIER, ModelFamily, RowClassifier, WordVectorFamily
+from ptmkit.contract import ROW_CLASSIFIER, Head, ModelFamily, RowClassifier, WordVectorFamily
 from ptmkit_fasttext.config import FastTextConfig
+from ptmkit_fasttext.head import FastTextHead, FastTextHeadConfig
 from ptmkit_fasttext.supervised import FastTextClassifierConfig
 
-__all__ = ["FastTextClassifierConfig", "FastTextClassifierFamily", "FastTextConfig", "FastTextFamily"]
+__all__ = ["FastTextClassifierConfig", "FastTextClassifierFamily", "FastTextConfig", "FastTextFamily", "FastTextHead", "FastTextHeadConfig"]
 
 
 class FastTextFamily(WordVectorFamily):
@@ -110,6 +111,12 @@ def import_fasttext(model: Path, out: Path) -> dict[str, Any]:
 def ptmkit_model_families() -> list[ModelFamily]:
     """fastText (unsupervised word vectors) and fastText's supervised classifier."""
     return [FastTextFamily(), FastTextClassifierFamily()]
+
+
+@ptmkit.hookimpl
+def ptmkit_heads() -> list[Head]:
+    """fastText's classifier as a fine-tune head on any word-vector run."""
+    return [FastTextHead()]
 
 
 @ptmkit.hookimpl

@@ -4,6 +4,11 @@ Reads the parent run's config, tokenizer and backbone weights; adds the head nam
 ``finetune.head`` (sequence classification by default); trains with AdamW, linear warm-up and
 decay; reports dev accuracy and macro-F1 after each epoch and at the end; writes a run directory
 that ``ptmkit export`` reads.
+
+A head that trains itself on static word vectors (:attr:`ptmkit.contract.Head.trains_itself`, e.g.
+fastText's classifier) gets the parent run's word vectors instead of a backbone and writes a run of
+its :attr:`~ptmkit.contract.Head.run_family`; when ``finetune.head`` is not given and the default
+head does not fit the parent's family, the one installed head that fits is used.
 """
 
 from __future__ import annotations
@@ -158,7 +163,7 @@ def finetune(
     if target.path.exists() and any(target.path.iterdir()):
         raise RunDirError(f"{target.path}: exists and is not empty; choose another --out")
     manifest = parent.manifest()
-    if manifest["stage"] != "pretrain":
+    if manifest["stage"] not in ("pretrain", "import"):
         raise RunDirError(f"{parent.path}: is a {manifest['stage']} run; fine-tune a pre-training run")
     for override in overrides or []:
         section = override.partition("=")[0].strip().split(".")[0]
@@ -166,8 +171,13 @@ def finetune(
             raise ConfigError(
                 f"--set {override!r}: fine-tuning keeps the pre-trained run's [{section}]; set finetune.* or head.* keys"
             )
+    family = registry.family(manifest["family"])
+    overrides = choose_head(registry, family, config_path, list(overrides or []))
     config = resolve_config(registry, manifest["family"], config_path, overrides, base=read_toml(parent.require(CONFIG)))
     ft = config.finetune
+    head = registry.head(ft.head)
+    if head.trains_itself:
+        return _finetune_word_vectors(registry, parent, manifest, head, config, overrides, train_file, dev_file, test_file, target, console)
 
     texts, labels, y_train = load_labelled(train_file)
     dev_texts, _, y_dev = load_labelled(dev_file, labels)
@@ -179,7 +189,6 @@ def finetune(
 
     seed_everything(ft.seed)
     set_precision(ft.mixed_precision)
-    family = registry.family(manifest["family"])
     backbone, _, tokenizer, _ = load_backbone(registry, parent)
     specials = family.special_tokens(tokenizer)
     x_train = encode_texts(tokenizer, texts, ft.sequence_length, family.input_names, specials.pad)
@@ -250,6 +259,117 @@ def finetune(
         outputs=["logits"],
         sequence_length=ft.sequence_length,
         weights=MODEL_WEIGHTS,
+    )
+    return metrics
+
+
+def choose_head(registry: Registry, family: Any, config_path: str | Path | None, overrides: list[str]) -> list[str]:
+    """``overrides`` with ``finetune.head`` set to the head to use on ``family``'s runs.
+
+    A head named by ``--set finetune.head=NAME`` or the ``--config`` file must fit the family (its
+    ``requires`` among the family's ``provides``). Otherwise the default head is used when it
+    fits, else the one installed head that does.
+
+    Raises:
+        ConfigError: the named head does not fit, or no head (or several) fits the family.
+    """
+    from ptmkit.config import FinetuneConfig
+
+    named: str | None = None
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.strip() == "finetune.head":
+            named = value.strip().strip('"')
+    if named is None and config_path is not None:
+        section = read_toml(config_path).get("finetune")
+        named = section.get("head") if isinstance(section, dict) else None
+    fitting = registry.heads_for(family)
+    if named is not None:
+        if named in registry.heads and named not in fitting:
+            raise ConfigError(
+                f"finetune.head = {named!r} needs {sorted(registry.head(named).requires)}, which {family.name} runs do not provide; "
+                f"heads for them: {', '.join(fitting) or 'none installed'}"
+            )
+        return overrides
+    default = FinetuneConfig().head
+    if default in fitting:
+        return overrides
+    if len(fitting) != 1:
+        raise ConfigError(
+            f"no fine-tune head fits {family.name} runs (they provide {sorted(family.provides)})"
+            if not fitting else f"several heads fit {family.name} runs ({', '.join(fitting)}); choose one with --set finetune.head=NAME"
+        )
+    return [*overrides, f"finetune.head={fitting[0]}"]
+
+
+def _finetune_word_vectors(
+    registry: Registry, parent: RunDir, manifest: dict[str, Any], head: Any, config: RunConfig, overrides: list[str],
+    train_file: str | Path, dev_file: str | Path, test_file: str | Path | None, target: RunDir, console: Console,
+) -> dict[str, Any]:
+    """Fine-tune with a head that trains itself on the parent's word vectors (see the module
+    docstring); the run it writes belongs to ``head.run_family``."""
+    import dataclasses
+
+    from ptmkit.contract import ROW_CLASSIFIER, WORD_VECTORS
+
+    for override in overrides:
+        key = override.partition("=")[0].strip()
+        if key.startswith("finetune.") and key != "finetune.head":
+            raise ConfigError(f"--set {override!r}: the {head.name} head trains with its own settings; set head.* keys (e.g. head.epochs)")
+    family = registry.family(manifest["family"])
+    if WORD_VECTORS not in family.provides:
+        raise ConfigError(f"finetune.head = {head.name!r} trains on static word vectors; {family.name} runs have none")
+    run_family = registry.family(head.run_family)
+    if ROW_CLASSIFIER not in run_family.provides:
+        raise ConfigError(f"head {head.name!r} writes {run_family.name} runs, which do not provide {ROW_CLASSIFIER!r} (a plugin bug)")
+    texts, labels, y_train = load_labelled(train_file)
+    dev_texts, _, y_dev = load_labelled(dev_file, labels)
+    test_texts, _, y_test = load_labelled(test_file, labels) if test_file is not None else ([], labels, np.zeros(0, np.int32))
+    console.print(f"fine-tuning the {head.name} head on {family.name} vectors: {len(texts):,} examples, {len(labels)} labels; dev {len(dev_texts):,} examples")
+    vectors = family.load_word_vectors(parent.path)
+    created = not target.path.exists()
+    target.path.mkdir(parents=True, exist_ok=True)
+    try:
+        started = time.perf_counter()
+        trained = head.train(vectors, config.model, texts, y_train, labels, config.head, target.path, console)
+        seconds = time.perf_counter() - started
+        predictions = np.argmax(trained.logits(dev_texts), axis=-1)
+        metrics: dict[str, Any] = {
+            "dev_accuracy": round(float(np.mean(predictions == y_dev)), 4),
+            "dev_macro_f1": round(macro_f1(y_dev, predictions, len(labels)), 4),
+            "train_examples": len(texts),
+            "dev_examples": len(dev_texts),
+            "labels": len(labels),
+            "train_seconds": round(seconds, 1),
+        }
+        if test_file is not None:
+            test_predictions = np.argmax(trained.logits(test_texts), axis=-1)
+            metrics["test_accuracy"] = round(float(np.mean(test_predictions == y_test)), 4)
+            metrics["test_macro_f1"] = round(macro_f1(y_test, test_predictions, len(labels)), 4)
+            metrics["test_examples"] = len(test_texts)
+        atomic_write_text(target / CONFIG, to_toml({
+            "family": run_family.name, "model": trained.model_config, "finetune": {"head": head.name}, "head": dataclasses.asdict(config.head),
+        }))
+        target.write_json(LABELS, labels)
+        target.write_json(METRICS, metrics)
+    except BaseException:
+        if created:
+            shutil.rmtree(target.path, ignore_errors=True)
+        raise
+    plugin = registry.owner("head", head.name)
+    target.write_manifest(
+        stage="finetune",
+        family=run_family.name,
+        plugin={"name": plugin.name, "distribution": plugin.distribution, "version": plugin.version},
+        head=head.name,
+        labels=labels,
+        parent=str(parent.path.resolve()),
+        parent_family=family.name,
+        train=str(Path(train_file).resolve()),
+        dev=str(Path(dev_file).resolve()),
+        test=str(Path(test_file).resolve()) if test_file is not None else None,
+        inputs=list(run_family.input_names),
+        outputs=["logits"],
     )
     return metrics
 
