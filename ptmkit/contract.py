@@ -39,10 +39,15 @@ class RowClassifier(NamedTuple):
     al. 2017), as ``ptmkit export`` needs it; see :mod:`ptmkit_export.bag_of_rows` for how texts
     become rows.
 
+    Its logits are ``mean(input_matrix[rows of the text]) @ output_matrix`` (the mean over the
+    rows whose ``row_mask`` is 1; the zero vector for a text without rows).
+
     Attributes:
-        model: a ``keras.Model`` with inputs ``row_ids`` ``(batch, n)`` int32 and ``row_mask``
-            ``(batch, n)`` float32 (1 on real rows) and one output, ``(batch, len(labels))``
-            float32 logits.
+        model: a ``keras.Model`` computing that, with inputs ``row_ids`` ``(batch, n)`` int32 and
+            ``row_mask`` ``(batch, n)`` float32 (1 on real rows) and one output, ``(batch,
+            len(labels))`` float32 logits; the export checks its ONNX graph against it.
+        input_matrix: ``(rows, dim)`` float32: word rows, then hashed rows.
+        output_matrix: ``(dim, len(labels))`` float32.
         words: the vocabulary; ``words[i]`` owns row ``i``; hashed rows follow.
         labels: label names, index = logit column.
         featurizer: the keyword arguments of :class:`ptmkit_export.bag_of_rows.BagOfRows` besides
@@ -51,6 +56,8 @@ class RowClassifier(NamedTuple):
     """
 
     model: Any
+    input_matrix: np.ndarray
+    output_matrix: np.ndarray
     words: list[str]
     labels: list[str]
     featurizer: dict[str, Any]

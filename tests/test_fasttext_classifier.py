@@ -76,6 +76,7 @@ def test_export_equals_keras_and_predict_serves_it(supervised: Path, labelled: d
     metrics = json.loads((supervised / "metrics.json").read_text())
     fp32 = manifest["variants"]["fp32"]
     assert max(fp32["parity_max_abs_diff"].values()) <= 1e-6 and fp32["dev_texts"] == 303
+    assert fp32["parity_max_scaled_diff"] <= 1e-6 and fp32["parity_max_probability_diff"] <= 1e-6
     assert fp32["dev_accuracy"] == metrics["dev_accuracy"]  # ONNX Runtime's dev accuracy is Keras'
     assert manifest["featurizer"] | {"hash": None, "eos": None} == {
         "kind": "bag-of-rows", "vocabulary": "vocabulary.txt", "lowercase": True, "minn": 2, "maxn": 4, "bucket": 5003, "word_ngrams": 2, "hash": None, "eos": None}
@@ -173,6 +174,28 @@ def test_finetune_from_fasttext_vectors(fasttext_run: Path, labelled: dict[str, 
     assert round(float(np.mean([p == label for p, (label, _) in zip(predicted, dev, strict=True)])), 4) == metrics["dev_accuracy"]
 
 
+def test_finetune_from_fasttext_word_vectors_only(fasttext_run: Path, labelled: dict[str, Path], tmp_path: Path) -> None:
+    """``head.subwords=false``: fastText's ``-pretrainedVectors`` with a ``.vec``: word rows start
+    as the run's word vectors (own row and n-gram rows averaged), no n-gram rows."""
+    from ptmkit.wordvectors.commands import load_vectors
+    from ptmkit_export.bag_of_rows import BagOfRows
+    from ptmkit_fasttext.supervised import load_row_classifier
+
+    out = tmp_path / "cls"
+    argv = ["finetune", str(fasttext_run), "--train", str(labelled["train"]), "--dev", str(labelled["dev"]), "--out", str(out),
+            "--set", "head.epochs=1", "--set", "head.subwords=false"]
+    assert main(argv) == 0
+    _, parent = load_vectors(fasttext_run)
+    classifier = load_row_classifier(out)
+    assert classifier.featurizer == {"lowercase": True, "minn": 0, "maxn": 0, "bucket": 0, "word_ngrams": 1}
+    featurizer = BagOfRows(classifier.words, **classifier.featurizer)
+    touched = {r for line in labelled["train"].read_text(encoding="utf-8").splitlines()[1:] for r in featurizer.rows(line.split("\t", 1)[1])}
+    untouched = [i for i in range(len(parent.words)) if i not in touched]
+    assert len(untouched) > 100 and classifier.input_matrix.shape[0] == len(classifier.words)
+    np.testing.assert_array_equal(classifier.input_matrix[untouched], parent.vectors[untouched])
+    assert not np.allclose(parent.vectors[untouched], parent.matrix[untouched])  # the averaged vectors, not the own rows
+
+
 def test_finetune_from_word2vec_vectors_and_wrong_heads(labelled: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from ptmkit_export import Predictor
 
@@ -200,3 +223,18 @@ def test_finetune_from_word2vec_vectors_and_wrong_heads(labelled: dict[str, Path
         err = capsys.readouterr().err.strip()
         assert message in err and "\n" not in err, err
         assert not (tmp_path / "bad").exists()
+
+
+def test_a_large_matrix_goes_to_external_data(supervised: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Matrices over 1 GiB (fastText's 2M buckets at dim 300) are written beside the graph, as
+    ONNX external data; the export still equals Keras and predicts."""
+    from ptmkit import row_export
+    from ptmkit.plugins import get_registry
+    from ptmkit_export import Predictor
+
+    monkeypatch.setattr(row_export, "EXTERNAL_DATA_BYTES", 0)
+    classifier = get_registry().family("fasttext-supervised").load_row_classifier(supervised)
+    manifest = row_export.export_row_classifier(classifier, supervised, "fasttext-supervised", tmp_path / "export")
+    assert (tmp_path / "export" / "model.onnx.data").stat().st_size >= classifier.input_matrix.nbytes
+    assert max(manifest["variants"]["fp32"]["parity_max_abs_diff"].values()) <= 1e-6
+    np.testing.assert_allclose(Predictor(tmp_path / "export").logits(MULTI_SCRIPT), keras_logits(supervised, MULTI_SCRIPT), atol=1e-6)

@@ -4,7 +4,8 @@ initialised from a word-vector run, like ``./fasttext supervised -pretrainedVect
 ``ptmkit finetune RUN_DIR`` on a run of any family with static word vectors (fastText, word2vec,
 GloVe, ...) trains it. The input matrix starts as the run's whole matrix: its word rows and, for
 fastText, its character n-gram bucket rows, hashed with the run's ``minn`` / ``maxn`` /
-``bucket`` (fastText's ``-pretrainedVectors`` reads a ``.vec`` and so copies word rows only). Words
+``bucket`` (fastText's ``-pretrainedVectors`` reads a ``.vec`` and so copies word vectors only,
+which ``head.subwords = false`` does). Words
 of the training set the run does not know get rows after the run's words, drawn as fastText
 draws them (uniform in ``[-1/dim, 1/dim]``); the output matrix starts at 0. Training is the
 supervised model's (:func:`ptmkit_fasttext.supervised.fit_classifier`). The fine-tuned run is a
@@ -39,6 +40,8 @@ class FastTextHeadConfig:
         learning_rate: initial SGD learning rate, decaying linearly to 0.
         batch_size: examples per step (summed loss: each example takes a full step).
         lowercase: lower-case the texts (always on when the pre-trained run lower-cased).
+        subwords: use the vectors' character n-gram rows (fastText runs); false: word rows only,
+            as ``-pretrainedVectors`` with a ``.vec`` file.
         seed: initialisation of new rows and the example order.
     """
 
@@ -49,6 +52,7 @@ class FastTextHeadConfig:
     learning_rate: float = 0.1
     batch_size: int = 16
     lowercase: bool = False
+    subwords: bool = True
     seed: int = 1
 
     def validate(self) -> None:
@@ -78,7 +82,7 @@ class FastTextHead(Head):
         quiet_tensorflow()
         seed_everything(config.seed)
         lowercase = config.lowercase or bool(getattr(parent_model, "lowercase", False))
-        subwords = bool(getattr(vectors, "subword_family", False))
+        subwords = config.subwords and bool(getattr(vectors, "subword_family", False))
         minn, maxn, parent_bucket = (int(vectors.minn), int(vectors.maxn), int(vectors.bucket)) if subwords else (0, 0, 0)
         if maxn == 0 and config.word_ngrams == 1:
             parent_bucket = 0  # rows nothing would index
@@ -98,7 +102,9 @@ class FastTextHead(Head):
         dim = vectors.dim
         rng = np.random.default_rng(config.seed)
         initial = np.empty((len(words) + bucket, dim), np.float32)
-        initial[:known] = vectors.matrix[:known]
+        # With n-grams, a word's own row (its vector is the mean with its n-gram rows); without, its
+        # vector (fastText's .vec), which is the same row for word2vec or GloVe.
+        initial[:known] = vectors.matrix[:known] if subwords else vectors.vectors[:known]
         initial[known : len(words)] = (rng.random((len(new), dim), dtype=np.float32) * 2.0 - 1.0) / dim
         if bucket and bucket == parent_bucket:
             initial[len(words) :] = vectors.matrix[known:]

@@ -278,4 +278,6 @@ def load_row_classifier(run_dir: Path) -> Any:
     model = build_classifier(len(vocabulary) + config.buckets, config.vector_size, len(labels))
     load_weights(model, run.require("classifier.weights.h5"))
     dev = manifest.get("dev") or config.dev or None
-    return RowClassifier(model, vocabulary.words, labels, featurizer_arguments(config), dev)
+    input_matrix = model.get_layer("input_rows").get_weights()[0]
+    output_matrix = model.get_layer("output").get_weights()[0]
+    return RowClassifier(model, input_matrix, output_matrix, vocabulary.words, labels, featurizer_arguments(config), dev)
