@@ -78,7 +78,8 @@ def finetune(
     set_: SetOption = None,
 ) -> None:
     """Add a classification head to RUN_DIR's backbone (pre-trained, or imported with import-hf) and
-    fine-tune it; report dev (and test) accuracy and macro-F1.
+    fine-tune it; report dev (and test) accuracy and macro-F1. On a run of static word vectors, the
+    installed head that fits it trains from its vectors (set its head.* keys).
 
     Config sections: \\[finetune] (head, epochs, batch_size, sequence_length, learning_rate,
     warmup_ratio, weight_decay, seed, max_train_examples) and \\[head] (dropout, initializer_range); e.g.
@@ -92,7 +93,7 @@ def finetune(
 
 @app.command()
 def export(
-    run_dir: Annotated[Path, typer.Argument(help="A fine-tuned run directory (one with a head), or a word-vector run.")],
+    run_dir: Annotated[Path, typer.Argument(help="A fine-tuned run directory (one with a head), a bag-of-rows classifier run, or a word-vector run.")],
     onnx: Annotated[bool, typer.Option("--onnx/--no-onnx", help="Write model.onnx (fp32).")] = True,
     int8: Annotated[bool, typer.Option("--int8", help="Also write model.int8.onnx (dynamic int8 unless --static).")] = False,
     out: Annotated[Path | None, typer.Option(help="Export directory (default: RUN_DIR/export).")] = None,

@@ -22,7 +22,9 @@ from ptmkit_export.errors import ExportDirError
 def real_texts() -> list[str]:
     """Wikipedia lines with non-ASCII words, and a few lines in several scripts with emoji."""
     lines = (DATA / "corpus" / "enwiki-106.txt").read_text(encoding="utf-8").splitlines()
-    chosen = [line for line in lines if any(ord(c) > 127 for c in line)][:30]
+    chosen = [line for line in lines if any(ord(c) > 127 for c in line)][:30]  # accented Latin, Greek
+    scripts = [(0x0400, 0x04FF), (0x10A0, 0x10FF), (0x3040, 0x30FF), (0x4E00, 0x9FFF)]  # Cyrillic, Georgian, kana, CJK
+    chosen += [line for line in lines if any(lo <= ord(c) <= hi for c in line for lo, hi in scripts)][:12]
     return chosen + [
         "Москва — столица России 🙂👍 and 東京大学 is in 日本",
         "naïveté příliš ŽLUŤOUČKÝ kůň ÉCOLE Straße ΣΊΣΥΦΟΣ",
@@ -46,6 +48,7 @@ def test_hash_and_character_ngrams_equal_gensims_and_the_plugins() -> None:
 
     words = sorted({w for t in real_texts() for w in t.split()})
     assert any("Москва" in w for w in words) and any("東京" in w for w in words) and any("🙂" in w for w in words)
+    assert any("ანბანი" in w for w in words) and any("算盤" in w for w in words) and any("космонавт" in w for w in words)  # from Wikipedia
     for word in words:
         data = word.encode("utf-8")
         assert fasttext_hash(data) == ft_hash_bytes(data) == fnv1a(data), word

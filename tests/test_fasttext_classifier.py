@@ -238,3 +238,24 @@ def test_a_large_matrix_goes_to_external_data(supervised: Path, tmp_path: Path, 
     assert (tmp_path / "export" / "model.onnx.data").stat().st_size >= classifier.input_matrix.nbytes
     assert max(manifest["variants"]["fp32"]["parity_max_abs_diff"].values()) <= 1e-6
     np.testing.assert_allclose(Predictor(tmp_path / "export").logits(MULTI_SCRIPT), keras_logits(supervised, MULTI_SCRIPT), atol=1e-6)
+
+
+def test_word_vector_exports_embed_through_the_lean_runtime(fasttext_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A word-vector export's featurizer gives each word the rows fastText averages: Predictor.embed
+    of a word equals its vector (in and out of the vocabulary, several scripts); of a text, the
+    mean of its words' rows; ``ptmkit embed EXPORT --text`` serves it."""
+    from ptmkit.wordvectors.commands import load_vectors
+    from ptmkit_export import Predictor
+
+    assert main(["export", str(fasttext_run), "--out", str(tmp_path / "export")]) == 0
+    _, vectors = load_vectors(fasttext_run)
+    predictor = Predictor(tmp_path / "export")
+    assert predictor.is_embedder and predictor.featurizer is not None and predictor.featurizer.lowercase
+    words = [*vectors.words[:20], "history", "historyx", "東京大学", "Москва", "🙂"]
+    np.testing.assert_allclose(predictor.embed(words), np.stack([vectors.vector(w.lower()) for w in words]), atol=1e-6)
+    rows = (vectors.rows("history") or []) + (vectors.rows("zzqx") or [])
+    np.testing.assert_allclose(predictor.embed(["History zzqx"])[0], vectors.matrix[rows].mean(axis=0), atol=1e-6)
+    capsys.readouterr()
+    assert main(["embed", str(tmp_path / "export"), "--text", "history"]) == 0
+    line = json.loads(capsys.readouterr().out)
+    np.testing.assert_allclose(line["embedding"], vectors.vector("history"), atol=1e-6)

@@ -46,6 +46,11 @@ FEATURIZER_KEYS: dict[str, type | tuple[type, ...]] = {
 
 #: ``task`` of an export whose output is sentence ``embeddings`` (no labels).
 EMBEDDING_TASK = "embedding"
+#: ``task`` of an export of static word vectors (``ptmkit export WORD_VECTOR_RUN``): output
+#: ``vectors``, the mean of the rows of a text's words (one word: its vector), no labels.
+WORD_VECTORS_TASK = "word-vectors"
+#: The first output of each task without labels.
+EMBEDDER_OUTPUTS = {EMBEDDING_TASK: "embeddings", WORD_VECTORS_TASK: "vectors"}
 
 #: ``encoding`` values an input may name: attributes of a ``tokenizers.Encoding``.
 ENCODINGS = ("ids", "type_ids", "attention_mask")
@@ -88,9 +93,10 @@ def _validate(manifest: Any, path: Path) -> None:
             raise _fail(path, f"inputs[{i}] has dtype {spec['dtype']!r}; expected one of {', '.join(INPUT_DTYPES)}")
     if not manifest["outputs"] or not all(isinstance(o, dict) and "name" in o for o in manifest["outputs"]):
         raise _fail(path, "'outputs' must be a non-empty list of objects with a name")
-    if manifest.get("task") == EMBEDDING_TASK:
-        if manifest["outputs"][0]["name"] != "embeddings":
-            raise _fail(path, "an embedding export's first output must be named 'embeddings'")
+    if manifest.get("task") in EMBEDDER_OUTPUTS:
+        output = EMBEDDER_OUTPUTS[manifest["task"]]
+        if manifest["outputs"][0]["name"] != output:
+            raise _fail(path, f"a {manifest['task']} export's first output must be named {output!r}")
     elif not manifest["labels"] or not all(isinstance(label, str) for label in manifest["labels"]):
         raise _fail(path, "'labels' must be a non-empty list of strings")
     if featurized:

@@ -19,7 +19,7 @@ from tokenizers import Tokenizer
 
 from ptmkit_export.bag_of_rows import BagOfRows
 from ptmkit_export.errors import ExportDirError
-from ptmkit_export.manifest import EMBEDDING_TASK, read_manifest, variant_path
+from ptmkit_export.manifest import EMBEDDER_OUTPUTS, read_manifest, variant_path
 
 
 class Prediction(NamedTuple):
@@ -124,7 +124,10 @@ class Predictor:
     """Load an export directory and classify (or embed) texts with ONNX Runtime.
 
     A classifier export (``task`` names a head) has :meth:`predict` and :meth:`logits`; an
-    embedding export (``task == "embedding"``, a run without a head) has :meth:`embed`.
+    embedding export (``task == "embedding"``, a run without a head) has :meth:`embed`, and so has
+    a word-vector export (``task == "word-vectors"``): a text's vector is the mean of its words'
+    rows (a single word: its vector; fastText: out-of-vocabulary words by their n-grams; a text
+    without rows, e.g. only unknown words of word2vec: the zero vector).
 
     Args:
         export_dir: directory holding ``manifest.json``, ``tokenizer.json`` (or the vocabulary of the
@@ -319,8 +322,9 @@ class Predictor:
 
     @property
     def is_embedder(self) -> bool:
-        """True for an export of sentence embeddings (``task == "embedding"``), False for a classifier."""
-        return self.manifest.get("task") == EMBEDDING_TASK
+        """True for an export of sentence embeddings (``task == "embedding"``) or of word vectors
+        (``task == "word-vectors"``), False for a classifier."""
+        return self.manifest.get("task") in EMBEDDER_OUTPUTS
 
     def _outputs(self, texts: list[str]) -> np.ndarray:
         chunks = []
@@ -337,7 +341,8 @@ class Predictor:
         return np.concatenate(chunks, axis=0)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Sentence embeddings of ``texts`` (an export of a run without a head).
+        """Sentence embeddings of ``texts`` (an export of a run without a head), or their mean word
+        rows (a word-vector export: a one-word text gives that word's vector).
 
         The pooling (mean over the attention mask, CLS or max; optional L2 normalisation) is part
         of the ONNX graph, as the manifest's ``pooling`` records; padding to the longest text of

@@ -205,6 +205,7 @@ def train_classifier(corpus: Path, run_dir: Path, config: FastTextClassifierConf
     from ptmkit.data.readers import read_labelled
     from ptmkit.data.vocabulary import Vocabulary
     from ptmkit.io import atomic_save, atomic_write_json
+    from ptmkit.training.finetune import macro_f1
     from ptmkit.training.setup import quiet_tensorflow, seed_everything
 
     quiet_tensorflow()
@@ -235,6 +236,7 @@ def train_classifier(corpus: Path, run_dir: Path, config: FastTextClassifierConf
         metrics.update({
             "dev_examples": len(dev_texts),
             "dev_accuracy": round(float(np.mean(predicted == gold)), 4),
+            "dev_macro_f1": round(macro_f1(gold, predicted, len(names)), 4),
             "dev_majority_baseline": round(float(np.mean(np.asarray(dev_labels) == majority)), 4),
             "dev_labels_unseen_in_training": unknown,
         })

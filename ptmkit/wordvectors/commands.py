@@ -116,7 +116,13 @@ def export(source: str | Path, fmt: str | None, output: Path | None, onnx_dir: P
     quiet_tensorflow()
     extra: dict[str, Any] = getattr(vectors, "export_metadata", dict)()
     probe = list(getattr(vectors, "probe_words", []))
-    manifest = export_onnx(vectors, onnx_dir or Path(source) / "export", family, extra, probe)
+    lowercase = False
+    if Path(source).is_dir() and (Path(source) / "config.toml").is_file():
+        from ptmkit.config import read_toml
+
+        model = read_toml(Path(source) / "config.toml").get("model")
+        lowercase = bool(model.get("lowercase", False)) if isinstance(model, dict) else False
+    manifest = export_onnx(vectors, onnx_dir or Path(source) / "export", family, extra, probe, lowercase)
     return {"directory": manifest["directory"], "rows": manifest["rows"], "onnx_parity_max_abs_diff": f"{manifest['parity_max_abs_diff']:.2e}"}
 
 

@@ -65,12 +65,17 @@ def encode_words(vectors: WordVectors, words: list[str]) -> tuple[dict[str, np.n
     return {"row_ids": ids, "row_mask": mask}, missing
 
 
-def export_onnx(vectors: WordVectors, target: str | os.PathLike[str], family: str, extra: dict[str, Any] | None = None, probe: list[str] | None = None) -> dict[str, Any]:
+def export_onnx(
+    vectors: WordVectors, target: str | os.PathLike[str], family: str, extra: dict[str, Any] | None = None, probe: list[str] | None = None, lowercase: bool = False
+) -> dict[str, Any]:
     """Write ``model.onnx``, ``vocabulary.txt`` and ``manifest.json`` to ``target``.
 
     The ONNX output is compared with Keras' on the first 200 words, on ``probe`` words (e.g.
     out-of-vocabulary words of a subword family) and on random padded rows; the largest absolute
-    difference must be <= :data:`PARITY_TOLERANCE`.
+    difference must be <= :data:`PARITY_TOLERANCE`. The manifest's ``featurizer`` (a
+    :class:`ptmkit_export.bag_of_rows.BagOfRows`: ``lowercase``, and ``minn``/``maxn``/``bucket``
+    from ``extra["subwords"]`` when given) lets :meth:`ptmkit_export.Predictor.embed` look words up
+    without ptmkit.
 
     Raises:
         VectorExportError: conversion failed or the parity check failed (nothing is written).
@@ -119,18 +124,25 @@ def export_onnx(vectors: WordVectors, target: str | os.PathLike[str], family: st
             raise VectorExportError(f"ONNX output differs from Keras by {worst:.2e} > {PARITY_TOLERANCE:g}; nothing written")
         with open(tmp / "vocabulary.txt", "w", encoding="utf-8") as handle:
             handle.writelines(f"{w}\n" for w in vectors.words)
+        from ptmkit_export.bag_of_rows import BagOfRows
+
+        subwords = (extra or {}).get("subwords") or {}
+        featurizer = BagOfRows(vectors.words, lowercase, int(subwords.get("minn", 0)), int(subwords.get("maxn", 0)), int(subwords.get("bucket", 0)))
         manifest = {
             "format": "ptmkit-export/1",
             "family": family,
             "task": "word-vectors",
             "inputs": [
-                {"name": "row_ids", "dtype": "int32", "shape": ["batch", "rows"]},
-                {"name": "row_mask", "dtype": "float32", "shape": ["batch", "rows"]},
+                {"name": "row_ids", "dtype": "int32", "encoding": "row_ids", "shape": ["batch", "rows"]},
+                {"name": "row_mask", "dtype": "float32", "encoding": "row_mask", "shape": ["batch", "rows"]},
             ],
             "outputs": [{"name": "vectors", "dtype": "float32", "shape": ["batch", vectors.dim]}],
+            "labels": [],
             "vocabulary": "vocabulary.txt",
+            "featurizer": featurizer.spec("vocabulary.txt"),
             "rows": int(len(vectors.matrix)),
             "parity_max_abs_diff": worst,
+            "variants": {"fp32": {"file": "model.onnx", "ok": True, "problems": [], "parity_max_abs_diff": worst}},
             **(extra or {}),
         }
         atomic_write_json(tmp / "manifest.json", manifest)
