@@ -52,7 +52,7 @@ class FastTextConfig:
     epochs: int = 5
     alpha: float = 0.025
     min_alpha: float = 0.0001
-    batch_size: int = 2048
+    batch_size: int = 128
     updates_per_call: int = 0
     shared_negatives: bool = True
     hot_row_limit: float = 64.0

@@ -19,7 +19,7 @@ from rich.console import Console
 from ptmkit.data.vocabulary import Vocabulary, noise_table
 from ptmkit.errors import RunDirError
 from ptmkit.io import atomic_write_json
-from ptmkit.objectives.word_prediction import OutputLayer, WindowExamples
+from ptmkit.objectives.word_prediction import OutputLayer, Subwords, WindowExamples
 from ptmkit.training.wordvectors import SGDSchedule, auto_updates_per_call, prepare_corpus, train_word_prediction
 from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, load_matrix, save_matrix
 from ptmkit_fasttext.config import FastTextConfig
@@ -77,8 +77,6 @@ def train_fasttext(corpus: Path, run_dir: Path, config: FastTextConfig, console:
     initial *= 2.0 / config.vector_size
     initial -= 1.0 / config.vector_size
     output = OutputLayer(size, config.negative, noise_table(vocabulary.counts, config.ns_exponent))
-    make = WindowExamples(config.architecture, config.window, subwords)
-
     schedule = SGDSchedule(
         epochs=config.epochs,
         alpha=config.alpha,
@@ -91,9 +89,14 @@ def train_fasttext(corpus: Path, run_dir: Path, config: FastTextConfig, console:
         hot_limit=config.hot_row_limit,
         shared_negatives=config.shared_negatives,
     )
-    step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial, schedule, report=console.print)
-    del initial
-    save_run(run_dir, vocabulary, step.input_vectors(), config.minn, config.maxn, bucket)
+    # Train only the rows the vocabulary's words read (their own and their n-grams' buckets),
+    # renumbered into a compact matrix: the same updates, but 190K rows of 80 MB instead of 2M
+    # rows of 800 MB to gather from, so that rows share pages and cache lines.
+    used, compact = np.unique(subwords.rows, return_inverse=True)
+    make = WindowExamples(config.architecture, config.window, Subwords(compact.astype(np.int32), subwords.offsets))
+    step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial[used], schedule, report=console.print)
+    initial[used] = step.input_vectors()
+    save_run(run_dir, vocabulary, initial, config.minn, config.maxn, bucket)
     shutil.rmtree(tokens_dir, ignore_errors=True)
     return {
         "vocabulary_size": size,

@@ -129,13 +129,17 @@ def _width(lengths: np.ndarray, multiple: int, steps: int = 4) -> int:
     """Padded width: the common length when every example has the same, without padding (a
     padded row is gathered and scattered like a real one: word2vec's skip-gram pairs, one input
     row and 1 + k items each, padded to 4 and 8 rows took 3x the step time); else a multiple of
-    ``multiple`` up to ``steps`` of them, then the next power of two, so that few distinct shapes
-    reach XLA (each compiles once) and padding wastes at most half."""
+    ``multiple`` up to ``steps`` of them, then a multiple of 16 up to 128, then the next power of
+    two, so that few distinct shapes reach XLA (each compiles once). The longest example of a
+    call sets the width: fastText's bags (a word and its 3-6-gram rows, 24 on average, 50-80 for
+    the longest words) went to 128 with powers of two, to 64-80 with multiples of 16."""
     longest = int(lengths.max()) if len(lengths) else 1
     if len(lengths) and int(lengths.min()) == longest:
         return longest
     if longest <= steps * multiple:
         return max(multiple, -(-longest // multiple) * multiple)
+    if longest <= 128:
+        return -(-longest // 16) * 16
     return 1 << (longest - 1).bit_length()
 
 
