@@ -217,6 +217,14 @@ def _read_texts(text: list[str] | None, file: Path | None) -> list[str]:
     return texts
 
 
+def _row_classifier_families() -> set[str]:
+    """Families whose pre-training runs are classifiers already (they export without fine-tuning)."""
+    from ptmkit.contract import ROW_CLASSIFIER
+    from ptmkit.plugins import get_registry
+
+    return {name for name, family in get_registry().families.items() if ROW_CLASSIFIER in family.provides}
+
+
 def _is_export_dir(path: Path) -> bool:
     """Whether ``path`` holds an export manifest (a run directory's manifest is another format)."""
     try:
@@ -309,10 +317,13 @@ def predict(
     if not texts:
         raise PtmkitError("nothing to predict: give --text TEXT or --file FILE")
     directory = export_dir / "export" if (export_dir / "export" / "manifest.json").exists() else export_dir
-    if (directory / "manifest.json").exists() and "stage" in RunDir(directory).read_json("manifest.json"):
+    if (directory / "manifest.json").exists() and "stage" in (run_manifest := RunDir(directory).read_json("manifest.json")):
+        classifier = run_manifest["stage"] == "finetune" or run_manifest.get("family") in _row_classifier_families()
         raise PtmkitError(
-            f"{directory}: is a training run directory, not an export; fine-tune it (`ptmkit finetune`) and export "
-            "it (`ptmkit export RUN --onnx --int8`) first"
+            f"{directory}: is a training run directory, not an export; export it first (`ptmkit export {directory}`)"
+            if classifier else
+            f"{directory}: is a training run directory, not an export; fine-tune it (`ptmkit finetune`) and export it "
+            "(`ptmkit export RUN --onnx --int8`) first"
         )
     try:
         predictor = Predictor(directory, variant=variant, threads=threads)
@@ -336,16 +347,18 @@ def evaluate(
     from ptmkit.wordvectors import commands as word_vectors
 
     results = word_vectors.evaluate(source, list(wordsim or []), list(analogy or []), restrict_vocab)
+    if source.is_dir():
+        console.print(f"results also in {source / 'evaluation.json'} (oov_ratio: percent of pairs skipped)")
     if as_json:
         stdout.print_json(json.dumps(results))
         return
     for item in results["wordsim"]:
-        console.print(f"{item['file']}: Spearman rho {item['spearman']:.4f} on {item['pairs']} pairs ({item['oov_pairs']} out-of-vocabulary pairs skipped)")
+        stdout.print(f"{item['file']}: Spearman rho {item['spearman']:.4f} on {item['pairs']} pairs ({item['oov_pairs']} out-of-vocabulary pairs skipped)", markup=False, highlight=False)
     for item in results["analogy"]:
         for section in item["sections"]:
             accuracy = "-" if section["accuracy"] is None else f"{section['accuracy']:.4f}"
-            console.print(f"  {section['section']}: {accuracy} ({section['correct']}/{section['questions']})")
-        console.print(f"{item['file']}: 3CosAdd accuracy {item['accuracy']:.4f} ({item['correct']}/{item['questions']}; {item['oov_questions']} questions with out-of-vocabulary words skipped)")
+            stdout.print(f"  {section['section']}: {accuracy} ({section['correct']}/{section['questions']})", markup=False, highlight=False)
+        stdout.print(f"{item['file']}: 3CosAdd accuracy {item['accuracy']:.4f} ({item['correct']}/{item['questions']}; {item['oov_questions']} questions with out-of-vocabulary words skipped)", markup=False, highlight=False)
 
 
 @app.command()
@@ -395,6 +408,9 @@ def _format_warning(message: Any, category: Any, filename: str, lineno: int, lin
     return f"warning: {message}\n"
 
 
+INTERRUPTED = "interrupted; `ptmkit train --resume` continues a transformer pre-training run from its last checkpoint (word-vector runs start again)"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ptmkit`` script; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -407,12 +423,15 @@ def main(argv: list[str] | None = None) -> int:
         from ptmkit.plugins import get_registry
 
         get_registry().add_commands(app)
-        app(args=args, prog_name="ptmkit", standalone_mode=False)
-        return 0
+        result = app(args=args, prog_name="ptmkit", standalone_mode=False)
+        if result == 130:  # typer turns Ctrl-C (KeyboardInterrupt) into this exit code, returned
+            console.print(INTERRUPTED)
+            return 130
+        return result if isinstance(result, int) else 0
     except typer.Exit as exc:
         return int(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
-        console.print("interrupted; `--resume` continues a training run from its last checkpoint")
+        console.print(INTERRUPTED)
         return 130
     except typer.exceptions.TyperException as exc:  # usage errors: usage line and the problem, exit 2
         exc.show()  # type: ignore[attr-defined]

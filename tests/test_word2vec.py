@@ -279,3 +279,35 @@ def test_bert_runs_are_refused_by_word_vector_commands(tmp_path: Path, capsys: p
     (run / "manifest.json").write_text(json.dumps({"family": "bert", "stage": "pretrain"}))
     assert main(["embed", str(run), "--words", "king"]) == 2
     assert "a bert run has no static word vectors" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_training_with_exit_130_and_leaves_no_run(corpus: Path, tmp_path: Path) -> None:
+    """SIGINT in the middle of training: exit 130 and the "interrupted" line within seconds, and no
+    run directory (a word-vector run cannot resume). It used to hang: the example producer
+    waited forever to queue its end marker on a full queue while the trainer waited for it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "ptmkit.cli", "train", "word2vec", "--corpus", str(corpus), "--out", str(out), *FAST, "--set", "model.epochs=500"]
+    with registered():
+        process = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=os.environ.copy())
+    assert process.stderr is not None
+    lines = []
+    for line in process.stderr:  # wait until training is under way
+        lines.append(line)
+        if line.startswith("epoch 2/"):
+            break
+    process.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    try:
+        _, rest = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError("training did not stop within 60 s of SIGINT") from None
+    assert process.returncode == 130, "".join(lines) + rest
+    assert "interrupted" in rest and time.monotonic() - started < 60
+    assert not out.exists()

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from ptmkit.errors import ConfigError
+from ptmkit.errors import ConfigError, DataError
 from ptmkit_fasttext.subwords import fnv1a, ngram_rows
 
 NGRAM_MULTIPLIER = 116049371
@@ -216,6 +216,8 @@ def train_classifier(corpus: Path, run_dir: Path, config: FastTextClassifierConf
     kept = sorted(((w, c) for w, c in counts.items() if c >= config.min_count), key=lambda item: -item[1])
     vocabulary = Vocabulary([w for w, _ in kept], np.asarray([c for _, c in kept], np.int64), sum(counts.values()), len(counts), len(texts))
     names = sorted(set(labels))
+    if len(names) < 2:
+        raise DataError(f"{corpus}: needs at least two labels to train a classifier, found {names}")
     label_id = {name: i for i, name in enumerate(names)}
     buckets = config.buckets
     features = [text_rows(words, vocabulary.index, config.word_ngrams, buckets, config.minn, config.maxn) for words in split]

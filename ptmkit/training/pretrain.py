@@ -241,7 +241,7 @@ def _train_family(registry: Registry, family: Any, config: RunConfig, corpus: Pa
         run.path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run / CONFIG, to_toml({"family": config.family, "model": dataclasses.asdict(config.model)}))
         metrics = family.train(corpus, run.path, config.model, console)
-    except PtmkitError:
+    except BaseException:  # an error or an interruption: such a run cannot resume, leave nothing
         if created:
             shutil.rmtree(run.path, ignore_errors=True)
         raise

@@ -160,21 +160,25 @@ def _produced(calls: Iterator[Call]) -> Generator[Call, None, None]:
     failure: list[BaseException] = []
     stop = threading.Event()
 
+    def put(item: Any) -> bool:
+        """Queue ``item`` unless the trainer stopped (then the queue may stay full forever)."""
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.5)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce() -> None:
         try:
             for item in calls:
-                while not stop.is_set():
-                    try:
-                        items.put(item, timeout=0.5)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not put(item):
                     return
         except BaseException as exc:  # re-raised in the training thread
             failure.append(exc)
         finally:
-            items.put(None)
+            put(None)
 
     producer = threading.Thread(target=produce, name="ptmkit-examples", daemon=True)
     producer.start()
