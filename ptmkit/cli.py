@@ -276,7 +276,10 @@ def embed(
             raise PtmkitError(str(exc)) from None
         if not predictor.is_embedder:
             raise PtmkitError(f"{export_dir}: is a {predictor.manifest.get('task')} export; `ptmkit predict` runs it, `ptmkit embed` needs an export of a run without a head")
-        vectors = predictor.embed(texts)
+        try:
+            vectors = predictor.embed(texts)
+        except ValueError as exc:
+            raise PtmkitError(str(exc)) from None
     else:
         if variant is not None:
             raise PtmkitError(f"{path}: --variant applies to export directories; this is a run directory (Keras)")

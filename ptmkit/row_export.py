@@ -49,10 +49,12 @@ class RowExportError(PtmkitError):
 EXTERNAL_DATA_BYTES = 1 << 30
 
 
-def write_onnx(input_matrix: np.ndarray, output_matrix: np.ndarray, path: Path) -> list[str]:
+def write_onnx(input_matrix: np.ndarray, output_matrix: np.ndarray | None, path: Path) -> list[str]:
     """Write the classifier's graph to ``path``: ``Gather`` of ``row_ids`` ``(batch, rows)`` int32
     from ``input_matrix``, the ``row_mask``-weighted sum as a batched ``MatMul``, divided by
     ``max(sum(row_mask), 1)``, then ``MatMul`` by ``output_matrix``: ``logits`` ``(batch, labels)``.
+    Without ``output_matrix`` the graph ends at the mean: ``vectors`` ``(batch, dim)`` (a
+    word-vector lookup; a fastText word is the mean of its word and n-gram rows).
 
     The graph is built with ``onnx.helper`` rather than converted by tf2onnx, which ran out of
     memory (24 GB) on fastText's 2,000,000 x 100 bucket rows; :func:`parity` checks it against the
@@ -68,7 +70,6 @@ def write_onnx(input_matrix: np.ndarray, output_matrix: np.ndarray, path: Path) 
     from onnx import TensorProto, helper, numpy_helper
 
     rows, dim = input_matrix.shape
-    labels = output_matrix.shape[1]
     nodes = [
         helper.make_node("Gather", ["input_matrix", "row_ids"], ["gathered"], axis=0),  # (batch, rows, dim)
         helper.make_node("Unsqueeze", ["row_mask", "axis_1"], ["mask_row"]),  # (batch, 1, rows)
@@ -76,20 +77,24 @@ def write_onnx(input_matrix: np.ndarray, output_matrix: np.ndarray, path: Path) 
         helper.make_node("Squeeze", ["total_row", "axis_1"], ["total"]),  # (batch, dim)
         helper.make_node("ReduceSum", ["row_mask", "axis_1"], ["count"], keepdims=1),  # (batch, 1)
         helper.make_node("Max", ["count", "one"], ["divisor"]),
-        helper.make_node("Div", ["total", "divisor"], ["mean"]),
-        helper.make_node("MatMul", ["mean", "output_matrix"], ["logits"]),
+        helper.make_node("Div", ["total", "divisor"], ["mean" if output_matrix is not None else "vectors"]),
     ]
     initializers = [
         numpy_helper.from_array(np.ascontiguousarray(input_matrix, np.float32), "input_matrix"),
-        numpy_helper.from_array(np.ascontiguousarray(output_matrix, np.float32), "output_matrix"),
         numpy_helper.from_array(np.asarray([1], np.int64), "axis_1"),
         numpy_helper.from_array(np.asarray(1.0, np.float32), "one"),
     ]
+    if output_matrix is not None:
+        nodes.append(helper.make_node("MatMul", ["mean", "output_matrix"], ["logits"]))
+        initializers.append(numpy_helper.from_array(np.ascontiguousarray(output_matrix, np.float32), "output_matrix"))
+        output = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", output_matrix.shape[1]])
+    else:
+        output = helper.make_tensor_value_info("vectors", TensorProto.FLOAT, ["batch", dim])
     graph = helper.make_graph(
-        nodes, "bag_of_rows_classifier",
+        nodes, "bag_of_rows_classifier" if output_matrix is not None else "bag_of_rows_vectors",
         [helper.make_tensor_value_info("row_ids", TensorProto.INT32, ["batch", "rows"]),
          helper.make_tensor_value_info("row_mask", TensorProto.FLOAT, ["batch", "rows"])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", labels])],
+        [output],
         initializers,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="ptmkit")

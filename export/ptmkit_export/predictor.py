@@ -355,12 +355,18 @@ class Predictor:
             float32 array of shape ``(len(texts), dim)``, rows in the order of ``texts``.
 
         Raises:
-            ValueError: ``texts`` is empty, or this export is a classifier (use :meth:`predict`).
+            ValueError: ``texts`` is empty, this export is a classifier (use :meth:`predict`), or
+                a word-vector export has no row for a text (every word out of the vocabulary,
+                without n-grams to fall back on): its vector would be all zeros.
             TypeError: ``texts`` is a single str, or holds a non-str.
         """
         texts = self._check_texts(texts)
         if not self.is_embedder:
             raise ValueError(f"{self.export_dir}: is a {self.manifest.get('task')} export with labels; use predict() or logits()")
+        if self.featurizer is not None:
+            empty = [text for text in texts if not self.featurizer.rows(text)]
+            if empty:
+                raise ValueError(f"{self.export_dir}: {empty[0]!r} has no row in this export's vocabulary (out of vocabulary, and no subword n-grams); it has no vector")
         return self._outputs(texts)
 
     def logits(self, texts: Sequence[str]) -> np.ndarray:

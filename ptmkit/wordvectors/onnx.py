@@ -1,5 +1,6 @@
-"""ONNX export of word vectors: a Keras model that maps each word's matrix rows to its vector,
-converted with tf2onnx and checked against Keras.
+"""ONNX export of word vectors: a graph that maps each word's matrix rows to its vector, written
+with ``onnx.helper`` (:func:`ptmkit.row_export.write_onnx`; tf2onnx ran out of memory on fastText's
+2,000,000 bucket rows) and checked against the same lookup in Keras.
 
 The graph takes ``row_ids`` ``(batch, rows)`` int32 and ``row_mask`` ``(batch, rows)`` float32 (1
 for a real row, 0 for padding) and returns ``vectors`` ``(batch, dim)`` float32, the masked mean
@@ -13,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +80,9 @@ def export_onnx(
     Raises:
         VectorExportError: conversion failed or the parity check failed (nothing is written).
     """
-    import onnx
     import onnxruntime as ort
-    import tensorflow as tf
+
+    from ptmkit.row_export import write_onnx
 
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -90,24 +90,10 @@ def export_onnx(
     with tempfile.TemporaryDirectory(prefix=".export-", dir=target.parent) as tmp_name:
         tmp = Path(tmp_name)
         path = tmp / "model.onnx"
-        signature = [{"row_ids": tf.TensorSpec((None, None), tf.int32, name="row_ids"), "row_mask": tf.TensorSpec((None, None), tf.float32, name="row_mask")}]
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", FutureWarning)
-                model.export(str(path), format="onnx", input_signature=signature, verbose=False)
-            graph_model = onnx.load(str(path))
-            for value in graph_model.graph.input:
-                dims = value.type.tensor_type.shape.dim
-                dims[0].dim_param, dims[1].dim_param = "batch", "rows"
-            (output,) = graph_model.graph.output
-            for node in graph_model.graph.node:
-                node.output[:] = ["vectors" if name == output.name else name for name in node.output]
-            output.name = "vectors"
-            output.type.tensor_type.shape.dim[0].dim_param = "batch"
-            onnx.checker.check_model(graph_model)
-            onnx.save(graph_model, str(path))
-        except Exception as exc:
-            raise VectorExportError(f"ONNX conversion failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+            write_onnx(vectors.matrix, None, path)
+        except PtmkitError as exc:
+            raise VectorExportError(str(exc)) from exc
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         words = vectors.words[:200] + list(probe or [])
         feeds, _ = encode_words(vectors, words)
