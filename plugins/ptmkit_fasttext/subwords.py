@@ -15,39 +15,12 @@ import numpy as np
 
 from ptmkit.objectives.word_prediction import Subwords
 from ptmkit.wordvectors import WordVectors
+from ptmkit_export.bag_of_rows import EOS, character_ngrams, fasttext_hash
 
-FNV_OFFSET = 2166136261
-FNV_PRIME = 16777619
-EOS = "</s>"  # fastText's end-of-line token: a word without n-grams
-
-
-def fnv1a(data: bytes) -> int:
-    """fastText's hash of ``data``: 32-bit FNV-1a over signed chars. Returns an int in ``[0, 2**32)``."""
-    h = FNV_OFFSET
-    for byte in data:
-        h ^= byte | 0xFFFFFF00 if byte & 0x80 else byte
-        h = (h * FNV_PRIME) & 0xFFFFFFFF
-    return h
-
-
-def char_ngrams(word: str, minn: int, maxn: int) -> list[bytes]:
-    """The character n-grams (``minn .. maxn`` characters) of ``<word>`` as UTF-8 bytes, in
-    fastText's order; none when ``maxn`` is 0."""
-    data = b"<" + word.encode("utf-8") + b">"
-    size = len(data)
-    out = []
-    for i in range(size):
-        if data[i] & 0xC0 == 0x80:
-            continue
-        j, n = i, 1
-        while j < size and n <= maxn:
-            j += 1
-            while j < size and data[j] & 0xC0 == 0x80:
-                j += 1
-            if n >= minn and not (n == 1 and (i == 0 or j == size)):
-                out.append(data[i:j])
-            n += 1
-    return out
+# fastText's hash and character n-grams live in the lean runtime, which computes a word's rows
+# at inference without ptmkit (ptmkit depends on ptmkit-export); tested there against gensim's.
+fnv1a = fasttext_hash
+char_ngrams = character_ngrams
 
 
 def ngram_rows(word: str, minn: int, maxn: int, bucket: int, nwords: int) -> list[int]:

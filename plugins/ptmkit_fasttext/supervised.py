@@ -28,6 +28,7 @@ import numpy as np
 from rich.console import Console
 
 from ptmkit.errors import ConfigError, DataError
+from ptmkit_export.bag_of_rows import pad_rows
 from ptmkit_fasttext.subwords import fnv1a, ngram_rows
 
 NGRAM_MULTIPLIER = 116049371
@@ -150,16 +151,6 @@ def build_classifier(rows: int, vector_size: int, labels: int, initial: np.ndarr
     if initial is not None:
         embedding.set_weights([initial])
     return model
-
-
-def pad_rows(items: list[list[int]]) -> dict[str, np.ndarray]:
-    width = max((len(r) for r in items), default=1) or 1
-    ids = np.zeros((len(items), width), np.int32)
-    mask = np.zeros((len(items), width), np.float32)
-    for i, r in enumerate(items):
-        ids[i, : len(r)] = r
-        mask[i, : len(r)] = 1.0
-    return {"row_ids": ids, "row_mask": mask}
 
 
 def fit_classifier(
