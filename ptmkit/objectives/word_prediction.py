@@ -570,8 +570,8 @@ def cbow_examples(ids: np.ndarray, sentence: np.ndarray, window: int, rng: np.ra
 @dataclasses.dataclass(frozen=True)
 class WindowExamples:
     """``make(ids, sentence, rng) -> Examples`` for the training loop: :func:`skipgram_examples`
-    or :func:`cbow_examples` with a window (and subwords). A module-level class, so that the
-    example producer process can receive it (a lambda or local function does not pickle).
+    or :func:`cbow_examples` with a window (and subwords); word2vec and fastText both build
+    their example makers with it.
 
     Attributes:
         grouping: ``"skipgram"`` (pairs; fastText: a center with its window) or ``"cbow"`` (a
