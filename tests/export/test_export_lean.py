@@ -59,7 +59,7 @@ def test_runs_without_tensorflow_or_keras(tiny_export: TinyExport) -> None:
 
 
 LEAN = {"onnxruntime", "onnx", "numpy", "tokenizers"}
-SERVE = {"starlette", "uvicorn", "httptools"}
+SERVE = {"starlette", "uvicorn", "httptools", "uvloop", "orjson"}
 
 
 def requirement_name(line: str) -> str:
