@@ -33,7 +33,7 @@ stdout = default_console(stderr=False)
 SetOption = Annotated[
     list[str] | None, typer.Option("--set", help="Override a config key (repeatable): --set train.max_steps=100, --set finetune.epochs=5.")
 ]
-ConfigOption = Annotated[Path | None, typer.Option("--config", help="Run config (TOML); see `ptmkit train --help`.")]
+ConfigOption = Annotated[Path | None, typer.Option("--config", help="Run config (TOML); `ptmkit config FAMILY` prints one with every key.")]
 
 
 @app.callback()
@@ -54,11 +54,12 @@ def train(
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted run from its last checkpoint.")] = False,
     tokenizer: Annotated[Path | None, typer.Option(help="Use this tokenizer.json instead of training one.")] = None,
 ) -> None:
-    """Train a tokenizer on CORPUS and pre-train a FAMILY model; write the run to OUT.
+    """Train a FAMILY model on CORPUS (BERT: a tokenizer, then pre-training; word vectors:
+    their own vocabulary and SGD); write the run to OUT.
 
-    Config sections: \\[model] (the family's sizes), \\[train] (batch_size, sequence_length,
-    max_steps, learning_rate, warmup_ratio, weight_decay, seed, checkpoint_every, heldout_lines,
-    mixed_precision, jit_compile) and \\[objectives.mlm] / \\[objectives.nsp].
+    `ptmkit config FAMILY` prints the family's keys with their defaults and meaning: \\[model]
+    for every family, plus \\[train] and \\[objectives.NAME] for BERT. E.g. --set
+    model.architecture=cbow, --set train.max_steps=100.
     """
     from ptmkit.training.pretrain import pretrain
 
@@ -386,6 +387,21 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-readab
         status = "ok" if p.ok else f"[red]broken: {p.error}[/red]"
         table.add_row(p.name, p.distribution, p.version, ", ".join(p.families), ", ".join(p.objectives), ", ".join(p.heads), ", ".join(p.readers), status)
     stdout.print(table)
+
+
+@app.command("config")
+def config_command(
+    family: Annotated[str, typer.Argument(help="Model family, e.g. bert, word2vec (see `ptmkit plugins`).")],
+    config: ConfigOption = None,
+    set_: SetOption = None,
+    finetune: Annotated[bool, typer.Option("--finetune", help="Also the [finetune] and [head] sections (what `ptmkit finetune` reads).")] = False,
+) -> None:
+    """Print FAMILY's run config as TOML: every key's value (the defaults, or --config and --set
+    applied) after a comment saying what it does. Save it, edit it, pass it to --config."""
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.pretrain import describe_config
+
+    sys.stdout.write(describe_config(get_registry(), family, config, set_ or [], finetune))
 
 
 @app.command()

@@ -71,6 +71,11 @@ class FinetuneConfig:
     Attributes:
         head: the head's name (``classification``).
         epochs: passes over the training set.
+        batch_size: examples per step.
+        sequence_length: tokens per example, specials included (longer texts are truncated).
+        learning_rate: peak learning rate, reached after warm-up, then linear decay to 0.
+        warmup_ratio: fraction of all fine-tuning steps (epochs x batches) spent warming up
+            linearly from 0.
         max_train_examples: use at most this many training examples (0: all), chosen with ``seed``.
         adam_epsilon: AdamW's epsilon, added to the bias-corrected root as in PyTorch (see :class:`ptmkit.training.schedule.AdamW`).
     """
@@ -309,8 +314,48 @@ def _toml_escape(char: str) -> str:
     return char
 
 
-def to_toml(data: dict[str, Any]) -> str:
-    """Write a nested dict of scalars, lists of scalars and tables as TOML."""
+def field_docs(cls: type) -> dict[str, str]:
+    """Each entry of ``cls``'s docstring ``Attributes:`` section (Google style), by attribute name,
+    as one line of plain text (reST roles and double backquotes reduced to single backquotes)."""
+    import re
+
+    docs: dict[str, list[str]] = {}
+    current, indent, inside = None, 0, False
+    for line in (cls.__doc__ or "").splitlines():
+        stripped = line.strip()
+        if stripped == "Attributes:":
+            inside, current = True, None
+            continue
+        if not inside:
+            continue
+        depth = len(line) - len(line.lstrip())
+        if not stripped:
+            continue
+        name, colon, text = stripped.partition(":")
+        if current is not None and depth < indent:  # back to the docstring's margin: a new section
+            inside = False
+        elif colon and name.isidentifier() and (current is None or depth == indent):
+            current, indent = name, depth
+            docs[current] = [text.strip()]
+        elif current is not None and depth > indent:
+            docs[current].append(stripped)
+        else:  # a new section ends Attributes
+            inside = False
+    plain = {}
+    for name, parts in docs.items():
+        text = re.sub(r":\w+:`~?([^`]+)`", r"`\1`", " ".join(parts))
+        plain[name] = text.replace("``", "`")
+    return plain
+
+
+def to_toml(data: dict[str, Any], comments: dict[str, dict[str, str]] | None = None) -> str:
+    """Write a nested dict of scalars, lists of scalars and tables as TOML.
+
+    ``comments`` maps a table's dotted name (``"model"``, ``"objectives.mlm"``) to ``{key: text}``:
+    each such key is written after a ``# text`` comment (wrapped at 100 columns).
+    """
+    import textwrap
+
     lines: list[str] = []
 
     def scalar(value: Any) -> str:
@@ -331,8 +376,11 @@ def to_toml(data: dict[str, Any]) -> str:
         nested = {k: v for k, v in node.items() if isinstance(v, dict)}
         if prefix and (plain or not nested):
             lines.append(f"\n[{prefix}]")
+        notes = (comments or {}).get(prefix, {})
         for key, value in plain.items():
             if value is not None:
+                if key in notes:
+                    lines.extend(textwrap.wrap(notes[key], 100, initial_indent="# ", subsequent_indent="# "))
                 lines.append(f"{key} = {scalar(value)}")
         for key, value in nested.items():
             table(f"{prefix}.{key}" if prefix else key, value)

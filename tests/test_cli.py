@@ -51,3 +51,13 @@ def test_finetune_refuses_keys_of_the_pretraining_sections(tiny_pretrained: Path
     assert main([*argv, "--out", str(tmp_path / "ft"), "--set", "train.max_steps=3"]) == 2
     assert "--set 'train.max_steps=3': fine-tuning keeps the pre-trained run's [train]" in capsys.readouterr().err
     assert not (tmp_path / "ft").exists()
+
+
+def test_config_prints_the_family_keys_with_overrides_and_refuses_unknown_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "word2vec", "--set", "model.window=3"]) == 0
+    out = capsys.readouterr().out
+    assert "\nwindow = 3\n" in out and 'family = "word2vec"' in out and "[train]" not in out
+    assert "# noise words per example for negative sampling (0: off).\nnegative = 5\n" in out
+    assert main(["config", "word2vec", "--set", "model.windw=3"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "error: --set: unknown config key 'model.windw' (did you mean 'window'?)"

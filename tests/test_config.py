@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from ptmkit import hookimpl
-from ptmkit.config import FinetuneConfig, TrainConfig, apply_overrides, parse_override, read_toml, to_toml
+from ptmkit.config import FinetuneConfig, TrainConfig, apply_overrides, field_docs, parse_override, read_toml, to_toml
 from ptmkit.contract import Objective
 from ptmkit.errors import ConfigError, PluginError
 from ptmkit.plugins import PluginInfo, Registry, get_registry
-from ptmkit.training.pretrain import resolve_config
+from ptmkit.training.pretrain import describe_config, resolve_config
 
 
 @pytest.fixture(scope="module")
@@ -367,3 +367,58 @@ def test_set_error_is_not_blamed_on_the_config_file(registry: Registry, tmp_path
     message = config_error(registry, path, "train.max_stpes=4")
     assert str(path) not in message
     assert message == "--set: unknown config key 'train.max_stpes' (did you mean 'max_steps'?)"
+
+
+# -- `ptmkit config FAMILY`: the commented TOML a user starts from --------------------------------
+
+
+def test_every_config_key_of_every_installed_section_is_documented(registry: Registry) -> None:
+    """`ptmkit config` comments each key from its class's Attributes section: none may be missing."""
+    classes = {f"family {n}": f.config_class for n, f in registry.families.items()}
+    classes |= {f"objective {n}": o.config_class for n, o in registry.objectives.items()}
+    classes |= {f"head {n}": h.config_class for n, h in registry.heads.items()}
+    classes["train"] = TrainConfig
+    missing = {
+        where: [f.name for f in dataclasses.fields(cls) if f.name not in field_docs(cls)]
+        for where, cls in classes.items()
+    }
+    finetune_docs = field_docs(TrainConfig) | field_docs(FinetuneConfig)
+    missing["finetune"] = [f.name for f in dataclasses.fields(FinetuneConfig) if f.name not in finetune_docs]
+    assert not {where: names for where, names in missing.items() if names}
+
+
+def test_field_docs_joins_continuation_lines_and_strips_rest_markup() -> None:
+    @dataclasses.dataclass
+    class Example:
+        """Title.
+
+        Attributes:
+            alpha: first line
+                continues here, see :class:`ptmkit.config.TrainConfig`.
+            beta: ``b`` only.
+
+        Raises:
+            ConfigError: not an attribute.
+        """
+
+        alpha: int = 1
+        beta: int = 2
+
+    assert field_docs(Example) == {"alpha": "first line continues here, see `ptmkit.config.TrainConfig`.", "beta": "`b` only."}
+
+
+@pytest.mark.parametrize("family", ["bert", "word2vec", "fasttext", "fasttext-supervised", "glove", "nnlm"])
+def test_describe_config_is_a_config_file_that_gives_back_the_same_config(registry: Registry, family: str, tmp_path: Path) -> None:
+    text = describe_config(registry, family, None, ["model.min_count=3"] if family != "bert" else ["train.max_steps=7"], finetune=True)
+    path = toml_file(tmp_path, text)
+    data = tomllib.loads(text)
+    assert data["family"] == family and "model" in data and "finetune" in data and "head" in data
+    assert ("train" in data) == (family == "bert")  # word-vector families read [model] only
+    rebuilt = resolve_config(registry, family, path, [])
+    expected = resolve_config(registry, family, None, ["model.min_count=3"] if family != "bert" else ["train.max_steps=7"])
+    assert rebuilt.to_dict() == expected.to_dict()
+    doc = field_docs(registry.family(family).config_class)
+    first_key = next(iter(data["model"]))
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"{first_key} = "))
+    assert lines[at - 1].startswith("# ") and doc[first_key].split()[-1] in lines[at - 1]  # the comment sits above its key

@@ -38,8 +38,14 @@ class FastTextConfig:
             by its targets (Ji et al. 2016): the same update as drawing them per pair when each
             pair happens to draw the window's, with ``T + k`` output rows a window instead of
             ``T (1 + k)``; off: each pair draws its own (fastText).
-        epochs, alpha, min_alpha, hot_row_limit, lowercase, seed, jit_compile: as
-            :class:`ptmkit_word2vec.Word2VecConfig`.
+        epochs: passes over the corpus.
+        alpha: initial learning rate, decaying linearly to ``min_alpha`` over all epochs.
+        min_alpha: final learning rate.
+        hot_row_limit: a row updated ``n`` times in one batch, ``n`` above this, gets this
+            ``/ n`` of each update, so that frequent words and n-grams cannot diverge (0: off).
+        lowercase: lower-case the corpus before counting and training.
+        seed: initial vectors, windows, sub-sampling and noise words.
+        jit_compile: XLA-compile the SGD step (much faster on CPU).
     """
 
     architecture: str = "skipgram"

@@ -21,7 +21,16 @@ from typing import Any
 
 from rich.console import Console
 
-from ptmkit.config import RunConfig, apply_overrides, build_run_config, read_toml, to_toml
+from ptmkit.config import (
+    FinetuneConfig,
+    RunConfig,
+    TrainConfig,
+    apply_overrides,
+    build_run_config,
+    field_docs,
+    read_toml,
+    to_toml,
+)
 from ptmkit.console import default_console
 from ptmkit.data.readers import read_corpus
 from ptmkit.errors import ConfigError, DataError, PluginError, PtmkitError, RunDirError
@@ -81,6 +90,45 @@ def resolve_config(
                 f"{family_name} backbone does not provide; it supports {registry.objectives_for(family)}"
             )
     return config
+
+
+def describe_config(
+    registry: Registry,
+    family_name: str,
+    config_path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    finetune: bool = False,
+) -> str:
+    """``family_name``'s run config as commented TOML: every key with its value (defaults, then
+    ``config_path`` and ``overrides``) after its description from the config class's docstring.
+
+    What ``ptmkit train`` reads: ``family`` and ``[model]``, plus ``[train]`` and the sections of
+    the objectives it will train for a family that pre-trains through the core (BERT). With
+    ``finetune``, also ``[finetune]`` and ``[head]`` (of ``finetune.head``): what ``ptmkit
+    finetune`` reads. The output is valid input for ``--config``.
+
+    Raises:
+        ConfigError, PluginError: as :func:`resolve_config`.
+    """
+    family = registry.family(family_name)
+    config = resolve_config(registry, family_name, config_path, overrides)
+    data = config.to_dict()
+    keep = ["family", "model"]
+    comments = {"model": field_docs(family.config_class)}
+    if not family.trains_itself:
+        keep.append("train")
+        comments["train"] = field_docs(TrainConfig)
+        names = config.train.objectives or list(family.default_objectives)
+        data["objectives"] = {name: data["objectives"][name] for name in names}
+        comments.update({f"objectives.{name}": field_docs(registry.objective(name).config_class) for name in names})
+        keep.append("objectives")
+    if finetune:
+        keep += ["finetune", "head"]
+        comments["finetune"] = {**field_docs(TrainConfig), **field_docs(FinetuneConfig)}
+        comments["head"] = field_docs(registry.heads[config.finetune.head].config_class)
+    command = "finetune RUN_DIR ... --config FILE" if finetune else f"train {family_name} ... --config FILE"
+    header = f"# ptmkit run config for {family_name}: `ptmkit {command}` reads it; `--set section.key=value` overrides a key.\n"
+    return header + to_toml({key: data[key] for key in keep}, comments)
 
 
 def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
