@@ -165,6 +165,12 @@ INFER = f"/v2/models/{NAME}/infer"
         ("POST", "/v1/predict", {"texts": ["a", None]}, 400, r"texts\[1\] must be a string"),
         ("POST", "/v1/predict", {"texts": ["x"] * 1025}, 400, "over the limit of 1024"),
         ("POST", "/v1/predict", {"texts": ["x" * 70000]}, 413, "over the limit of 65536 bytes"),
+        # 20,000 nested lists (40 KB): orjson before 3.9.x crashed the process at 200,000; now a 400.
+        pytest.param("POST", "/v1/predict", '{"texts": ' + "[" * 20000 + '"a"' + "]" * 20000 + "}", 400, "malformed JSON: .*depth", id="nested-20000-predict"),
+        pytest.param(
+            "POST", INFER, '{"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ' + "[" * 20000 + '"a"' + "]" * 20000 + "}]}",
+            400, "malformed JSON: .*depth", id="nested-20000-infer",
+        ),
     ],
 )
 def test_bad_requests_get_4xx_and_the_server_goes_on(server: ServerThread, method, path, body, status, message) -> None:
