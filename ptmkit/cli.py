@@ -427,7 +427,7 @@ def _format_warning(message: Any, category: Any, filename: str, lineno: int, lin
     return f"warning: {message}\n"
 
 
-INTERRUPTED = "interrupted; `ptmkit train --resume` continues a transformer pre-training run from its last checkpoint (word-vector runs start again)"
+INTERRUPTED = "interrupted; `ptmkit train --resume` continues a run from its last checkpoint (families without checkpoints start again)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,6 +95,10 @@ class ModelFamily:
             pre-training loop (static word vectors: word2vec's SGD over word windows, GloVe's
             AdaGrad over co-occurrence counts). Such a family reads all its hyper-parameters,
             training ones included, from its ``config_class`` (the ``[model]`` section).
+        resumable: bool. A family that trains itself and saves checkpoints in its run directory:
+            ``ptmkit train NAME --resume`` calls :meth:`train` with ``resume=True``, and an
+            interrupted run's directory is kept when :meth:`has_checkpoint` says there is one
+            to continue from (else removed, as for other families that train themselves).
 
     Families of static word vectors list :data:`WORD_VECTORS` in ``provides`` and implement
     :meth:`load_word_vectors`; ``ptmkit evaluate``, ``ptmkit embed --words`` and ``ptmkit export
@@ -110,13 +114,15 @@ class ModelFamily:
     default_objectives: ClassVar[tuple[str, ...]] = ()
     input_names: ClassVar[tuple[str, ...]] = ("token_ids", "segment_ids", "padding_mask")
     trains_itself: ClassVar[bool] = False
+    resumable: ClassVar[bool] = False
 
-    def train(self, corpus: Path, run_dir: Path, config: Any, console: Console) -> dict[str, Any]:
+    def train(self, corpus: Path, run_dir: Path, config: Any, console: Console, resume: bool = False) -> dict[str, Any]:
         """Train on ``corpus`` and write the family's files into ``run_dir`` (when ``trains_itself``).
 
         The core has created ``run_dir`` and written ``config.toml``; after this returns it writes
         ``metrics.json`` (the returned dict) and the manifest, last. If this raises, the core
-        removes the run directory it created.
+        removes the run directory it created, unless the family is ``resumable`` and
+        :meth:`has_checkpoint`.
 
         Args:
             corpus: a text file (``.gz``/``.bz2`` too) or directory; read it with
@@ -124,6 +130,8 @@ class ModelFamily:
             run_dir: the run directory.
             config: an instance of ``config_class``, validated.
             console: where progress lines go.
+            resume: continue from the checkpoint in ``run_dir`` (only passed, as ``True``, to
+                ``resumable`` families, and only when :meth:`has_checkpoint`).
 
         Returns:
             dict of measured numbers (JSON-serialisable scalars): e.g. ``words_per_second``,
@@ -134,6 +142,11 @@ class ModelFamily:
             ConfigError: settings that cannot work together.
         """
         raise NotImplementedError
+
+    def has_checkpoint(self, run_dir: Path) -> bool:
+        """Whether ``run_dir`` holds a checkpoint :meth:`train` can resume from (``resumable``
+        families); False by default."""
+        return False
 
     def load_word_vectors(self, run_dir: Path) -> WordVectors:
         """The static word vectors of a finished run of this family (families providing

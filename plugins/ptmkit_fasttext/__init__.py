@@ -31,11 +31,17 @@ class FastTextFamily(WordVectorFamily):
     name = "fasttext"
     description = "fastText skip-gram / CBOW with character n-grams (static word vectors, OOV vectors)"
     config_class = FastTextConfig
+    resumable = True
 
-    def train(self, corpus: Path, run_dir: Path, config: FastTextConfig, console: Any) -> dict[str, Any]:
+    def train(self, corpus: Path, run_dir: Path, config: FastTextConfig, console: Any, resume: bool = False) -> dict[str, Any]:
         from ptmkit_fasttext.train import train_fasttext
 
-        return train_fasttext(corpus, run_dir, config, console)
+        return train_fasttext(corpus, run_dir, config, console, resume)
+
+    def has_checkpoint(self, run_dir: Path) -> bool:
+        from ptmkit.training.wordvectors import CHECKPOINT_DIR, EpochCheckpoints
+
+        return EpochCheckpoints(Path(run_dir) / CHECKPOINT_DIR).exists
 
     def load_word_vectors(self, run_dir: Path) -> Any:
         from ptmkit_fasttext.train import load_run

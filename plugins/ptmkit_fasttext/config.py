@@ -46,6 +46,9 @@ class FastTextConfig:
         lowercase: lower-case the corpus before counting and training.
         seed: initial vectors, windows, sub-sampling and noise words.
         jit_compile: XLA-compile the SGD step (much faster on CPU).
+        checkpoint_seconds: save the vectors at the end of an epoch once this many seconds of
+            training have passed since the last save (0: after every epoch), in the run's
+            ``checkpoint/``; ``ptmkit train ... --resume`` continues an interrupted run from there.
     """
 
     architecture: str = "skipgram"
@@ -69,6 +72,7 @@ class FastTextConfig:
     lowercase: bool = False
     seed: int = 1
     jit_compile: bool = True
+    checkpoint_seconds: float = 60.0
 
     def validate(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -76,7 +80,7 @@ class FastTextConfig:
         for name in ("vector_size", "window", "min_count", "epochs", "batch_size", "negative"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")
-        for name in ("max_vocab", "minn", "maxn", "bucket", "sample", "alpha", "min_alpha", "hot_row_limit", "updates_per_call"):
+        for name in ("max_vocab", "minn", "maxn", "bucket", "sample", "alpha", "min_alpha", "hot_row_limit", "updates_per_call", "checkpoint_seconds"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"config key 'model.{name}' must be >= 0, got {getattr(self, name)}")
         if self.maxn and (self.minn < 1 or self.minn > self.maxn):

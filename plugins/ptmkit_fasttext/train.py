@@ -20,7 +20,14 @@ from ptmkit.data.vocabulary import Vocabulary, noise_table
 from ptmkit.errors import RunDirError
 from ptmkit.io import atomic_write_json
 from ptmkit.objectives.word_prediction import OutputLayer, Subwords, WindowExamples
-from ptmkit.training.wordvectors import SGDSchedule, auto_updates_per_call, prepare_corpus, train_word_prediction
+from ptmkit.training.wordvectors import (
+    CHECKPOINT_DIR,
+    EpochCheckpoints,
+    SGDSchedule,
+    auto_updates_per_call,
+    prepare_corpus,
+    train_word_prediction,
+)
 from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, load_matrix, save_matrix
 from ptmkit_fasttext.config import FastTextConfig
 from ptmkit_fasttext.subwords import SubwordVectors, vocabulary_subwords
@@ -55,7 +62,7 @@ def load_run(run_dir: Path) -> SubwordVectors:
     return SubwordVectors(vocabulary.words, matrix, vocabulary.counts, params["minn"], params["maxn"], params["bucket"])
 
 
-def train_fasttext(corpus: Path, run_dir: Path, config: FastTextConfig, console: Console) -> dict[str, Any]:
+def train_fasttext(corpus: Path, run_dir: Path, config: FastTextConfig, console: Console, resume: bool = False) -> dict[str, Any]:
     """Train fastText's skip-gram or CBOW with negative sampling on ``corpus``.
 
     Raises:
@@ -94,10 +101,12 @@ def train_fasttext(corpus: Path, run_dir: Path, config: FastTextConfig, console:
     # rows of 800 MB to gather from, so that rows share pages and cache lines.
     used, compact = np.unique(subwords.rows, return_inverse=True)
     make = WindowExamples(config.architecture, config.window, Subwords(compact.astype(np.int32), subwords.offsets))
-    step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial[used], schedule, report=console.print)
+    checkpoints = EpochCheckpoints(run_dir / CHECKPOINT_DIR, config.checkpoint_seconds, resume)
+    step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial[used], schedule, report=console.print, checkpoints=checkpoints)
     initial[used] = step.input_vectors()
     save_run(run_dir, vocabulary, initial, config.minn, config.maxn, bucket)
     shutil.rmtree(tokens_dir, ignore_errors=True)
+    shutil.rmtree(checkpoints.directory, ignore_errors=True)
     return {
         "vocabulary_size": size,
         "unique_words": vocabulary.unique_words,

@@ -26,11 +26,17 @@ class Word2VecFamily(WordVectorFamily):
     name = "word2vec"
     description = "word2vec skip-gram / CBOW, negative sampling or hierarchical softmax (static word vectors)"
     config_class = Word2VecConfig
+    resumable = True
 
-    def train(self, corpus: Path, run_dir: Path, config: Word2VecConfig, console: Any) -> dict[str, Any]:
+    def train(self, corpus: Path, run_dir: Path, config: Word2VecConfig, console: Any, resume: bool = False) -> dict[str, Any]:
         from ptmkit_word2vec.train import train_word2vec
 
-        return train_word2vec(corpus, run_dir, config, console)
+        return train_word2vec(corpus, run_dir, config, console, resume)
+
+    def has_checkpoint(self, run_dir: Path) -> bool:
+        from ptmkit.training.wordvectors import CHECKPOINT_DIR, EpochCheckpoints
+
+        return EpochCheckpoints(Path(run_dir) / CHECKPOINT_DIR).exists
 
 
 @ptmkit.hookimpl

@@ -52,6 +52,9 @@ class Word2VecConfig:
         lowercase: lower-case the corpus before counting and training.
         seed: initial vectors, windows, sub-sampling and noise words.
         jit_compile: XLA-compile the SGD step (much faster on CPU).
+        checkpoint_seconds: save the vectors at the end of an epoch once this many seconds of
+            training have passed since the last save (0: after every epoch), in the run's
+            ``checkpoint/``; ``ptmkit train ... --resume`` continues an interrupted run from there.
     """
 
     architecture: str = "skipgram"
@@ -73,6 +76,7 @@ class Word2VecConfig:
     lowercase: bool = False
     seed: int = 1
     jit_compile: bool = True
+    checkpoint_seconds: float = 60.0
 
     def validate(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -82,7 +86,7 @@ class Word2VecConfig:
         for name in ("vector_size", "window", "min_count", "epochs"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")
-        for name in ("max_vocab", "negative", "sample", "alpha", "min_alpha", "hot_row_limit", "batch_size", "updates_per_call"):
+        for name in ("max_vocab", "negative", "sample", "alpha", "min_alpha", "hot_row_limit", "batch_size", "updates_per_call", "checkpoint_seconds"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"config key 'model.{name}' must be >= 0, got {getattr(self, name)}")
         if not self.negative and not self.hs:

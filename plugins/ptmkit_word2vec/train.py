@@ -17,12 +17,19 @@ from rich.console import Console
 
 from ptmkit.data.vocabulary import huffman_codes, noise_table
 from ptmkit.objectives.word_prediction import OutputLayer, WindowExamples
-from ptmkit.training.wordvectors import SGDSchedule, auto_updates_per_call, prepare_corpus, train_word_prediction
+from ptmkit.training.wordvectors import (
+    CHECKPOINT_DIR,
+    EpochCheckpoints,
+    SGDSchedule,
+    auto_updates_per_call,
+    prepare_corpus,
+    train_word_prediction,
+)
 from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, save_matrix
 from ptmkit_word2vec.config import Word2VecConfig
 
 
-def train_word2vec(corpus: Path, run_dir: Path, config: Word2VecConfig, console: Console) -> dict[str, Any]:
+def train_word2vec(corpus: Path, run_dir: Path, config: Word2VecConfig, console: Console, resume: bool = False) -> dict[str, Any]:
     """Train word2vec on ``corpus``; write ``vocabulary.tsv`` and ``vectors.npy`` (``(V,
     vector_size)`` float32, the input vectors, word2vec's ``syn0``) to ``run_dir``.
 
@@ -61,10 +68,12 @@ def train_word2vec(corpus: Path, run_dir: Path, config: Word2VecConfig, console:
         hot_limit=config.hot_row_limit,
         windows=windows,
     )
-    step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial, schedule, report=console.print)
+    checkpoints = EpochCheckpoints(run_dir / CHECKPOINT_DIR, config.checkpoint_seconds, resume)
+    step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial, schedule, report=console.print, checkpoints=checkpoints)
     vocabulary.save(run_dir / VOCABULARY_FILE)
     save_matrix(run_dir / VECTORS_FILE, step.input_vectors())
     shutil.rmtree(tokens_dir, ignore_errors=True)
+    shutil.rmtree(checkpoints.directory, ignore_errors=True)
     return {
         "vocabulary_size": size,
         "unique_words": vocabulary.unique_words,

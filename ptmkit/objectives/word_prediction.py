@@ -388,6 +388,8 @@ class WordPredictionStep:
         jit_compile: compile with XLA (much faster on CPU than TensorFlow's scatter kernels).
         grouped: take window batches (:func:`make_window_batch`: each window's input slots share
             its output items) instead of :func:`make_batch`'s examples.
+        output_matrix: initial output vectors ``(output_rows, dim)`` float32 (a resumed run's);
+            default zeros.
 
     Calling it with a batch from :func:`make_batch` (or :func:`make_window_batch`) and a
     learning rate updates both matrices and returns the batch's mean log loss over items (a
@@ -399,13 +401,19 @@ class WordPredictionStep:
     pair, 8 x 1,024 in one call 0.5 us).
     """
 
-    def __init__(self, input_matrix: np.ndarray, output_rows: int, jit_compile: bool = True, grouped: bool = False) -> None:
+    def __init__(
+        self, input_matrix: np.ndarray, output_rows: int, jit_compile: bool = True, grouped: bool = False, output_matrix: np.ndarray | None = None
+    ) -> None:
         import keras
         import tensorflow as tf
 
         dim = input_matrix.shape[1]
+        if output_matrix is None:
+            output_matrix = np.zeros((output_rows, dim), np.float32)
+        elif output_matrix.shape != (output_rows, dim):
+            raise ValueError(f"output_matrix has shape {output_matrix.shape}, expected {(output_rows, dim)}")
         self.input = keras.Variable(input_matrix.astype(np.float32), name="input_vectors")
-        self.output = keras.Variable(np.zeros((output_rows, dim), np.float32), name="output_vectors")
+        self.output = keras.Variable(output_matrix.astype(np.float32), name="output_vectors")
         w_in, w_out = self.input.value, self.output.value
 
         def step(batch: dict[str, Any], lr: Any) -> tuple[Any, Any]:

@@ -226,9 +226,10 @@ def pretrain(
     console = console or default_console()
     registry = registry or get_registry()
     family = registry.family(family_name)
-    if family.trains_itself and (resume or tokenizer is not None):
-        option = "--resume" if resume else "--tokenizer"
-        raise ConfigError(f"{option}: the {family_name} family trains in one pass with its own vocabulary; drop {option} (and delete an interrupted run directory)")
+    if family.trains_itself and tokenizer is not None:
+        raise ConfigError(f"--tokenizer: the {family_name} family builds its own vocabulary; drop --tokenizer")
+    if family.trains_itself and resume and not family.resumable:
+        raise ConfigError(f"--resume: the {family_name} family trains in one pass without checkpoints; drop --resume (and delete an interrupted run directory)")
     run = RunDir(out)
     stored: dict[str, Any] | None = None
     if run.path.exists() and not run.path.is_dir():
@@ -251,7 +252,7 @@ def pretrain(
     if not Path(corpus).exists():
         raise DataError(f"{corpus}: no such corpus file or directory")
     if family.trains_itself:
-        return _train_family(registry, family, config, Path(corpus), run, console)
+        return _train_family(registry, family, config, Path(corpus), run, console, resume)
     if tokenizer is not None and resume:
         raise ConfigError("--resume continues with the run's own tokenizer.json; drop --tokenizer")
     created = not run.path.exists()
@@ -280,18 +281,24 @@ def pretrain(
     return _fit(registry, config, family, tokenizer, run, corpus, console)
 
 
-def _train_family(registry: Registry, family: Any, config: RunConfig, corpus: Path, run: RunDir, console: Console) -> dict[str, Any]:
-    """Hand training to a family with its own loop (:attr:`ModelFamily.trains_itself`)."""
+def _train_family(registry: Registry, family: Any, config: RunConfig, corpus: Path, run: RunDir, console: Console, resume: bool = False) -> dict[str, Any]:
+    """Hand training to a family with its own loop (:attr:`ModelFamily.trains_itself`); with
+    ``resume``, to continue from the checkpoint in ``run`` (:attr:`ModelFamily.resumable`)."""
     import dataclasses
 
+    if resume and not family.has_checkpoint(run.path):
+        raise RunDirError(f"{run.path}: no checkpoint to resume from (the run stopped before saving one); delete the directory and start the run again")
     created = not run.path.exists()
     try:
         run.path.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(run / CONFIG, to_toml({"family": config.family, "model": dataclasses.asdict(config.model)}))
-        metrics = family.train(corpus, run.path, config.model, console)
-    except BaseException:  # an error or an interruption: such a run cannot resume, leave nothing
-        if created:
+        if not resume:
+            atomic_write_text(run / CONFIG, to_toml({"family": config.family, "model": dataclasses.asdict(config.model)}))
+        metrics = family.train(corpus, run.path, config.model, console, **({"resume": True} if resume else {}))
+    except BaseException:  # an error or an interruption: keep the run only if it can resume
+        if created and not (family.resumable and family.has_checkpoint(run.path)):
             shutil.rmtree(run.path, ignore_errors=True)
+        elif family.resumable and family.has_checkpoint(run.path):
+            console.print(f"the run's last checkpoint is in {run.path}; `ptmkit train {config.family} --corpus {corpus} --out {run.path} --resume` continues it")
         raise
     run.write_json(METRICS, metrics)
     plugin = registry.owner("family", config.family)

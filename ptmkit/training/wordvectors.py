@@ -25,6 +25,8 @@ from ptmkit.data.vocabulary import TokenFile, Vocabulary, keep_probabilities
 from ptmkit.objectives.word_prediction import Examples, OutputLayer, WordPredictionStep, make_batch, make_window_batch
 
 ExampleMaker = Callable[[np.ndarray, np.ndarray, np.random.Generator], Examples]
+#: The run-directory folder of :class:`EpochCheckpoints` (word2vec and fastText runs).
+CHECKPOINT_DIR = "checkpoint"
 
 
 def prepare_corpus(corpus: Path, run_dir: Path, min_count: int, max_vocab: int, lowercase: bool, console: Any, note: str = "") -> tuple[Vocabulary, TokenFile]:
@@ -102,11 +104,12 @@ def auto_updates_per_call(batch_examples: int, pairs_per_example: float = 1.0) -
 Call = tuple[dict[str, np.ndarray], np.ndarray, int, int, int]
 
 
-def _calls(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: OutputLayer, schedule: SGDSchedule) -> Iterator[Call]:
-    """Yield the step calls of the whole run: ``(batches (K, P, ...), learning rates (K,), epoch,
-    raw_words_done, real updates)`` with ``K = updates_per_call`` batches of ``P =
-    batch_examples`` examples; the last call is padded with empty batches (learning rate 0)."""
-    rng = np.random.default_rng(schedule.seed)
+def _calls(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: OutputLayer, schedule: SGDSchedule, start_epoch: int = 0) -> Iterator[Call]:
+    """Yield the step calls of epochs ``start_epoch ..`` of the run: ``(batches (K, P, ...),
+    learning rates (K,), epoch, raw_words_done, real updates)`` with ``K = updates_per_call``
+    batches of ``P = batch_examples`` examples. Each epoch draws from its own generator (seeded
+    with ``(seed, epoch)``) and ends with its own call, padded with empty batches (learning rate
+    0), so that a run resumed at an epoch boundary repeats the uninterrupted run exactly."""
     keep = keep_probabilities(counts, schedule.sample)
     per_epoch = max(len(tokens.ids), 1)
     total = per_epoch * schedule.epochs
@@ -114,7 +117,7 @@ def _calls(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: Ou
     progress: list[np.ndarray] = []
     buffered = 0
     raw_per_token = tokens.raw_tokens / per_epoch
-    done = 0
+    done = per_epoch * start_epoch
     batcher = make_window_batch if schedule.windows else functools.partial(make_batch, shared_negatives=schedule.shared_negatives)
     size, updates = schedule.batch_examples, max(1, schedule.updates_per_call)
     group = size * updates
@@ -138,7 +141,8 @@ def _calls(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: Ou
         progress = [where[start:]] if start < len(examples) else []
         buffered = len(examples) - start
 
-    for epoch in range(schedule.epochs):
+    for epoch in range(start_epoch, schedule.epochs):
+        rng = np.random.default_rng([schedule.seed, epoch])
         for ids, sentence in tokens.chunks(schedule.chunk_tokens):
             kept = rng.random(len(ids)) < keep[ids]
             examples = make(ids[kept], sentence[kept], rng)
@@ -150,7 +154,7 @@ def _calls(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: Ou
                 buffered += len(examples)
             if buffered >= group:
                 yield from emit(final=False, epoch=epoch)
-    yield from emit(final=True, epoch=schedule.epochs - 1)
+        yield from emit(final=True, epoch=epoch)
 
 
 def _produced(calls: Iterator[Call]) -> Generator[Call, None, None]:
@@ -192,6 +196,96 @@ def _produced(calls: Iterator[Call]) -> Generator[Call, None, None]:
         raise failure[0]
 
 
+@dataclasses.dataclass(frozen=True)
+class EpochCheckpoints:
+    """Checkpoints of a word-prediction run at epoch ends: what ``ptmkit train --resume`` continues
+    from. An epoch's calls end with the epoch (:func:`_calls`) and each epoch's random draws
+    depend only on ``(seed, epoch)``, so a resumed run equals the uninterrupted one (test).
+
+    Attributes:
+        directory: holds ``state-E.npz`` (the input and output matrices after ``E`` epochs)
+            and ``state.json`` (which state file, epochs done, seconds trained, the run's
+            fingerprint), each written atomically, the JSON last and older states removed after
+            it, so that a crash while saving leaves the previous checkpoint usable; the family
+            removes the directory when the run ends.
+        every_seconds: save at an epoch's end once this many seconds have passed since the
+            run (or the last save) started; 0: after every epoch.
+        resume: continue from the state in ``directory`` (a RunDirError when there is none).
+    """
+
+    directory: Path
+    every_seconds: float = 60.0
+    resume: bool = False
+
+    @property
+    def exists(self) -> bool:
+        """Whether a complete state was saved (``state.json`` is written last)."""
+        return (self.directory / "state.json").exists()
+
+    def save(self, epochs_done: int, step: WordPredictionStep, seconds: float, fingerprint: dict[str, Any]) -> None:
+        """Write the matrices after ``epochs_done`` epochs and ``seconds`` of training."""
+        from ptmkit.io import atomic_save, atomic_write_json
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        name = f"state-{epochs_done}.npz"
+
+        def write(path: Path) -> None:
+            with open(path, "wb") as handle:
+                np.savez(handle, input=step.input_vectors(), output=step.output_vectors(), epochs_done=np.int64(epochs_done))
+
+        atomic_save(self.directory / name, write)
+        atomic_write_json(self.directory / "state.json", {"file": name, "epochs_done": epochs_done, "train_seconds": round(seconds, 2), "fingerprint": fingerprint})
+        for old in self.directory.glob("state-*.npz"):
+            if old.name != name:
+                old.unlink(missing_ok=True)
+
+    def load(self, fingerprint: dict[str, Any]) -> tuple[int, np.ndarray, np.ndarray, float]:
+        """``(epochs_done, input matrix, output matrix, seconds trained)`` of the saved state.
+
+        Raises:
+            RunDirError: no complete state, an unreadable one, or one of another run (the
+                corpus, vocabulary, sizes or schedule differ from ``fingerprint``).
+        """
+        import json
+        import zipfile
+
+        from ptmkit.errors import RunDirError
+
+        meta_file = self.directory / "state.json"
+        if not meta_file.exists():
+            raise RunDirError(f"{self.directory}: no epoch checkpoint to resume from (the run stopped before saving one); delete the run directory and start again")
+        state_file = meta_file
+        try:
+            meta = json.loads(meta_file.read_text(encoding="utf-8"))
+            state_file = self.directory / str(meta["file"])
+            with np.load(state_file) as state:
+                arrays = state["input"], state["output"], int(state["epochs_done"])
+        except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as error:
+            raise RunDirError(f"{state_file}: unreadable checkpoint ({type(error).__name__}: {error}); delete the run directory and start again") from None
+        if arrays[2] != meta.get("epochs_done"):
+            raise RunDirError(f"{state_file}: holds epoch {arrays[2]} but {meta_file} says {meta.get('epochs_done')}; delete the run directory and start again")
+        saved = meta.get("fingerprint", {})
+        changed = sorted(key for key in set(saved) | set(fingerprint) if saved.get(key) != fingerprint.get(key))
+        if changed:
+            raise RunDirError(f"{meta_file}: the checkpoint is of another run ({', '.join(changed)} differ: was the corpus or the config changed?); use another --out")
+        return arrays[2], arrays[0], arrays[1], float(meta.get("train_seconds", 0.0))
+
+
+def run_fingerprint(counts: np.ndarray, input_matrix: np.ndarray, output: OutputLayer, schedule: SGDSchedule) -> dict[str, Any]:
+    """What must not change between a checkpoint and its resumption: the vocabulary (size and a
+    hash of the counts, i.e. the corpus and min_count), the matrix shapes and the schedule."""
+    import hashlib
+    import json
+
+    return json.loads(json.dumps({
+        "vocabulary": len(counts),
+        "counts_sha1": hashlib.sha1(np.ascontiguousarray(counts, np.int64).tobytes()).hexdigest(),
+        "input_shape": list(input_matrix.shape),
+        "output_rows": output.rows,
+        "schedule": dataclasses.asdict(schedule),
+    }))
+
+
 def train_word_prediction(
     tokens: TokenFile,
     counts: np.ndarray,
@@ -200,6 +294,7 @@ def train_word_prediction(
     input_matrix: np.ndarray,
     schedule: SGDSchedule,
     report: Callable[[str], Any] | None = None,
+    checkpoints: EpochCheckpoints | None = None,
 ) -> tuple[WordPredictionStep, dict[str, Any]]:
     """Train input and output vectors on ``tokens``.
 
@@ -211,40 +306,64 @@ def train_word_prediction(
         input_matrix: ``(rows, dim)`` float32 initial input vectors.
         schedule: epochs, learning rate, batch sizes, seed.
         report: called with one progress line per epoch.
+        checkpoints: save the matrices at epoch ends (and, with ``resume``, start from them).
 
     Returns:
-        ``(step, stats)``: the step holds the trained matrices; ``stats`` has ``train_seconds``,
-        ``words_per_second`` (raw corpus words, as gensim counts them), ``raw_words``,
-        ``steps`` and ``final_loss`` (mean item log loss of the last epoch).
+        ``(step, stats)``: the step holds the trained matrices; ``stats`` has ``train_seconds``
+        (this process's training loop, checkpoint writing excluded), ``words_per_second`` (raw
+        corpus words over those seconds, as gensim counts them), ``raw_words``, ``steps`` and
+        ``final_loss`` (mean item log loss of the last epoch); a resumed run adds
+        ``resumed_after_epoch``, and ``checkpoint_seconds`` says how long saving took.
+
+    Raises:
+        RunDirError: ``checkpoints.resume`` without a usable checkpoint of this run.
     """
     _one_thread_per_step()
-    step = WordPredictionStep(input_matrix, output.rows, schedule.jit_compile, grouped=schedule.windows)
-    produced = _produced(_calls(tokens, counts, make, output, schedule))
+    fingerprint = run_fingerprint(counts, input_matrix, output, schedule)
+    start_epoch, output_matrix = 0, None
+    if checkpoints is not None and checkpoints.resume:
+        start_epoch, input_matrix, output_matrix, _ = checkpoints.load(fingerprint)
+        if report is not None:
+            report(f"resuming after epoch {start_epoch}/{schedule.epochs} from {checkpoints.directory}")
+    step = WordPredictionStep(input_matrix, output.rows, schedule.jit_compile, grouped=schedule.windows, output_matrix=output_matrix)
+    produced = _produced(_calls(tokens, counts, make, output, schedule, start_epoch))
     started = time.perf_counter()
+    last_save, saving = started, 0.0
     steps = 0
     losses: list[float] = []
-    current_epoch, words = 0, 0
+    first_words = tokens.raw_tokens * start_epoch
+    current_epoch, words = start_epoch, first_words
     try:
         for batch, lrs, epoch, words, updates in produced:
-            if epoch != current_epoch and report is not None:
-                report(_line(current_epoch, schedule.epochs, losses, words, time.perf_counter() - started))
+            if epoch != current_epoch:  # every call of the epochs before ``epoch`` has run
+                if report is not None:
+                    report(_line(current_epoch, schedule.epochs, losses, words - first_words, time.perf_counter() - started - saving))
                 losses = []
+                if checkpoints is not None and time.perf_counter() - last_save >= checkpoints.every_seconds:
+                    begin = time.perf_counter()
+                    checkpoints.save(epoch, step, begin - started - saving, fingerprint)
+                    last_save = time.perf_counter()
+                    saving += last_save - begin
             current_epoch = epoch
             losses.append(step(batch, lrs))
             steps += updates
     finally:
         produced.close()
-    seconds = time.perf_counter() - started
-    raw_words = tokens.raw_tokens * schedule.epochs
+    seconds = time.perf_counter() - started - saving
+    raw_words = tokens.raw_tokens * (schedule.epochs - start_epoch)
     if report is not None:
         report(_line(current_epoch, schedule.epochs, losses, raw_words, seconds))
-    stats = {
+    stats: dict[str, Any] = {
         "train_seconds": round(seconds, 2),
         "words_per_second": round(raw_words / max(seconds, 1e-9), 1),
         "raw_words": raw_words,
         "steps": steps,
         "final_loss": round(float(np.mean(losses)), 4) if losses else None,
     }
+    if start_epoch:
+        stats["resumed_after_epoch"] = start_epoch
+    if checkpoints is not None:
+        stats["checkpoint_seconds"] = round(saving, 2)
     return step, stats
 
 

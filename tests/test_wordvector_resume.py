@@ -1,0 +1,89 @@
+"""Interrupted word2vec and fastText runs resume from their last epoch checkpoint and end with the
+vectors of the uninterrupted run, bit for bit; a checkpoint of another corpus is refused, and
+families without checkpoints refuse --resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from inplugins import in_tree_plugins, registered  # noqa: F401 - the fixture
+from tinyconfig import DATA
+
+from ptmkit.cli import main
+from ptmkit.training.wordvectors import EpochCheckpoints
+
+pytestmark = pytest.mark.usefixtures("in_tree_plugins")
+SMALL = ["--set", "model.epochs=3", "--set", "model.min_count=2", "--set", "model.vector_size=16", "--set", "model.checkpoint_seconds=0"]
+FAMILIES = {
+    "word2vec": ["--set", "model.hs=true", "--set", "model.negative=2"],  # both output layers, window batches off
+    "fasttext": ["--set", "model.bucket=5000", "--set", "model.maxn=4"],
+}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """300 lower-cased Wikipedia paragraphs (~22K tokens)."""
+    lines = (DATA / "corpus" / "enwiki-106.txt").read_text(encoding="utf-8").lower().splitlines()[:300]
+    path = tmp_path_factory.mktemp("resume") / "wiki-300.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def interrupt_after_first_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C right after the first epoch checkpoint is on disk (as a user's would land)."""
+    save = EpochCheckpoints.save
+
+    def save_then_interrupt(self: EpochCheckpoints, *args: object, **kwargs: object) -> None:
+        save(self, *args, **kwargs)  # type: ignore[arg-type]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(EpochCheckpoints, "save", save_then_interrupt)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_an_interrupted_run_resumes_to_the_uninterrupted_vectors(
+    family: str, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["train", family, "--corpus", str(corpus), *SMALL, *FAMILIES[family]]
+    with registered():
+        assert main([*argv, "--out", str(tmp_path / "whole")]) == 0
+        with monkeypatch.context() as patch:
+            interrupt_after_first_checkpoint(patch)
+            assert main([*argv, "--out", str(tmp_path / "cut")]) == 130
+        err = capsys.readouterr().err
+        assert "--resume` continues it" in err
+        cut = tmp_path / "cut"
+        state = json.loads((cut / "checkpoint" / "state.json").read_text())
+        assert state["epochs_done"] == 1 and not (cut / "manifest.json").exists()
+        assert main(["train", family, "--corpus", str(corpus), "--out", str(cut), "--resume"]) == 0
+    metrics = json.loads((cut / "metrics.json").read_text())
+    assert metrics["resumed_after_epoch"] == 1
+    assert metrics["raw_words"] * 3 == json.loads((tmp_path / "whole" / "metrics.json").read_text())["raw_words"] * 2
+    assert not (cut / "checkpoint").exists() and (cut / "manifest.json").exists()
+    np.testing.assert_array_equal(np.load(cut / "vectors.npy"), np.load(tmp_path / "whole" / "vectors.npy"))
+
+
+def test_a_checkpoint_of_another_corpus_or_none_is_refused(corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    other = tmp_path / "other.txt"
+    other.write_text(corpus.read_text(encoding="utf-8").replace(" the ", " a "), encoding="utf-8")
+    out = tmp_path / "cut"
+    with registered():
+        with monkeypatch.context() as patch:
+            interrupt_after_first_checkpoint(patch)
+            assert main(["train", "word2vec", "--corpus", str(corpus), "--out", str(out), *SMALL]) == 130
+        capsys.readouterr()
+        assert main(["train", "word2vec", "--corpus", str(other), "--out", str(out), "--resume"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith(f"error: {out / 'checkpoint' / 'state.json'}: the checkpoint is of another run (counts_sha1")
+        (state,) = (out / "checkpoint").glob("state-*.npz")
+        state.write_bytes(state.read_bytes()[:1000])  # a disk that filled up under someone else's write
+        assert main(["train", "word2vec", "--corpus", str(corpus), "--out", str(out), "--resume"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: {state}: unreadable checkpoint (BadZipFile")
+        assert main(["train", "word2vec", "--corpus", str(corpus), "--out", str(tmp_path / "never"), "--resume"]) == 2
+        assert "nothing to resume" in capsys.readouterr().err
+        assert main(["train", "glove", "--corpus", str(corpus), "--out", str(tmp_path / "g"), "--resume"]) == 2
+        assert "the glove family trains in one pass without checkpoints; drop --resume" in capsys.readouterr().err
