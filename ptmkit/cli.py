@@ -256,9 +256,10 @@ def embed(
     if words or word_vectors.is_word_vector_run(path) or path.is_file():
         if text or file:
             raise PtmkitError(f"{path}: --text/--file embed sentences with a transformer run; a word-vector run takes --words WORD ...")
-        if not words:
-            raise PtmkitError(f"{path}: is a word-vector run; give --words WORD ...")
-        for record in word_vectors.embed_words(path, [w for item in words for w in item.split()]):
+        looked_up = [w for item in words or [] for w in item.split()]
+        if not looked_up:
+            raise PtmkitError(f"{path}: is a word-vector run; give --words WORD ..." if not words else "--words: no word given (only empty or blank strings)")
+        for record in word_vectors.embed_words(path, looked_up):
             print(word_vectors.dumps(record))
         return
     texts = _read_texts(text, file)

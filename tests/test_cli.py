@@ -61,3 +61,10 @@ def test_config_prints_the_family_keys_with_overrides_and_refuses_unknown_ones(c
     assert main(["config", "word2vec", "--set", "model.windw=3"]) == 2
     err = capsys.readouterr().err
     assert err.strip() == "error: --set: unknown config key 'model.windw' (did you mean 'window'?)"
+
+
+def test_embed_with_only_blank_words_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    vectors = tmp_path / "v.txt"
+    vectors.write_text("cat 1 2\ndog 2 1\n", encoding="utf-8")
+    assert main(["embed", str(vectors), "--words", " "]) == 2
+    assert capsys.readouterr().err.strip() == "error: --words: no word given (only empty or blank strings)"

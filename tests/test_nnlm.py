@@ -72,3 +72,16 @@ def test_heldout_perplexity_beats_the_unigram_model(tmp_path: Path) -> None:
     unigram = math.exp(-sum(math.log(train.get(u, 0.5) / total) for u in heldout) / len(heldout))
     assert metrics["heldout_targets"] == len(heldout)
     assert metrics["heldout_perplexity"] < 0.9 * unigram
+
+
+def test_a_heldout_set_over_half_the_corpus_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """150 lines with the default 200 held out used to train on one line and report a perplexity."""
+    corpus = tmp_path / "short.txt"
+    corpus.write_text("\n".join((DATA / "corpus" / "enwiki-106.txt").read_text(encoding="utf-8").splitlines()[:150]) + "\n", encoding="utf-8")
+    out = tmp_path / "run"
+    assert main(["train", "nnlm", "--corpus", str(corpus), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {corpus}: 150 lines, and model.heldout_lines = 200 would hold out more than half of them; "
+        "lower it (e.g. --set model.heldout_lines=15) or give a longer corpus"
+    )
+    assert not out.exists()

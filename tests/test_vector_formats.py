@@ -51,11 +51,39 @@ def test_formats_that_cannot_hold_spaces_refuse_them(tmp_path: Path) -> None:
         ("2 3\na 1 2 3\nb 1 2\n", ":3: expected a word and 3 numbers, got 3 fields"),
         ("a 1 2\nb 1 2\nc 1 z\n", ":3: expected 2 numbers after the word"),
         ("", ":1: empty vector file"),
+        ("tiger nan 1\ncat 1 2\n", ":1: nan or inf among the 2 numbers (a diverged training run?)"),
+        ("2 2\ncat 1 2\ntiger 1 -inf\n", ":3: nan or inf among the 2 numbers (a diverged training run?)"),
+        (b"\xf0\x9f\x98 1 2\ncat 1 2\n", ": not UTF-8 text (invalid continuation byte); is it a binary file?"),
     ],
 )
-def test_bad_vector_files_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:
+def test_bad_vector_files_are_one_line_errors(tmp_path: Path, text: str | bytes, message: str) -> None:
     path = tmp_path / "v.txt"
-    path.write_text(text)
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(DataError) as info:
         read_vectors(path)
     assert str(info.value) == f"{path}{message}"
+
+
+def test_a_binary_word2vec_file_with_nan_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "v.bin"
+    path.write_bytes(b"2 2\ncat " + np.array([1, 2], "<f4").tobytes() + b"\ntiger " + np.array([np.nan, 2], "<f4").tobytes() + b"\n")
+    with pytest.raises(DataError) as info:
+        read_vectors(path, "word2vec-binary")
+    assert str(info.value) == f"{path}: vector 2 of 2 ('tiger') holds nan or inf (a diverged training run?)"
+
+
+def test_evaluation_files_that_are_not_utf8_are_one_line_errors(tmp_path: Path) -> None:
+    from ptmkit.wordvectors import WordVectors
+    from ptmkit.wordvectors.evaluation import evaluate_analogies, evaluate_word_pairs
+
+    vectors = WordVectors(["cat", "dog", "tiger"], np.eye(3, dtype=np.float32))
+    path = tmp_path / "pairs.tsv"
+    path.write_bytes(b"cat\tdog\t7.0\n\xff\xfe\tdog\t3.0\n")
+    with pytest.raises(DataError) as info:
+        evaluate_word_pairs(vectors, path)
+    assert str(info.value) == f"{path}:2: not UTF-8 text (invalid start byte); is it a binary file?"
+    analogies = tmp_path / "questions.txt"
+    analogies.write_bytes(b": family\ncat dog tiger cat\n\xff dog cat tiger\n")
+    with pytest.raises(DataError) as info:
+        evaluate_analogies(vectors, analogies)
+    assert str(info.value) == f"{analogies}:3: not UTF-8 text (invalid start byte); is it a binary file?"

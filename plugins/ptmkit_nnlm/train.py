@@ -15,6 +15,7 @@ from rich.console import Console
 
 from ptmkit.data.readers import read_corpus
 from ptmkit.data.vocabulary import TokenFile, Vocabulary, build_vocabulary, encode_corpus
+from ptmkit.errors import DataError
 from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, save_matrix
 from ptmkit_nnlm.config import NNLMConfig
 from ptmkit_nnlm.model import build_nnlm
@@ -88,7 +89,8 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
     ``nnlm.weights.h5``; report held-out perplexity.
 
     Raises:
-        DataError: an empty corpus, blank lines only, or no word surviving ``min_count``.
+        DataError: an empty corpus, blank lines only, no word surviving ``min_count``, or
+            ``heldout_lines`` more than half the corpus's lines.
     """
     from ptmkit.io import atomic_save
     from ptmkit.training.setup import quiet_tensorflow, seed_everything
@@ -106,6 +108,11 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
     vocabulary = Vocabulary(words, counts, counted.tokens_seen, counted.unique_words, counted.lines)
     tokens = encode_corpus(read_corpus(corpus), vocabulary, run_dir / "tokens", config.lowercase, unknown=unk_id, end=end_id)
     lines = len(tokens.offsets) - 1
+    if config.heldout_lines and 2 * config.heldout_lines > lines:
+        raise DataError(
+            f"{corpus}: {lines:,} lines, and model.heldout_lines = {config.heldout_lines:,} would hold out more than half of them; "
+            f"lower it (e.g. --set model.heldout_lines={max(1, lines // 10)}) or give a longer corpus"
+        )
     heldout = min(config.heldout_lines, max(lines - 1, 0))
     split = int(tokens.offsets[lines - heldout])
     console.print(f"vocabulary: {len(words):,} entries ({len(counted):,} words with count >= {config.min_count}, {', '.join(SPECIALS)}); {split:,} training and {len(tokens.ids) - split:,} held-out targets")

@@ -19,6 +19,7 @@ References: Finkelstein et al. 2002 (WordSim-353); Mikolov et al. 2013 (the anal
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,8 @@ def evaluate_word_pairs(
         ``oov_ratio`` (percent, as gensim) and ``file``.
 
     Raises:
-        DataError: a missing file, or a file without one usable pair.
+        DataError: a missing file, a line that is not UTF-8 text (named), or a file without one
+            usable pair.
     """
     path = Path(path)
     if not path.is_file():
@@ -78,24 +80,23 @@ def evaluate_word_pairs(
     ok_vocab = _ok_vocab(vectors, restrict_vocab, case_insensitive)
     gold, model, oov, invalid = [], [], 0, 0
     unit = _unit(vectors.vectors)
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if not line or line.startswith("#"):
-                continue
-            fields = line.split(delimiter)
-            try:
-                a, b, score = fields
-                similarity = float(score)
-            except ValueError:
-                invalid += 1
-                continue
-            if case_insensitive:
-                a, b = a.upper(), b.upper()
-            if a not in ok_vocab or b not in ok_vocab:
-                oov += 1
-                continue
-            gold.append(similarity)
-            model.append(float(unit[ok_vocab[a]] @ unit[ok_vocab[b]]))
+    for line in _utf8_lines(path):
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split(delimiter)
+        try:
+            a, b, score = fields
+            similarity = float(score)
+        except ValueError:
+            invalid += 1
+            continue
+        if case_insensitive:
+            a, b = a.upper(), b.upper()
+        if a not in ok_vocab or b not in ok_vocab:
+            oov += 1
+            continue
+        gold.append(similarity)
+        model.append(float(unit[ok_vocab[a]] @ unit[ok_vocab[b]]))
     if not gold:
         raise DataError(f"{path}: no pair with both words in the vocabulary ({oov} out-of-vocabulary, {invalid} invalid lines)")
     pearson = float(np.corrcoef(gold, model)[0, 1]) if len(gold) > 1 else float("nan")
@@ -109,6 +110,16 @@ def evaluate_word_pairs(
     }
 
 
+def _utf8_lines(path: Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file; DataError (naming the file and line) for other bytes."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{path}:{number}: not UTF-8 text ({exc.reason}); is it a binary file?") from None
+
+
 def evaluate_analogies(
     vectors: WordVectors, path: str | os.PathLike[str], restrict_vocab: int = RESTRICT_VOCAB, case_insensitive: bool = True, batch: int = 256
 ) -> dict[str, Any]:
@@ -120,7 +131,8 @@ def evaluate_analogies(
         ``{section, correct, questions, accuracy}``) and ``file``.
 
     Raises:
-        DataError: a missing file, or a question before the first section header (line named).
+        DataError: a missing file, a line that is not UTF-8 text, or a question before the
+            first section header (line named).
     """
     path = Path(path)
     if not path.is_file():
@@ -129,24 +141,23 @@ def evaluate_analogies(
     sections: list[dict[str, Any]] = []
     questions: list[tuple[int, int, int, int, int]] = []  # section, a, b, c, expected (ids)
     oov = total = 0
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if line.startswith(": "):
-                sections.append({"section": line.lstrip(": ").strip(), "correct": 0, "questions": 0})
-                continue
-            if not sections:
-                raise DataError(f"{path}:{number}: a question before the first ': section' line")
-            words = line.split()
-            if len(words) != 4:
-                continue
-            total += 1
-            if case_insensitive:
-                words = [w.upper() for w in words]
-            if any(w not in ok_vocab for w in words):
-                oov += 1
-                continue
-            a, b, c, d = (ok_vocab[w] for w in words)
-            questions.append((len(sections) - 1, a, b, c, d))
+    for number, line in enumerate(_utf8_lines(path), 1):
+        if line.startswith(": "):
+            sections.append({"section": line.lstrip(": ").strip(), "correct": 0, "questions": 0})
+            continue
+        if not sections:
+            raise DataError(f"{path}:{number}: a question before the first ': section' line")
+        words = line.split()
+        if len(words) != 4:
+            continue
+        total += 1
+        if case_insensitive:
+            words = [w.upper() for w in words]
+        if any(w not in ok_vocab for w in words):
+            oov += 1
+            continue
+        a, b, c, d = (ok_vocab[w] for w in words)
+        questions.append((len(sections) - 1, a, b, c, d))
     unit = _unit(vectors.vectors[:restrict_vocab])
     upper = [w.upper() if case_insensitive else w for w in vectors.words[:restrict_vocab]]
     for start in range(0, len(questions), batch):

@@ -60,9 +60,12 @@ def write_vectors(path: str | os.PathLike[str], words: list[str], vectors: np.nd
 
 def _parse(path: Path, number: int, fields: list[str], dim: int) -> np.ndarray:
     try:
-        return np.asarray([float(x) for x in fields], np.float32)
+        row = np.asarray([float(x) for x in fields], np.float32)
     except ValueError:
         raise DataError(f"{path}:{number}: expected {dim} numbers after the word") from None
+    if not np.isfinite(row).all():
+        raise DataError(f"{path}:{number}: nan or inf among the {dim} numbers (a diverged training run?)")
+    return row
 
 
 def _trailing_numbers(fields: list[str]) -> int:
@@ -85,8 +88,9 @@ def read_vectors(path: str | os.PathLike[str], fmt: str | None = None) -> WordVe
     fields over the first 100 lines.
 
     Raises:
-        DataError: a missing or empty file, a bad header, a line with the wrong number of fields
-            or a non-number (file and line named), a truncated binary file.
+        DataError: a missing or empty file, a bad header, a line with the wrong number of fields,
+            a non-number, nan or inf (file and line named), text that is not UTF-8, a truncated
+            binary file.
     """
     path = Path(path)
     if not path.is_file():
@@ -122,20 +126,20 @@ def _read_text(path: Path, count: int | None, dim: int | None) -> WordVectors:
     words: list[str] = []
     rows: list[np.ndarray] = []
     with open(path, encoding="utf-8", errors="strict") as handle:
-        lines = iter(enumerate(handle, 1))
-        if count is not None:
-            next(lines)
-        else:
-            probe = []
-            for _, line in zip(range(100), handle, strict=False):
-                probe.append(_trailing_numbers(line.rstrip("\n").rstrip(" ").split(" ")))
-            dim = min((p for p in probe if p), default=0)
-            if dim == 0:
-                raise DataError(f"{path}: not a vector file (no line ending in numbers in the first 100)")
-            handle.seek(0)
-            lines = iter(enumerate(handle, 1))
-        assert dim is not None
         try:
+            lines = iter(enumerate(handle, 1))
+            if count is not None:
+                next(lines)
+            else:
+                probe = []
+                for _, line in zip(range(100), handle, strict=False):
+                    probe.append(_trailing_numbers(line.rstrip("\n").rstrip(" ").split(" ")))
+                dim = min((p for p in probe if p), default=0)
+                if dim == 0:
+                    raise DataError(f"{path}: not a vector file (no line ending in numbers in the first 100)")
+                handle.seek(0)
+                lines = iter(enumerate(handle, 1))
+            assert dim is not None
             for number, line in lines:
                 fields = line.rstrip("\n").rstrip(" ").split(" ")
                 if len(fields) < dim + 1:
@@ -145,7 +149,7 @@ def _read_text(path: Path, count: int | None, dim: int | None) -> WordVectors:
                 words.append(" ".join(fields[:-dim]))
                 rows.append(_parse(path, number, fields[-dim:], dim))
         except UnicodeDecodeError as exc:
-            raise DataError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start} of a line)") from None
+            raise DataError(f"{path}: not UTF-8 text ({exc.reason}); is it a binary file?") from None
     if count is not None and len(words) != count:
         raise DataError(f"{path}: the header says {count} vectors, the file has {len(words)}")
     if not words:
@@ -170,6 +174,8 @@ def _read_binary(path: Path) -> WordVectors:
                 raise DataError(f"{path}: truncated in vector {i + 1} of {count} ({word.decode('utf-8', 'replace')!r})")
             words.append(word.decode("utf-8", errors="replace"))
             rows.append(np.frombuffer(data, "<f4"))
+            if not np.isfinite(rows[-1]).all():
+                raise DataError(f"{path}: vector {i + 1} of {count} ({words[-1]!r}) holds nan or inf (a diverged training run?)")
     return _vectors(path, words, np.stack(rows) if rows else np.zeros((0, dim), np.float32))
 
 
