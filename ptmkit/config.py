@@ -69,13 +69,16 @@ class FinetuneConfig:
     """Fine-tuning settings (section ``[finetune]``); see :class:`TrainConfig` for shared keys.
 
     Attributes:
-        head: the head's name (``classification``).
+        head: the head's name: ``classification`` for transformer runs; on other runs the installed
+            head that fits them (``fasttext`` for word vectors).
         epochs: passes over the training set.
         batch_size: examples per step.
         sequence_length: tokens per example, specials included (longer texts are truncated).
         learning_rate: peak learning rate, reached after warm-up, then linear decay to 0.
         warmup_ratio: fraction of all fine-tuning steps (epochs x batches) spent warming up
             linearly from 0.
+        seed: seeds Python, NumPy, TensorFlow/Keras: the head's initialisation, dropout and the
+            example order.
         max_train_examples: use at most this many training examples (0: all), chosen with ``seed``.
         adam_epsilon: AdamW's epsilon, added to the bias-corrected root as in PyTorch (see :class:`ptmkit.training.schedule.AdamW`).
     """

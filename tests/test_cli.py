@@ -68,3 +68,25 @@ def test_embed_with_only_blank_words_is_refused(tmp_path: Path, capsys: pytest.C
     vectors.write_text("cat 1 2\ndog 2 1\n", encoding="utf-8")
     assert main(["embed", str(vectors), "--words", " "]) == 2
     assert capsys.readouterr().err.strip() == "error: --words: no word given (only empty or blank strings)"
+
+
+def test_finetune_refuses_a_config_file_that_changes_the_pretrained_model(tiny_pretrained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`ptmkit config bert > f.toml` (the defaults: 4 layers) then `finetune RUN --config f.toml`
+    on a 1-layer run used to record the file's [model] and fail at export; keys equal to the
+    run's own are fine (one file for both commands)."""
+    import tomllib
+
+    data = Path(__file__).resolve().parent.parent / "data" / "classify"
+    stored = (tiny_pretrained / "config.toml").read_text(encoding="utf-8")
+    layers = tomllib.loads(stored)["model"]["num_layers"]
+    changed = tmp_path / "changed.toml"
+    changed.write_text(f"[model]\nnum_layers = {layers + 3}\n[finetune]\nepochs = 1\n", encoding="utf-8")
+    argv = ["finetune", str(tiny_pretrained), "--train", str(data / "polarity-200-train.txt"), "--dev", str(data / "polarity-200-dev.txt")]
+    assert main([*argv, "--out", str(tmp_path / "ft"), "--config", str(changed)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {changed}: config key 'model.num_layers' = {layers + 3} differs from the pre-trained run's ({layers}); "
+        "fine-tuning keeps the run's [model]: drop it, and set finetune.* or head.* keys"
+    )
+    assert not (tmp_path / "ft").exists()
+
+

@@ -409,10 +409,10 @@ def test_field_docs_joins_continuation_lines_and_strips_rest_markup() -> None:
 
 @pytest.mark.parametrize("family", ["bert", "word2vec", "fasttext", "fasttext-supervised", "glove", "nnlm"])
 def test_describe_config_is_a_config_file_that_gives_back_the_same_config(registry: Registry, family: str, tmp_path: Path) -> None:
-    text = describe_config(registry, family, None, ["model.min_count=3"] if family != "bert" else ["train.max_steps=7"], finetune=True)
+    text = describe_config(registry, family, None, ["model.min_count=3"] if family != "bert" else ["train.max_steps=7"])
     path = toml_file(tmp_path, text)
     data = tomllib.loads(text)
-    assert data["family"] == family and "model" in data and "finetune" in data and "head" in data
+    assert data["family"] == family and "model" in data and "finetune" not in data and "head" not in data
     assert ("train" in data) == (family == "bert")  # word-vector families read [model] only
     rebuilt = resolve_config(registry, family, path, [])
     expected = resolve_config(registry, family, None, ["model.min_count=3"] if family != "bert" else ["train.max_steps=7"])
@@ -422,3 +422,29 @@ def test_describe_config_is_a_config_file_that_gives_back_the_same_config(regist
     lines = text.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith(f"{first_key} = "))
     assert lines[at - 1].startswith("# ") and doc[first_key].split()[-1] in lines[at - 1]  # the comment sits above its key
+
+
+def test_describe_config_for_finetuning_prints_the_fitting_head_and_no_model(registry: Registry) -> None:
+    bert = tomllib.loads(describe_config(registry, "bert", None, [], finetune=True))
+    assert set(bert) == {"family", "finetune", "head"} and bert["finetune"]["head"] == "classification"
+    assert "initializer_range" in bert["head"] and "epochs" in bert["finetune"]
+    word2vec = tomllib.loads(describe_config(registry, "word2vec", None, ["head.epochs=3"], finetune=True))
+    assert word2vec["finetune"] == {"head": "fasttext"} and word2vec["head"]["epochs"] == 3  # the head trains itself
+    with pytest.raises(ConfigError, match="no fine-tune head fits fasttext-supervised runs"):
+        describe_config(registry, "fasttext-supervised", None, [], finetune=True)
+
+
+@pytest.mark.parametrize(
+    ("text", "section"),
+    [("[train]\nmax_steps = 2\n", "train"), ("[objectives.mlm]\nmask_rate = 0.5\n", "objectives")],
+)
+def test_core_training_sections_are_refused_for_families_that_train_themselves(registry: Registry, tmp_path: Path, text: str, section: str) -> None:
+    path = toml_file(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        resolve_config(registry, "word2vec", path, [])
+    assert str(info.value) == (
+        f"{path}: [{section}] is for the core's pre-training loop; the word2vec family takes its training keys in [model] "
+        "(`ptmkit config word2vec` lists them)"
+    )
+    with pytest.raises(ConfigError, match=r"^--set: \[train\] is for the core's pre-training loop"):
+        resolve_config(registry, "glove", None, ["train.max_steps=2"])

@@ -172,8 +172,11 @@ def finetune(
                 f"--set {override!r}: fine-tuning keeps the pre-trained run's [{section}]; set finetune.* or head.* keys"
             )
     family = registry.family(manifest["family"])
+    stored = read_toml(parent.require(CONFIG))
+    if config_path is not None:
+        _refuse_changed_pretraining_keys(read_toml(config_path), stored, str(config_path))
     overrides = choose_head(registry, family, config_path, list(overrides or []))
-    config = resolve_config(registry, manifest["family"], config_path, overrides, base=read_toml(parent.require(CONFIG)))
+    config = resolve_config(registry, manifest["family"], config_path, overrides, base=stored)
     ft = config.finetune
     head = registry.head(ft.head)
     if head.trains_itself:
@@ -261,6 +264,24 @@ def finetune(
         weights=MODEL_WEIGHTS,
     )
     return metrics
+
+
+def _refuse_changed_pretraining_keys(data: dict[str, Any], stored: dict[str, Any], source: str, prefix: str = "") -> None:
+    """Fine-tuning keeps the pre-trained run's sections: a ``--config`` key outside ``[finetune]``
+    and ``[head]`` must equal the run's (one config file may serve both commands), else ConfigError."""
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if not prefix and key in ("finetune", "head", "family"):
+            continue
+        if isinstance(value, dict):
+            inner = stored.get(key)
+            _refuse_changed_pretraining_keys(value, inner if isinstance(inner, dict) else {}, source, f"{dotted}.")
+        elif stored.get(key) != value:
+            was = "unset" if key not in stored else repr(stored[key])
+            raise ConfigError(
+                f"{source}: config key '{dotted}' = {value!r} differs from the pre-trained run's ({was}); fine-tuning keeps the "
+                f"run's [{dotted.split('.')[0]}]: drop it, and set finetune.* or head.* keys"
+            )
 
 
 def choose_head(registry: Registry, family: Any, config_path: str | Path | None, overrides: list[str]) -> list[str]:

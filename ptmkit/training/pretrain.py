@@ -58,7 +58,12 @@ def resolve_config(
     source = "config"
     if config_path is not None:
         source = str(config_path)
-        data = _merge(data, read_toml(config_path))
+        from_file = read_toml(config_path)
+        if family.trains_itself:
+            _refuse_core_training_sections(family_name, source, list(from_file))
+        data = _merge(data, from_file)
+    if family.trains_itself and overrides:
+        _refuse_core_training_sections(family_name, "--set", [o.partition("=")[0].strip().split(".")[0] for o in overrides])
     if data.get("family", family_name) != family_name:
         raise ConfigError(f"{source}: family = {data['family']!r} but the command trains {family_name!r}")
     data["family"] = family_name
@@ -92,6 +97,17 @@ def resolve_config(
     return config
 
 
+def _refuse_core_training_sections(family_name: str, source: str, sections: list[str]) -> None:
+    """A family that trains itself reads its training keys from [model]: [train] and
+    [objectives] would be silently ignored, so they are refused."""
+    for section in ("train", "objectives"):
+        if section in sections:
+            raise ConfigError(
+                f"{source}: [{section}] is for the core's pre-training loop; the {family_name} family takes its training keys "
+                f"in [model] (`ptmkit config {family_name}` lists them)"
+            )
+
+
 def describe_config(
     registry: Registry,
     family_name: str,
@@ -104,30 +120,47 @@ def describe_config(
 
     What ``ptmkit train`` reads: ``family`` and ``[model]``, plus ``[train]`` and the sections of
     the objectives it will train for a family that pre-trains through the core (BERT). With
-    ``finetune``, also ``[finetune]`` and ``[head]`` (of ``finetune.head``): what ``ptmkit
-    finetune`` reads. The output is valid input for ``--config``.
+    ``finetune``, what ``ptmkit finetune`` reads instead: ``[finetune]`` and ``[head]`` of the
+    head that fits the family (:func:`ptmkit.training.finetune.choose_head`; a head that trains
+    itself reads only ``finetune.head`` of ``[finetune]``); the model is the pre-trained run's.
+    The output is valid input for ``--config``.
 
     Raises:
-        ConfigError, PluginError: as :func:`resolve_config`.
+        ConfigError, PluginError: as :func:`resolve_config`; no head fits the family
+            (``finetune``).
     """
     family = registry.family(family_name)
+    if finetune:
+        from ptmkit.training.finetune import choose_head
+
+        overrides = choose_head(registry, family, config_path, list(overrides or []))
     config = resolve_config(registry, family_name, config_path, overrides)
     data = config.to_dict()
-    keep = ["family", "model"]
-    comments = {"model": field_docs(family.config_class)}
-    if not family.trains_itself:
-        keep.append("train")
-        comments["train"] = field_docs(TrainConfig)
-        names = config.train.objectives or list(family.default_objectives)
-        data["objectives"] = {name: data["objectives"][name] for name in names}
-        comments.update({f"objectives.{name}": field_docs(registry.objective(name).config_class) for name in names})
-        keep.append("objectives")
+    keep = ["family"]
+    comments: dict[str, dict[str, str]] = {}
     if finetune:
+        head = registry.heads[config.finetune.head]
         keep += ["finetune", "head"]
         comments["finetune"] = {**field_docs(TrainConfig), **field_docs(FinetuneConfig)}
-        comments["head"] = field_docs(registry.heads[config.finetune.head].config_class)
-    command = "finetune RUN_DIR ... --config FILE" if finetune else f"train {family_name} ... --config FILE"
-    header = f"# ptmkit run config for {family_name}: `ptmkit {command}` reads it; `--set section.key=value` overrides a key.\n"
+        comments["head"] = field_docs(head.config_class)
+        if head.trains_itself:  # its epochs, rates and sizes are [head] keys
+            data["finetune"] = {"head": config.finetune.head}
+    else:
+        keep.append("model")
+        comments["model"] = field_docs(family.config_class)
+        if not family.trains_itself:
+            keep += ["train", "objectives"]
+            comments["train"] = field_docs(TrainConfig)
+            names = config.train.objectives or list(family.default_objectives)
+            data["objectives"] = {name: data["objectives"][name] for name in names}
+            comments.update({f"objectives.{name}": field_docs(registry.objective(name).config_class) for name in names})
+    if finetune:
+        header = (
+            f"# ptmkit fine-tuning config for {family_name} runs: `ptmkit finetune RUN_DIR ... --config FILE` reads it (the "
+            f"model is the run's); `--set section.key=value` overrides a key.\n"
+        )
+    else:
+        header = f"# ptmkit run config for {family_name}: `ptmkit train {family_name} ... --config FILE` reads it; `--set section.key=value` overrides a key.\n"
     return header + to_toml({key: data[key] for key in keep}, comments)
 
 
@@ -235,7 +268,8 @@ def pretrain(
     if run.path.exists() and not run.path.is_dir():
         raise RunDirError(f"{run.path}: exists and is not a directory; choose another --out")
     if (run / "manifest.json").exists():
-        raise RunDirError(f"{run.path}: already holds a finished run; choose another --out (or raise train.max_steps in a new run)")
+        hint = "" if family.trains_itself else " (or raise train.max_steps in a new run)"
+        raise RunDirError(f"{run.path}: already holds a finished run; choose another --out{hint}")
     if resume:
         if not (run / CONFIG).exists():
             raise RunDirError(f"{run.path}: nothing to resume (no {CONFIG}); start the run without --resume")
