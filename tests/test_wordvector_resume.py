@@ -82,7 +82,7 @@ def test_a_checkpoint_of_another_corpus_or_none_is_refused(corpus: Path, tmp_pat
         state.write_bytes(state.read_bytes()[:1000])  # a disk that filled up under someone else's write
         assert main(["train", "word2vec", "--corpus", str(corpus), "--out", str(out), "--resume"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith(f"error: {state}: unreadable checkpoint (BadZipFile")
+        assert err[-1].startswith(f"error: {state}: unreadable checkpoint (BadZipFile") and "--resume` continues it" not in "".join(err)
         assert main(["train", "word2vec", "--corpus", str(corpus), "--out", str(tmp_path / "never"), "--resume"]) == 2
         assert "nothing to resume" in capsys.readouterr().err
         assert main(["train", "glove", "--corpus", str(corpus), "--out", str(tmp_path / "g"), "--resume"]) == 2

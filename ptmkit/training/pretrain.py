@@ -328,10 +328,10 @@ def _train_family(registry: Registry, family: Any, config: RunConfig, corpus: Pa
         if not resume:
             atomic_write_text(run / CONFIG, to_toml({"family": config.family, "model": dataclasses.asdict(config.model)}))
         metrics = family.train(corpus, run.path, config.model, console, **({"resume": True} if resume else {}))
-    except BaseException:  # an error or an interruption: keep the run only if it can resume
+    except BaseException as error:  # an error or an interruption: keep the run only if it can resume
         if created and not (family.resumable and family.has_checkpoint(run.path)):
             shutil.rmtree(run.path, ignore_errors=True)
-        elif family.resumable and family.has_checkpoint(run.path):
+        elif family.resumable and family.has_checkpoint(run.path) and not isinstance(error, PtmkitError):
             console.print(f"the run's last checkpoint is in {run.path}; `ptmkit train {config.family} --corpus {corpus} --out {run.path} --resume` continues it")
         raise
     run.write_json(METRICS, metrics)
