@@ -119,7 +119,7 @@ def describe_config(
     ``config_path`` and ``overrides``) after its description from the config class's docstring.
 
     What ``ptmkit train`` reads: ``family`` and ``[model]``, plus ``[train]`` and the sections of
-    the objectives it will train for a family that pre-trains through the core (BERT). With
+    the objectives it will train for a family that pre-trains through the core (transformers). With
     ``finetune``, what ``ptmkit finetune`` reads instead: ``[finetune]`` and ``[head]`` of the
     head that fits the family (:func:`ptmkit.training.finetune.choose_head`; a head that trains
     itself reads only ``finetune.head`` of ``[finetune]``); the model is the pre-trained run's.
