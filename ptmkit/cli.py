@@ -256,9 +256,12 @@ def embed(
     if words or word_vectors.is_word_vector_run(path) or path.is_file():
         if text or file:
             raise PtmkitError(f"{path}: --text/--file embed sentences with a transformer run; a word-vector run takes --words WORD ...")
-        looked_up = [w for item in words or [] for w in item.split()]
-        if not looked_up:
-            raise PtmkitError(f"{path}: is a word-vector run; give --words WORD ..." if not words else "--words: no word given (only empty or blank strings)")
+        if not words:
+            raise PtmkitError(f"{path}: is a word-vector run; give --words WORD ...")
+        blank = next((i for i, item in enumerate(words, 1) if not item.strip()), None)
+        if blank is not None:
+            raise PtmkitError(f"--words: value {blank} of {len(words)} is empty or blank; give one word or several separated by spaces")
+        looked_up = [w for item in words for w in item.split()]
         for record in word_vectors.embed_words(path, looked_up):
             print(word_vectors.dumps(record))
         return

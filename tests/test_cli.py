@@ -67,7 +67,9 @@ def test_embed_with_only_blank_words_is_refused(tmp_path: Path, capsys: pytest.C
     vectors = tmp_path / "v.txt"
     vectors.write_text("cat 1 2\ndog 2 1\n", encoding="utf-8")
     assert main(["embed", str(vectors), "--words", " "]) == 2
-    assert capsys.readouterr().err.strip() == "error: --words: no word given (only empty or blank strings)"
+    assert capsys.readouterr().err.strip() == "error: --words: value 1 of 1 is empty or blank; give one word or several separated by spaces"
+    assert main(["embed", str(vectors), "--words", "cat", "--words", ""]) == 2  # not silently one line short
+    assert capsys.readouterr().err.strip() == "error: --words: value 2 of 2 is empty or blank; give one word or several separated by spaces"
 
 
 def test_finetune_refuses_a_config_file_that_changes_the_pretrained_model(tiny_pretrained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -87,3 +87,30 @@ def test_evaluation_files_that_are_not_utf8_are_one_line_errors(tmp_path: Path) 
     with pytest.raises(DataError) as info:
         evaluate_analogies(vectors, analogies)
     assert str(info.value) == f"{analogies}:3: not UTF-8 text (invalid start byte); is it a binary file?"
+
+
+def test_a_byte_order_mark_is_skipped_and_a_text_file_with_a_bad_byte_is_not_taken_for_binary(tmp_path: Path) -> None:
+    for name, text in (("w2v.txt", b"\xef\xbb\xbf2 3\ncat 1 2 3\ndog 1 1 1\n"), ("glove.txt", b"\xef\xbb\xbfcat 1 2 3\ndog 1 1 1\n")):
+        path = tmp_path / name
+        path.write_bytes(text)
+        vectors = read_vectors(path)
+        assert vectors.words == ["cat", "dog"] and vectors.vectors.tolist() == [[1, 2, 3], [1, 1, 1]]
+    path = tmp_path / "latin1.txt"
+    path.write_bytes(b"2 3\ntig\xffer 1 2 3\ncat 1 2 3\n")  # was read as binary: "truncated in vector 3 of 3"
+    with pytest.raises(DataError) as info:
+        read_vectors(path)
+    assert str(info.value) == f"{path}: not UTF-8 text (invalid start byte); is it a binary file?"
+
+
+def test_vectors_with_nan_are_never_saved_or_printed(tmp_path: Path) -> None:
+    from ptmkit.wordvectors import save_matrix
+    from ptmkit.wordvectors.commands import dumps
+
+    matrix = np.ones((70000, 4), np.float32)
+    matrix[66000, 2] = np.inf  # in the second 65,536-row chunk
+    with pytest.raises(DataError) as info:
+        save_matrix(tmp_path / "vectors.npy", matrix)
+    assert str(info.value).startswith(f"{tmp_path / 'vectors.npy'}: row 66000 holds nan or inf, so the vectors were not saved")
+    assert not (tmp_path / "vectors.npy").exists()
+    with pytest.raises(DataError, match="the vector of 'tiger' holds nan or inf"):
+        dumps({"word": "tiger", "vector": [float("nan"), 1.0]})

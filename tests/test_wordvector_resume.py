@@ -78,7 +78,22 @@ def test_a_checkpoint_of_another_corpus_or_none_is_refused(corpus: Path, tmp_pat
         assert main(["train", "word2vec", "--corpus", str(other), "--out", str(out), "--resume"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert err[-1].startswith(f"error: {out / 'checkpoint' / 'state.json'}: the checkpoint is of another run (counts_sha1")
+        lines = corpus.read_text(encoding="utf-8").splitlines(keepends=True)
+        reordered = tmp_path / "reordered.txt"
+        reordered.write_text("".join(lines[1:] + lines[:1]), encoding="utf-8")  # the same counts
+        assert main(["train", "word2vec", "--corpus", str(reordered), "--out", str(out), "--resume"]) == 2
+        assert "the checkpoint is of another run (tokens_sha1 differ" in capsys.readouterr().err
         (state,) = (out / "checkpoint").glob("state-*.npz")
+        with np.load(state) as arrays:
+            saved = {name: arrays[name] for name in arrays.files}
+        narrow = tmp_path / "narrow.npz"
+        np.savez(narrow, **{**saved, "input": saved["input"][:, :8]})
+        original = state.read_bytes()
+        state.write_bytes(narrow.read_bytes())
+        assert main(["train", "word2vec", "--corpus", str(corpus), "--out", str(out), "--resume"]) == 2
+        rows = saved["input"].shape[0]
+        assert f"its input matrix is float32 ({rows}, 8), this run needs float32 ({rows}, 16)" in capsys.readouterr().err
+        state.write_bytes(original)
         state.write_bytes(state.read_bytes()[:1000])  # a disk that filled up under someone else's write
         assert main(["train", "word2vec", "--corpus", str(corpus), "--out", str(out), "--resume"]) == 2
         err = capsys.readouterr().err.strip().splitlines()

@@ -13,6 +13,7 @@ Stages, each skipped when its output already exists (``--resume``):
 from __future__ import annotations
 
 import math
+import shlex
 import shutil
 import time
 import warnings
@@ -332,7 +333,8 @@ def _train_family(registry: Registry, family: Any, config: RunConfig, corpus: Pa
         if created and not (family.resumable and family.has_checkpoint(run.path)):
             shutil.rmtree(run.path, ignore_errors=True)
         elif family.resumable and family.has_checkpoint(run.path) and not isinstance(error, PtmkitError):
-            console.print(f"the run's last checkpoint is in {run.path}; `ptmkit train {config.family} --corpus {corpus} --out {run.path} --resume` continues it")
+            command = shlex.join(["ptmkit", "train", config.family, "--corpus", str(corpus), "--out", str(run.path), "--resume"])
+            console.print(f"the run's last checkpoint is in {run.path}; `{command}` continues it", markup=False, highlight=False)
         raise
     run.write_json(METRICS, metrics)
     plugin = registry.owner("family", config.family)

@@ -243,8 +243,9 @@ class EpochCheckpoints:
         """``(epochs_done, input matrix, output matrix, seconds trained)`` of the saved state.
 
         Raises:
-            RunDirError: no complete state, an unreadable one, or one of another run (the
-                corpus, vocabulary, sizes or schedule differ from ``fingerprint``).
+            RunDirError: no complete state, an unreadable one, matrices of the wrong shape or
+                dtype, or one of another run (the corpus, vocabulary, sizes or schedule differ
+                from ``fingerprint``).
         """
         import json
         import zipfile
@@ -262,6 +263,10 @@ class EpochCheckpoints:
                 arrays = state["input"], state["output"], int(state["epochs_done"])
         except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as error:
             raise RunDirError(f"{state_file}: unreadable checkpoint ({type(error).__name__}: {error}); delete the run directory and start again") from None
+        rows, dim = fingerprint["input_shape"]
+        for name, array, shape in (("input", arrays[0], (rows, dim)), ("output", arrays[1], (fingerprint["output_rows"], dim))):
+            if array.shape != shape or array.dtype != np.float32:
+                raise RunDirError(f"{state_file}: its {name} matrix is {array.dtype} {array.shape}, this run needs float32 {shape}; delete the run directory and start again")
         if arrays[2] != meta.get("epochs_done"):
             raise RunDirError(f"{state_file}: holds epoch {arrays[2]} but {meta_file} says {meta.get('epochs_done')}; delete the run directory and start again")
         saved = meta.get("fingerprint", {})
@@ -271,15 +276,22 @@ class EpochCheckpoints:
         return arrays[2], arrays[0], arrays[1], float(meta.get("train_seconds", 0.0))
 
 
-def run_fingerprint(counts: np.ndarray, input_matrix: np.ndarray, output: OutputLayer, schedule: SGDSchedule) -> dict[str, Any]:
+def run_fingerprint(tokens: TokenFile, counts: np.ndarray, input_matrix: np.ndarray, output: OutputLayer, schedule: SGDSchedule) -> dict[str, Any]:
     """What must not change between a checkpoint and its resumption: the vocabulary (size and a
-    hash of the counts, i.e. the corpus and min_count), the matrix shapes and the schedule."""
+    hash of the counts: min_count and the words' frequencies), the encoded corpus (a hash of its
+    word ids and sentence offsets: the same counts in another order differ), the matrix shapes and
+    the schedule."""
     import hashlib
     import json
 
+    corpus = hashlib.sha1()
+    for array, dtype in ((tokens.ids, np.int32), (tokens.offsets, np.int64)):
+        for start in range(0, len(array), 1 << 22):  # 16 MB at a time: the token file may be memory-mapped
+            corpus.update(np.ascontiguousarray(array[start : start + (1 << 22)], dtype).tobytes())
     return json.loads(json.dumps({
         "vocabulary": len(counts),
         "counts_sha1": hashlib.sha1(np.ascontiguousarray(counts, np.int64).tobytes()).hexdigest(),
+        "tokens_sha1": corpus.hexdigest(),
         "input_shape": list(input_matrix.shape),
         "output_rows": output.rows,
         "schedule": dataclasses.asdict(schedule),
@@ -313,16 +325,17 @@ def train_word_prediction(
         (this process's training loop, checkpoint writing excluded), ``words_per_second`` (raw
         corpus words over those seconds, as gensim counts them), ``raw_words``, ``steps`` and
         ``final_loss`` (mean item log loss of the last epoch); a resumed run adds
-        ``resumed_after_epoch``, and ``checkpoint_seconds`` says how long saving took.
+        ``resumed_after_epoch`` and ``train_seconds_all_sessions``, and ``checkpoint_seconds``
+        says how long saving took.
 
     Raises:
         RunDirError: ``checkpoints.resume`` without a usable checkpoint of this run.
     """
     _one_thread_per_step()
-    fingerprint = run_fingerprint(counts, input_matrix, output, schedule)
-    start_epoch, output_matrix = 0, None
+    fingerprint = run_fingerprint(tokens, counts, input_matrix, output, schedule)
+    start_epoch, output_matrix, seconds_before = 0, None, 0.0
     if checkpoints is not None and checkpoints.resume:
-        start_epoch, input_matrix, output_matrix, _ = checkpoints.load(fingerprint)
+        start_epoch, input_matrix, output_matrix, seconds_before = checkpoints.load(fingerprint)
         if report is not None:
             report(f"resuming after epoch {start_epoch}/{schedule.epochs} from {checkpoints.directory}")
     step = WordPredictionStep(input_matrix, output.rows, schedule.jit_compile, grouped=schedule.windows, output_matrix=output_matrix)
@@ -341,7 +354,7 @@ def train_word_prediction(
                 losses = []
                 if checkpoints is not None and time.perf_counter() - last_save >= checkpoints.every_seconds:
                     begin = time.perf_counter()
-                    checkpoints.save(epoch, step, begin - started - saving, fingerprint)
+                    checkpoints.save(epoch, step, seconds_before + begin - started - saving, fingerprint)
                     last_save = time.perf_counter()
                     saving += last_save - begin
             current_epoch = epoch
@@ -362,6 +375,7 @@ def train_word_prediction(
     }
     if start_epoch:
         stats["resumed_after_epoch"] = start_epoch
+        stats["train_seconds_all_sessions"] = round(seconds_before + seconds, 2)
     if checkpoints is not None:
         stats["checkpoint_seconds"] = round(saving, 2)
     return step, stats

@@ -70,11 +70,24 @@ VECTORS_FILE = "vectors.npy"
 
 
 def save_matrix(path: str | os.PathLike[str], matrix: np.ndarray) -> None:
-    """Save a float32 matrix as ``.npy``, atomically."""
+    """Save a float32 matrix as ``.npy``, atomically.
+
+    Raises:
+        DataError: the matrix holds nan or inf (a diverged training run); nothing is written.
+    """
+    from ptmkit.errors import DataError
     from ptmkit.io import atomic_path
 
+    matrix = np.asarray(matrix, np.float32)
+    for start in range(0, len(matrix), 65536):  # chunks: no full-size temporary for 2M-row matrices
+        bad = np.flatnonzero(~np.isfinite(matrix[start : start + 65536]).all(axis=1))
+        if len(bad):
+            raise DataError(
+                f"{path}: row {start + int(bad[0])} holds nan or inf, so the vectors were not saved: the training diverged "
+                "(lower the learning rate, model.alpha or model.learning_rate)"
+            )
     with atomic_path(path) as tmp, open(tmp, "wb") as handle:
-        np.save(handle, np.asarray(matrix, np.float32))
+        np.save(handle, matrix)
 
 
 def load_matrix(path: str | os.PathLike[str], rows: int | None = None) -> np.ndarray:

@@ -127,4 +127,8 @@ def export(source: str | Path, fmt: str | None, output: Path | None, onnx_dir: P
 
 
 def dumps(record: dict[str, Any]) -> str:
-    return json.dumps(record, ensure_ascii=False)
+    """One JSON line; DataError for a vector with nan or inf (JSON has no such numbers)."""
+    try:
+        return json.dumps(record, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise DataError(f"the vector of {record.get('word')!r} holds nan or inf (a diverged training run?)") from None

@@ -79,6 +79,9 @@ def _trailing_numbers(fields: list[str]) -> int:
     return count
 
 
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark, which some editors put first
+
+
 def read_vectors(path: str | os.PathLike[str], fmt: str | None = None) -> WordVectors:
     """Read a word-vector file; ``fmt`` is guessed when None (binary when the header is followed
     by non-text bytes, word2vec text when the first line is ``count dim``, else GloVe).
@@ -96,7 +99,7 @@ def read_vectors(path: str | os.PathLike[str], fmt: str | None = None) -> WordVe
     if not path.is_file():
         raise DataError(f"{path}: no such vector file")
     with open(path, "rb") as handle:
-        head = handle.readline()
+        head = handle.readline().removeprefix(BOM)
         rest = handle.read(4096)
     if not head.strip():
         raise DataError(f"{path}:1: empty vector file")
@@ -106,11 +109,7 @@ def read_vectors(path: str | os.PathLike[str], fmt: str | None = None) -> WordVe
         if not has_header:
             fmt = "glove"
         else:
-            try:
-                rest.decode("utf-8")
-                fmt = "word2vec"
-            except UnicodeDecodeError as exc:
-                fmt = "word2vec" if exc.start >= len(rest) - 4 else "word2vec-binary"
+            fmt = "word2vec" if _first_line_is_text(rest, int(header[1])) else "word2vec-binary"
     if fmt == "word2vec-binary":
         return _read_binary(path)
     if fmt in ("word2vec", "fasttext-vec"):
@@ -122,10 +121,25 @@ def read_vectors(path: str | os.PathLike[str], fmt: str | None = None) -> WordVe
     raise DataError(f"unknown vector format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
 
+def _first_line_is_text(rest: bytes, dim: int) -> bool:
+    """Whether the bytes after a ``count dim`` header start with a text line ending in ``dim``
+    numbers (word2vec text, whatever the word's encoding), rather than a word and ``4 dim``
+    bytes of float32 (word2vec binary)."""
+    line, newline, _ = rest.partition(b"\n")
+    fields = line.rstrip(b"\r ").split(b" ")
+    if not newline or len(fields) < dim + 1:
+        return False
+    try:
+        [float(field) for field in fields[-dim:]]
+    except ValueError:
+        return False
+    return True
+
+
 def _read_text(path: Path, count: int | None, dim: int | None) -> WordVectors:
     words: list[str] = []
     rows: list[np.ndarray] = []
-    with open(path, encoding="utf-8", errors="strict") as handle:
+    with open(path, encoding="utf-8-sig", errors="strict") as handle:  # -sig: a leading byte-order mark is skipped
         try:
             lines = iter(enumerate(handle, 1))
             if count is not None:
