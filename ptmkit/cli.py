@@ -431,7 +431,9 @@ def _format_warning(message: Any, category: Any, filename: str, lineno: int, lin
     return f"warning: {message}\n"
 
 
-INTERRUPTED = "interrupted; `ptmkit train --resume` continues a run from its last checkpoint (families without checkpoints start again)"
+INTERRUPTED = "interrupted"
+#: Added for `ptmkit train`: what continues the run.
+INTERRUPTED_TRAIN = "; `ptmkit train ... --resume` continues a run that saved a checkpoint (one without starts again)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -448,13 +450,13 @@ def main(argv: list[str] | None = None) -> int:
         get_registry().add_commands(app)
         result = app(args=args, prog_name="ptmkit", standalone_mode=False)
         if result == 130:  # typer turns Ctrl-C (KeyboardInterrupt) into this exit code, returned
-            console.print(INTERRUPTED)
+            console.print(INTERRUPTED + (INTERRUPTED_TRAIN if args[:1] == ["train"] else ""), markup=False)
             return 130
         return result if isinstance(result, int) else 0
     except typer.Exit as exc:
         return int(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
-        console.print(INTERRUPTED)
+        console.print(INTERRUPTED + (INTERRUPTED_TRAIN if args[:1] == ["train"] else ""), markup=False)
         return 130
     except typer.exceptions.TyperException as exc:  # usage errors: usage line and the problem, exit 2
         exc.show()  # type: ignore[attr-defined]
