@@ -39,9 +39,9 @@ class FastTextFamily(WordVectorFamily):
         return train_fasttext(corpus, run_dir, config, console, resume)
 
     def has_checkpoint(self, run_dir: Path) -> bool:
-        from ptmkit.training.wordvectors import CHECKPOINT_DIR, EpochCheckpoints
+        from ptmkit.training.wordvectors import EpochCheckpoints
 
-        return EpochCheckpoints(Path(run_dir) / CHECKPOINT_DIR).exists
+        return EpochCheckpoints.of_run(run_dir).exists
 
     def load_word_vectors(self, run_dir: Path) -> Any:
         from ptmkit_fasttext.train import load_run

@@ -21,7 +21,6 @@ from ptmkit.errors import RunDirError
 from ptmkit.io import atomic_write_json
 from ptmkit.objectives.word_prediction import OutputLayer, Subwords, WindowExamples
 from ptmkit.training.wordvectors import (
-    CHECKPOINT_DIR,
     EpochCheckpoints,
     SGDSchedule,
     auto_updates_per_call,
@@ -101,7 +100,7 @@ def train_fasttext(corpus: Path, run_dir: Path, config: FastTextConfig, console:
     # rows of 800 MB to gather from, so that rows share pages and cache lines.
     used, compact = np.unique(subwords.rows, return_inverse=True)
     make = WindowExamples(config.architecture, config.window, Subwords(compact.astype(np.int32), subwords.offsets))
-    checkpoints = EpochCheckpoints(run_dir / CHECKPOINT_DIR, config.checkpoint_seconds, resume)
+    checkpoints = EpochCheckpoints.of_run(run_dir, config.checkpoint_seconds, resume)
     step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial[used], schedule, report=console.print, checkpoints=checkpoints)
     initial[used] = step.input_vectors()
     save_run(run_dir, vocabulary, initial, config.minn, config.maxn, bucket)

@@ -34,9 +34,9 @@ class Word2VecFamily(WordVectorFamily):
         return train_word2vec(corpus, run_dir, config, console, resume)
 
     def has_checkpoint(self, run_dir: Path) -> bool:
-        from ptmkit.training.wordvectors import CHECKPOINT_DIR, EpochCheckpoints
+        from ptmkit.training.wordvectors import EpochCheckpoints
 
-        return EpochCheckpoints(Path(run_dir) / CHECKPOINT_DIR).exists
+        return EpochCheckpoints.of_run(run_dir).exists
 
 
 @ptmkit.hookimpl

@@ -18,7 +18,6 @@ from rich.console import Console
 from ptmkit.data.vocabulary import huffman_codes, noise_table
 from ptmkit.objectives.word_prediction import OutputLayer, WindowExamples
 from ptmkit.training.wordvectors import (
-    CHECKPOINT_DIR,
     EpochCheckpoints,
     SGDSchedule,
     auto_updates_per_call,
@@ -68,7 +67,7 @@ def train_word2vec(corpus: Path, run_dir: Path, config: Word2VecConfig, console:
         hot_limit=config.hot_row_limit,
         windows=windows,
     )
-    checkpoints = EpochCheckpoints(run_dir / CHECKPOINT_DIR, config.checkpoint_seconds, resume)
+    checkpoints = EpochCheckpoints.of_run(run_dir, config.checkpoint_seconds, resume)
     step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial, schedule, report=console.print, checkpoints=checkpoints)
     vocabulary.save(run_dir / VOCABULARY_FILE)
     save_matrix(run_dir / VECTORS_FILE, step.input_vectors())

@@ -217,6 +217,11 @@ class EpochCheckpoints:
     every_seconds: float = 60.0
     resume: bool = False
 
+    @classmethod
+    def of_run(cls, run_dir: Path, every_seconds: float = 60.0, resume: bool = False) -> EpochCheckpoints:
+        """The checkpoints of the run in ``run_dir`` (its :data:`CHECKPOINT_DIR` folder)."""
+        return cls(Path(run_dir) / CHECKPOINT_DIR, every_seconds, resume)
+
     @property
     def exists(self) -> bool:
         """Whether a complete state was saved (``state.json`` is written last)."""
