@@ -337,10 +337,11 @@ def train_word_prediction(
         RunDirError: ``checkpoints.resume`` without a usable checkpoint of this run.
     """
     _one_thread_per_step()
-    fingerprint = run_fingerprint(tokens, counts, input_matrix, output, schedule)
+    # Hashing the corpus is a pass over it: done only when a checkpoint is read or written.
+    fingerprint = functools.cache(functools.partial(run_fingerprint, tokens, counts, input_matrix, output, schedule))
     start_epoch, output_matrix, seconds_before = 0, None, 0.0
     if checkpoints is not None and checkpoints.resume:
-        start_epoch, input_matrix, output_matrix, seconds_before = checkpoints.load(fingerprint)
+        start_epoch, input_matrix, output_matrix, seconds_before = checkpoints.load(fingerprint())
         if report is not None:
             report(f"resuming after epoch {start_epoch}/{schedule.epochs} from {checkpoints.directory}")
     step = WordPredictionStep(input_matrix, output.rows, schedule.jit_compile, grouped=schedule.windows, output_matrix=output_matrix)
@@ -359,7 +360,7 @@ def train_word_prediction(
                 losses = []
                 if checkpoints is not None and time.perf_counter() - last_save >= checkpoints.every_seconds:
                     begin = time.perf_counter()
-                    checkpoints.save(epoch, step, seconds_before + begin - started - saving, fingerprint)
+                    checkpoints.save(epoch, step, seconds_before + begin - started - saving, fingerprint())
                     last_save = time.perf_counter()
                     saving += last_save - begin
             current_epoch = epoch
