@@ -66,6 +66,7 @@ def train_word2vec(corpus: Path, run_dir: Path, config: Word2VecConfig, console:
         jit_compile=config.jit_compile,
         hot_limit=config.hot_row_limit,
         windows=windows,
+        window=config.window if windows else 0,
     )
     checkpoints = EpochCheckpoints.of_run(run_dir, config.checkpoint_seconds, resume)
     step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial, schedule, report=console.print, checkpoints=checkpoints)

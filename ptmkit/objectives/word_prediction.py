@@ -261,12 +261,59 @@ def _split(batch: dict[str, np.ndarray], updates: int | None) -> dict[str, np.nd
     return {name: value.reshape(updates, -1, value.shape[1]) for name, value in batch.items()}
 
 
+def slot_groups(window: int, windows_per_step: int, most: int = 5) -> tuple[tuple[int, int], ...]:
+    """The slot groups of a window step for a context ``window``: ``(slot width, windows per
+    step)`` each, at most ``most`` groups.
+
+    A dynamic window's reach ``b`` is uniform in ``1 .. window`` (:func:`window_pairs`), so a
+    window holds up to ``2 b`` context words: group ``j`` takes the windows of reach
+    ``r_(j-1) < b <= r_j`` (``r_j = ceil(window j / most)``), ``2 r_j`` slots wide, and a share
+    of the step's windows equal to those reaches' share. For ``window = 5``: widths 2, 4, 6, 8,
+    10, a fifth of the windows each.
+    """
+    if window < 1 or windows_per_step < 1:
+        raise ValueError(f"window ({window}) and windows_per_step ({windows_per_step}) must be >= 1")
+    reaches = sorted({-(-window * j // most) for j in range(1, most + 1)})
+    groups, previous = [], 0
+    for reach in reaches:
+        groups.append((2 * reach, max(1, round(windows_per_step * (reach - previous) / window))))
+        previous = reach
+    return tuple(groups)
+
+
+@dataclasses.dataclass
+class WindowBatch:
+    """One call's window steps (:func:`make_window_batch`).
+
+    Attributes:
+        arrays: what :class:`WordPredictionStep` (``grouped=True``) takes: per slot group ``g``,
+            ``slot_row_g`` ``(K, W_g, S_g)`` int32, ``slot_weight_g`` and ``slot_scale_g``
+            ``(K, W_g, S_g)`` float32, ``item_row_g`` ``(K, W_g, I)`` int32 and
+            ``item_label_g``, ``item_weight_g``, ``item_hs_g``, ``item_scale_g`` ``(K, W_g, I)``
+            float32 (without ``updates``: no leading ``K``). Padding windows and slots have
+            weight 0.
+        windows: the windows taken, the first ``windows`` of the examples given.
+        steps: steps holding windows (the first ``steps`` of the ``K``; the rest are empty).
+    """
+
+    arrays: dict[str, np.ndarray]
+    windows: int
+    steps: int
+
+
 def make_window_batch(
-    examples: Examples, output: OutputLayer, rng: np.random.Generator, batch_examples: int, pad_width: int = 4, hot_limit: float = 0.0, updates: int | None = None
-) -> dict[str, np.ndarray]:
-    """The arrays of one window-grouped step (:class:`WordPredictionStep` with ``grouped=True``)
-    for at most ``batch_examples`` windows (or ``updates`` batches of them, shaped ``(K, W,
-    ...)`` as :func:`make_batch` does).
+    examples: Examples,
+    output: OutputLayer,
+    rng: np.random.Generator,
+    batch_examples: int,
+    pad_width: int = 4,
+    hot_limit: float = 0.0,
+    updates: int | None = None,
+    window: int | None = None,
+) -> WindowBatch:
+    """The arrays of ``updates`` (default 1) window steps (:class:`WordPredictionStep` with
+    ``grouped=True``) of about ``batch_examples`` windows each, taken from the start of
+    ``examples``.
 
     Each example is a window: its bag rows are separate inputs (*slots*, the context words of
     word2vec's skip-gram, each predicting the center on its own), its target the center word. The
@@ -283,63 +330,139 @@ def make_window_batch(
       drawing gives; the pairs of one window see the same ones (an approximation, reported on
       par in quality by Ji et al.).
 
-    Returns:
-        ``slot_row`` ``(W, S)`` int32, ``slot_weight`` and ``slot_scale`` ``(W, S)`` float32;
-        ``item_row`` ``(W, I)`` int32, ``item_label``, ``item_weight``, ``item_hs`` and
-        ``item_scale`` ``(W, I)`` float32. ``W = batch_examples``; ``S`` is the longest window
-        rounded up to even, ``I = 1 + k`` plus the longest path (rounded up to ``pad_width``).
-        Hot rows (``hot_limit``) count pair updates: a shared output row of a window counts
-        once per slot.
+    Slot groups: a padded slot is gathered, multiplied and scattered like a real one, and a
+    dynamic window holds 2 to ``2 x window`` context words (5.7 of 10 on average on the
+    Wikipedia corpus), so with ``window`` given the step's windows are split into
+    :func:`slot_groups` of widths 2, 4, .. ``2 x window``: a window goes to the narrowest group
+    it fits, or a wider one when that is full (the widest windows are placed first). Within a
+    group windows keep corpus order, spread evenly over the steps. Windows are taken from the
+    start of ``examples`` as long as they fit (:attr:`WindowBatch.windows`), all of them when
+    every group has room. Without ``window``: one group of ``batch_examples`` windows as wide as
+    the widest (rounded up to even).
+
+    Items: ``I = 1 + k`` plus the longest Huffman path (rounded up to ``pad_width``), the same
+    for every group. Hot rows (``hot_limit``) are counted per step over all groups and count
+    pair updates: a shared output row of a window counts once per slot.
+
+    Raises:
+        ValueError: one target per example is needed; a window wider than ``2 x window``.
     """
     if examples.target_example is not None:
         raise ValueError("window batches need one target per example")
-    count, size = len(examples), batch_examples * (updates or 1)
-    lengths = np.bincount(examples.bag_example, minlength=count)
-    slots = max(2, -(-int(lengths.max() if len(lengths) else 1) // 2) * 2)
-    slot_row, slot_weight = _dense(examples.bag_example, examples.bag_row.astype(np.int32), size, slots)
-    targets = np.zeros(size, np.int64)
-    targets[:count] = examples.target
-    real = np.zeros(size, bool)
-    real[:count] = True
+    steps_per_call = updates or 1
+    lengths = np.bincount(examples.bag_example, minlength=len(examples))
+    if window is None:
+        widest = max(2, -(-int(lengths.max() if len(lengths) else 1) // 2) * 2)
+        groups: tuple[tuple[int, int], ...] = ((widest, batch_examples),)
+    else:
+        groups = slot_groups(window, batch_examples)
+    widths = np.array([width for width, _ in groups])
+    capacity = np.array([per_step for _, per_step in groups]) * steps_per_call
+    group_of = np.searchsorted(widths, lengths)  # the narrowest group a window fits
+    if len(lengths) and group_of.max() >= len(widths):
+        raise ValueError(f"a window of {int(lengths.max())} context words is wider than the widest slot group ({int(widths[-1])})")
+    # The longest prefix that fits: for every g, the windows needing group g or wider fit in
+    # those groups (filling the widest first then places every window).
+    count = min(len(lengths), int(capacity.sum()))
+    for g in range(len(widths)):
+        wide = np.flatnonzero(group_of[:count] >= g)
+        room = int(capacity[g:].sum())
+        if len(wide) > room:
+            count = int(wide[room])
+    group_of = group_of[:count]
+    order = np.argsort(-group_of, kind="stable")  # widest first
+    placed = np.empty(count, np.int64)
+    placed[order] = len(widths) - 1 - np.searchsorted(np.cumsum(capacity[::-1]), np.arange(count), side="right")
+    members = [np.flatnonzero(placed == g) for g in range(len(widths))]  # corpus order
+    # Steps used: every group's windows spread evenly over them, each step within its room.
+    per_step = capacity // steps_per_call
+    steps = max(-(-len(m) // int(c)) for m, c in zip(members, per_step, strict=True))
+    dense_row = np.zeros(count, np.int64)  # the window's row in its group's (K W_g, ...) arrays
+    for m, c in zip(members, per_step, strict=True):
+        t = np.arange(len(m))
+        step_of = t * steps // max(len(m), 1)
+        dense_row[m] = step_of * c + t - (step_of * len(m) + steps - 1) // steps
+
+    # Items of the taken windows, (count, I), in corpus order.
+    targets = examples.target[:count].astype(np.int64)
     rows, labels, weights, hs = [], [], [], []
     if output.negative:
         assert output.noise is not None
         k = output.negative
-        negatives = output.noise[rng.integers(0, len(output.noise), size=(size, k))].astype(np.int64)
+        negatives = output.noise[rng.integers(0, len(output.noise), size=(count, k))].astype(np.int64)
         rows.append(np.concatenate([targets[:, None], negatives], axis=1))
-        label = np.zeros((size, 1 + k), np.float32)
+        label = np.zeros((count, 1 + k), np.float32)
         label[:, 0] = 1.0
         labels.append(label)
-        weights.append(np.concatenate([real[:, None], (negatives != targets[:, None]) & real[:, None]], axis=1).astype(np.float32))
-        hs.append(np.zeros((size, 1 + k), np.float32))
+        weights.append(np.concatenate([np.ones((count, 1), bool), negatives != targets[:, None]], axis=1).astype(np.float32))
+        hs.append(np.zeros((count, 1 + k), np.float32))
     if output.huffman is not None:
         huffman = output.huffman
-        starts = huffman.offsets[examples.target]
-        path = huffman.offsets[examples.target + 1] - starts
+        starts = huffman.offsets[targets]
+        path = huffman.offsets[targets + 1] - starts
         owner = np.repeat(np.arange(count, dtype=np.int64), path)
         position = starts[owner] + (np.arange(len(owner)) - np.repeat(np.cumsum(path) - path, path))
         width = _width(path, pad_width, steps=8)
         shift = output.vocabulary_size if output.negative else 0
-        point, mask = _dense(owner, huffman.points[position].astype(np.int64) + shift, size, width)
-        code, _ = _dense(owner, huffman.codes[position].astype(np.float32), size, width)
+        point, mask = _dense(owner, huffman.points[position].astype(np.int64) + shift, count, width)
+        code, _ = _dense(owner, huffman.codes[position].astype(np.float32), count, width)
         rows.append(point)
         labels.append((1.0 - code) * mask)
         weights.append(mask)
-        hs.append(np.ones((size, width), np.float32))
-    item_row = np.concatenate(rows, axis=1).astype(np.int32)
-    item_weight = np.concatenate(weights, axis=1)
-    pairs = slot_weight.sum(axis=1, keepdims=True)
-    groups = updates or 1
-    return _split({
-        "slot_row": slot_row,
-        "slot_weight": slot_weight,
-        "slot_scale": _hot_scale(slot_row, slot_weight, hot_limit, groups=groups),
-        "item_row": item_row,
+        hs.append(np.ones((count, width), np.float32))
+    items = {
+        "item_row": np.concatenate(rows, axis=1).astype(np.int32),
         "item_label": np.concatenate(labels, axis=1),
-        "item_weight": item_weight,
+        "item_weight": np.concatenate(weights, axis=1),
         "item_hs": np.concatenate(hs, axis=1),
-        "item_scale": _hot_scale(item_row, item_weight * (pairs > 0), hot_limit, pairs, groups=groups),
-    }, updates)
+    }
+
+    # Slots: each taken window's context rows in its group's rows.
+    lo = int(np.searchsorted(examples.bag_example, count))
+    owner = examples.bag_example[:lo]
+    within = np.arange(lo) - (np.cumsum(lengths[:count]) - lengths[:count])[owner]
+    arrays: dict[str, np.ndarray] = {}
+    for g, ((width, c), m) in enumerate(zip(groups, members, strict=True)):
+        size = steps_per_call * c
+        slot_row = np.zeros((size, width), np.int32)
+        slot_weight = np.zeros((size, width), np.float32)
+        mine = placed[owner] == g
+        slot_row[dense_row[owner[mine]], within[mine]] = examples.bag_row[:lo][mine]
+        slot_weight[dense_row[owner[mine]], within[mine]] = 1.0
+        arrays[f"slot_row_{g}"], arrays[f"slot_weight_{g}"] = slot_row, slot_weight
+        for name, value in items.items():
+            grouped = np.zeros((size, value.shape[1]), value.dtype)
+            grouped[dense_row[m]] = value[m]
+            arrays[f"{name}_{g}"] = grouped
+    _window_hot_scales(arrays, len(groups), steps_per_call, hot_limit)
+    if updates is not None:
+        arrays = {name: value.reshape(updates, -1, value.shape[1]) for name, value in arrays.items()}
+    return WindowBatch(arrays, count, steps)
+
+
+def _window_hot_scales(arrays: dict[str, np.ndarray], groups: int, steps: int, hot_limit: float) -> None:
+    """Add ``slot_scale_g`` and ``item_scale_g``: :func:`_hot_scale` counted per step over all
+    groups (slots: one update per slot; items: one per pair, the window's slots)."""
+
+    def per_step(name: str) -> np.ndarray:  # (K, everything of that step)
+        return np.concatenate([arrays[f"{name}_{g}"].reshape(steps, -1) for g in range(groups)], axis=1)
+
+    def split(scale: np.ndarray, name: str) -> None:
+        at = 0
+        for g in range(groups):
+            shape = arrays[f"{name}_{g}"].shape
+            part = scale[:, at : at + shape[0] // steps * shape[1]]
+            arrays[f"{name.replace('row', 'scale')}_{g}"] = part.reshape(shape)
+            at += part.shape[1]
+
+    split(_hot_scale(per_step("slot_row"), per_step("slot_weight"), hot_limit, groups=steps), "slot_row")
+    pairs = [arrays[f"slot_weight_{g}"].sum(axis=1, keepdims=True) for g in range(groups)]
+    for g in range(groups):
+        arrays[f"pairs_{g}"] = np.broadcast_to(pairs[g], arrays[f"item_row_{g}"].shape)
+    item_weight = per_step("item_weight") * (per_step("pairs") > 0)
+    split(_hot_scale(per_step("item_row"), item_weight, hot_limit, per_step("pairs"), groups=steps), "item_row")
+    for g in range(groups):
+        del arrays[f"pairs_{g}"]
 
 
 def _hot_scale(rows: np.ndarray, weight: np.ndarray, hot_limit: float, updates: np.ndarray | None = None, groups: int = 1) -> np.ndarray:
@@ -348,31 +471,32 @@ def _hot_scale(rows: np.ndarray, weight: np.ndarray, hot_limit: float, updates: 
     ``n`` counts real occurrences (``weight > 0``), each counting ``updates`` (default 1: one
     pair update per occurrence; a shared output row of a window counts one per pair). With
     ``groups = K``, ``rows`` ``(K P, L)`` holds ``K`` batches of ``P`` examples, counted apart.
+    Only rows updated more than ``hot_limit`` times in all ``K`` batches together are counted
+    per batch (a few hundred: the most frequent words, the Huffman tree's top nodes), so the
+    cost is in the occurrences, not in ``K`` times the rows.
     """
+    scale = np.ones(rows.shape, np.float32)
     if not hot_limit:
-        return np.ones(rows.shape, np.float32)
-    if groups > 1:  # count (batch, row) pairs: the row ids of batch k shifted by k * (max + 1)
-        top = int(rows.max()) + 1
-        group = (np.arange(rows.shape[0], dtype=np.int64) // (rows.shape[0] // groups))[:, None]
-        rows = rows.astype(np.int64) + group * top
-    real = weight > 0
-    flat = rows[real]
-    if not len(flat):
-        return np.ones(rows.shape, np.float32)
-    counted = None if updates is None else np.broadcast_to(updates, rows.shape)[real].astype(np.float64)
-    top = int(flat.max()) + 1
-    if top <= max(1 << 20, 8 * len(flat)):  # a small row range: one bincount, no sort
-        n = np.bincount(flat, weights=counted, minlength=top)
-        if n.max() <= hot_limit:
-            return np.ones(rows.shape, np.float32)
-        factor = np.minimum(1.0, hot_limit / np.maximum(n, 1.0)).astype(np.float32)  # per row
-        scale = factor[np.minimum(rows, top - 1)]
-    else:  # fastText's millions of bucket rows: sort only the rows this batch touches
-        unique, inverse = np.unique(flat, return_inverse=True)
-        n_unique = np.bincount(inverse, weights=counted, minlength=len(unique))
-        scale = np.ones(rows.shape, np.float32)
-        scale[real] = np.minimum(1.0, hot_limit / n_unique)[inverse]
-    scale[~real] = 1.0
+        return scale
+    real = np.flatnonzero(weight.ravel() > 0)
+    if not len(real):
+        return scale
+    flat = rows.ravel()[real].astype(np.int64)
+    counted = None if updates is None else np.broadcast_to(updates, rows.shape).ravel()[real].astype(np.float64)
+    if int(flat.max()) < max(1 << 20, 8 * len(flat)):  # a small row range: one bincount, no sort
+        row_of = flat
+    else:  # fastText's millions of bucket rows: number only the rows this batch touches
+        row_of = np.unique(flat, return_inverse=True)[1]
+    candidate = np.bincount(row_of, weights=counted) > hot_limit
+    if not candidate.any():
+        return scale
+    pick = np.flatnonzero(candidate[row_of])  # occurrences of the candidate rows
+    number = np.cumsum(candidate) - 1  # each candidate's number
+    key = real[pick] // (rows.size // groups) * int(candidate.sum()) + number[row_of[pick]]
+    n = np.bincount(key, weights=None if counted is None else counted[pick])
+    values = np.ones(len(real), np.float32)
+    values[pick] = np.minimum(1.0, hot_limit / n[key])
+    scale.ravel()[real] = values
     return scale
 
 
@@ -386,19 +510,21 @@ class WordPredictionStep:
         output_rows: rows of the output matrix (zero-initialised, as word2vec.c's ``syn1neg`` and
             ``syn1``).
         jit_compile: compile with XLA (much faster on CPU than TensorFlow's scatter kernels).
-        grouped: take window batches (:func:`make_window_batch`: each window's input slots share
-            its output items) instead of :func:`make_batch`'s examples.
+        grouped: take window batches (:attr:`WindowBatch.arrays` of :func:`make_window_batch`:
+            each window's input slots share its output items) instead of :func:`make_batch`'s
+            examples.
         output_matrix: initial output vectors ``(output_rows, dim)`` float32 (a resumed run's);
             default zeros.
 
-    Calling it with a batch from :func:`make_batch` (or :func:`make_window_batch`) and a
+    Calling it with a batch from :func:`make_batch` (or :attr:`WindowBatch.arrays`) and a
     learning rate updates both matrices and returns the batch's mean log loss over items (a
     float). Calling it with ``K`` batches (arrays ``(K, P, L)``: :func:`make_batch` with
-    ``updates=K``) and ``K`` learning rates makes ``K`` updates one after the other in one XLA call (a
-    loop in the compiled program): the same as ``K`` calls (test), without the ~0.5 ms each call
-    costs in dispatch, and with a batch small enough that its gathered rows stay in the core's
-    cache (1,024 skip-gram pairs: 2.4 MB of output rows; 4,096 pairs in one update were 0.9 us a
-    pair, 8 x 1,024 in one call 0.5 us).
+    ``updates=K``; window batches with ``updates=K``) and ``K`` learning rates makes ``K``
+    updates one after the other in one XLA call (a loop in the compiled program): the same as
+    ``K`` calls (test), without the ~0.5 ms each call costs in dispatch, and with a batch small
+    enough that its gathered rows stay in the core's cache (1,024 skip-gram pairs: 2.4 MB of
+    output rows; 4,096 pairs in one update were 0.9 us a pair, 8 x 1,024 in one call 0.5 us).
+    :meth:`feeds` and :meth:`run` split a call in two: making its tensors and running it.
     """
 
     def __init__(
@@ -437,45 +563,65 @@ class WordPredictionStep:
             return tf.reduce_sum(weight * tf.math.softplus(-sign * f)), tf.reduce_sum(weight)
 
         def window_step(batch: dict[str, Any], lr: Any) -> tuple[Any, Any]:
-            slot_row, slot_weight = batch["slot_row"], batch["slot_weight"]
-            x = tf.gather(w_in, slot_row)  # (W, S, d)
-            item_row = batch["item_row"]
-            u = tf.gather(w_out, item_row)  # (W, I, d)
-            f = tf.einsum("wsd,wid->wsi", x, u)
-            label, hs = batch["item_label"][:, None, :], batch["item_hs"][:, None, :]
-            weight = slot_weight[:, :, None] * batch["item_weight"][:, None, :] * (1.0 - hs * tf.cast(tf.abs(f) >= MAX_EXP, tf.float32))
-            g = (label - tf.sigmoid(f)) * lr * weight
-            dx = tf.einsum("wsi,wid->wsd", g, u) * batch["slot_scale"][:, :, None]
-            du = tf.einsum("wsi,wsd->wid", g, x) * batch["item_scale"][:, :, None]
-            w_out.scatter_add(tf.IndexedSlices(tf.reshape(du, (-1, dim)), tf.reshape(item_row, (-1,))))
-            w_in.scatter_add(tf.IndexedSlices(tf.reshape(dx, (-1, dim)), tf.reshape(slot_row, (-1,))))
-            sign = 2.0 * label - 1.0
-            return tf.reduce_sum(weight * tf.math.softplus(-sign * f)), tf.reduce_sum(weight)
+            # One product per slot group, one scatter per matrix for all groups.
+            groups = sorted(int(name.rsplit("_", 1)[1]) for name in batch if name.startswith("slot_row_"))
+            d_out, out_rows, d_in, in_rows = [], [], [], []
+            loss, total = tf.constant(0.0), tf.constant(0.0)
+            for g in groups:
+                slot_row, slot_weight, item_row = batch[f"slot_row_{g}"], batch[f"slot_weight_{g}"], batch[f"item_row_{g}"]
+                x = tf.gather(w_in, slot_row)  # (W, S, d)
+                u = tf.gather(w_out, item_row)  # (W, I, d)
+                f = tf.einsum("wsd,wid->wsi", x, u)
+                label, hs = batch[f"item_label_{g}"][:, None, :], batch[f"item_hs_{g}"][:, None, :]
+                weight = slot_weight[:, :, None] * batch[f"item_weight_{g}"][:, None, :] * (1.0 - hs * tf.cast(tf.abs(f) >= MAX_EXP, tf.float32))
+                gradient = (label - tf.sigmoid(f)) * lr * weight
+                d_in.append(tf.reshape(tf.einsum("wsi,wid->wsd", gradient, u) * batch[f"slot_scale_{g}"][:, :, None], (-1, dim)))
+                d_out.append(tf.reshape(tf.einsum("wsi,wsd->wid", gradient, x) * batch[f"item_scale_{g}"][:, :, None], (-1, dim)))
+                in_rows.append(tf.reshape(slot_row, (-1,)))
+                out_rows.append(tf.reshape(item_row, (-1,)))
+                sign = 2.0 * label - 1.0
+                loss += tf.reduce_sum(weight * tf.math.softplus(-sign * f))
+                total += tf.reduce_sum(weight)
+            w_out.scatter_add(tf.IndexedSlices(tf.concat(d_out, 0), tf.concat(out_rows, 0)))
+            w_in.scatter_add(tf.IndexedSlices(tf.concat(d_in, 0), tf.concat(in_rows, 0)))
+            return loss, total
 
         update = window_step if grouped else step
 
         def updates(batches: dict[str, Any], lrs: Any) -> Any:
-            # K updates in sequence: autograph turns the loop into an XLA while loop, each
-            # iteration reading the variables the previous one scattered into.
-            loss, weight = tf.constant(0.0), tf.constant(0.0)
-            for k in tf.range(tf.shape(lrs)[0]):
+            # K updates in sequence: an XLA while loop, each iteration reading the variables the
+            # previous one scattered into (written as tf.while_loop: autograph's conversion of
+            # a Python loop took a third of the tracing time).
+            def body(k: Any, loss: Any, weight: Any) -> tuple[Any, Any, Any]:
                 item_loss, item_weight = update({name: value[k] for name, value in batches.items()}, lrs[k])
-                loss += item_loss
-                weight += item_weight
+                return k + 1, loss + item_loss, weight + item_weight
+
+            zero = tf.constant(0.0)
+            _, loss, weight = tf.while_loop(lambda k, *_: k < tf.shape(lrs)[0], body, (tf.constant(0), zero, zero))
             return loss / tf.maximum(weight, 1.0)
 
         self.grouped = grouped
-        self._step = tf.function(updates, jit_compile=jit_compile, reduce_retracing=True)
+        self._step = tf.function(updates, jit_compile=jit_compile, reduce_retracing=True, autograph=False)
         self._tf = tf
 
     def __call__(self, batch: dict[str, np.ndarray], lr: float | np.ndarray) -> float:
+        return self.run(self.feeds(batch, lr))
+
+    def feeds(self, batch: dict[str, np.ndarray], lr: float | np.ndarray) -> tuple[dict[str, Any], Any]:
+        """The tensors one call takes (any thread may make them: the trainer's producer does,
+        so that the step's thread does not spend a millisecond a call converting 40-odd
+        arrays)."""
         tf = self._tf
         lrs = np.atleast_1d(np.asarray(lr, np.float32))
         if np.ndim(next(iter(batch.values()))) == 2:  # one batch
             batch = {name: value[None] for name, value in batch.items()}
         if len(lrs) != len(next(iter(batch.values()))):
             raise ValueError(f"{len(lrs)} learning rates for {len(next(iter(batch.values())))} stacked batches")
-        return float(self._step({k: tf.constant(v) for k, v in batch.items()}, tf.constant(lrs)))
+        return {k: tf.constant(v) for k, v in batch.items()}, tf.constant(lrs)
+
+    def run(self, feeds: tuple[dict[str, Any], Any]) -> float:
+        """Make the updates of :meth:`feeds`' tensors; return their mean item log loss."""
+        return float(self._step(*feeds))
 
     def input_vectors(self) -> np.ndarray:
         """The input matrix, ``(input_rows, dim)`` float32."""

@@ -17,12 +17,19 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ptmkit.data.vocabulary import TokenFile, Vocabulary, keep_probabilities
-from ptmkit.objectives.word_prediction import Examples, OutputLayer, WordPredictionStep, make_batch, make_window_batch
+from ptmkit.objectives.word_prediction import (
+    Examples,
+    OutputLayer,
+    WordPredictionStep,
+    make_batch,
+    make_window_batch,
+    slot_groups,
+)
 
 ExampleMaker = Callable[[np.ndarray, np.ndarray, np.random.Generator], Examples]
 #: The run-directory folder of :class:`EpochCheckpoints` (word2vec and fastText runs).
@@ -67,6 +74,9 @@ class SGDSchedule:
         windows: the examples are windows whose context rows are separate inputs sharing the
             window's output items (:func:`ptmkit.objectives.word_prediction.make_window_batch`);
             ``batch_examples`` counts windows.
+        window: the context window of window batches: their steps hold slot groups of widths
+            2, 4, .. ``2 x window`` (:func:`ptmkit.objectives.word_prediction.slot_groups`); 0:
+            one group as wide as a call's widest window.
         shared_negatives: examples with several targets (fastText's skip-gram windows) draw
             their noise words once, shared by their targets (:func:`make_batch`).
         updates_per_call: batches of ``batch_examples`` stacked into one call of the step,
@@ -85,6 +95,7 @@ class SGDSchedule:
     jit_compile: bool = True
     hot_limit: float = 64.0
     windows: bool = False
+    window: int = 0
     shared_negatives: bool = False
     updates_per_call: int = 16
 
@@ -107,7 +118,8 @@ Call = tuple[dict[str, np.ndarray], np.ndarray, int, int, int]
 def _calls(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: OutputLayer, schedule: SGDSchedule, start_epoch: int = 0) -> Iterator[Call]:
     """Yield the step calls of epochs ``start_epoch ..`` of the run: ``(batches (K, P, ...),
     learning rates (K,), epoch, raw_words_done, real updates)`` with ``K = updates_per_call``
-    batches of ``P = batch_examples`` examples. Each epoch draws from its own generator (seeded
+    batches of ``P = batch_examples`` examples (window batches: as many windows as the slot
+    groups of ``K`` steps hold, :func:`make_window_batch`). Each epoch draws from its own generator (seeded
     with ``(seed, epoch)``) and ends with its own call, padded with empty batches (learning rate
     0), so that a run resumed at an epoch boundary repeats the uninterrupted run exactly."""
     keep = keep_probabilities(counts, schedule.sample)
@@ -118,9 +130,26 @@ def _calls(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: Ou
     buffered = 0
     raw_per_token = tokens.raw_tokens / per_epoch
     done = per_epoch * start_epoch
-    batcher = make_window_batch if schedule.windows else functools.partial(make_batch, shared_negatives=schedule.shared_negatives)
     size, updates = schedule.batch_examples, max(1, schedule.updates_per_call)
-    group = size * updates
+    if schedule.windows and schedule.window:
+        group = updates * sum(per_step for _, per_step in slot_groups(schedule.window, size))
+    else:
+        group = size * updates
+
+    def batches(examples: Examples, where: np.ndarray, start: int) -> tuple[dict[str, np.ndarray], np.ndarray, int, int]:
+        """A call from the examples at ``start``: ``(arrays, learning rates, examples taken, steps)``."""
+        lrs = np.zeros(updates, np.float32)
+        stop = min(start + group, len(examples))
+        if schedule.windows:
+            made = make_window_batch(examples.slice(start, stop), output, rng, size, schedule.pad_width, schedule.hot_limit, updates, schedule.window or None)
+            # Each slot group's windows are spread evenly over the steps.
+            firsts = start + np.arange(made.steps) * made.windows // max(made.steps, 1)
+            lrs[: made.steps] = [schedule.lr(float(where[i])) for i in firsts]
+            return made.arrays, lrs, made.windows, made.steps
+        arrays = make_batch(examples.slice(start, stop), output, rng, size, schedule.pad_width, schedule.hot_limit, schedule.shared_negatives, updates)
+        firsts = np.arange(start, stop, size)
+        lrs[: len(firsts)] = [schedule.lr(float(where[i])) for i in firsts]
+        return arrays, lrs, stop - start, len(firsts)
 
     def emit(final: bool, epoch: int) -> Iterator[Call]:
         nonlocal buffer, progress, buffered
@@ -130,13 +159,9 @@ def _calls(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: Ou
         where = np.concatenate(progress)
         start = 0
         while len(examples) - start >= group or (final and start < len(examples)):
-            stop = min(start + group, len(examples))
-            batch = batcher(examples.slice(start, stop), output, rng, size, schedule.pad_width, schedule.hot_limit, updates=updates)
-            firsts = np.arange(start, stop, size)
-            lrs = np.zeros(updates, np.float32)
-            lrs[: len(firsts)] = [schedule.lr(float(where[i])) for i in firsts]
-            yield batch, lrs, epoch, int(where[stop - 1] * total * raw_per_token), len(firsts)
-            start = stop
+            arrays, lrs, taken, steps = batches(examples, where, start)
+            start += taken
+            yield arrays, lrs, epoch, int(where[start - 1] * total * raw_per_token), steps
         buffer = [examples.slice(start, len(examples))] if start < len(examples) else []
         progress = [where[start:]] if start < len(examples) else []
         buffered = len(examples) - start
@@ -157,7 +182,10 @@ def _calls(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: Ou
         yield from emit(final=True, epoch=epoch)
 
 
-def _produced(calls: Iterator[Call]) -> Generator[Call, None, None]:
+T = TypeVar("T")
+
+
+def _produced(calls: Iterator[T]) -> Generator[T, None, None]:
     """``calls``, built on a thread (NumPy) while the caller runs the step (XLA, which releases
     the GIL)."""
     items: queue.Queue[Any] = queue.Queue(maxsize=6)
@@ -345,7 +373,9 @@ def train_word_prediction(
         if report is not None:
             report(f"resuming after epoch {start_epoch}/{schedule.epochs} from {checkpoints.directory}")
     step = WordPredictionStep(input_matrix, output.rows, schedule.jit_compile, grouped=schedule.windows, output_matrix=output_matrix)
-    produced = _produced(_calls(tokens, counts, make, output, schedule, start_epoch))
+    # The producer thread makes each call's arrays and their tensors.
+    calls = ((step.feeds(batch, lrs), epoch, words, updates) for batch, lrs, epoch, words, updates in _calls(tokens, counts, make, output, schedule, start_epoch))
+    produced = _produced(calls)
     started = time.perf_counter()
     last_save, saving = started, 0.0
     steps = 0
@@ -353,7 +383,7 @@ def train_word_prediction(
     first_words = tokens.raw_tokens * start_epoch
     current_epoch, words = start_epoch, first_words
     try:
-        for batch, lrs, epoch, words, updates in produced:
+        for feeds, epoch, words, updates in produced:
             if epoch != current_epoch:  # every call of the epochs before ``epoch`` has run
                 if report is not None:
                     report(_line(current_epoch, schedule.epochs, losses, words - first_words, time.perf_counter() - started - saving))
@@ -364,7 +394,7 @@ def train_word_prediction(
                     last_save = time.perf_counter()
                     saving += last_save - begin
             current_epoch = epoch
-            losses.append(step(batch, lrs))
+            losses.append(step.run(feeds))
             steps += updates
     finally:
         produced.close()
