@@ -23,11 +23,17 @@ class GloVeFamily(WordVectorFamily):
     name = "glove"
     description = "GloVe: weighted least squares on log co-occurrences, AdaGrad (static word vectors)"
     config_class = GloVeConfig
+    resumable = True
 
-    def train(self, corpus: Path, run_dir: Path, config: GloVeConfig, console: Any) -> dict[str, Any]:
+    def train(self, corpus: Path, run_dir: Path, config: GloVeConfig, console: Any, resume: bool = False) -> dict[str, Any]:
         from ptmkit_glove.train import train_glove
 
-        return train_glove(corpus, run_dir, config, console)
+        return train_glove(corpus, run_dir, config, console, resume)
+
+    def has_checkpoint(self, run_dir: Path) -> bool:
+        from ptmkit.training.wordvectors import EpochCheckpoints
+
+        return EpochCheckpoints.of_run(run_dir).exists
 
 
 @ptmkit.hookimpl

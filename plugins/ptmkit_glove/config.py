@@ -26,8 +26,12 @@ class GloVeConfig:
         batch_size: co-occurrence records per step.
         chunk_tokens: tokens counted at a time (co-occurrence counting memory).
         lowercase: lower-case the corpus.
-        seed: initial vectors and the record shuffles.
+        seed: initial vectors and the record shuffles (each epoch's drawn from ``(seed, epoch)``).
         jit_compile: XLA-compile the AdaGrad step.
+        checkpoint_seconds: save the parameters and AdaGrad's accumulators at the end of an
+            epoch once this many seconds of training have passed since the last save (0: after
+            every epoch), in the run's ``checkpoint/``; ``ptmkit train ... --resume`` continues
+            an interrupted run from there (the co-occurrences are counted again).
     """
 
     vector_size: int = 100
@@ -43,10 +47,12 @@ class GloVeConfig:
     lowercase: bool = False
     seed: int = 1
     jit_compile: bool = True
+    checkpoint_seconds: float = 60.0
 
     def validate(self) -> None:
         for name in ("vector_size", "window", "min_count", "epochs", "batch_size", "chunk_tokens", "x_max", "alpha", "learning_rate"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")
-        if self.max_vocab < 0:
-            raise ConfigError(f"config key 'model.max_vocab' must be >= 0, got {self.max_vocab}")
+        for name in ("max_vocab", "checkpoint_seconds"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"config key 'model.{name}' must be >= 0, got {getattr(self, name)}")

@@ -11,6 +11,8 @@ batches (gather, scatter-add; XLA), all records of a batch from the same paramet
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import shutil
 import time
 from pathlib import Path
@@ -88,13 +90,20 @@ class AdaGradStep:
         return params[:size, :-1] + params[size:, :-1]
 
 
-def train_glove(corpus: Path, run_dir: Path, config: GloVeConfig, console: Console) -> dict[str, Any]:
+def train_glove(corpus: Path, run_dir: Path, config: GloVeConfig, console: Console, resume: bool = False) -> dict[str, Any]:
     """Count co-occurrences and fit GloVe; write ``vocabulary.tsv`` and ``vectors.npy`` (``W + W~``).
+
+    With ``config.checkpoint_seconds`` the parameters and AdaGrad's squared-gradient sums are
+    saved at epoch ends (:class:`ptmkit.training.wordvectors.EpochCheckpoints`); ``resume``
+    continues from them and ends with the uninterrupted run's vectors (each epoch's shuffle
+    is drawn from ``(seed, epoch)``).
 
     Raises:
         DataError: an empty corpus, blank lines only, or no word surviving ``min_count``.
+        RunDirError: ``resume`` without a usable checkpoint of this run.
     """
     from ptmkit.training.setup import quiet_tensorflow
+    from ptmkit.training.wordvectors import EpochCheckpoints
 
     quiet_tensorflow()
     vocabulary = build_vocabulary(corpus, read_corpus(corpus), config.min_count, config.max_vocab, config.lowercase)
@@ -107,16 +116,30 @@ def train_glove(corpus: Path, run_dir: Path, config: GloVeConfig, console: Conso
         f"vocabulary: {len(vocabulary):,} words of {vocabulary.unique_words:,} unique; {len(x):,} non-zero co-occurrences "
         f"(of {len(vocabulary) ** 2:,} cells) counted in {count_seconds:.1f}s"
     )
-    rng = np.random.default_rng(config.seed)
-    step = AdaGradStep(len(vocabulary), config.vector_size, rng, config.x_max, config.alpha, config.learning_rate, config.jit_compile)
+    step = AdaGradStep(len(vocabulary), config.vector_size, np.random.default_rng(config.seed), config.x_max, config.alpha, config.learning_rate, config.jit_compile)
+    checkpoints = EpochCheckpoints.of_run(run_dir, config.checkpoint_seconds, resume)
+    shape = tuple(step.params.shape)
+    fingerprint = functools.cache(lambda: _fingerprint(vocabulary.counts, x, config))
+    start_epoch, seconds_before = 0, 0.0
+    if resume:
+        start_epoch, state, seconds_before = checkpoints.load(fingerprint(), {"params": shape, "gradsq": shape})
+        step.params.assign(state["params"])
+        step.gradsq.assign(state["gradsq"])
+        console.print(f"resuming after epoch {start_epoch}/{config.epochs} from {checkpoints.directory}")
     batch = config.batch_size
     records = len(x)
     padded = -(-records // batch) * batch
     values = x.values.astype(np.float32)
-    started = time.perf_counter()
-    cost = 0.0
-    for epoch in range(config.epochs):
-        order = rng.permutation(padded)  # indices >= records are padding (weight 0)
+    started = last_save = time.perf_counter()
+    saving, cost = 0.0, 0.0
+    for epoch in range(start_epoch, config.epochs):
+        if epoch > start_epoch and checkpoints.due(last_save):
+            begin = time.perf_counter()
+            state = {"params": np.asarray(step.params.numpy()), "gradsq": np.asarray(step.gradsq.numpy())}
+            checkpoints.save(epoch, state, seconds_before + begin - started - saving, fingerprint())
+            last_save = time.perf_counter()
+            saving += last_save - begin
+        order = np.random.default_rng([config.seed, epoch]).permutation(padded)  # indices >= records are padding (weight 0)
         cost = 0.0
         for start in range(0, padded, batch):
             index = order[start : start + batch]
@@ -124,11 +147,12 @@ def train_glove(corpus: Path, run_dir: Path, config: GloVeConfig, console: Conso
             take = np.where(real, index, 0)
             cost += step(x.rows[take], x.cols[take], values[take], real.astype(np.float32))
         console.print(f"epoch {epoch + 1}/{config.epochs}: cost {cost / records:.4f}")
-    seconds = time.perf_counter() - started
+    seconds = time.perf_counter() - started - saving
     vocabulary.save(run_dir / VOCABULARY_FILE)
     save_matrix(run_dir / VECTORS_FILE, step.word_vectors())
     shutil.rmtree(tokens_dir, ignore_errors=True)
-    return {
+    shutil.rmtree(checkpoints.directory, ignore_errors=True)
+    metrics = {
         "vocabulary_size": len(vocabulary),
         "unique_words": vocabulary.unique_words,
         "tokens": vocabulary.tokens_seen,
@@ -137,6 +161,30 @@ def train_glove(corpus: Path, run_dir: Path, config: GloVeConfig, console: Conso
         "cooccurrence_records": records,
         "count_seconds": round(count_seconds, 2),
         "train_seconds": round(seconds, 2),
-        "records_per_second": round(records * config.epochs / max(seconds, 1e-9), 1),
+        "records_per_second": round(records * (config.epochs - start_epoch) / max(seconds, 1e-9), 1),
         "final_cost": round(cost / max(records, 1), 6),
+        "checkpoint_seconds": round(saving, 2),
+    }
+    if start_epoch:
+        metrics["resumed_after_epoch"] = start_epoch
+        metrics["train_seconds_all_sessions"] = round(seconds_before + seconds, 2)
+    return metrics
+
+
+def _fingerprint(counts: np.ndarray, x: Any, config: GloVeConfig) -> dict[str, Any]:
+    """What must not change between a checkpoint and its resumption: the vocabulary counts, the
+    co-occurrence records (a hash: the corpus and the window) and the training settings."""
+    import hashlib
+
+    records = hashlib.sha1()
+    for array in (x.rows, x.cols, x.values):
+        records.update(np.ascontiguousarray(array).tobytes())
+    settings = dataclasses.asdict(config)
+    for name in ("checkpoint_seconds", "jit_compile", "chunk_tokens"):  # may change on resume without changing the result
+        settings.pop(name)
+    return {
+        "vocabulary": len(counts),
+        "counts_sha1": hashlib.sha1(np.ascontiguousarray(counts, np.int64).tobytes()).hexdigest(),
+        "records_sha1": records.hexdigest(),
+        "config": settings,
     }

@@ -226,12 +226,13 @@ def _produced(calls: Iterator[T]) -> Generator[T, None, None]:
 
 @dataclasses.dataclass(frozen=True)
 class EpochCheckpoints:
-    """Checkpoints of a word-prediction run at epoch ends: what ``ptmkit train --resume`` continues
-    from. An epoch's calls end with the epoch (:func:`_calls`) and each epoch's random draws
-    depend only on ``(seed, epoch)``, so a resumed run equals the uninterrupted one (test).
+    """Checkpoints of a run at epoch ends (word2vec, fastText, GloVe): what ``ptmkit train
+    --resume`` continues from. An epoch's calls end with the epoch (:func:`_calls`) and each
+    epoch's random draws depend only on ``(seed, epoch)``, so a resumed run equals the
+    uninterrupted one (test).
 
     Attributes:
-        directory: holds ``state-E.npz`` (the input and output matrices after ``E`` epochs)
+        directory: holds ``state-E.npz`` (the trained matrices after ``E`` epochs)
             and ``state.json`` (which state file, epochs done, seconds trained, the run's
             fingerprint), each written atomically, the JSON last and older states removed after
             it, so that a crash while saving leaves the previous checkpoint usable; the family
@@ -255,8 +256,9 @@ class EpochCheckpoints:
         """Whether a complete state was saved (``state.json`` is written last)."""
         return (self.directory / "state.json").exists()
 
-    def save(self, epochs_done: int, step: WordPredictionStep, seconds: float, fingerprint: dict[str, Any]) -> None:
-        """Write the matrices after ``epochs_done`` epochs and ``seconds`` of training."""
+    def save(self, epochs_done: int, arrays: dict[str, np.ndarray], seconds: float, fingerprint: dict[str, Any]) -> None:
+        """Write the named ``arrays`` (the trained matrices; GloVe's AdaGrad state too) after
+        ``epochs_done`` epochs and ``seconds`` of training."""
         from ptmkit.io import atomic_save, atomic_write_json
 
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -264,7 +266,8 @@ class EpochCheckpoints:
 
         def write(path: Path) -> None:
             with open(path, "wb") as handle:
-                np.savez(handle, input=step.input_vectors(), output=step.output_vectors(), epochs_done=np.int64(epochs_done))
+                named: dict[str, Any] = {**arrays, "epochs_done": np.int64(epochs_done)}
+                np.savez(handle, **named)
 
         atomic_save(self.directory / name, write)
         atomic_write_json(self.directory / "state.json", {"file": name, "epochs_done": epochs_done, "train_seconds": round(seconds, 2), "fingerprint": fingerprint})
@@ -272,13 +275,14 @@ class EpochCheckpoints:
             if old.name != name:
                 old.unlink(missing_ok=True)
 
-    def load(self, fingerprint: dict[str, Any]) -> tuple[int, np.ndarray, np.ndarray, float]:
-        """``(epochs_done, input matrix, output matrix, seconds trained)`` of the saved state.
+    def load(self, fingerprint: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> tuple[int, dict[str, np.ndarray], float]:
+        """``(epochs_done, arrays, seconds trained)`` of the saved state: the float32 arrays
+        named in ``shapes``, each checked against its shape.
 
         Raises:
-            RunDirError: no complete state, an unreadable one, matrices of the wrong shape or
-                dtype, or one of another run (the corpus, vocabulary, sizes or schedule differ
-                from ``fingerprint``).
+            RunDirError: no complete state, an unreadable one, arrays missing or of the wrong
+                shape or dtype, or one of another run (the corpus, vocabulary, sizes or schedule
+                differ from ``fingerprint``).
         """
         import json
         import zipfile
@@ -293,20 +297,27 @@ class EpochCheckpoints:
             meta = json.loads(meta_file.read_text(encoding="utf-8"))
             state_file = self.directory / str(meta["file"])
             with np.load(state_file) as state:
-                arrays = state["input"], state["output"], int(state["epochs_done"])
+                arrays = {name: state[name] for name in shapes}
+                epochs_done = int(state["epochs_done"])
         except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as error:
             raise RunDirError(f"{state_file}: unreadable checkpoint ({type(error).__name__}: {error}); delete the run directory and start again") from None
-        rows, dim = fingerprint["input_shape"]
-        for name, array, shape in (("input", arrays[0], (rows, dim)), ("output", arrays[1], (fingerprint["output_rows"], dim))):
-            if array.shape != shape or array.dtype != np.float32:
-                raise RunDirError(f"{state_file}: its {name} matrix is {array.dtype} {array.shape}, this run needs float32 {shape}; delete the run directory and start again")
-        if arrays[2] != meta.get("epochs_done"):
-            raise RunDirError(f"{state_file}: holds epoch {arrays[2]} but {meta_file} says {meta.get('epochs_done')}; delete the run directory and start again")
+        for name, shape in shapes.items():
+            if arrays[name].shape != tuple(shape) or arrays[name].dtype != np.float32:
+                raise RunDirError(
+                    f"{state_file}: its {name} matrix is {arrays[name].dtype} {arrays[name].shape}, this run needs float32 {tuple(shape)}; delete the run directory and start again"
+                )
+        if epochs_done != meta.get("epochs_done"):
+            raise RunDirError(f"{state_file}: holds epoch {epochs_done} but {meta_file} says {meta.get('epochs_done')}; delete the run directory and start again")
         saved = meta.get("fingerprint", {})
         changed = sorted(key for key in set(saved) | set(fingerprint) if saved.get(key) != fingerprint.get(key))
         if changed:
             raise RunDirError(f"{meta_file}: the checkpoint is of another run ({', '.join(changed)} differ: was the corpus or the config changed?); use another --out")
-        return arrays[2], arrays[0], arrays[1], float(meta.get("train_seconds", 0.0))
+        return epochs_done, arrays, float(meta.get("train_seconds", 0.0))
+
+    def due(self, last_save: float) -> bool:
+        """Whether an epoch ending now should be saved (``every_seconds`` since ``last_save``,
+        a ``time.perf_counter()``)."""
+        return time.perf_counter() - last_save >= self.every_seconds
 
 
 def run_fingerprint(tokens: TokenFile, counts: np.ndarray, input_matrix: np.ndarray, output: OutputLayer, schedule: SGDSchedule) -> dict[str, Any]:
@@ -369,7 +380,8 @@ def train_word_prediction(
     fingerprint = functools.cache(functools.partial(run_fingerprint, tokens, counts, input_matrix, output, schedule))
     start_epoch, output_matrix, seconds_before = 0, None, 0.0
     if checkpoints is not None and checkpoints.resume:
-        start_epoch, input_matrix, output_matrix, seconds_before = checkpoints.load(fingerprint())
+        start_epoch, state, seconds_before = checkpoints.load(fingerprint(), {"input": input_matrix.shape, "output": (output.rows, input_matrix.shape[1])})
+        input_matrix, output_matrix = state["input"], state["output"]
         if report is not None:
             report(f"resuming after epoch {start_epoch}/{schedule.epochs} from {checkpoints.directory}")
     step = WordPredictionStep(input_matrix, output.rows, schedule.jit_compile, grouped=schedule.windows, output_matrix=output_matrix)
@@ -388,9 +400,10 @@ def train_word_prediction(
                 if report is not None:
                     report(_line(current_epoch, schedule.epochs, losses, words - first_words, time.perf_counter() - started - saving))
                 losses = []
-                if checkpoints is not None and time.perf_counter() - last_save >= checkpoints.every_seconds:
+                if checkpoints is not None and checkpoints.due(last_save):
                     begin = time.perf_counter()
-                    checkpoints.save(epoch, step, seconds_before + begin - started - saving, fingerprint())
+                    matrices = {"input": step.input_vectors(), "output": step.output_vectors()}
+                    checkpoints.save(epoch, matrices, seconds_before + begin - started - saving, fingerprint())
                     last_save = time.perf_counter()
                     saving += last_save - begin
             current_epoch = epoch
