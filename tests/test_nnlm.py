@@ -60,7 +60,7 @@ def test_heldout_perplexity_beats_the_unigram_model(tmp_path: Path) -> None:
     metrics = json.loads((out / "metrics.json").read_text())
     # The unigram model on the same vocabulary (<unk> for rarer words, </s> per line), fitted on
     # the training lines by counting, scored on the held-out lines.
-    counts = Counter(w for line in lines for w in line.split())
+    counts = Counter(w for line in lines[:-100] for w in line.split())  # the vocabulary of the training lines
     known = {w for w, c in counts.items() if c >= 5}
 
     def units(text: str) -> list[str]:
@@ -71,6 +71,7 @@ def test_heldout_perplexity_beats_the_unigram_model(tmp_path: Path) -> None:
     heldout = [u for line in lines[-100:] for u in units(line)]
     unigram = math.exp(-sum(math.log(train.get(u, 0.5) / total) for u in heldout) / len(heldout))
     assert metrics["heldout_targets"] == len(heldout)
+    assert metrics["heldout_unknown_targets"] == heldout.count("<unk>") > 0
     assert metrics["heldout_perplexity"] < 0.9 * unigram
 
 
@@ -85,3 +86,21 @@ def test_a_heldout_set_over_half_the_corpus_is_refused(tmp_path: Path, capsys: p
         "lower it (e.g. --set model.heldout_lines=15) or give a longer corpus"
     )
     assert not out.exists()
+
+
+def test_a_word_only_in_heldout_lines_is_not_in_the_vocabulary(tmp_path: Path) -> None:
+    """The vocabulary is counted on the training lines: a word frequent only in the held-out lines
+    is <unk> there, as it would be for unseen text."""
+    lines = (DATA / "corpus" / "enwiki-106.txt").read_text(encoding="utf-8").lower().splitlines()[:60]
+    lines[-5:] = [line + " zyzzyva zyzzyva" for line in lines[-5:]]
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(lines[:30]) + "\n\n" + "\n".join(lines[30:]) + "\n", encoding="utf-8")  # a blank line is not a line
+    out = tmp_path / "run"
+    argv = ["train", "nnlm", "--corpus", str(corpus), "--out", str(out), "--set", "model.epochs=1", "--set", "model.heldout_lines=10", "--set", "model.min_count=2"]
+    assert main(argv) == 0
+    words = [line.split("\t")[0] for line in (out / "vocabulary.tsv").read_text(encoding="utf-8").splitlines()]
+    assert "zyzzyva" not in words and "the" in words
+    metrics = json.loads((out / "metrics.json").read_text())
+    training = Counter(w for line in lines[:50] for w in line.split())
+    held = [w for line in lines[50:] for w in line.split()]
+    assert metrics["heldout_unknown_targets"] == sum(1 for w in held if training[w] < 2)

@@ -1,5 +1,5 @@
-"""NNLM training: vocabulary with ``<unk>``, ``<s>`` (context padding) and ``</s>`` (end of line,
-predicted like a word), n-grams streamed from the encoded corpus in shuffled blocks, Keras ``fit``
+"""NNLM training: vocabulary (of the training lines) with ``<unk>``, ``<s>`` (context padding)
+and ``</s>`` (end of line, predicted like a word), n-grams streamed from the encoded corpus in shuffled blocks, Keras ``fit``
 with sparse cross-entropy, and held-out perplexity on the last ``heldout_lines`` lines.
 """
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +85,20 @@ def _dataset(tokens: TokenFile, first: int, last: int, config: NNLMConfig, start
     return NGrams()
 
 
+def _first_lines(texts: Iterator[str], count: int) -> Iterator[str]:
+    """``texts`` up to and including the ``count``-th non-blank one."""
+    for text in texts:
+        if count <= 0:
+            return
+        if text.split():
+            count -= 1
+        yield text
+
+
 def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console) -> dict[str, Any]:
     """Train the NNLM; write ``vocabulary.tsv`` and ``vectors.npy`` (the feature matrix ``C``) and
-    ``nnlm.weights.h5``; report held-out perplexity.
+    ``nnlm.weights.h5``; report held-out perplexity. The vocabulary is counted on the training
+    lines (the corpus is read once more to count its lines first).
 
     Raises:
         DataError: an empty corpus, blank lines only, no word surviving ``min_count``, or
@@ -101,21 +113,27 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
     from ptmkit.training.schedule import AdamW
 
     seed_everything(config.seed)
-    counted = build_vocabulary(corpus, read_corpus(corpus), config.min_count, config.max_vocab, config.lowercase)
-    words = counted.words + list(SPECIALS)
-    end_id, unk_id, start_id = (len(counted.words) + i for i in range(3))
-    counts = np.concatenate([counted.counts, [counted.lines, counted.tokens_seen - counted.kept_tokens, 0]]).astype(np.int64)
-    vocabulary = Vocabulary(words, counts, counted.tokens_seen, counted.unique_words, counted.lines)
-    tokens = encode_corpus(read_corpus(corpus), vocabulary, run_dir / "tokens", config.lowercase, unknown=unk_id, end=end_id)
-    lines = len(tokens.offsets) - 1
-    if config.heldout_lines and 2 * config.heldout_lines > lines:
+    # The held-out lines are the last ``heldout_lines`` non-blank lines; the vocabulary is counted
+    # on the training lines only, so a word seen only in held-out text is <unk> there.
+    lines = sum(1 for text in read_corpus(corpus) if text.split())
+    if lines and config.heldout_lines and 2 * config.heldout_lines > lines:
         raise DataError(
             f"{corpus}: {lines:,} lines, and model.heldout_lines = {config.heldout_lines:,} would hold out more than half of them; "
             f"lower it (e.g. --set model.heldout_lines={max(1, lines // 10)}) or give a longer corpus"
         )
     heldout = min(config.heldout_lines, max(lines - 1, 0))
-    split = int(tokens.offsets[lines - heldout])
-    console.print(f"vocabulary: {len(words):,} entries ({len(counted):,} words with count >= {config.min_count}, {', '.join(SPECIALS)}); {split:,} training and {len(tokens.ids) - split:,} held-out targets")
+    counted = build_vocabulary(corpus, _first_lines(read_corpus(corpus), lines - heldout), config.min_count, config.max_vocab, config.lowercase)
+    words = counted.words + list(SPECIALS)
+    end_id, unk_id, start_id = (len(counted.words) + i for i in range(3))
+    counts = np.concatenate([counted.counts, [counted.lines, counted.tokens_seen - counted.kept_tokens, 0]]).astype(np.int64)
+    vocabulary = Vocabulary(words, counts, counted.tokens_seen, counted.unique_words, counted.lines)
+    tokens = encode_corpus(read_corpus(corpus), vocabulary, run_dir / "tokens", config.lowercase, unknown=unk_id, end=end_id)
+    split = int(tokens.offsets[len(tokens.offsets) - 1 - heldout])
+    heldout_unknown = int(np.count_nonzero(np.asarray(tokens.ids[split:]) == unk_id))
+    console.print(
+        f"vocabulary: {len(words):,} entries ({len(counted):,} words with count >= {config.min_count} in the training lines, {', '.join(SPECIALS)}); "
+        f"{split:,} training and {len(tokens.ids) - split:,} held-out targets ({heldout_unknown:,} of them <unk>)"
+    )
     model = build_nnlm(len(words), config.context, config.vector_size, config.hidden, config.direct)
     model.compile(
         # ptmkit's AdamW without decay is Adam that sums the repeated rows of C in a batch first
@@ -140,6 +158,7 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
         metrics.update({
             "heldout_lines": heldout,
             "heldout_targets": len(positions),
+            "heldout_unknown_targets": heldout_unknown,
             "heldout_cross_entropy": round(float(result["loss"]), 4),
             "heldout_perplexity": round(math.exp(float(result["loss"])), 2),
             "heldout_accuracy": round(float(result["accuracy"]), 4),
