@@ -23,11 +23,17 @@ class NNLMFamily(WordVectorFamily):
     description = "Bengio et al. 2003 neural probabilistic language model (word features C as static vectors)"
     config_class = NNLMConfig
     input_names = ("context_ids",)
+    resumable = True
 
-    def train(self, corpus: Path, run_dir: Path, config: NNLMConfig, console: Any) -> dict[str, Any]:
+    def train(self, corpus: Path, run_dir: Path, config: NNLMConfig, console: Any, resume: bool = False) -> dict[str, Any]:
         from ptmkit_nnlm.train import train_nnlm
 
-        return train_nnlm(corpus, run_dir, config, console)
+        return train_nnlm(corpus, run_dir, config, console, resume)
+
+    def has_checkpoint(self, run_dir: Path) -> bool:
+        from ptmkit.training.wordvectors import EpochCheckpoints
+
+        return EpochCheckpoints.of_run(run_dir).exists
 
 
 @ptmkit.hookimpl

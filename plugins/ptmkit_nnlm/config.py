@@ -24,7 +24,11 @@ class NNLMConfig:
             the few epochs a CPU affords).
         heldout_lines: the last lines of the corpus, kept out of training for perplexity.
         lowercase: lower-case the corpus.
-        seed: initialisation and shuffling.
+        seed: initialisation and shuffling (each epoch's order drawn from ``(seed, epoch)``).
+        checkpoint_seconds: save the weights and Adam's state at the end of an epoch once this
+            many seconds of training have passed since the last save (0: after every epoch), in
+            the run's ``checkpoint/``; ``ptmkit train ... --resume`` continues an interrupted
+            run from there.
     """
 
     context: int = 4
@@ -39,12 +43,13 @@ class NNLMConfig:
     heldout_lines: int = 200
     lowercase: bool = False
     seed: int = 1
+    checkpoint_seconds: float = 60.0
 
     def validate(self) -> None:
         for name in ("context", "vector_size", "min_count", "epochs", "batch_size", "learning_rate"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")
-        for name in ("hidden", "max_vocab", "heldout_lines"):
+        for name in ("hidden", "max_vocab", "heldout_lines", "checkpoint_seconds"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"config key 'model.{name}' must be >= 0, got {getattr(self, name)}")
         if not self.hidden and not self.direct:

@@ -5,8 +5,11 @@ with sparse cross-entropy, and held-out perplexity on the last ``heldout_lines``
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +38,7 @@ def ngrams(tokens: TokenFile, positions: np.ndarray, context: int, start_id: int
     return contexts, ids[positions].astype(np.int32)
 
 
-def _dataset(tokens: TokenFile, first: int, last: int, config: NNLMConfig, start_id: int, epoch_seed: int) -> Any:
+def _dataset(tokens: TokenFile, first: int, last: int, config: NNLMConfig, start_id: int, epoch_seed: int, epoch: int = 0) -> Any:
     import keras
 
     count = last - first
@@ -44,7 +47,7 @@ def _dataset(tokens: TokenFile, first: int, last: int, config: NNLMConfig, start
     class NGrams(keras.utils.PyDataset):
         def __init__(self) -> None:
             super().__init__(workers=1, use_multiprocessing=False)
-            self.epoch = 0
+            self.epoch = epoch  # a resumed run's first epoch draws that epoch's order
             self._order()
 
         def _order(self) -> None:
@@ -95,14 +98,20 @@ def _first_lines(texts: Iterator[str], count: int) -> Iterator[str]:
         yield text
 
 
-def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console) -> dict[str, Any]:
+def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console, resume: bool = False) -> dict[str, Any]:
     """Train the NNLM; write ``vocabulary.tsv`` and ``vectors.npy`` (the feature matrix ``C``) and
     ``nnlm.weights.h5``; report held-out perplexity. The vocabulary is counted on the training
     lines (the corpus is read once more to count its lines first).
 
+    With ``config.checkpoint_seconds`` the weights and Adam's state are saved at epoch ends
+    (:class:`ptmkit.training.wordvectors.EpochCheckpoints`); ``resume`` continues from them and
+    ends with the uninterrupted run's weights (each epoch's order is drawn from ``(seed,
+    epoch)``).
+
     Raises:
         DataError: an empty corpus, blank lines only, no word surviving ``min_count``, or
             ``heldout_lines`` more than half the corpus's lines.
+        RunDirError: ``resume`` without a usable checkpoint of this run.
     """
     from ptmkit.io import atomic_save
     from ptmkit.training.setup import quiet_tensorflow, seed_everything
@@ -141,9 +150,35 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
     )
-    history = model.fit(_dataset(tokens, 0, split, config, start_id, config.seed), epochs=config.epochs, shuffle=False, verbose=0)
-    for epoch, loss in enumerate(history.history["loss"], 1):
-        console.print(f"epoch {epoch}/{config.epochs}: loss {loss:.4f} (training perplexity {math.exp(loss):.1f})")
+    from ptmkit.training.wordvectors import EpochCheckpoints, tokens_sha1
+
+    checkpoints = EpochCheckpoints.of_run(run_dir, config.checkpoint_seconds, resume)
+    model.optimizer.build(model.trainable_variables)
+    variables = {f"weight_{i}": v for i, v in enumerate(model.weights)} | {f"optimizer_{i}": v for i, v in enumerate(model.optimizer.variables)}
+    settings = {k: v for k, v in dataclasses.asdict(config).items() if k != "checkpoint_seconds"}
+    fingerprint = {"vocabulary": len(words), "tokens_sha1": tokens_sha1(tokens), "config": settings}
+    start_epoch = 0
+    if resume:
+        shapes = {name: tuple(v.shape) for name, v in variables.items()}
+        dtypes = {name: np.dtype(v.dtype) for name, v in variables.items()}
+        start_epoch, state, _ = checkpoints.load(json.loads(json.dumps(fingerprint)), shapes, dtypes)
+        for name, variable in variables.items():
+            variable.assign(state[name])
+        console.print(f"resuming after epoch {start_epoch}/{config.epochs} from {checkpoints.directory}")
+
+    class SaveAtEpochEnd(keras.callbacks.Callback):
+        """Epoch checkpoints, every ``checkpoint_seconds`` (not after the last epoch)."""
+
+        last_save = time.perf_counter()
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            console.print(f"epoch {epoch + 1}/{config.epochs}: loss {logs['loss']:.4f} (training perplexity {math.exp(logs['loss']):.1f})")
+            if epoch + 1 < config.epochs and checkpoints.due(self.last_save):
+                checkpoints.save(epoch + 1, {name: np.asarray(v.numpy()) for name, v in variables.items()}, 0.0, fingerprint)
+                self.last_save = time.perf_counter()
+
+    data = _dataset(tokens, 0, split, config, start_id, config.seed, start_epoch)
+    history = model.fit(data, epochs=config.epochs, initial_epoch=start_epoch, shuffle=False, verbose=0, callbacks=[SaveAtEpochEnd()])
     metrics: dict[str, Any] = {
         "vocabulary_size": len(words),
         "tokens": counted.tokens_seen,
@@ -151,6 +186,8 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
         "final_train_loss": round(float(history.history["loss"][-1]), 4),
         "parameters": int(model.count_params()),
     }
+    if start_epoch:
+        metrics["resumed_after_epoch"] = start_epoch
     if split < len(tokens.ids):
         positions = np.arange(split, len(tokens.ids))
         x, y = ngrams(tokens, positions, config.context, start_id)
@@ -168,4 +205,5 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
     save_matrix(run_dir / VECTORS_FILE, model.get_layer("C").get_weights()[0])
     atomic_save(run_dir / "nnlm.weights.h5", lambda tmp: model.save_weights(str(tmp)))
     shutil.rmtree(run_dir / "tokens", ignore_errors=True)
+    shutil.rmtree(checkpoints.directory, ignore_errors=True)
     return metrics

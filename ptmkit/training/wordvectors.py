@@ -275,9 +275,9 @@ class EpochCheckpoints:
             if old.name != name:
                 old.unlink(missing_ok=True)
 
-    def load(self, fingerprint: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> tuple[int, dict[str, np.ndarray], float]:
-        """``(epochs_done, arrays, seconds trained)`` of the saved state: the float32 arrays
-        named in ``shapes``, each checked against its shape.
+    def load(self, fingerprint: dict[str, Any], shapes: dict[str, tuple[int, ...]], dtypes: dict[str, Any] | None = None) -> tuple[int, dict[str, np.ndarray], float]:
+        """``(epochs_done, arrays, seconds trained)`` of the saved state: the arrays named in
+        ``shapes``, each checked against its shape and dtype (``dtypes``; float32 unless named).
 
         Raises:
             RunDirError: no complete state, an unreadable one, arrays missing or of the wrong
@@ -302,9 +302,10 @@ class EpochCheckpoints:
         except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as error:
             raise RunDirError(f"{state_file}: unreadable checkpoint ({type(error).__name__}: {error}); delete the run directory and start again") from None
         for name, shape in shapes.items():
-            if arrays[name].shape != tuple(shape) or arrays[name].dtype != np.float32:
+            dtype = np.dtype((dtypes or {}).get(name, np.float32))
+            if arrays[name].shape != tuple(shape) or arrays[name].dtype != dtype:
                 raise RunDirError(
-                    f"{state_file}: its {name} matrix is {arrays[name].dtype} {arrays[name].shape}, this run needs float32 {tuple(shape)}; delete the run directory and start again"
+                    f"{state_file}: its {name} matrix is {arrays[name].dtype} {arrays[name].shape}, this run needs {dtype} {tuple(shape)}; delete the run directory and start again"
                 )
         if epochs_done != meta.get("epochs_done"):
             raise RunDirError(f"{state_file}: holds epoch {epochs_done} but {meta_file} says {meta.get('epochs_done')}; delete the run directory and start again")
@@ -320,6 +321,18 @@ class EpochCheckpoints:
         return time.perf_counter() - last_save >= self.every_seconds
 
 
+def tokens_sha1(tokens: TokenFile) -> str:
+    """A hash of an encoded corpus: its word ids and line offsets (the same words in another
+    order differ), read 16 MB at a time (the token file may be memory-mapped)."""
+    import hashlib
+
+    corpus = hashlib.sha1()
+    for array, dtype in ((tokens.ids, np.int32), (tokens.offsets, np.int64)):
+        for start in range(0, len(array), 1 << 22):
+            corpus.update(np.ascontiguousarray(array[start : start + (1 << 22)], dtype).tobytes())
+    return corpus.hexdigest()
+
+
 def run_fingerprint(tokens: TokenFile, counts: np.ndarray, input_matrix: np.ndarray, output: OutputLayer, schedule: SGDSchedule) -> dict[str, Any]:
     """What must not change between a checkpoint and its resumption: the vocabulary (size and a
     hash of the counts: min_count and the words' frequencies), the encoded corpus (a hash of its
@@ -328,14 +341,10 @@ def run_fingerprint(tokens: TokenFile, counts: np.ndarray, input_matrix: np.ndar
     import hashlib
     import json
 
-    corpus = hashlib.sha1()
-    for array, dtype in ((tokens.ids, np.int32), (tokens.offsets, np.int64)):
-        for start in range(0, len(array), 1 << 22):  # 16 MB at a time: the token file may be memory-mapped
-            corpus.update(np.ascontiguousarray(array[start : start + (1 << 22)], dtype).tobytes())
     return json.loads(json.dumps({
         "vocabulary": len(counts),
         "counts_sha1": hashlib.sha1(np.ascontiguousarray(counts, np.int64).tobytes()).hexdigest(),
-        "tokens_sha1": corpus.hexdigest(),
+        "tokens_sha1": tokens_sha1(tokens),
         "input_shape": list(input_matrix.shape),
         "output_rows": output.rows,
         "schedule": dataclasses.asdict(schedule),
