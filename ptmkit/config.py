@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import tomllib
 import types
 import typing
@@ -250,6 +251,8 @@ def _check_type(value: Any, hint: Any, key: str, source: str) -> Any:
     elif hint is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         value = float(value) if ok else value
+        if ok and not math.isfinite(value):  # TOML's nan and inf pass every "> 0" check
+            raise ConfigError(f"{source}: config key '{key}' must be a finite number, got {value!r}")
     elif hint is str:
         ok = isinstance(value, str)
     else:

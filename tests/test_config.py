@@ -203,6 +203,8 @@ def test_set_without_equals(registry: Registry) -> None:
         ("train.jit_compile=yes", "config key 'train.jit_compile' must be bool, got 'yes' (str)"),
         ("train.learning_rate=fast", "config key 'train.learning_rate' must be float, got 'fast' (str)"),
         ("train.learning_rate=false", "config key 'train.learning_rate' must be float, got False (bool)"),
+        ("train.learning_rate=nan", "config key 'train.learning_rate' must be a finite number, got nan"),  # passes every "> 0" check
+        ("train.warmup_ratio=-inf", "config key 'train.warmup_ratio' must be a finite number, got -inf"),
         ("finetune.head=3", "config key 'finetune.head' must be str, got 3 (int)"),
         ("train.objectives=[1, 2]", "config key 'train.objectives' must be str, got 1 (int)"),
     ],

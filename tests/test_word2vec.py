@@ -314,3 +314,20 @@ def test_ctrl_c_stops_training_with_exit_130_and_leaves_no_run(corpus: Path, tmp
     assert process.returncode == 130, "".join(lines) + rest
     assert "interrupted; `ptmkit train ... --resume` continues a run that saved a checkpoint" in rest and time.monotonic() - started < 60
     assert not out.exists()
+
+
+def test_a_corpus_that_sub_sampling_empties_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Nine tokens: sub-sampling at 1e-3 keeps (almost) none, so no pair is ever made; the run
+    says so instead of saving its random start vectors as trained, and trains with sample 0."""
+    corpus = tmp_path / "t.txt"
+    corpus.write_text("a b\nc\nd e\nf\na\nb c\n", encoding="utf-8")
+    argv = ["train", "word2vec", "--corpus", str(corpus), "--set", "model.min_count=1", "--set", "model.epochs=2", "--set", "model.vector_size=8"]
+    with registered():
+        assert main([*argv, "--out", str(tmp_path / "r")]) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"error: {corpus}: no training example in 2 epoch(s): sub-sampling (model.sample = 0.001) and the window left no pair of words in 9 tokens; "
+            "on a corpus this small set --set model.sample=0"
+        )
+        assert not (tmp_path / "r").exists()
+        assert main([*argv, "--out", str(tmp_path / "r"), "--set", "model.sample=0"]) == 0
+    assert json.loads((tmp_path / "r" / "metrics.json").read_text())["steps"] > 0

@@ -136,6 +136,7 @@ def test_slot_groups_follow_the_dynamic_window() -> None:
     assert slot_groups(2, 4) == ((2, 2), (4, 2))
     assert slot_groups(10, 100) == ((4, 20), (8, 20), (12, 20), (16, 20), (20, 20))
     assert slot_groups(7, 70) == ((4, 20), (6, 10), (10, 20), (12, 10), (14, 10))
+    assert slot_groups(5, 1) == ((10, 1),) and slot_groups(7, 3) == ((6, 1), (10, 1), (14, 1))  # batch_size honoured
     with pytest.raises(ValueError, match="window"):
         slot_groups(0, 10)
 

@@ -63,6 +63,7 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_vectors(
         assert main(["train", family, "--corpus", str(corpus), "--out", str(cut), "--resume"]) == 0
     metrics = json.loads((cut / "metrics.json").read_text())
     assert metrics["resumed_after_epoch"] == 1
+    assert metrics["train_seconds_all_sessions"] > metrics["train_seconds"] > 0  # the first epoch's session counted
     if family in ("word2vec", "fasttext"):  # the words of the two epochs trained after resuming
         assert metrics["raw_words"] * 3 == json.loads((tmp_path / "whole" / "metrics.json").read_text())["raw_words"] * 2
     assert not (cut / "checkpoint").exists() and (cut / "manifest.json").exists()
@@ -81,6 +82,10 @@ def test_a_checkpoint_of_another_corpus_or_none_is_refused(corpus: Path, tmp_pat
         assert main(["train", "word2vec", "--corpus", str(other), "--out", str(out), "--resume"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert err[-1].startswith(f"error: {out / 'checkpoint' / 'state.json'}: the checkpoint is of another run (counts_sha1")
+        half = tmp_path / "half.txt"  # fewer words: matrices of another shape, but the cause is the corpus
+        half.write_text("".join(corpus.read_text(encoding="utf-8").splitlines(keepends=True)[:150]), encoding="utf-8")
+        assert main(["train", "word2vec", "--corpus", str(half), "--out", str(out), "--resume"]) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"error: {out / 'checkpoint' / 'state.json'}: the checkpoint is of another run (")
         lines = corpus.read_text(encoding="utf-8").splitlines(keepends=True)
         reordered = tmp_path / "reordered.txt"
         reordered.write_text("".join(lines[1:] + lines[:1]), encoding="utf-8")  # the same counts

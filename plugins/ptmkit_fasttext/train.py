@@ -101,7 +101,7 @@ def train_fasttext(corpus: Path, run_dir: Path, config: FastTextConfig, console:
     used, compact = np.unique(subwords.rows, return_inverse=True)
     make = WindowExamples(config.architecture, config.window, Subwords(compact.astype(np.int32), subwords.offsets))
     checkpoints = EpochCheckpoints.of_run(run_dir, config.checkpoint_seconds, resume)
-    step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial[used], schedule, report=console.print, checkpoints=checkpoints)
+    step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial[used], schedule, report=console.print, checkpoints=checkpoints, source=str(corpus))
     initial[used] = step.input_vectors()
     save_run(run_dir, vocabulary, initial, config.minn, config.maxn, bucket)
     shutil.rmtree(tokens_dir, ignore_errors=True)

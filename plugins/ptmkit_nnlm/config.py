@@ -22,7 +22,8 @@ class NNLMConfig:
         batch_size: n-grams per step.
         learning_rate: Adam's step size (the paper used plain SGD with decay; Adam converges in
             the few epochs a CPU affords).
-        heldout_lines: the last lines of the corpus, kept out of training for perplexity.
+        heldout_lines: the last non-blank lines of the corpus, kept out of training (and out of
+            the vocabulary count) for perplexity; 0: none.
         lowercase: lower-case the corpus.
         seed: initialisation and shuffling (each epoch's order drawn from ``(seed, epoch)``).
         checkpoint_seconds: save the weights and Adam's state at the end of an epoch once this

@@ -126,9 +126,10 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
     # on the training lines only, so a word seen only in held-out text is <unk> there.
     lines = sum(1 for text in read_corpus(corpus) if text.split())
     if lines and config.heldout_lines and 2 * config.heldout_lines > lines:
+        suggestion = f"e.g. --set model.heldout_lines={lines // 10}" if lines >= 10 else "--set model.heldout_lines=0 trains on every line, without a perplexity"
         raise DataError(
-            f"{corpus}: {lines:,} lines, and model.heldout_lines = {config.heldout_lines:,} would hold out more than half of them; "
-            f"lower it (e.g. --set model.heldout_lines={max(1, lines // 10)}) or give a longer corpus"
+            f"{corpus}: {lines:,} line{'' if lines == 1 else 's'}, and model.heldout_lines = {config.heldout_lines:,} would hold out more than half of them; "
+            f"lower it ({suggestion}) or give a longer corpus"
         )
     heldout = min(config.heldout_lines, max(lines - 1, 0))
     counted = build_vocabulary(corpus, _first_lines(read_corpus(corpus), lines - heldout), config.min_count, config.max_vocab, config.lowercase)
@@ -157,37 +158,47 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
     variables = {f"weight_{i}": v for i, v in enumerate(model.weights)} | {f"optimizer_{i}": v for i, v in enumerate(model.optimizer.variables)}
     settings = {k: v for k, v in dataclasses.asdict(config).items() if k != "checkpoint_seconds"}
     fingerprint = {"vocabulary": len(words), "tokens_sha1": tokens_sha1(tokens), "config": settings}
-    start_epoch = 0
+    start_epoch, seconds_before = 0, 0.0
     if resume:
         shapes = {name: tuple(v.shape) for name, v in variables.items()}
         dtypes = {name: np.dtype(v.dtype) for name, v in variables.items()}
-        start_epoch, state, _ = checkpoints.load(json.loads(json.dumps(fingerprint)), shapes, dtypes)
+        start_epoch, state, seconds_before = checkpoints.load(json.loads(json.dumps(fingerprint)), shapes, dtypes)
         for name, variable in variables.items():
             variable.assign(state[name])
         console.print(f"resuming after epoch {start_epoch}/{config.epochs} from {checkpoints.directory}")
 
+    started = time.perf_counter()
+
     class SaveAtEpochEnd(keras.callbacks.Callback):
         """Epoch checkpoints, every ``checkpoint_seconds`` (not after the last epoch)."""
 
-        last_save = time.perf_counter()
+        last_save, saving = started, 0.0
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             console.print(f"epoch {epoch + 1}/{config.epochs}: loss {logs['loss']:.4f} (training perplexity {math.exp(logs['loss']):.1f})")
             if epoch + 1 < config.epochs and checkpoints.due(self.last_save):
-                checkpoints.save(epoch + 1, {name: np.asarray(v.numpy()) for name, v in variables.items()}, 0.0, fingerprint)
+                begin = time.perf_counter()
+                state = {name: np.asarray(v.numpy()) for name, v in variables.items()}
+                checkpoints.save(epoch + 1, state, seconds_before + begin - started - self.saving, fingerprint)
                 self.last_save = time.perf_counter()
+                self.saving += self.last_save - begin
 
+    saver = SaveAtEpochEnd()
     data = _dataset(tokens, 0, split, config, start_id, config.seed, start_epoch)
-    history = model.fit(data, epochs=config.epochs, initial_epoch=start_epoch, shuffle=False, verbose=0, callbacks=[SaveAtEpochEnd()])
+    history = model.fit(data, epochs=config.epochs, initial_epoch=start_epoch, shuffle=False, verbose=0, callbacks=[saver])
+    seconds = time.perf_counter() - started - saver.saving
     metrics: dict[str, Any] = {
         "vocabulary_size": len(words),
         "tokens": counted.tokens_seen,
         "training_targets": split,
         "final_train_loss": round(float(history.history["loss"][-1]), 4),
         "parameters": int(model.count_params()),
+        "train_seconds": round(seconds, 2),
+        "checkpoint_seconds": round(saver.saving, 2),
     }
     if start_epoch:
         metrics["resumed_after_epoch"] = start_epoch
+        metrics["train_seconds_all_sessions"] = round(seconds_before + seconds, 2)
     if split < len(tokens.ids):
         positions = np.arange(split, len(tokens.ids))
         x, y = ngrams(tokens, positions, config.context, start_id)

@@ -69,7 +69,7 @@ def train_word2vec(corpus: Path, run_dir: Path, config: Word2VecConfig, console:
         window=config.window if windows else 0,
     )
     checkpoints = EpochCheckpoints.of_run(run_dir, config.checkpoint_seconds, resume)
-    step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial, schedule, report=console.print, checkpoints=checkpoints)
+    step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial, schedule, report=console.print, checkpoints=checkpoints, source=str(corpus))
     vocabulary.save(run_dir / VOCABULARY_FILE)
     save_matrix(run_dir / VECTORS_FILE, step.input_vectors())
     shutil.rmtree(tokens_dir, ignore_errors=True)

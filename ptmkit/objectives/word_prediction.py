@@ -269,10 +269,11 @@ def slot_groups(window: int, windows_per_step: int, most: int = 5) -> tuple[tupl
     window holds up to ``2 b`` context words: group ``j`` takes the windows of reach
     ``r_(j-1) < b <= r_j`` (``r_j = ceil(window j / most)``), ``2 r_j`` slots wide, and a share
     of the step's windows equal to those reaches' share. For ``window = 5``: widths 2, 4, 6, 8,
-    10, a fifth of the windows each.
+    10, a fifth of the windows each. Fewer than ``most`` windows a step: one group per window.
     """
     if window < 1 or windows_per_step < 1:
         raise ValueError(f"window ({window}) and windows_per_step ({windows_per_step}) must be >= 1")
+    most = min(most, windows_per_step)  # a group holds at least one window: no more groups than windows
     reaches = sorted({-(-window * j // most) for j in range(1, most + 1)})
     groups, previous = [], 0
     for reach in reaches:

@@ -301,6 +301,11 @@ class EpochCheckpoints:
                 epochs_done = int(state["epochs_done"])
         except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as error:
             raise RunDirError(f"{state_file}: unreadable checkpoint ({type(error).__name__}: {error}); delete the run directory and start again") from None
+        # Another run's checkpoint first: its matrices differ too, and that is not the cause.
+        saved = meta.get("fingerprint", {})
+        changed = sorted(key for key in set(saved) | set(fingerprint) if saved.get(key) != fingerprint.get(key))
+        if changed:
+            raise RunDirError(f"{meta_file}: the checkpoint is of another run ({', '.join(changed)} differ: was the corpus or the config changed?); use another --out")
         for name, shape in shapes.items():
             dtype = np.dtype((dtypes or {}).get(name, np.float32))
             if arrays[name].shape != tuple(shape) or arrays[name].dtype != dtype:
@@ -309,10 +314,6 @@ class EpochCheckpoints:
                 )
         if epochs_done != meta.get("epochs_done"):
             raise RunDirError(f"{state_file}: holds epoch {epochs_done} but {meta_file} says {meta.get('epochs_done')}; delete the run directory and start again")
-        saved = meta.get("fingerprint", {})
-        changed = sorted(key for key in set(saved) | set(fingerprint) if saved.get(key) != fingerprint.get(key))
-        if changed:
-            raise RunDirError(f"{meta_file}: the checkpoint is of another run ({', '.join(changed)} differ: was the corpus or the config changed?); use another --out")
         return epochs_done, arrays, float(meta.get("train_seconds", 0.0))
 
     def due(self, last_save: float) -> bool:
@@ -360,11 +361,13 @@ def train_word_prediction(
     schedule: SGDSchedule,
     report: Callable[[str], Any] | None = None,
     checkpoints: EpochCheckpoints | None = None,
+    source: str = "corpus",
 ) -> tuple[WordPredictionStep, dict[str, Any]]:
     """Train input and output vectors on ``tokens``.
 
     Args:
         tokens: the encoded corpus.
+        source: the corpus's name in error messages (its path).
         counts: ``(V,)`` word counts (sub-sampling).
         make: builds a chunk's examples from ``(ids, sentence, rng)`` (skip-gram or CBOW).
         output: negative sampling and/or hierarchical softmax.
@@ -383,6 +386,7 @@ def train_word_prediction(
 
     Raises:
         RunDirError: ``checkpoints.resume`` without a usable checkpoint of this run.
+        DataError: no example was made (sub-sampling dropped every word of a tiny corpus).
     """
     _one_thread_per_step()
     # Hashing the corpus is a pass over it: done only when a checkpoint is read or written.
@@ -421,6 +425,13 @@ def train_word_prediction(
     finally:
         produced.close()
     seconds = time.perf_counter() - started - saving
+    if not steps:
+        from ptmkit.errors import DataError
+
+        raise DataError(
+            f"{source}: no training example in {schedule.epochs - start_epoch} epoch(s): sub-sampling (model.sample = {schedule.sample:g}) and the window left no pair of words "
+            f"in {len(tokens.ids):,} tokens; on a corpus this small set --set model.sample=0"
+        )
     raw_words = tokens.raw_tokens * (schedule.epochs - start_epoch)
     if report is not None:
         report(_line(current_epoch, schedule.epochs, losses, raw_words, seconds))
