@@ -1,6 +1,7 @@
 """NNLM training: vocabulary (of the training lines) with ``<unk>``, ``<s>`` (context padding)
-and ``</s>`` (end of line, predicted like a word), n-grams streamed from the encoded corpus in shuffled blocks, Keras ``fit``
-with sparse cross-entropy, and held-out perplexity on the last ``heldout_lines`` lines.
+and ``</s>`` (end of line, predicted like a word), n-grams streamed from the encoded corpus in
+shuffled blocks, Keras ``fit`` with sparse cross-entropy, epoch checkpoints for ``--resume``, and
+held-out perplexity on the last ``heldout_lines`` non-blank lines.
 """
 
 from __future__ import annotations
