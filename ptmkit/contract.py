@@ -217,6 +217,14 @@ class WordVectorFamily(ModelFamily):
 
         return load_run_vectors(run_dir)
 
+    def has_checkpoint(self, run_dir: Path) -> bool:
+        """Whether ``run_dir`` holds an epoch checkpoint
+        (:class:`ptmkit.training.wordvectors.EpochCheckpoints`, where the in-tree families that
+        set ``resumable`` save theirs)."""
+        from ptmkit.training.wordvectors import EpochCheckpoints
+
+        return EpochCheckpoints.of_run(run_dir).exists
+
 
 class Objective:
     """A pre-training objective (masked LM, next-sentence prediction, ...).

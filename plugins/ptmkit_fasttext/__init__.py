@@ -38,11 +38,6 @@ class FastTextFamily(WordVectorFamily):
 
         return train_fasttext(corpus, run_dir, config, console, resume)
 
-    def has_checkpoint(self, run_dir: Path) -> bool:
-        from ptmkit.training.wordvectors import EpochCheckpoints
-
-        return EpochCheckpoints.of_run(run_dir).exists
-
     def load_word_vectors(self, run_dir: Path) -> Any:
         from ptmkit_fasttext.train import load_run
 

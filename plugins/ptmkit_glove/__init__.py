@@ -30,11 +30,6 @@ class GloVeFamily(WordVectorFamily):
 
         return train_glove(corpus, run_dir, config, console, resume)
 
-    def has_checkpoint(self, run_dir: Path) -> bool:
-        from ptmkit.training.wordvectors import EpochCheckpoints
-
-        return EpochCheckpoints.of_run(run_dir).exists
-
 
 @ptmkit.hookimpl
 def ptmkit_model_families() -> list[ModelFamily]:

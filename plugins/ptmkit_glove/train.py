@@ -182,9 +182,10 @@ def _fingerprint(counts: np.ndarray, x: Any, config: GloVeConfig) -> dict[str, A
     settings = dataclasses.asdict(config)
     for name in ("checkpoint_seconds", "jit_compile", "chunk_tokens"):  # may change on resume without changing the result
         settings.pop(name)
+    from ptmkit.training.wordvectors import vocabulary_fingerprint
+
     return {
-        "vocabulary": len(counts),
-        "counts_sha1": hashlib.sha1(np.ascontiguousarray(counts, np.int64).tobytes()).hexdigest(),
+        **vocabulary_fingerprint(counts),
         "records_sha1": records.hexdigest(),
         "config": settings,
     }

@@ -30,11 +30,6 @@ class NNLMFamily(WordVectorFamily):
 
         return train_nnlm(corpus, run_dir, config, console, resume)
 
-    def has_checkpoint(self, run_dir: Path) -> bool:
-        from ptmkit.training.wordvectors import EpochCheckpoints
-
-        return EpochCheckpoints.of_run(run_dir).exists
-
 
 @ptmkit.hookimpl
 def ptmkit_model_families() -> list[ModelFamily]:

@@ -33,11 +33,6 @@ class Word2VecFamily(WordVectorFamily):
 
         return train_word2vec(corpus, run_dir, config, console, resume)
 
-    def has_checkpoint(self, run_dir: Path) -> bool:
-        from ptmkit.training.wordvectors import EpochCheckpoints
-
-        return EpochCheckpoints.of_run(run_dir).exists
-
 
 @ptmkit.hookimpl
 def ptmkit_model_families() -> list[ModelFamily]:

@@ -445,25 +445,24 @@ def _window_hot_scales(arrays: dict[str, np.ndarray], groups: int, steps: int, h
     """Add ``slot_scale_g`` and ``item_scale_g``: :func:`_hot_scale` counted per step over all
     groups (slots: one update per slot; items: one per pair, the window's slots)."""
 
-    def per_step(name: str) -> np.ndarray:  # (K, everything of that step)
-        return np.concatenate([arrays[f"{name}_{g}"].reshape(steps, -1) for g in range(groups)], axis=1)
+    def per_step(parts: list[np.ndarray]) -> np.ndarray:  # (K, everything of that step)
+        return np.concatenate([part.reshape(steps, -1) for part in parts], axis=1)
+
+    def named(name: str) -> list[np.ndarray]:
+        return [arrays[f"{name}_{g}"] for g in range(groups)]
 
     def split(scale: np.ndarray, name: str) -> None:
         at = 0
         for g in range(groups):
-            shape = arrays[f"{name}_{g}"].shape
+            shape = arrays[f"{name}_row_{g}"].shape
             part = scale[:, at : at + shape[0] // steps * shape[1]]
-            arrays[f"{name.replace('row', 'scale')}_{g}"] = part.reshape(shape)
+            arrays[f"{name}_scale_{g}"] = part.reshape(shape)
             at += part.shape[1]
 
-    split(_hot_scale(per_step("slot_row"), per_step("slot_weight"), hot_limit, groups=steps), "slot_row")
-    pairs = [arrays[f"slot_weight_{g}"].sum(axis=1, keepdims=True) for g in range(groups)]
-    for g in range(groups):
-        arrays[f"pairs_{g}"] = np.broadcast_to(pairs[g], arrays[f"item_row_{g}"].shape)
-    item_weight = per_step("item_weight") * (per_step("pairs") > 0)
-    split(_hot_scale(per_step("item_row"), item_weight, hot_limit, per_step("pairs"), groups=steps), "item_row")
-    for g in range(groups):
-        del arrays[f"pairs_{g}"]
+    split(_hot_scale(per_step(named("slot_row")), per_step(named("slot_weight")), hot_limit, groups=steps), "slot")
+    # An output row of a window counts once per pair: the window's slots.
+    pairs = per_step([np.broadcast_to(w.sum(axis=1, keepdims=True), r.shape) for w, r in zip(named("slot_weight"), named("item_row"), strict=True)])
+    split(_hot_scale(per_step(named("item_row")), per_step(named("item_weight")) * (pairs > 0), hot_limit, pairs, groups=steps), "item")
 
 
 def _hot_scale(rows: np.ndarray, weight: np.ndarray, hot_limit: float, updates: np.ndarray | None = None, groups: int = 1) -> np.ndarray:

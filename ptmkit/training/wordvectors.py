@@ -322,6 +322,14 @@ class EpochCheckpoints:
         return time.perf_counter() - last_save >= self.every_seconds
 
 
+def vocabulary_fingerprint(counts: np.ndarray) -> dict[str, Any]:
+    """The vocabulary's part of a checkpoint fingerprint: its size and a hash of its counts
+    (min_count and the words' frequencies)."""
+    import hashlib
+
+    return {"vocabulary": len(counts), "counts_sha1": hashlib.sha1(np.ascontiguousarray(counts, np.int64).tobytes()).hexdigest()}
+
+
 def tokens_sha1(tokens: TokenFile) -> str:
     """A hash of an encoded corpus: its word ids and line offsets (the same words in another
     order differ), read 16 MB at a time (the token file may be memory-mapped)."""
@@ -339,12 +347,10 @@ def run_fingerprint(tokens: TokenFile, counts: np.ndarray, input_matrix: np.ndar
     hash of the counts: min_count and the words' frequencies), the encoded corpus (a hash of its
     word ids and sentence offsets: the same counts in another order differ), the matrix shapes and
     the schedule."""
-    import hashlib
     import json
 
     return json.loads(json.dumps({
-        "vocabulary": len(counts),
-        "counts_sha1": hashlib.sha1(np.ascontiguousarray(counts, np.int64).tobytes()).hexdigest(),
+        **vocabulary_fingerprint(counts),
         "tokens_sha1": tokens_sha1(tokens),
         "input_shape": list(input_matrix.shape),
         "output_rows": output.rows,
