@@ -35,13 +35,13 @@ def test_parameter_count_is_the_papers(hidden: int, direct: bool) -> None:
 
 
 def test_contexts_are_the_previous_words_padded_with_start(tmp_path: Path) -> None:
-    from ptmkit.data.vocabulary import TokenFile
+    from ptmkit.data.vocabulary import EncodedCorpus
     from ptmkit_nnlm.train import ngrams
 
     lines = [[5, 6, 7], [8], [9, 10, 11, 12, 13]]
     ids = np.asarray([t for line in lines for t in line], np.int32)
     offsets = np.cumsum([0] + [len(line) for line in lines])
-    tokens = TokenFile(ids, offsets, len(ids))
+    tokens = EncodedCorpus(ids, offsets, len(ids))
     contexts, targets = ngrams(tokens, np.arange(len(ids)), 3, start_id=0)
     expected = []
     for line in lines:

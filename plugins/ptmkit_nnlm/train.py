@@ -19,7 +19,7 @@ import numpy as np
 from rich.console import Console
 
 from ptmkit.data.readers import read_corpus
-from ptmkit.data.vocabulary import TokenFile, Vocabulary, build_vocabulary, encode_corpus
+from ptmkit.data.vocabulary import EncodedCorpus, Vocabulary, build_vocabulary, encode_corpus
 from ptmkit.errors import DataError
 from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, save_matrix
 from ptmkit_nnlm.config import NNLMConfig
@@ -29,7 +29,7 @@ SPECIALS = ("</s>", "<unk>", "<s>")
 BLOCK = 65_536  # n-grams shuffled together: memory stays flat as the corpus grows
 
 
-def ngrams(tokens: TokenFile, positions: np.ndarray, context: int, start_id: int) -> tuple[np.ndarray, np.ndarray]:
+def ngrams(tokens: EncodedCorpus, positions: np.ndarray, context: int, start_id: int) -> tuple[np.ndarray, np.ndarray]:
     """``(contexts (n, context) int32, targets (n,) int32)`` for token ``positions``; contexts
     reaching before the start of the line are padded with ``<s>``."""
     starts = tokens.offsets[np.searchsorted(tokens.offsets, positions, side="right") - 1]
@@ -39,7 +39,7 @@ def ngrams(tokens: TokenFile, positions: np.ndarray, context: int, start_id: int
     return contexts, ids[positions].astype(np.int32)
 
 
-def _dataset(tokens: TokenFile, first: int, last: int, config: NNLMConfig, start_id: int, epoch_seed: int, epoch: int = 0) -> Any:
+def _dataset(tokens: EncodedCorpus, first: int, last: int, config: NNLMConfig, start_id: int, epoch_seed: int, epoch: int = 0) -> Any:
     import keras
 
     count = last - first

@@ -204,7 +204,7 @@ def build_pretraining_model(registry: Registry, config: RunConfig) -> tuple[Any,
     return backbone, model, objectives
 
 
-def _StepDataset(make: Any, start: int, stop: int) -> Any:  # noqa: N802 - used like a class
+def step_dataset(make: Any, start: int, stop: int) -> Any:
     """Batches ``start .. stop`` as a Keras ``PyDataset`` whose index ``i`` is global step ``start + i``."""
     import keras
 
@@ -422,7 +422,7 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
         # Objectives that do not use the pooler (masked LM alone) leave it without gradients.
         warnings.filterwarnings("ignore", message=r"Gradients do not exist for variables \['pooled_dense")
         model.fit(
-            _StepDataset(make, start, train.max_steps),
+            step_dataset(make, start, train.max_steps),
             epochs=1,
             shuffle=False,  # batch i is step start + i; Keras would otherwise permute a PyDataset's indices
             verbose=0,

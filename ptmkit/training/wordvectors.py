@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ptmkit.data.vocabulary import TokenFile, Vocabulary, keep_probabilities
+from ptmkit.data.vocabulary import EncodedCorpus, Vocabulary, keep_probabilities
 from ptmkit.objectives.word_prediction import (
     Examples,
     OutputLayer,
@@ -36,7 +36,7 @@ ExampleMaker = Callable[[np.ndarray, np.ndarray, np.random.Generator], Examples]
 CHECKPOINT_DIR = "checkpoint"
 
 
-def prepare_corpus(corpus: Path, run_dir: Path, min_count: int, max_vocab: int, lowercase: bool, console: Any, note: str = "") -> tuple[Vocabulary, TokenFile]:
+def prepare_corpus(corpus: Path, run_dir: Path, min_count: int, max_vocab: int, lowercase: bool, console: Any, note: str = "") -> tuple[Vocabulary, EncodedCorpus]:
     """Count the vocabulary of ``corpus`` (streamed), report it on ``console`` and encode the corpus
     as word ids into ``run_dir/tokens`` (the caller removes that directory when training ends).
 
@@ -115,7 +115,7 @@ def auto_updates_per_call(batch_examples: int, pairs_per_example: float = 1.0) -
 Call = tuple[dict[str, np.ndarray], np.ndarray, int, int, int]
 
 
-def _calls(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: OutputLayer, schedule: SGDSchedule, start_epoch: int = 0) -> Iterator[Call]:
+def _calls(tokens: EncodedCorpus, counts: np.ndarray, make: ExampleMaker, output: OutputLayer, schedule: SGDSchedule, start_epoch: int = 0) -> Iterator[Call]:
     """Yield the step calls of epochs ``start_epoch ..`` of the run: ``(batches (K, P, ...),
     learning rates (K,), epoch, raw_words_done, real updates)`` with ``K = updates_per_call``
     batches of ``P = batch_examples`` examples (window batches: as many windows as the slot
@@ -330,7 +330,7 @@ def vocabulary_fingerprint(counts: np.ndarray) -> dict[str, Any]:
     return {"vocabulary": len(counts), "counts_sha1": hashlib.sha1(np.ascontiguousarray(counts, np.int64).tobytes()).hexdigest()}
 
 
-def tokens_sha1(tokens: TokenFile) -> str:
+def tokens_sha1(tokens: EncodedCorpus) -> str:
     """A hash of an encoded corpus: its word ids and line offsets (the same words in another
     order differ), read 16 MB at a time (the token file may be memory-mapped)."""
     import hashlib
@@ -342,7 +342,7 @@ def tokens_sha1(tokens: TokenFile) -> str:
     return corpus.hexdigest()
 
 
-def run_fingerprint(tokens: TokenFile, counts: np.ndarray, input_matrix: np.ndarray, output: OutputLayer, schedule: SGDSchedule) -> dict[str, Any]:
+def run_fingerprint(tokens: EncodedCorpus, counts: np.ndarray, input_matrix: np.ndarray, output: OutputLayer, schedule: SGDSchedule) -> dict[str, Any]:
     """What must not change between a checkpoint and its resumption: the vocabulary (size and a
     hash of the counts: min_count and the words' frequencies), the encoded corpus (a hash of its
     word ids and sentence offsets: the same counts in another order differ), the matrix shapes and
@@ -359,7 +359,7 @@ def run_fingerprint(tokens: TokenFile, counts: np.ndarray, input_matrix: np.ndar
 
 
 def train_word_prediction(
-    tokens: TokenFile,
+    tokens: EncodedCorpus,
     counts: np.ndarray,
     make: ExampleMaker,
     output: OutputLayer,
