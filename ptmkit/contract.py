@@ -221,9 +221,9 @@ class WordVectorFamily(ModelFamily):
         """Whether ``run_dir`` holds an epoch checkpoint
         (:class:`ptmkit.training.wordvectors.EpochCheckpoints`, where the in-tree families that
         set ``resumable`` save theirs)."""
-        from ptmkit.training.wordvectors import EpochCheckpoints
+        from ptmkit.rundir import has_epoch_checkpoint
 
-        return EpochCheckpoints.of_run(run_dir).exists
+        return has_epoch_checkpoint(run_dir)
 
 
 class Objective:

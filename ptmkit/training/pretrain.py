@@ -122,7 +122,7 @@ def describe_config(
     What ``ptmkit train`` reads: ``family`` and ``[model]``, plus ``[train]`` and the sections of
     the objectives it will train for a family that pre-trains through the core (transformers). With
     ``finetune``, what ``ptmkit finetune`` reads instead: ``[finetune]`` and ``[head]`` of the
-    head that fits the family (:func:`ptmkit.training.finetune.choose_head`; a head that trains
+    head that fits the family (:func:`ptmkit.config.choose_head`; a head that trains
     itself reads only ``finetune.head`` of ``[finetune]``); the model is the pre-trained run's.
     The output is valid input for ``--config``.
 
@@ -132,7 +132,7 @@ def describe_config(
     """
     family = registry.family(family_name)
     if finetune:
-        from ptmkit.training.finetune import choose_head
+        from ptmkit.config import choose_head
 
         overrides = choose_head(registry, family, config_path, list(overrides or []))
     config = resolve_config(registry, family_name, config_path, overrides)

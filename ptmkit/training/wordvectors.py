@@ -30,10 +30,11 @@ from ptmkit.objectives.word_prediction import (
     make_window_batch,
     slot_groups,
 )
+from ptmkit.rundir import EPOCH_CHECKPOINT_STATE, EPOCH_CHECKPOINTS
 
 ExampleMaker = Callable[[np.ndarray, np.ndarray, np.random.Generator], Examples]
 #: The run-directory folder of :class:`EpochCheckpoints` (word2vec and fastText runs).
-CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_DIR = EPOCH_CHECKPOINTS
 
 
 def prepare_corpus(corpus: Path, run_dir: Path, min_count: int, max_vocab: int, lowercase: bool, console: Any, note: str = "") -> tuple[Vocabulary, EncodedCorpus]:
@@ -254,7 +255,7 @@ class EpochCheckpoints:
     @property
     def exists(self) -> bool:
         """Whether a complete state was saved (``state.json`` is written last)."""
-        return (self.directory / "state.json").exists()
+        return (self.directory / EPOCH_CHECKPOINT_STATE).exists()
 
     def save(self, epochs_done: int, arrays: dict[str, np.ndarray], seconds: float, fingerprint: dict[str, Any]) -> None:
         """Write the named ``arrays`` (the trained matrices; GloVe's AdaGrad state too) after
@@ -270,7 +271,7 @@ class EpochCheckpoints:
                 np.savez(handle, **named)
 
         atomic_save(self.directory / name, write)
-        atomic_write_json(self.directory / "state.json", {"file": name, "epochs_done": epochs_done, "train_seconds": round(seconds, 2), "fingerprint": fingerprint})
+        atomic_write_json(self.directory / EPOCH_CHECKPOINT_STATE, {"file": name, "epochs_done": epochs_done, "train_seconds": round(seconds, 2), "fingerprint": fingerprint})
         for old in self.directory.glob("state-*.npz"):
             if old.name != name:
                 old.unlink(missing_ok=True)
@@ -289,7 +290,7 @@ class EpochCheckpoints:
 
         from ptmkit.errors import RunDirError
 
-        meta_file = self.directory / "state.json"
+        meta_file = self.directory / EPOCH_CHECKPOINT_STATE
         if not meta_file.exists():
             raise RunDirError(f"{self.directory}: no epoch checkpoint to resume from (the run stopped before saving one); delete the run directory and start again")
         state_file = meta_file
