@@ -140,3 +140,15 @@ def test_the_core_never_imports_the_plugins_or_its_own_public_surface() -> None:
             if module not in PLUGIN_SURFACE:
                 assert not targets & PLUGIN_SURFACE, f"{module} imports {sorted(targets & PLUGIN_SURFACE)}"
 
+
+def test_plugins_import_only_the_published_surface() -> None:
+    files = sorted((ROOT / "plugins").rglob("*.py"))
+    assert any(f.parts[-2] == "ptmkit_bert" for f in files)
+    offending = []
+    for file in files:
+        tree = ast.parse(file.read_text(), str(file))
+        for line, name in _imported_names(tree, "ptmkit_plugin", skip_type_checking=False):
+            if name == "ptmkit" or name.startswith("ptmkit."):
+                if not any(name == allowed or name.startswith(allowed + ".") for allowed in PLUGIN_SURFACE):
+                    offending.append(f"{file.relative_to(ROOT)}:{line}: {name}")
+    assert not offending, "plugins import ptmkit internals (use ptmkit.api):\n" + "\n".join(offending)

@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ptmkit.contract import WORD_VECTORS, Head, TrainedHead
-from ptmkit.errors import ConfigError
+from ptmkit.api import WORD_VECTORS, ConfigError, Head, TrainedHead
 
 
 @dataclasses.dataclass
@@ -74,9 +73,7 @@ class FastTextHead(Head):
     def train(
         self, vectors: Any, pretrained_config: Any, texts: list[str], label_ids: np.ndarray, labels: list[str], config: FastTextHeadConfig, run_dir: Path, console: Any
     ) -> TrainedHead:
-        from ptmkit.data.vocabulary import Vocabulary
-        from ptmkit.io import atomic_save
-        from ptmkit.training.setup import quiet_tensorflow, seed_everything
+        from ptmkit.api import Vocabulary, atomic_save, quiet_tensorflow, seed_everything
         from ptmkit_fasttext.supervised import FastTextClassifierConfig, fit_classifier, pad_rows, text_rows
 
         quiet_tensorflow()

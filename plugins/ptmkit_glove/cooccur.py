@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-from ptmkit.data.vocabulary import EncodedCorpus
+from ptmkit.api import EncodedCorpus
 
 
 @dataclasses.dataclass
