@@ -9,6 +9,7 @@ out of the cycle test (they only name types for annotations).
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,6 +17,21 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCE_ROOTS = (ROOT, ROOT / "plugins", ROOT / "export")
 #: What a plugin may import of ptmkit.
 PLUGIN_SURFACE = {"ptmkit.api", "ptmkit.testing"}
+#: Core modules the tests beside the plugins still import, until ``ptmkit.testing`` gives them a
+#: CLI runner and run helpers (issue 14): they drive the core's commands (train, finetune, export,
+#: evaluate, embed) on the plugin's runs. The plugin packages themselves have no entry here. The
+#: test fails on an import missing from this list and on an entry no file uses any more, so the
+#: list can only shrink.
+PENDING_PLUGIN_TEST_IMPORTS: dict[str, set[str]] = {
+    "plugins/ptmkit_bert/tests/test_bert_tokenizer.py": {"ptmkit.data.tokenization"},
+    "plugins/ptmkit_bert/tests/test_hf_import.py": {"ptmkit.data.tokenization", "ptmkit.embedding", "ptmkit.exporting", "ptmkit.training.finetune"},
+    "plugins/ptmkit_bert/tests/test_hf_import_errors.py": {"ptmkit.training.finetune"},
+    "plugins/ptmkit_fasttext/tests/test_fasttext.py": {"ptmkit.cli", "ptmkit.wordvectors.commands", "ptmkit.wordvectors.onnx"},
+    "plugins/ptmkit_fasttext/tests/test_fasttext_classifier.py": {"ptmkit.cli", "ptmkit.row_export", "ptmkit.wordvectors.commands"},
+    "plugins/ptmkit_glove/tests/test_glove.py": {"ptmkit.cli"},
+    "plugins/ptmkit_nnlm/tests/test_nnlm.py": {"ptmkit.cli"},
+    "plugins/ptmkit_word2vec/tests/test_word2vec.py": {"ptmkit.cli", "ptmkit.wordvectors.evaluation", "ptmkit.wordvectors.formats"},
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -64,15 +80,17 @@ def _imported_names(tree: ast.AST, package: str, skip_type_checking: bool) -> li
     return names
 
 
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The module ``name`` is or lies in (``ptmkit.cli.main`` -> ``ptmkit.cli``); None outside."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
 def import_graph() -> dict[str, set[str]]:
     """``{module: modules it imports}`` over ptmkit, the built-in plugins and ptmkit_export."""
     modules = _modules()
-
-    def resolve(name: str) -> str | None:
-        while name and name not in modules:
-            name = name.rpartition(".")[0]
-        return name or None
-
+    resolve = functools.partial(_resolve, modules=modules)
     graph: dict[str, set[str]] = {}
     for name, file in modules.items():
         package = name if file.name == "__init__.py" else name.rpartition(".")[0]
@@ -142,13 +160,23 @@ def test_the_core_never_imports_the_plugins_or_its_own_public_surface() -> None:
 
 
 def test_plugins_import_only_the_published_surface() -> None:
+    modules = _modules()
     files = sorted((ROOT / "plugins").rglob("*.py"))
-    assert any(f.parts[-2] == "ptmkit_bert" for f in files)
-    offending = []
+    assert any(f.parts[-2] == "ptmkit_bert" for f in files) and any(f.parts[-2] == "tests" for f in files)
+    offending, pending_used = [], set()
     for file in files:
+        relative = file.relative_to(ROOT).as_posix()
         tree = ast.parse(file.read_text(), str(file))
         for line, name in _imported_names(tree, "ptmkit_plugin", skip_type_checking=False):
-            if name == "ptmkit" or name.startswith("ptmkit."):
-                if not any(name == allowed or name.startswith(allowed + ".") for allowed in PLUGIN_SURFACE):
-                    offending.append(f"{file.relative_to(ROOT)}:{line}: {name}")
+            if name != "ptmkit" and not name.startswith("ptmkit."):
+                continue
+            if any(name == allowed or name.startswith(allowed + ".") for allowed in PLUGIN_SURFACE):
+                continue
+            module = _resolve(name, modules) or name
+            if module in PENDING_PLUGIN_TEST_IMPORTS.get(relative, ()):
+                pending_used.add((relative, module))
+                continue
+            offending.append(f"{relative}:{line}: {name}")
     assert not offending, "plugins import ptmkit internals (use ptmkit.api):\n" + "\n".join(offending)
+    stale = sorted({(f, m) for f, ms in PENDING_PLUGIN_TEST_IMPORTS.items() for m in ms} - pending_used)
+    assert not stale, f"no longer imported: drop them from PENDING_PLUGIN_TEST_IMPORTS: {stale}"

@@ -21,7 +21,7 @@ ptmkit run directory of stage ``pretrain`` that ``ptmkit finetune``, ``ptmkit em
   normalisation, maximum sequence length.
 
 Parity: on sentence-transformers' all-MiniLM-L6-v2 the imported backbone's hidden states match
-``transformers.BertModel`` on torch to within 1e-4 (``tests/test_hf_import.py``, reference
+``transformers.BertModel`` on torch to within 1e-4 (``plugins/ptmkit_bert/tests/test_hf_import.py``, reference
 numbers from ``benchmarks/hf_reference.py``).
 """
 

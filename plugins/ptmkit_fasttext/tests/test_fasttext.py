@@ -167,7 +167,7 @@ def test_supervised_classifier_equals_a_transcription_of_fasttexts_update(tmp_pa
     decay), transcribed here in float64; word bigrams hashed as ``Dictionary::addWordNgrams``."""
     from rich.console import Console
 
-    from ptmkit.training.setup import quiet_tensorflow
+    from ptmkit.api import quiet_tensorflow
     from ptmkit_fasttext.subwords import fnv1a
     from ptmkit_fasttext.supervised import FastTextClassifierConfig, build_classifier, pad_rows, train_classifier
 
