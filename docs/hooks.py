@@ -3,13 +3,16 @@
 - ``benchmarks/results/*.md`` (one file per benchmark, the latest run) become ``benchmarks/NAME.md``,
   and ``benchmarks/index.md`` is generated as a table of them, so a new results file shows up in the
   site without editing ``mkdocs.yml``;
-- ``CHANGELOG.md`` becomes ``changelog.md``.
+- ``CHANGELOG.md`` becomes ``changelog.md``;
+- the Sphinx roles of the docstrings (``:meth:`x```, ``:class:`~a.B```) are shown as plain code in
+  the API reference, without the role's name.
 
 The files stay where a reader of the repository looks for them; the site renders the same text.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+_ROLE = re.compile(r":(?:py:)?(?:meth|func|class|mod|data|attr|exc|obj|const):<code>~?")
 
 
 def _title(text: str, fallback: str) -> str:
@@ -47,3 +51,7 @@ def on_files(files: Files, config: Any, **_: Any) -> Files:
     files.append(File.generated(config, "benchmarks/index.md", content="\n".join(index)))
     files.append(File.generated(config, "changelog.md", content=(ROOT / "CHANGELOG.md").read_text(encoding="utf-8")))
     return files
+
+
+def on_page_content(html: str, **_: Any) -> str:
+    return _ROLE.sub("<code>", html)
