@@ -33,6 +33,14 @@ stdout = default_console(stderr=False)
 SetOption = Annotated[
     list[str] | None, typer.Option("--set", help="Override a config key (repeatable): --set train.max_steps=100, --set finetune.epochs=5.")
 ]
+VectorFormatOption = Annotated[
+    str | None,
+    typer.Option(
+        "--format",
+        help="Vector files: word2vec, word2vec-binary, glove or fasttext-vec, instead of guessing it from the file "
+        "(a 'count dim' header and a text line: word2vec; a header and binary bytes: word2vec-binary; no header: glove).",
+    ),
+]
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="Run config (TOML); `ptmkit config FAMILY` prints one with every key.")]
 
 
@@ -243,6 +251,7 @@ def embed(
     output: Annotated[Path | None, typer.Option(help="Write a (texts, dim) float32 .npy matrix here instead of JSON lines.")] = None,
     variant: Annotated[str | None, typer.Option(help="Export variant: fp32, int8, fp32+tokenizer or int8+tokenizer (default: int8 when it passed its checks).")] = None,
     words: Annotated[list[str] | None, typer.Option("--words", help="Word-vector runs: words to look up (repeatable; several per option too).")] = None,
+    vector_format: VectorFormatOption = None,
 ) -> None:
     """Sentence embeddings with the checkpoint's pooling (one JSON line per text, or a .npy matrix),
     or word vectors with --words (one JSON line per word; fastText: out-of-vocabulary words from
@@ -262,7 +271,7 @@ def embed(
         if blank is not None:
             raise PtmkitError(f"--words: value {blank} of {len(words)} is empty or blank; give one word or several separated by spaces")
         looked_up = [w for item in words for w in item.split()]
-        for record in word_vectors.embed_words(path, looked_up):
+        for record in word_vectors.embed_words(path, looked_up, vector_format):
             print(word_vectors.dumps(record))
         return
     texts = _read_texts(text, file)
@@ -350,11 +359,12 @@ def evaluate(
     analogy: Annotated[list[Path] | None, typer.Option(help="Analogy file (': section' lines, 'a b c d'), e.g. data/eval/questions-words.txt.")] = None,
     restrict_vocab: Annotated[int, typer.Option(min=1, help="Use only the most frequent words (gensim's restrict_vocab).")] = 300000,
     as_json: Annotated[bool, typer.Option("--json", help="Print the full results as JSON.")] = False,
+    vector_format: VectorFormatOption = None,
 ) -> None:
     """Evaluate static word vectors: Spearman's rho on word pairs, 3CosAdd analogy accuracy."""
     from ptmkit.wordvectors import commands as word_vectors
 
-    results = word_vectors.evaluate(source, list(wordsim or []), list(analogy or []), restrict_vocab)
+    results = word_vectors.evaluate(source, list(wordsim or []), list(analogy or []), restrict_vocab, vector_format)
     if source.is_dir():
         console.print(f"results also in {source / 'evaluation.json'} (oov_ratio: percent of pairs skipped)")
     if as_json:

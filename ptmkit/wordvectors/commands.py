@@ -33,20 +33,24 @@ def is_word_vector_run(run_dir: str | Path) -> bool:
     return family is not None and WORD_VECTORS in family.provides
 
 
-def load_vectors(source: str | Path) -> tuple[str, WordVectors]:
+def load_vectors(source: str | Path, fmt: str | None = None) -> tuple[str, WordVectors]:
     """``(family name, vectors)`` of a run directory, or ``("file", vectors)`` of a vector file
-    (word2vec text/binary, GloVe, fastText .vec).
+    (word2vec text/binary, GloVe, fastText .vec; ``fmt`` names the format instead of guessing it,
+    see :func:`ptmkit.wordvectors.formats.read_vectors`).
 
     Raises:
         RunDirError: not a finished run, or a run of a family without static word vectors.
         DataError: an unreadable vector file.
+        PtmkitError: ``fmt`` given for a run directory (its vectors have no file format).
     """
     from ptmkit.plugins import get_registry
     from ptmkit.wordvectors.formats import read_vectors
 
     path = Path(source)
     if path.is_file():
-        return "file", read_vectors(path)
+        return "file", read_vectors(path, fmt)
+    if fmt is not None:
+        raise PtmkitError(f"--format {fmt}: applies to vector files; {path} is a run directory")
     registry = get_registry()
     manifest = RunDir(path).manifest()
     family = registry.family(manifest["family"])
@@ -59,7 +63,7 @@ def load_vectors(source: str | Path) -> tuple[str, WordVectors]:
     return family.name, family.load_word_vectors(path)
 
 
-def evaluate(source: str | Path, wordsim: list[Path], analogy: list[Path], restrict_vocab: int) -> dict[str, Any]:
+def evaluate(source: str | Path, wordsim: list[Path], analogy: list[Path], restrict_vocab: int, fmt: str | None = None) -> dict[str, Any]:
     """Word-similarity and analogy scores of a run or vector file (see
     :mod:`ptmkit.wordvectors.evaluation`); written to ``RUN/evaluation.json`` for a run."""
     from ptmkit.io import atomic_write_json
@@ -67,7 +71,7 @@ def evaluate(source: str | Path, wordsim: list[Path], analogy: list[Path], restr
 
     if not wordsim and not analogy:
         raise PtmkitError("nothing to evaluate: give --wordsim FILE and/or --analogy FILE")
-    family, vectors = load_vectors(source)
+    family, vectors = load_vectors(source, fmt)
     results: dict[str, Any] = {"source": str(source), "family": family, "vocabulary": len(vectors), "restrict_vocab": restrict_vocab}
     results["wordsim"] = [evaluate_word_pairs(vectors, f, restrict_vocab) for f in wordsim]
     results["analogy"] = [evaluate_analogies(vectors, f, restrict_vocab) for f in analogy]
@@ -76,14 +80,14 @@ def evaluate(source: str | Path, wordsim: list[Path], analogy: list[Path], restr
     return results
 
 
-def embed_words(source: str | Path, words: list[str]) -> list[dict[str, Any]]:
+def embed_words(source: str | Path, words: list[str], fmt: str | None = None) -> list[dict[str, Any]]:
     """One ``{"word", "vector", "in_vocabulary"}`` dict per word; out-of-vocabulary words get a
     vector only from a subword family (fastText's n-grams).
 
     Raises:
         DataError: a word without a vector (out of vocabulary in a family without subwords).
     """
-    family, vectors = load_vectors(source)
+    family, vectors = load_vectors(source, fmt)
     out = []
     for word in words:
         vector = vectors.vector(word)
