@@ -271,14 +271,19 @@ def embed(
         if blank is not None:
             raise PtmkitError(f"--words: value {blank} of {len(words)} is empty or blank; give one word or several separated by spaces")
         looked_up = [w for item in words for w in item.split()]
-        for record in word_vectors.embed_words(path, looked_up, vector_format):
+        records = word_vectors.embed_words(path, looked_up, vector_format)
+        for record in records:
             print(word_vectors.dumps(record))
+        missing = [r["word"] for r in records if r["vector"] is None]
+        if missing:
+            console.print(f"warning: {len(missing)} of {len(records)} word(s) not in the vocabulary of {path}, e.g. {missing[0]!r}: \"vector\": null (no subword information)", markup=False, highlight=False)
         return
     texts = _read_texts(text, file)
     if not texts:
         raise PtmkitError("nothing to embed: give --text TEXT or --file FILE")
     if output is not None and output.suffix != ".npy":
         raise PtmkitError(f"--output {output}: expected a .npy file name")
+    oov = [False] * len(texts)
     if _is_export_dir(path):
         export_dir = path
         from ptmkit_export import Predictor
@@ -294,6 +299,10 @@ def embed(
             vectors = predictor.embed(texts)
         except ValueError as exc:
             raise PtmkitError(str(exc)) from None
+        oov = predictor.out_of_vocabulary(texts).tolist()
+        if any(oov):
+            first = texts[oov.index(True)]
+            console.print(f"warning: {sum(oov)} of {len(texts)} text(s) have no word in the vocabulary (and no n-gram), e.g. {first[:60]!r}: zero vectors, flagged \"oov\": true", markup=False, highlight=False)
     else:
         if variant is not None:
             raise PtmkitError(f"{path}: --variant applies to export directories; this is a run directory (Keras)")
@@ -313,8 +322,9 @@ def embed(
         atomic_save(output, save)
         console.print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 embeddings to {output}")
         return
-    for item, vector in zip(texts, vectors, strict=True):
-        stdout.print_json(json.dumps({"text": item, "embedding": [round(float(v), 7) for v in vector]}), indent=None)
+    for i, (item, vector) in enumerate(zip(texts, vectors, strict=True)):
+        record = {"text": item, "embedding": [round(float(v), 7) for v in vector]} | ({"oov": True} if oov[i] else {})
+        stdout.print_json(json.dumps(record), indent=None)
 
 
 @app.command()

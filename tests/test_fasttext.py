@@ -225,3 +225,35 @@ def test_supervised_classifier_through_the_cli_beats_the_majority_class(tmp_path
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["labels"] == 45 and metrics["dev_examples"] == 5000
     assert metrics["dev_accuracy"] > 2.5 * metrics["dev_majority_baseline"]
+
+
+MINN5 = Path(__file__).parent / "data" / "fasttext-no-ngrams" / "minn5.bin"  # issue 15's case: minn = maxn = 5
+
+
+def test_a_word_without_ngrams_gets_the_zero_vector_as_in_gensim(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ "ab" is shorter than minn = 5: no n-gram, so fastText and gensim give the zero vector; the
+    call with "cat" beside it is not refused, through the run and through its ONNX export."""
+    from gensim.models.fasttext import load_facebook_model
+
+    from ptmkit_export import Predictor
+
+    kv = load_facebook_model(str(MINN5)).wv
+    run = tmp_path / "run"
+    assert main(["import-fasttext", str(MINN5), "--out", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["embed", str(run), "--words", "cat ab"]) == 0
+    cat, ab = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert (cat["word"], cat["in_vocabulary"], ab["word"], ab["in_vocabulary"]) == ("cat", True, "ab", False)
+    np.testing.assert_allclose(cat["vector"], kv["cat"], atol=1e-6)
+    assert not kv["ab"].any() and ab["vector"] == kv["ab"].tolist()
+    assert main(["export", str(run), "--out", str(tmp_path / "export")]) == 0
+    predictor = Predictor(tmp_path / "export")
+    vectors = predictor.embed(["cat", "ab", "catab"])
+    np.testing.assert_allclose(vectors, kv[["cat", "ab", "catab"]], atol=1e-6)
+    assert predictor.out_of_vocabulary(["cat", "ab", "catab"]).tolist() == [False, True, False]
+    capsys.readouterr()
+    assert main(["embed", str(tmp_path / "export"), "--text", "cat", "--text", "ab"]) == 0
+    captured = capsys.readouterr()
+    records = [json.loads(line) for line in captured.out.splitlines()]
+    assert [r.get("oov", False) for r in records] == [False, True] and not any(records[1]["embedding"])
+    assert "1 of 2 text(s) have no word in the vocabulary" in captured.err

@@ -81,20 +81,23 @@ def evaluate(source: str | Path, wordsim: list[Path], analogy: list[Path], restr
 
 
 def embed_words(source: str | Path, words: list[str], fmt: str | None = None) -> list[dict[str, Any]]:
-    """One ``{"word", "vector", "in_vocabulary"}`` dict per word; out-of-vocabulary words get a
-    vector only from a subword family (fastText's n-grams).
+    """One ``{"word", "in_vocabulary", "vector"}`` dict per word, in order; an unknown word never
+    fails the call.
 
-    Raises:
-        DataError: a word without a vector (out of vocabulary in a family without subwords).
+    ``vector`` is a list of ``dim`` floats; for a word out of the vocabulary it is what the
+    reference tool gives: a subword family's vector from the word's n-grams (fastText, gensim),
+    the zero vector when the word has no n-gram; ``None`` (JSON null) in a family without
+    subwords (word2vec, GloVe: gensim raises ``KeyError``), with ``in_vocabulary`` false.
     """
-    family, vectors = load_vectors(source, fmt)
+    _, vectors = load_vectors(source, fmt)
     out = []
     for word in words:
         vector = vectors.vector(word)
-        if vector is None:
-            how = "" if vectors.subword_family else f" ({family} has no subword information for out-of-vocabulary words)"
-            raise DataError(f"{word!r}: not in the vocabulary of {source}{how}")
-        out.append({"word": word, "in_vocabulary": word in vectors, "vector": [round(float(v), 7) for v in vector]})
+        out.append({
+            "word": word,
+            "in_vocabulary": word in vectors,
+            "vector": None if vector is None else [round(float(v), 7) for v in vector],
+        })
     return out
 
 
