@@ -41,6 +41,11 @@ VectorFormatOption = Annotated[
         "(a 'count dim' header and a text line: word2vec; a header and binary bytes: word2vec-binary; no header: glove).",
     ),
 ]
+WORDS_HELP = (
+    "Word-vector runs and files: words to look up, as typed: --words king queen, --words 'king queen' or "
+    "--words king --words queen. A quoted value the vocabulary holds whole is one word (GloVe's 'new york'); "
+    "others are split on spaces. A word starting with '-': --words=-lrb-."
+)
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="Run config (TOML); `ptmkit config FAMILY` prints one with every key.")]
 
 
@@ -250,7 +255,7 @@ def embed(
     file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too).")] = None,
     output: Annotated[Path | None, typer.Option(help="Write a (texts, dim) float32 .npy matrix here instead of JSON lines.")] = None,
     variant: Annotated[str | None, typer.Option(help="Export variant: fp32, int8, fp32+tokenizer or int8+tokenizer (default: int8 when it passed its checks).")] = None,
-    words: Annotated[list[str] | None, typer.Option("--words", help="Word-vector runs: words to look up (repeatable; several per option too).")] = None,
+    words: Annotated[list[str] | None, typer.Option("--words", help=WORDS_HELP)] = None,
     vector_format: VectorFormatOption = None,
 ) -> None:
     """Sentence embeddings with the checkpoint's pooling (one JSON line per text, or a .npy matrix),
@@ -267,11 +272,7 @@ def embed(
             raise PtmkitError(f"{path}: --text/--file embed sentences with a transformer run; a word-vector run takes --words WORD ...")
         if not words:
             raise PtmkitError(f"{path}: is a word-vector run; give --words WORD ...")
-        blank = next((i for i, item in enumerate(words, 1) if not item.strip()), None)
-        if blank is not None:
-            raise PtmkitError(f"--words: value {blank} of {len(words)} is empty or blank; give one word or several separated by spaces")
-        looked_up = [w for item in words for w in item.split()]
-        records = word_vectors.embed_words(path, looked_up, vector_format)
+        records = word_vectors.embed_words(path, words, vector_format)
         for record in records:
             print(word_vectors.dumps(record))
         missing = [r["word"] for r in records if r["vector"] is None]
@@ -456,6 +457,56 @@ INTERRUPTED = "interrupted"
 INTERRUPTED_TRAIN = "; `ptmkit train ... --resume` continues a run that saved a checkpoint (one without starts again)"
 
 
+#: Options that take several values the way gensim and fastText users type them
+#: (``--words king queen``), by command; also ``--words king --words queen``.
+MULTI_VALUE_OPTIONS = {"embed": ("--words",), "neighbors": ("--words", "--positive", "--negative")}
+
+
+def expand_multi_value_options(args: list[str], command: Any) -> list[str]:
+    """Rewrite ``--words a b c`` as ``--words a --words b --words c`` for the options of
+    :data:`MULTI_VALUE_OPTIONS`, keeping the order (click takes one value per option).
+
+    The values after such an option run to the next token starting with ``-``; a value that
+    starts with ``-`` is given as ``--words=-x``. When the command's positional argument (the
+    run or file) was not given elsewhere, the last of those values is it
+    (``embed --words king queen RUN``). Other commands' arguments are returned unchanged.
+    """
+    name = args[0] if args else None
+    multi = MULTI_VALUE_OPTIONS.get(name or "")
+    sub = getattr(command, "commands", {}).get(name) if multi else None
+    if not multi or sub is None:
+        return args
+    takes_value = {opt for p in sub.params if getattr(p, "param_type_name", "") == "option" and not p.is_flag for opt in (*p.opts, *p.secondary_opts)}
+    out: list[str] = [str(name)]
+    extras: list[int] = []  # positions in out of values taken as extra values of a multi-value option
+    current: str | None = None  # the multi-value option whose values are being read
+    positional: list[int] = []
+    tokens = iter(args[1:])
+    for token in tokens:
+        if token == "--":
+            out += [token, *tokens]
+            break
+        option = token.split("=", 1)[0]
+        if token.startswith("-"):
+            out.append(token)
+            current = option if option in multi and "=" in token else None
+            if token in takes_value:
+                value = next(tokens, None)
+                out += [] if value is None else [value]
+                current = token if token in multi and value is not None else None
+            continue
+        if current is not None:
+            extras.append(len(out))
+            out += [current, token]
+            continue
+        positional.append(len(out))
+        out.append(token)
+    if not positional and extras:  # `embed --words king queen RUN`: the last value is the run
+        at = extras[-1]
+        out = out[:at] + out[at + 2 :] + [out[at + 1]]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ptmkit`` script; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -468,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         from ptmkit.plugins import get_registry
 
         get_registry().add_commands(app)
+        args = expand_multi_value_options(args, typer.main.get_command(app))
         result = app(args=args, prog_name="ptmkit", standalone_mode=False)
         if result == 130:  # typer turns Ctrl-C (KeyboardInterrupt) into this exit code, returned
             console.print(INTERRUPTED + (INTERRUPTED_TRAIN if args[:1] == ["train"] else ""), markup=False)

@@ -92,3 +92,27 @@ def test_finetune_refuses_a_config_file_that_changes_the_pretrained_model(tiny_p
     assert not (tmp_path / "ft").exists()
 
 
+
+
+def test_words_are_taken_as_people_type_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--words king queen` (gensim and fastText users), `--words "king queen"`, repeated
+    `--words`, the file before or after; a quoted GloVe entry "new york" is one word."""
+    import json
+
+    vectors = tmp_path / "glove.txt"
+    vectors.write_text("king 1 2\nqueen 2 1\nnew york 3 3\nnew 0 1\nyork 1 0\n", encoding="utf-8")
+    typings = [
+        [str(vectors), "--words", "king", "queen", "new york"],
+        [str(vectors), "--words", "king queen", "--words", "new york"],
+        ["--words", "king", "queen", "new york", str(vectors)],
+        [str(vectors), "--words", "king", "--words", "queen", "--words=new york"],
+        ["--words", "king", "--words", "queen", "new york", str(vectors)],
+    ]
+    for argv in typings:
+        assert main(["embed", *argv]) == 0, argv
+        records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [(r["word"], r["vector"]) for r in records] == [("king", [1, 2]), ("queen", [2, 1]), ("new york", [3, 3])], argv
+    assert main(["embed", str(vectors), "--words", "new  york", "york new"]) == 0  # not held whole: split
+    assert [json.loads(line)["word"] for line in capsys.readouterr().out.splitlines()] == ["new", "york", "york", "new"]
+    assert main(["embed", str(vectors), "--words", "king", "--json"]) == 2  # other options still parse as options
+    assert "No such option: --json" in capsys.readouterr().err

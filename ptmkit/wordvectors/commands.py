@@ -80,9 +80,27 @@ def evaluate(source: str | Path, wordsim: list[Path], analogy: list[Path], restr
     return results
 
 
-def embed_words(source: str | Path, words: list[str], fmt: str | None = None) -> list[dict[str, Any]]:
-    """One ``{"word", "in_vocabulary", "vector"}`` dict per word, in order; an unknown word never
-    fails the call.
+def query_words(vectors: WordVectors, values: list[str]) -> list[str]:
+    """The words of ``--words`` values as typed: a value the vocabulary holds whole (after
+    stripping) is one word, even with spaces inside (GloVe's ``new york``); any other value is
+    split on whitespace (``"king queen"``: two words).
+
+    Raises:
+        PtmkitError: no values, or a blank value (its position named).
+    """
+    if not values:
+        raise PtmkitError("give --words WORD ...")
+    words: list[str] = []
+    for i, value in enumerate(values, 1):
+        if not value.strip():
+            raise PtmkitError(f"--words: value {i} of {len(values)} is empty or blank; give one word or several separated by spaces")
+        words += [value.strip()] if value.strip() in vectors else value.split()
+    return words
+
+
+def embed_words(source: str | Path, values: list[str], fmt: str | None = None) -> list[dict[str, Any]]:
+    """One ``{"word", "in_vocabulary", "vector"}`` dict per word of ``values`` (``--words`` as
+    typed, see :func:`query_words`), in order; an unknown word never fails the call.
 
     ``vector`` is a list of ``dim`` floats; for a word out of the vocabulary it is what the
     reference tool gives: a subword family's vector from the word's n-grams (fastText, gensim),
@@ -91,7 +109,7 @@ def embed_words(source: str | Path, words: list[str], fmt: str | None = None) ->
     """
     _, vectors = load_vectors(source, fmt)
     out = []
-    for word in words:
+    for word in query_words(vectors, values):
         vector = vectors.vector(word)
         out.append({
             "word": word,
