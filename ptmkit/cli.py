@@ -391,6 +391,36 @@ def evaluate(
 
 
 @app.command()
+def neighbors(
+    source: Annotated[Path, typer.Argument(help="A word-vector run directory, or a vector file (word2vec, GloVe, .vec).")],
+    words: Annotated[list[str] | None, typer.Option("--words", help="Words whose neighbours to list, one query each. " + WORDS_HELP)] = None,
+    positive: Annotated[list[str] | None, typer.Option("--positive", help="One query: words pulling towards (gensim's most_similar positive=); several values as --words.")] = None,
+    negative: Annotated[list[str] | None, typer.Option("--negative", help="One query: words pushing away (negative=).")] = None,
+    analogy: Annotated[tuple[str, str, str] | None, typer.Option("--analogy", help="A B C: a is to b as c is to ? (--positive B C --negative A).")] = None,
+    topn: Annotated[int, typer.Option(min=1, help="Neighbours per query.")] = 10,
+    method: Annotated[str, typer.Option(help="3cosadd (cosine of the mean, gensim's most_similar) or 3cosmul (Levy & Goldberg 2014, most_similar_cosmul).")] = "3cosadd",
+    restrict_vocab: Annotated[int | None, typer.Option(min=1, help="Search only the most frequent words (gensim's restrict_vocab).")] = None,
+    vector_format: VectorFormatOption = None,
+) -> None:
+    """Nearest neighbours by cosine similarity, the query words excluded (gensim's most_similar /
+    most_similar_cosmul): one JSON line per --words word, or one for --positive/--negative or
+    --analogy. fastText: out-of-vocabulary words from their n-grams."""
+    from ptmkit.wordvectors import commands as word_vectors
+
+    positive, negative = list(positive or []), list(negative or [])
+    if analogy is not None and any(analogy):
+        if positive or negative:
+            raise PtmkitError("--analogy A B C is --positive B C --negative A; give one form")
+        positive, negative = [analogy[1], analogy[2]], [analogy[0]]
+    records = word_vectors.neighbors(source, list(words or []), positive, negative, topn, method, restrict_vocab, vector_format)
+    for record in records:
+        print(word_vectors.dumps(record))
+    missing = [r["word"] for r in records if r["neighbors"] is None]
+    if missing:
+        console.print(f"warning: {len(missing)} of {len(records)} word(s) have no vector in {source} (out of vocabulary, or no n-gram), e.g. {missing[0]!r}: \"neighbors\": null", markup=False, highlight=False)
+
+
+@app.command()
 def plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
     """List installed plugins: distribution, version, families, objectives, heads; and broken ones."""
     import dataclasses
@@ -476,7 +506,7 @@ def expand_multi_value_options(args: list[str], command: Any) -> list[str]:
     sub = getattr(command, "commands", {}).get(name) if multi else None
     if not multi or sub is None:
         return args
-    takes_value = {opt for p in sub.params if getattr(p, "param_type_name", "") == "option" and not p.is_flag for opt in (*p.opts, *p.secondary_opts)}
+    takes_value = {opt: p.nargs for p in sub.params if getattr(p, "param_type_name", "") == "option" and not p.is_flag for opt in (*p.opts, *p.secondary_opts)}
     out: list[str] = [str(name)]
     extras: list[int] = []  # positions in out of values taken as extra values of a multi-value option
     current: str | None = None  # the multi-value option whose values are being read
@@ -491,9 +521,9 @@ def expand_multi_value_options(args: list[str], command: Any) -> list[str]:
             out.append(token)
             current = option if option in multi and "=" in token else None
             if token in takes_value:
-                value = next(tokens, None)
-                out += [] if value is None else [value]
-                current = token if token in multi and value is not None else None
+                values = [v for _, v in zip(range(takes_value[token]), tokens, strict=False)]
+                out += values
+                current = token if token in multi and values else None
             continue
         if current is not None:
             extras.append(len(out))

@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ptmkit.contract import WORD_VECTORS
 from ptmkit.errors import DataError, PtmkitError, RunDirError
 from ptmkit.rundir import RunDir
@@ -116,6 +118,49 @@ def embed_words(source: str | Path, values: list[str], fmt: str | None = None) -
             "in_vocabulary": word in vectors,
             "vector": None if vector is None else [round(float(v), 7) for v in vector],
         })
+    return out
+
+
+def neighbors(
+    source: str | Path, words: list[str], positive: list[str], negative: list[str], topn: int, method: str, restrict_vocab: int | None, fmt: str | None = None
+) -> list[dict[str, Any]]:
+    """Nearest neighbours (:func:`ptmkit.wordvectors.similarity.most_similar`): one record per
+    word of ``words`` (``--words`` as typed, :func:`query_words`), or one for the query
+    ``positive`` / ``negative`` (an analogy).
+
+    A word of ``words`` without a vector (out of the vocabulary, no subwords) or with the zero
+    vector (fastText: no n-gram) gets ``"neighbors": null`` and never fails the others; a
+    ``positive`` / ``negative`` word without a vector fails the query (DataError naming it).
+
+    Returns:
+        ``{"word", "in_vocabulary", "method", "neighbors"}`` per word, or one
+        ``{"positive", "negative", "method", "neighbors"}``; ``neighbors`` is a list of
+        ``{"word", "score"}``, best first.
+
+    Raises:
+        PtmkitError: neither or both kinds of query given.
+        DataError: see above.
+    """
+    from ptmkit.wordvectors.similarity import METHODS, most_similar
+
+    if method not in METHODS:
+        raise PtmkitError(f"--method {method}: choose one of {', '.join(METHODS)}")
+    if bool(words) == bool(positive or negative):
+        raise PtmkitError("give --words WORD ... (one query per word), or --positive/--negative (or --analogy A B C) for one query")
+    _, vectors = load_vectors(source, fmt)
+
+    def listed(found: list[tuple[str, float]]) -> list[dict[str, Any]]:
+        return [{"word": word, "score": round(score, 7)} for word, score in found]
+
+    if not words:
+        query = most_similar(vectors, query_words(vectors, positive), query_words(vectors, negative) if negative else [], topn, method, restrict_vocab)
+        return [{"positive": positive, "negative": negative, "method": method, "neighbors": listed(query)}]
+    out = []
+    for word in query_words(vectors, words):
+        vector = vectors.vector(word)
+        usable = vector is not None and bool(np.any(vector))
+        found = most_similar(vectors, [word], [], topn, method, restrict_vocab) if usable else None
+        out.append({"word": word, "in_vocabulary": word in vectors, "method": method, "neighbors": None if found is None else listed(found)})
     return out
 
 
