@@ -183,11 +183,14 @@ def test_a_400d_word2vec_export_evaluates_as_its_run_and_as_gensim(tmp_path: Pat
         for override in ([], ["--format", fmt]):
             assert main(["evaluate", str(path), "--wordsim", str(pairs), "--json", *override]) == 0
             assert json.loads(capsys.readouterr().out)["wordsim"][0]["spearman"] == pytest.approx(expected, abs=1e-12)
-        assert main(["embed", str(path), "--words", "cat", "--words", "dog"]) == 0
+        assert main(["embed", str(path), "--words", "cat", "dog"]) == 0
         embedded = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         kv = _gensim_load(path, fmt)
         np.testing.assert_allclose([r["vector"] for r in embedded], kv[["cat", "dog"]], atol=1e-6)
         assert kv.evaluate_word_pairs(str(pairs))[1].statistic == pytest.approx(expected, abs=1e-6)
+        assert main(["neighbors", str(path), "--words", "cat", "--topn", "5"]) == 0
+        found = json.loads(capsys.readouterr().out)["neighbors"]
+        assert [n["word"] for n in found] == [w for w, _ in kv.most_similar("cat", topn=5)]
     kv = KeyedVectors.load_word2vec_format(str(tmp_path / "vectors-word2vec.txt"))
     # 4 pairs: rho is a multiple of 0.2; the issue measured -0.8, this trainer gives +0.8 here
     assert kv.vector_size == 400 and abs(expected) == pytest.approx(0.8)
