@@ -217,18 +217,64 @@ def serve(
         raise PtmkitError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
-def _read_texts(text: list[str] | None, file: Path | None) -> list[str]:
-    """Texts from ``--text`` options and a ``--file`` (plain lines, or a labelled file's texts)."""
-    texts = list(text or [])
-    if file is not None:
-        from ptmkit.data.readers import LABEL_PREFIX, read_corpus, read_labelled
+STDIN = "-"  # `--file -`: read standard input
 
-        if not file.is_file():
-            raise PtmkitError(f"{file}: {'is a directory, not a file' if file.is_dir() else 'no such file'}")
-        with open(file, "rb") as handle:
-            labelled = handle.readline().lstrip().startswith(LABEL_PREFIX.encode()) or file.suffix in (".tsv", ".csv", ".jsonl")
-        texts += read_labelled(file)[0] if labelled else list(read_corpus(file))
-    return texts
+
+def _stdin_lines() -> list[str]:
+    """Standard input's lines, decoded as UTF-8 (invalid bytes replaced by U+FFFD, with a warning
+    giving their count, as the corpus readers do)."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text stream (tests, embedding): already decoded
+        return sys.stdin.read().splitlines()
+    lines, invalid = [], 0
+    for raw in buffer.read().splitlines():
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            invalid += 1
+            lines.append(raw.decode("utf-8", errors="replace"))
+    if invalid:
+        console.print(f"warning: standard input: {invalid} line(s) had invalid UTF-8; the bad bytes were replaced by U+FFFD", markup=False, highlight=False)
+    return lines
+
+
+def _read_lines(file: Path) -> list[str]:
+    """The stripped, non-blank lines of ``--file`` (a file, or ``-`` for standard input), each
+    one item: a word list's lines may hold spaces (GloVe's ``new york``)."""
+    if str(file) == STDIN:
+        return [line.strip() for line in _stdin_lines() if line.strip()]
+    if not file.is_file():
+        raise PtmkitError(f"{file}: {'is a directory, not a file' if file.is_dir() else 'no such file'}")
+    from ptmkit.data.readers import read_plain, read_records
+
+    return [record.text for record in read_records(file, labelled=False, readers={"text": _plain_reader(read_plain)})]
+
+
+def _plain_reader(read: Any) -> Any:
+    """The plain-text reader for every suffix (a word list is one item a line, whatever its name)."""
+    from ptmkit.contract import CorpusReader
+
+    return CorpusReader("text", (), read)
+
+
+def _read_texts(text: list[str] | None, file: Path | None) -> list[str]:
+    """Texts from ``--text`` options and a ``--file`` (plain lines, or a labelled file's texts;
+    ``-``: standard input, plain or fastText ``__label__`` lines)."""
+    texts = list(text or [])
+    if file is None:
+        return texts
+    from ptmkit.data.readers import LABEL_PREFIX, read_corpus, read_fasttext, read_labelled
+
+    if str(file) == STDIN:
+        lines = _stdin_lines()
+        first = next((line for line in lines if line.strip()), "")
+        labelled = first.lstrip().startswith(LABEL_PREFIX)
+        return texts + ([r.text for r in read_fasttext(lines, "standard input")] if labelled else [line.strip() for line in lines if line.strip()])
+    if not file.is_file():
+        raise PtmkitError(f"{file}: {'is a directory, not a file' if file.is_dir() else 'no such file'}")
+    with open(file, "rb") as handle:
+        labelled = handle.readline().lstrip().startswith(LABEL_PREFIX.encode()) or file.suffix in (".tsv", ".csv", ".jsonl")
+    return texts + (read_labelled(file)[0] if labelled else list(read_corpus(file)))
 
 
 def _row_classifier_families() -> set[str]:
@@ -252,7 +298,7 @@ def _is_export_dir(path: Path) -> bool:
 def embed(
     path: Annotated[Path, typer.Argument(help="A run directory with a pre-trained or imported backbone, an embedding export directory, or a word-vector run (or vector file) with --words.")],
     text: Annotated[list[str] | None, typer.Option("--text", help="A text to embed (repeatable).")] = None,
-    file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too).")] = None,
+    file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too); word vectors: one word per line, spaces kept. '-': standard input.")] = None,
     output: Annotated[Path | None, typer.Option(help="Write a (texts, dim) float32 .npy matrix here instead of JSON lines.")] = None,
     variant: Annotated[str | None, typer.Option(help="Export variant: fp32, int8, fp32+tokenizer or int8+tokenizer (default: int8 when it passed its checks).")] = None,
     words: Annotated[list[str] | None, typer.Option("--words", help=WORDS_HELP)] = None,
@@ -268,11 +314,11 @@ def embed(
     from ptmkit.wordvectors import commands as word_vectors
 
     if words or word_vectors.is_word_vector_run(path) or path.is_file():
-        if text or file:
-            raise PtmkitError(f"{path}: --text/--file embed sentences with a transformer run; a word-vector run takes --words WORD ...")
-        if not words:
-            raise PtmkitError(f"{path}: is a word-vector run; give --words WORD ...")
-        records = word_vectors.embed_words(path, words, vector_format)
+        if text:
+            raise PtmkitError(f"{path}: --text embeds sentences with a transformer run; a word-vector run takes --words WORD ... or --file WORDS.txt")
+        if not words and file is None:
+            raise PtmkitError(f"{path}: is a word-vector run; give --words WORD ... or --file WORDS.txt")
+        records = word_vectors.embed_words(path, list(words or []), vector_format, _read_lines(file) if file is not None else [])
         for record in records:
             print(word_vectors.dumps(record))
         missing = [r["word"] for r in records if r["vector"] is None]
@@ -332,7 +378,7 @@ def embed(
 def predict(
     export_dir: Annotated[Path, typer.Argument(help="An export directory (or a run directory with export/).")],
     text: Annotated[list[str] | None, typer.Option("--text", help="A text to classify (repeatable).")] = None,
-    file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too).")] = None,
+    file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too); '-': standard input.")] = None,
     variant: Annotated[str | None, typer.Option(help="fp32, int8, or fp32+tokenizer / int8+tokenizer (the single-file model of --with-tokenizer) (default: int8 when it passed its checks).")] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="ONNX Runtime intra-op threads.")] = None,
 ) -> None:
@@ -394,6 +440,7 @@ def evaluate(
 def neighbors(
     source: Annotated[Path, typer.Argument(help="A word-vector run directory, or a vector file (word2vec, GloVe, .vec).")],
     words: Annotated[list[str] | None, typer.Option("--words", help="Words whose neighbours to list, one query each. " + WORDS_HELP)] = None,
+    file: Annotated[Path | None, typer.Option(help="Words whose neighbours to list, one per line (spaces kept); '-': standard input.")] = None,
     positive: Annotated[list[str] | None, typer.Option("--positive", help="One query: words pulling towards (gensim's most_similar positive=); several values as --words.")] = None,
     negative: Annotated[list[str] | None, typer.Option("--negative", help="One query: words pushing away (negative=).")] = None,
     analogy: Annotated[tuple[str, str, str] | None, typer.Option("--analogy", help="A B C: a is to b as c is to ? (--positive B C --negative A).")] = None,
@@ -412,7 +459,8 @@ def neighbors(
         if positive or negative:
             raise PtmkitError("--analogy A B C is --positive B C --negative A; give one form")
         positive, negative = [analogy[1], analogy[2]], [analogy[0]]
-    records = word_vectors.neighbors(source, list(words or []), positive, negative, topn, method, restrict_vocab, vector_format)
+    listed = _read_lines(file) if file is not None else []
+    records = word_vectors.neighbors(source, list(words or []), positive, negative, topn, method, restrict_vocab, vector_format, listed)
     for record in records:
         print(word_vectors.dumps(record))
     missing = [r["word"] for r in records if r["neighbors"] is None]

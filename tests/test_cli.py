@@ -116,3 +116,27 @@ def test_words_are_taken_as_people_type_them(tmp_path: Path, capsys: pytest.Capt
     assert [json.loads(line)["word"] for line in capsys.readouterr().out.splitlines()] == ["new", "york", "york", "new"]
     assert main(["embed", str(vectors), "--words", "king", "--json"]) == 2  # other options still parse as options
     assert "No such option: --json" in capsys.readouterr().err
+
+
+def test_file_dash_reads_standard_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--file -` reads stdin: word lists (one word a line, spaces kept) for embed and neighbors,
+    texts (plain or __label__ lines) for embed and predict, through the one shared helper."""
+    import io
+    import json
+
+    from ptmkit.cli import _read_texts
+
+    vectors = tmp_path / "glove.txt"
+    vectors.write_text("king 1 2\nqueen 2 1\nnew york 3 3\n", encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", io.StringIO("queen\n\nnew york\n"))
+    assert main(["embed", str(vectors), "--words", "king", "--file", "-"]) == 0
+    assert [json.loads(line)["word"] for line in capsys.readouterr().out.splitlines()] == ["king", "queen", "new york"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("king\n"))
+    assert main(["neighbors", str(vectors), "--file", "-", "--topn", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["neighbors"][0]["word"] == "new york"
+    monkeypatch.setattr("sys.stdin", io.StringIO("__label__pos a fine film\n__label__neg dull\n"))
+    assert _read_texts(["first"], Path("-")) == ["first", "a fine film", "dull"]
+    raw = io.TextIOWrapper(io.BytesIO(b"plain text\n\xff bad byte\n"), encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", raw)
+    assert _read_texts(None, Path("-")) == ["plain text", "\ufffd bad byte"]
+    assert "standard input: 1 line(s) had invalid UTF-8" in capsys.readouterr().err

@@ -82,27 +82,29 @@ def evaluate(source: str | Path, wordsim: list[Path], analogy: list[Path], restr
     return results
 
 
-def query_words(vectors: WordVectors, values: list[str]) -> list[str]:
+def query_words(vectors: WordVectors, values: list[str], listed: list[str] | None = None) -> list[str]:
     """The words of ``--words`` values as typed: a value the vocabulary holds whole (after
     stripping) is one word, even with spaces inside (GloVe's ``new york``); any other value is
-    split on whitespace (``"king queen"``: two words).
+    split on whitespace (``"king queen"``: two words). Then the ``listed`` words (``--file``,
+    one per line), each taken whole.
 
     Raises:
-        PtmkitError: no values, or a blank value (its position named).
+        PtmkitError: no words, or a blank value (its position named).
     """
-    if not values:
-        raise PtmkitError("give --words WORD ...")
+    if not values and not listed:
+        raise PtmkitError("give --words WORD ... or --file WORDS.txt")
     words: list[str] = []
     for i, value in enumerate(values, 1):
         if not value.strip():
             raise PtmkitError(f"--words: value {i} of {len(values)} is empty or blank; give one word or several separated by spaces")
         words += [value.strip()] if value.strip() in vectors else value.split()
-    return words
+    return words + list(listed or [])
 
 
-def embed_words(source: str | Path, values: list[str], fmt: str | None = None) -> list[dict[str, Any]]:
+def embed_words(source: str | Path, values: list[str], fmt: str | None = None, listed: list[str] | None = None) -> list[dict[str, Any]]:
     """One ``{"word", "in_vocabulary", "vector"}`` dict per word of ``values`` (``--words`` as
-    typed, see :func:`query_words`), in order; an unknown word never fails the call.
+    typed) and ``listed`` (``--file``; see :func:`query_words`), in order; an unknown word never
+    fails the call.
 
     ``vector`` is a list of ``dim`` floats; for a word out of the vocabulary it is what the
     reference tool gives: a subword family's vector from the word's n-grams (fastText, gensim),
@@ -111,7 +113,7 @@ def embed_words(source: str | Path, values: list[str], fmt: str | None = None) -
     """
     _, vectors = load_vectors(source, fmt)
     out = []
-    for word in query_words(vectors, values):
+    for word in query_words(vectors, values, listed):
         vector = vectors.vector(word)
         out.append({
             "word": word,
@@ -122,10 +124,11 @@ def embed_words(source: str | Path, values: list[str], fmt: str | None = None) -
 
 
 def neighbors(
-    source: str | Path, words: list[str], positive: list[str], negative: list[str], topn: int, method: str, restrict_vocab: int | None, fmt: str | None = None
+    source: str | Path, words: list[str], positive: list[str], negative: list[str], topn: int, method: str, restrict_vocab: int | None,
+    fmt: str | None = None, listed: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Nearest neighbours (:func:`ptmkit.wordvectors.similarity.most_similar`): one record per
-    word of ``words`` (``--words`` as typed, :func:`query_words`), or one for the query
+    word of ``words`` (``--words`` as typed) and ``listed`` (``--file``, :func:`query_words`), or one for the query
     ``positive`` / ``negative`` (an analogy).
 
     A word of ``words`` without a vector (out of the vocabulary, no subwords) or with the zero
@@ -145,22 +148,22 @@ def neighbors(
 
     if method not in METHODS:
         raise PtmkitError(f"--method {method}: choose one of {', '.join(METHODS)}")
-    if bool(words) == bool(positive or negative):
-        raise PtmkitError("give --words WORD ... (one query per word), or --positive/--negative (or --analogy A B C) for one query")
+    if bool(words or listed) == bool(positive or negative):
+        raise PtmkitError("give --words WORD ... or --file WORDS.txt (one query per word), or --positive/--negative (or --analogy A B C) for one query")
     _, vectors = load_vectors(source, fmt)
 
-    def listed(found: list[tuple[str, float]]) -> list[dict[str, Any]]:
+    def scored(found: list[tuple[str, float]]) -> list[dict[str, Any]]:
         return [{"word": word, "score": round(score, 7)} for word, score in found]
 
-    if not words:
+    if not words and not listed:
         query = most_similar(vectors, query_words(vectors, positive), query_words(vectors, negative) if negative else [], topn, method, restrict_vocab)
-        return [{"positive": positive, "negative": negative, "method": method, "neighbors": listed(query)}]
+        return [{"positive": positive, "negative": negative, "method": method, "neighbors": scored(query)}]
     out = []
-    for word in query_words(vectors, words):
+    for word in query_words(vectors, words, listed):
         vector = vectors.vector(word)
         usable = vector is not None and bool(np.any(vector))
         found = most_similar(vectors, [word], [], topn, method, restrict_vocab) if usable else None
-        out.append({"word": word, "in_vocabulary": word in vectors, "method": method, "neighbors": None if found is None else listed(found)})
+        out.append({"word": word, "in_vocabulary": word in vectors, "method": method, "neighbors": None if found is None else scored(found)})
     return out
 
 
