@@ -72,8 +72,8 @@ def test_fasttext_neighbors_of_unknown_words_equal_gensims(tmp_path: Path, capsy
 
 def test_bad_neighbor_queries_are_one_line_errors(vector_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cases = [
-        ([], "give --words WORD ... (one query per word), or --positive/--negative"),
-        (["--words", "king", "--positive", "queen"], "give --words WORD ... (one query per word), or --positive/--negative"),
+        ([], "give --words WORD ... or --file WORDS.txt (one query per word), or --positive/--negative"),
+        (["--words", "king", "--positive", "queen"], "give --words WORD ... or --file WORDS.txt (one query per word), or --positive/--negative"),
         (["--positive", "king", "--negative", "zzz"], "'zzz': not in the vocabulary (and no subword information): it has no vector"),
         (["--words", "king", "--method", "cos"], "--method cos: choose one of 3cosadd, 3cosmul"),
     ]
