@@ -147,12 +147,42 @@ def test_valid_utf8_gives_no_warning(tmp_path: Path) -> None:
     assert no_warnings_list(path) == ["naïve café — 東京"]
 
 
-def test_real_polarity_file_has_six_bad_lines() -> None:
-    with pytest.warns(UnicodeWarning, match=r"polarity-200\.txt: 6 line\(s\) had invalid UTF-8"):
+def test_shipped_polarity_file_is_the_sources_text_in_utf8() -> None:
+    """Pang & Lee's sentences are Windows-1252 (cp1252), as in gensim's test data that ships them:
+    6 lines held an em dash, é, ó, í as single bytes. The shipped copy is that text in UTF-8,
+    and reads without a warning."""
+    import gensim
+
+    source = Path(gensim.__file__).parent / "test" / "test_data" / "pang_lee_polarity.cor"
+    assert POLARITY.read_bytes() == source.read_bytes().decode("cp1252").encode("utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         records = list(read_records(POLARITY, labelled=True))
     assert len(records) == 200
     assert Counter(r.label for r in records) == {"neg": 100, "pos": 100}
+    assert [r.line for r in records if any(c in r.text for c in "—éóí")] == [27, 32, 58, 144, 158, 197]
+
+
+def test_a_users_cp1252_file_is_still_read_with_a_warning() -> None:
+    """The same lines as a user may have them (gensim's cp1252 copy): replaced and warned about."""
+    import gensim
+
+    source = Path(gensim.__file__).parent / "test" / "test_data" / "pang_lee_polarity.cor"
+    readers = {r.name: r for r in BUILTIN_READERS}
+    with pytest.warns(UnicodeWarning, match=r"pang_lee_polarity\.cor: 6 line\(s\) had invalid UTF-8"):
+        records = list(read_records(source, labelled=True, readers=readers))
     assert [r.line for r in records if "\ufffd" in r.text] == [27, 32, 58, 144, 158, 197]
+
+
+def test_every_shipped_data_file_is_utf8() -> None:
+    files = sorted(p for p in DATA.rglob("*") if p.is_file())
+    assert len(files) >= 9
+    for path in files:
+        for number, line in enumerate(path.read_bytes().splitlines(), 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise AssertionError(f"{path}:{number}: not UTF-8 ({exc.reason})") from None
 
 
 def test_utf8_byte_order_mark_is_dropped(tmp_path: Path) -> None:
