@@ -166,7 +166,7 @@ def export_row_classifier(
     import onnxruntime as ort
 
     from ptmkit.console import default_console
-    from ptmkit.data.readers import LABEL_PREFIX, read_records
+    from ptmkit.data.readers import is_labelled, read_records
     from ptmkit.io import atomic_write_json, atomic_write_text
     from ptmkit.training.finetune import macro_f1
     from ptmkit_export.bag_of_rows import BagOfRows, pad_rows
@@ -180,9 +180,7 @@ def export_row_classifier(
     rows_total = int(classifier.input_matrix.shape[0])
     if rows_total != featurizer.rows_total:
         raise RowExportError(f"{run_dir}: the model has {rows_total:,} rows but {len(classifier.words):,} words + bucket {featurizer.bucket:,} = {featurizer.rows_total:,}")
-    with open(dev_file, "rb") as handle:
-        labelled = handle.readline().lstrip().startswith(LABEL_PREFIX.encode()) or Path(dev_file).suffix in (".tsv", ".csv", ".jsonl")
-    records = list(read_records(dev_file, labelled=labelled))
+    records = list(read_records(dev_file, labelled=is_labelled(dev_file)))
     texts = [r.text for r in records]
     if not texts:
         raise RowExportError(f"{dev_file}: no texts for the ONNX-vs-Keras check")

@@ -394,3 +394,41 @@ def test_read_corpus_memory_stays_flat_on_a_large_file(tmp_path: Path) -> None:
     assert seen == count
     assert peak_first < 1_000_000, f"first items cost {peak_first:,} bytes for a {size:,}-byte file"
     assert peak_all < 1_000_000, f"a full pass peaked at {peak_all:,} bytes for a {size:,}-byte file"
+
+
+# -- labels anywhere on a fastText line ----------------------------------------------------------
+
+LABELS_AT_END = Path(__file__).parent / "data" / "fasttext-labels" / "labels_at_end.txt"  # issue 15's case
+
+
+def test_labels_may_stand_anywhere_on_a_line_whatever_the_suffix(tmp_path: Path) -> None:
+    """fastText takes __label__ tokens anywhere in a line: the case file is labelled data as .txt
+    and as .ft, and so is a file whose first line has no label at all."""
+    readers = {r.name: r for r in BUILTIN_READERS}
+    as_ft = tmp_path / "labels_at_end.ft"
+    as_ft.write_bytes(LABELS_AT_END.read_bytes())
+    texts, labels = read_labelled(LABELS_AT_END, readers=readers)
+    assert (texts, labels) == read_labelled(as_ft, readers=readers)
+    assert len(texts) == 60 and sorted(set(labels)) == ["bad", "good"]
+    assert texts[0] == "storm rain cloud rain wet wet" and labels[0] == "bad"
+    middle = write(tmp_path / "middle.txt", "a film __label__pos that works\n__label__neg dull\n")
+    assert read_labelled(middle, readers=readers) == (["a film that works", "dull"], ["pos", "neg"])
+    from ptmkit.data.readers import is_labelled  # what predict --file and the row export's --dev ask
+
+    assert is_labelled(LABELS_AT_END, readers) and is_labelled(middle, readers)
+    assert not is_labelled(write(tmp_path / "plain.txt", "a __labelled__ text\n"), readers)
+    unlabelled_first = write(tmp_path / "later.txt", "no label here\n__label__pos good\n")
+    with pytest.raises(DataError, match=r"later\.txt:1: no __label__ on this line"):
+        read_labelled(unlabelled_first, readers=readers)  # labelled data, not "no labels found"; the line is named
+
+
+def test_the_case_trains_on_60_examples_with_2_labels(tmp_path: Path) -> None:
+    from inplugins import registered
+
+    from ptmkit.cli import main
+
+    out = tmp_path / "sup"
+    with registered():
+        assert main(["train", "fasttext-supervised", "--corpus", str(LABELS_AT_END), "--out", str(out), "--set", "model.epochs=1", "--set", "model.vector_size=8"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert (metrics["train_examples"], metrics["labels"]) == (60, 2)

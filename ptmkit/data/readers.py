@@ -4,8 +4,8 @@ Nothing here holds a whole file in memory: readers yield :class:`~ptmkit.contrac
 one line at a time. Formats (chosen by suffix, after ``.gz`` / ``.bz2``):
 
 * plain text (any other suffix): one document or paragraph per line, blank lines skipped;
-* fastText ``__label__NAME text`` lines (``.txt`` files whose first non-blank line starts with
-  ``__label__`` when read as labelled data, or ``.ft`` files);
+* fastText ``__label__NAME text`` lines, labels anywhere in the line (``.ft`` files, or, read as
+  labelled data, files of another suffix with a ``__label__`` token on any line);
 * ``.tsv`` / ``.csv`` with a header naming ``text`` and ``label`` columns;
 * ``.jsonl``: one JSON object per line with ``text`` and ``label`` keys.
 
@@ -201,19 +201,39 @@ def _files(path: Path) -> list[Path]:
     return [path]
 
 
-def _first_line(path: Path) -> str:
+def has_fasttext_label(line: str) -> bool:
+    """Whether ``line`` holds a ``__label__`` token anywhere (fastText takes labels at any place
+    in a line: ``Dictionary::getLine`` sorts each whitespace-separated token by its prefix)."""
+    return any(token.startswith(LABEL_PREFIX) for token in line.split())
+
+
+def holds_fasttext_labels(path: Path) -> bool:
+    """Whether any line of ``path`` holds a ``__label__`` token; reads up to the first one, so the
+    answer depends neither on the file's suffix nor on its first line."""
     stream, _ = _open_text(path)
-    for line in stream:
-        if line.strip():
-            return line.strip()
-    return ""
+    return any(has_fasttext_label(line) for line in stream)
+
+
+def is_labelled(path: str | Path, readers: dict[str, CorpusReader] | None = None) -> bool:
+    """Whether the file ``path`` is labelled data: a labelled reader's suffix (``.tsv``, ``.jsonl``,
+    ``.ft``...; after ``.gz`` / ``.bz2``), or a ``__label__`` token on any line
+    (:func:`holds_fasttext_labels`). For commands that take texts from labelled or plain files."""
+    if readers is None:
+        from ptmkit.plugins import get_registry
+
+        readers = get_registry().readers
+    path = Path(path)
+    suffix = _format_suffix(path)
+    if any(r.labelled and suffix in r.suffixes for r in readers.values()):
+        return True
+    return holds_fasttext_labels(path)
 
 
 def _reader_for(path: Path, readers: dict[str, CorpusReader], labelled: bool) -> CorpusReader:
     suffix = _format_suffix(path)
     by_suffix = {s: r for r in readers.values() for s in r.suffixes}
     reader = by_suffix.get(suffix)
-    if labelled and (reader is None or not reader.labelled) and _first_line(path).startswith(LABEL_PREFIX):
+    if labelled and (reader is None or not reader.labelled) and holds_fasttext_labels(path):
         return next(r for r in readers.values() if r.name == "fasttext")
     if reader is None:
         return next(r for r in readers.values() if r.name == "text")
