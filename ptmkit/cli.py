@@ -263,7 +263,7 @@ def _read_texts(text: list[str] | None, file: Path | None) -> list[str]:
     texts = list(text or [])
     if file is None:
         return texts
-    from ptmkit.data.readers import has_fasttext_label, is_labelled, read_corpus, read_fasttext, read_labelled
+    from ptmkit.data.readers import has_fasttext_label, is_labelled, read_corpus, read_fasttext, read_multilabelled
 
     if str(file) == STDIN:
         lines = _stdin_lines()
@@ -271,7 +271,7 @@ def _read_texts(text: list[str] | None, file: Path | None) -> list[str]:
         return texts + ([r.text for r in read_fasttext(lines, "standard input")] if labelled else [line.strip() for line in lines if line.strip()])
     if not file.is_file():
         raise PtmkitError(f"{file}: {'is a directory, not a file' if file.is_dir() else 'no such file'}")
-    return texts + (read_labelled(file)[0] if is_labelled(file) else list(read_corpus(file)))
+    return texts + (read_multilabelled(file)[0] if is_labelled(file) else list(read_corpus(file)))
 
 
 def _row_classifier_families() -> set[str]:

@@ -215,14 +215,20 @@ def test_corrupted_compressed_file_is_a_data_error_naming_it(tmp_path: Path, nam
 # -- fastText ------------------------------------------------------------------------------------
 
 
-def test_fasttext_first_label_is_used_and_labels_leave_the_text(tmp_path: Path) -> None:
+def test_fasttext_labels_are_all_kept_and_leave_the_text(tmp_path: Path) -> None:
+    """Every label of a line is kept (fastText's rule); a reader of one label per line refuses
+    the line rather than keep the first label only."""
+    from ptmkit.data.readers import read_multilabelled
+
     path = write(
         tmp_path / "train.txt",
         "__label__pos __label__extra a fine film\n\n__label__neg  dull ,  slow\n",
     )
-    records = list(read_records(path, labelled=True))
-    assert [(r.line, r.text, r.label) for r in records] == [(1, "a fine film", "pos"), (3, "dull , slow", "neg")]
-    assert read_labelled(path) == (["a fine film", "dull , slow"], ["pos", "neg"])
+    records = list(read_records(path, labelled=True, multi_label=True))
+    assert [(r.line, r.text, r.label, r.all_labels()) for r in records] == [(1, "a fine film", "pos", ("pos", "extra")), (3, "dull , slow", "neg", ("neg",))]
+    assert read_multilabelled(path) == (["a fine film", "dull , slow"], [("pos", "extra"), ("neg",)])
+    with pytest.raises(DataError, match=r"train\.txt:1: 2 labels on one line \(pos, extra\); this command takes one label per line"):
+        read_labelled(path)
 
 
 def test_labelled_txt_picks_fasttext_even_compressed(tmp_path: Path) -> None:
