@@ -1,4 +1,4 @@
-"""Parity figures of the imported all-MiniLM-L6-v2, printed as a table (the README's numbers).
+"""Parity figures of the imported all-MiniLM-L6-v2, printed as a table (``benchmarks/results/minilm_parity.md``).
 
 Against the reference of ``benchmarks/hf_reference.py`` (``tests/data/minilm_reference.npz``:
 transformers on torch, sentence-transformers), needing no torch itself:

@@ -1,4 +1,4 @@
-"""What the HTTP server costs and what dynamic batching buys, on a real model (the README's table).
+"""What the HTTP server costs and what dynamic batching buys, on a real model (``benchmarks/results/serve_benchmark.md``).
 
 1. **Added latency at batch 1**: one text per request, one client on a keep-alive connection,
    against the same text run in-process by ``Predictor.embed`` (tokenization + one ONNX Runtime

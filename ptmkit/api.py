@@ -41,9 +41,10 @@ IO and console (:mod:`ptmkit.io`, :mod:`ptmkit.console`)
     :func:`default_console`.
 
 Data and training glue (:mod:`ptmkit.data.readers`, :mod:`ptmkit.training`)
-    :func:`read_corpus`, :func:`read_labelled` (every installed corpus format);
-    :func:`quiet_tensorflow`, :func:`seed_everything`; :func:`macro_f1`; :class:`AdamW`
-    (loaded lazily: it imports Keras).
+    :func:`read_corpus`, :func:`read_labelled`, :func:`read_multilabelled`, :func:`is_labelled`
+    (every installed corpus format); :func:`quiet_tensorflow`, :func:`seed_everything`;
+    :func:`macro_f1`, :func:`top1_gold` (precision at 1 on lines with several labels);
+    :class:`AdamW` (loaded lazily: it imports Keras).
 
 Word-vector toolkit (shared by the word2vec, fastText, GloVe and NNLM families)
     Vocabulary and corpus encoding (:class:`Vocabulary`, :func:`build_vocabulary`,
@@ -92,7 +93,7 @@ from ptmkit.contract import (
     TrainedHead,
     WordVectorFamily,
 )
-from ptmkit.data.readers import read_corpus, read_labelled
+from ptmkit.data.readers import is_labelled, read_corpus, read_labelled, read_multilabelled
 from ptmkit.data.vocabulary import (
     EncodedCorpus,
     Vocabulary,
@@ -117,7 +118,7 @@ from ptmkit.rundir import (
     RunDir,
     load_weights,
 )
-from ptmkit.training.finetune import macro_f1
+from ptmkit.training.finetune import macro_f1, top1_gold
 from ptmkit.training.pretrain import resolve_config
 from ptmkit.training.setup import quiet_tensorflow, seed_everything
 from ptmkit.training.wordvectors import (
@@ -193,9 +194,12 @@ __all__ = [
     # data and training glue
     "AdamW",
     "macro_f1",
+    "top1_gold",
     "quiet_tensorflow",
     "read_corpus",
+    "is_labelled",
     "read_labelled",
+    "read_multilabelled",
     "seed_everything",
     # word-vector toolkit
     "VECTORS_FILE",

@@ -33,6 +33,19 @@ stdout = default_console(stderr=False)
 SetOption = Annotated[
     list[str] | None, typer.Option("--set", help="Override a config key (repeatable): --set train.max_steps=100, --set finetune.epochs=5.")
 ]
+VectorFormatOption = Annotated[
+    str | None,
+    typer.Option(
+        "--format",
+        help="Vector files: word2vec, word2vec-binary, glove or fasttext-vec, instead of guessing it from the file "
+        "(a 'count dim' header and a text line: word2vec; a header and binary bytes: word2vec-binary; no header: glove).",
+    ),
+]
+WORDS_HELP = (
+    "Word-vector runs and files: words to look up, as typed: --words king queen, --words 'king queen' or "
+    "--words king --words queen. A quoted value the vocabulary holds whole is one word (GloVe's 'new york'); "
+    "others are split on spaces. A word starting with '-': --words=-lrb-."
+)
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="Run config (TOML); `ptmkit config FAMILY` prints one with every key.")]
 
 
@@ -204,18 +217,61 @@ def serve(
         raise PtmkitError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
-def _read_texts(text: list[str] | None, file: Path | None) -> list[str]:
-    """Texts from ``--text`` options and a ``--file`` (plain lines, or a labelled file's texts)."""
-    texts = list(text or [])
-    if file is not None:
-        from ptmkit.data.readers import LABEL_PREFIX, read_corpus, read_labelled
+STDIN = "-"  # `--file -`: read standard input
 
-        if not file.is_file():
-            raise PtmkitError(f"{file}: {'is a directory, not a file' if file.is_dir() else 'no such file'}")
-        with open(file, "rb") as handle:
-            labelled = handle.readline().lstrip().startswith(LABEL_PREFIX.encode()) or file.suffix in (".tsv", ".csv", ".jsonl")
-        texts += read_labelled(file)[0] if labelled else list(read_corpus(file))
-    return texts
+
+def _stdin_lines() -> list[str]:
+    """Standard input's lines, decoded as UTF-8 (invalid bytes replaced by U+FFFD, with a warning
+    giving their count, as the corpus readers do)."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text stream (tests, embedding): already decoded
+        return sys.stdin.read().splitlines()
+    lines, invalid = [], 0
+    for raw in buffer.read().splitlines():
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            invalid += 1
+            lines.append(raw.decode("utf-8", errors="replace"))
+    if invalid:
+        console.print(f"warning: standard input: {invalid} line(s) had invalid UTF-8; the bad bytes were replaced by U+FFFD", markup=False, highlight=False)
+    return lines
+
+
+def _read_lines(file: Path) -> list[str]:
+    """The stripped, non-blank lines of ``--file`` (a file, or ``-`` for standard input), each
+    one item: a word list's lines may hold spaces (GloVe's ``new york``)."""
+    if str(file) == STDIN:
+        return [line.strip() for line in _stdin_lines() if line.strip()]
+    if not file.is_file():
+        raise PtmkitError(f"{file}: {'is a directory, not a file' if file.is_dir() else 'no such file'}")
+    from ptmkit.data.readers import read_plain, read_records
+
+    return [record.text for record in read_records(file, labelled=False, readers={"text": _plain_reader(read_plain)})]
+
+
+def _plain_reader(read: Any) -> Any:
+    """The plain-text reader for every suffix (a word list is one item a line, whatever its name)."""
+    from ptmkit.contract import CorpusReader
+
+    return CorpusReader("text", (), read)
+
+
+def _read_texts(text: list[str] | None, file: Path | None) -> list[str]:
+    """Texts from ``--text`` options and a ``--file`` (plain lines, or a labelled file's texts;
+    ``-``: standard input, plain or fastText ``__label__`` lines)."""
+    texts = list(text or [])
+    if file is None:
+        return texts
+    from ptmkit.data.readers import has_fasttext_label, is_labelled, read_corpus, read_fasttext, read_multilabelled
+
+    if str(file) == STDIN:
+        lines = _stdin_lines()
+        labelled = any(has_fasttext_label(line) for line in lines)
+        return texts + ([r.text for r in read_fasttext(lines, "standard input")] if labelled else [line.strip() for line in lines if line.strip()])
+    if not file.is_file():
+        raise PtmkitError(f"{file}: {'is a directory, not a file' if file.is_dir() else 'no such file'}")
+    return texts + (read_multilabelled(file)[0] if is_labelled(file) else list(read_corpus(file)))
 
 
 def _row_classifier_families() -> set[str]:
@@ -239,10 +295,11 @@ def _is_export_dir(path: Path) -> bool:
 def embed(
     path: Annotated[Path, typer.Argument(help="A run directory with a pre-trained or imported backbone, an embedding export directory, or a word-vector run (or vector file) with --words.")],
     text: Annotated[list[str] | None, typer.Option("--text", help="A text to embed (repeatable).")] = None,
-    file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too).")] = None,
+    file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too); word vectors: one word per line, spaces kept. '-': standard input.")] = None,
     output: Annotated[Path | None, typer.Option(help="Write a (texts, dim) float32 .npy matrix here instead of JSON lines.")] = None,
     variant: Annotated[str | None, typer.Option(help="Export variant: fp32, int8, fp32+tokenizer or int8+tokenizer (default: int8 when it passed its checks).")] = None,
-    words: Annotated[list[str] | None, typer.Option("--words", help="Word-vector runs: words to look up (repeatable; several per option too).")] = None,
+    words: Annotated[list[str] | None, typer.Option("--words", help=WORDS_HELP)] = None,
+    vector_format: VectorFormatOption = None,
 ) -> None:
     """Sentence embeddings with the checkpoint's pooling (one JSON line per text, or a .npy matrix),
     or word vectors with --words (one JSON line per word; fastText: out-of-vocabulary words from
@@ -254,22 +311,23 @@ def embed(
     from ptmkit.wordvectors import commands as word_vectors
 
     if words or word_vectors.is_word_vector_run(path) or path.is_file():
-        if text or file:
-            raise PtmkitError(f"{path}: --text/--file embed sentences with a transformer run; a word-vector run takes --words WORD ...")
-        if not words:
-            raise PtmkitError(f"{path}: is a word-vector run; give --words WORD ...")
-        blank = next((i for i, item in enumerate(words, 1) if not item.strip()), None)
-        if blank is not None:
-            raise PtmkitError(f"--words: value {blank} of {len(words)} is empty or blank; give one word or several separated by spaces")
-        looked_up = [w for item in words for w in item.split()]
-        for record in word_vectors.embed_words(path, looked_up):
+        if text:
+            raise PtmkitError(f"{path}: --text embeds sentences with a transformer run; a word-vector run takes --words WORD ... or --file WORDS.txt")
+        if not words and file is None:
+            raise PtmkitError(f"{path}: is a word-vector run; give --words WORD ... or --file WORDS.txt")
+        records = word_vectors.embed_words(path, list(words or []), vector_format, _read_lines(file) if file is not None else [])
+        for record in records:
             print(word_vectors.dumps(record))
+        missing = [r["word"] for r in records if r["vector"] is None]
+        if missing:
+            console.print(f"warning: {len(missing)} of {len(records)} word(s) not in the vocabulary of {path}, e.g. {missing[0]!r}: \"vector\": null (no subword information)", markup=False, highlight=False)
         return
     texts = _read_texts(text, file)
     if not texts:
         raise PtmkitError("nothing to embed: give --text TEXT or --file FILE")
     if output is not None and output.suffix != ".npy":
         raise PtmkitError(f"--output {output}: expected a .npy file name")
+    oov = [False] * len(texts)
     if _is_export_dir(path):
         export_dir = path
         from ptmkit_export import Predictor
@@ -285,6 +343,10 @@ def embed(
             vectors = predictor.embed(texts)
         except ValueError as exc:
             raise PtmkitError(str(exc)) from None
+        oov = predictor.out_of_vocabulary(texts).tolist()
+        if any(oov):
+            first = texts[oov.index(True)]
+            console.print(f"warning: {sum(oov)} of {len(texts)} text(s) have no word in the vocabulary (and no n-gram), e.g. {first[:60]!r}: zero vectors, flagged \"oov\": true", markup=False, highlight=False)
     else:
         if variant is not None:
             raise PtmkitError(f"{path}: --variant applies to export directories; this is a run directory (Keras)")
@@ -304,15 +366,16 @@ def embed(
         atomic_save(output, save)
         console.print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 embeddings to {output}")
         return
-    for item, vector in zip(texts, vectors, strict=True):
-        stdout.print_json(json.dumps({"text": item, "embedding": [round(float(v), 7) for v in vector]}), indent=None)
+    for i, (item, vector) in enumerate(zip(texts, vectors, strict=True)):
+        record = {"text": item, "embedding": [round(float(v), 7) for v in vector]} | ({"oov": True} if oov[i] else {})
+        stdout.print_json(json.dumps(record), indent=None)
 
 
 @app.command()
 def predict(
     export_dir: Annotated[Path, typer.Argument(help="An export directory (or a run directory with export/).")],
     text: Annotated[list[str] | None, typer.Option("--text", help="A text to classify (repeatable).")] = None,
-    file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too).")] = None,
+    file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too); '-': standard input.")] = None,
     variant: Annotated[str | None, typer.Option(help="fp32, int8, or fp32+tokenizer / int8+tokenizer (the single-file model of --with-tokenizer) (default: int8 when it passed its checks).")] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="ONNX Runtime intra-op threads.")] = None,
 ) -> None:
@@ -350,11 +413,12 @@ def evaluate(
     analogy: Annotated[list[Path] | None, typer.Option(help="Analogy file (': section' lines, 'a b c d'), e.g. data/eval/questions-words.txt.")] = None,
     restrict_vocab: Annotated[int, typer.Option(min=1, help="Use only the most frequent words (gensim's restrict_vocab).")] = 300000,
     as_json: Annotated[bool, typer.Option("--json", help="Print the full results as JSON.")] = False,
+    vector_format: VectorFormatOption = None,
 ) -> None:
     """Evaluate static word vectors: Spearman's rho on word pairs, 3CosAdd analogy accuracy."""
     from ptmkit.wordvectors import commands as word_vectors
 
-    results = word_vectors.evaluate(source, list(wordsim or []), list(analogy or []), restrict_vocab)
+    results = word_vectors.evaluate(source, list(wordsim or []), list(analogy or []), restrict_vocab, vector_format)
     if source.is_dir():
         console.print(f"results also in {source / 'evaluation.json'} (oov_ratio: percent of pairs skipped)")
     if as_json:
@@ -367,6 +431,38 @@ def evaluate(
             accuracy = "-" if section["accuracy"] is None else f"{section['accuracy']:.4f}"
             stdout.print(f"  {section['section']}: {accuracy} ({section['correct']}/{section['questions']})", markup=False, highlight=False)
         stdout.print(f"{item['file']}: 3CosAdd accuracy {item['accuracy']:.4f} ({item['correct']}/{item['questions']}; {item['oov_questions']} questions with out-of-vocabulary words skipped)", markup=False, highlight=False)
+
+
+@app.command()
+def neighbors(
+    source: Annotated[Path, typer.Argument(help="A word-vector run directory, or a vector file (word2vec, GloVe, .vec).")],
+    words: Annotated[list[str] | None, typer.Option("--words", help="Words whose neighbours to list, one query each. " + WORDS_HELP)] = None,
+    file: Annotated[Path | None, typer.Option(help="Words whose neighbours to list, one per line (spaces kept); '-': standard input.")] = None,
+    positive: Annotated[list[str] | None, typer.Option("--positive", help="One query: words pulling towards (gensim's most_similar positive=); several values as --words.")] = None,
+    negative: Annotated[list[str] | None, typer.Option("--negative", help="One query: words pushing away (negative=).")] = None,
+    analogy: Annotated[tuple[str, str, str] | None, typer.Option("--analogy", help="A B C: a is to b as c is to ? (--positive B C --negative A).")] = None,
+    topn: Annotated[int, typer.Option(min=1, help="Neighbours per query.")] = 10,
+    method: Annotated[str, typer.Option(help="3cosadd (cosine of the mean, gensim's most_similar) or 3cosmul (Levy & Goldberg 2014, most_similar_cosmul).")] = "3cosadd",
+    restrict_vocab: Annotated[int | None, typer.Option(min=1, help="Search only the most frequent words (gensim's restrict_vocab).")] = None,
+    vector_format: VectorFormatOption = None,
+) -> None:
+    """Nearest neighbours by cosine similarity, the query words excluded (gensim's most_similar /
+    most_similar_cosmul): one JSON line per --words word, or one for --positive/--negative or
+    --analogy. fastText: out-of-vocabulary words from their n-grams."""
+    from ptmkit.wordvectors import commands as word_vectors
+
+    positive, negative = list(positive or []), list(negative or [])
+    if analogy is not None and any(analogy):
+        if positive or negative:
+            raise PtmkitError("--analogy A B C is --positive B C --negative A; give one form")
+        positive, negative = [analogy[1], analogy[2]], [analogy[0]]
+    listed = _read_lines(file) if file is not None else []
+    records = word_vectors.neighbors(source, list(words or []), positive, negative, topn, method, restrict_vocab, vector_format, listed)
+    for record in records:
+        print(word_vectors.dumps(record))
+    missing = [r["word"] for r in records if r["neighbors"] is None]
+    if missing:
+        console.print(f"warning: {len(missing)} of {len(records)} word(s) have no vector in {source} (out of vocabulary, or no n-gram), e.g. {missing[0]!r}: \"neighbors\": null", markup=False, highlight=False)
 
 
 @app.command()
@@ -436,6 +532,56 @@ INTERRUPTED = "interrupted"
 INTERRUPTED_TRAIN = "; `ptmkit train ... --resume` continues a run that saved a checkpoint (one without starts again)"
 
 
+#: Options that take several values the way gensim and fastText users type them
+#: (``--words king queen``), by command; also ``--words king --words queen``.
+MULTI_VALUE_OPTIONS = {"embed": ("--words",), "neighbors": ("--words", "--positive", "--negative")}
+
+
+def expand_multi_value_options(args: list[str], command: Any) -> list[str]:
+    """Rewrite ``--words a b c`` as ``--words a --words b --words c`` for the options of
+    :data:`MULTI_VALUE_OPTIONS`, keeping the order (click takes one value per option).
+
+    The values after such an option run to the next token starting with ``-``; a value that
+    starts with ``-`` is given as ``--words=-x``. When the command's positional argument (the
+    run or file) was not given elsewhere, the last of those values is it
+    (``embed --words king queen RUN``). Other commands' arguments are returned unchanged.
+    """
+    name = args[0] if args else None
+    multi = MULTI_VALUE_OPTIONS.get(name or "")
+    sub = getattr(command, "commands", {}).get(name) if multi else None
+    if not multi or sub is None:
+        return args
+    takes_value = {opt: p.nargs for p in sub.params if getattr(p, "param_type_name", "") == "option" and not p.is_flag for opt in (*p.opts, *p.secondary_opts)}
+    out: list[str] = [str(name)]
+    extras: list[int] = []  # positions in out of values taken as extra values of a multi-value option
+    current: str | None = None  # the multi-value option whose values are being read
+    positional: list[int] = []
+    tokens = iter(args[1:])
+    for token in tokens:
+        if token == "--":
+            out += [token, *tokens]
+            break
+        option = token.split("=", 1)[0]
+        if token.startswith("-"):
+            out.append(token)
+            current = option if option in multi and "=" in token else None
+            if token in takes_value:
+                values = [v for _, v in zip(range(takes_value[token]), tokens, strict=False)]
+                out += values
+                current = token if token in multi and values else None
+            continue
+        if current is not None:
+            extras.append(len(out))
+            out += [current, token]
+            continue
+        positional.append(len(out))
+        out.append(token)
+    if not positional and extras:  # `embed --words king queen RUN`: the last value is the run
+        at = extras[-1]
+        out = out[:at] + out[at + 2 :] + [out[at + 1]]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ptmkit`` script; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -448,6 +594,7 @@ def main(argv: list[str] | None = None) -> int:
         from ptmkit.plugins import get_registry
 
         get_registry().add_commands(app)
+        args = expand_multi_value_options(args, typer.main.get_command(app))
         result = app(args=args, prog_name="ptmkit", standalone_mode=False)
         if result == 130:  # typer turns Ctrl-C (KeyboardInterrupt) into this exit code, returned
             console.print(INTERRUPTED + (INTERRUPTED_TRAIN if args[:1] == ["train"] else ""), markup=False)

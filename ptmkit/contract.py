@@ -345,11 +345,21 @@ class Head:
 
 
 class Record(NamedTuple):
-    """One item of a corpus or labelled file: its 1-based line number, text and label (or None)."""
+    """One item of a corpus or labelled file: its 1-based line number, text and label (or None).
+
+    ``labels`` holds every label of a line that has several (a fastText line
+    ``__label__a __label__b text``: ``label == "a"``, ``labels == ("a", "b")``); it is empty when
+    the reader gives one label only. :meth:`all_labels` gives either as a tuple.
+    """
 
     line: int
     text: str
     label: str | None
+    labels: tuple[str, ...] = ()
+
+    def all_labels(self) -> tuple[str, ...]:
+        """Every label of the item, in the line's order; ``()`` for an unlabelled one."""
+        return self.labels or (() if self.label is None else (self.label,))
 
 
 @dataclasses.dataclass(frozen=True)

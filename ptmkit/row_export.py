@@ -166,9 +166,9 @@ def export_row_classifier(
     import onnxruntime as ort
 
     from ptmkit.console import default_console
-    from ptmkit.data.readers import LABEL_PREFIX, read_records
+    from ptmkit.data.readers import is_labelled, read_records
     from ptmkit.io import atomic_write_json, atomic_write_text
-    from ptmkit.training.finetune import macro_f1
+    from ptmkit.training.finetune import macro_f1, top1_gold
     from ptmkit_export.bag_of_rows import BagOfRows, pad_rows
 
     console = console or default_console()
@@ -180,14 +180,10 @@ def export_row_classifier(
     rows_total = int(classifier.input_matrix.shape[0])
     if rows_total != featurizer.rows_total:
         raise RowExportError(f"{run_dir}: the model has {rows_total:,} rows but {len(classifier.words):,} words + bucket {featurizer.bucket:,} = {featurizer.rows_total:,}")
-    with open(dev_file, "rb") as handle:
-        labelled = handle.readline().lstrip().startswith(LABEL_PREFIX.encode()) or Path(dev_file).suffix in (".tsv", ".csv", ".jsonl")
-    records = list(read_records(dev_file, labelled=labelled))
+    records = list(read_records(dev_file, labelled=is_labelled(dev_file), multi_label=True))
     texts = [r.text for r in records]
     if not texts:
         raise RowExportError(f"{dev_file}: no texts for the ONNX-vs-Keras check")
-    index = {label: i for i, label in enumerate(classifier.labels)}
-    gold = np.asarray([index.get(r.label, -1) if r.label is not None else -1 for r in records])
     target = Path(out) if out is not None else Path(run_dir) / "export"
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".export-", dir=target.parent) as tmp_name:
@@ -221,9 +217,10 @@ def export_row_classifier(
             "file": "model.onnx", "ok": True, "problems": [], "parity_max_abs_diff": diffs, "parity_max_scaled_diff": scaled,
             "parity_max_probability_diff": probabilities, "max_abs_logit": largest, "dev_file": str(dev_file), "dev_texts": len(texts),
         }
+        predicted = np.argmax(checks["dev_batches"][1], axis=1)
+        gold = top1_gold(predicted, [r.all_labels() for r in records], list(classifier.labels))  # precision at 1 on several labels
         known = gold >= 0
         if known.any():
-            predicted = np.argmax(checks["dev_batches"][1], axis=1)
             fp32["dev_accuracy"] = round(float(np.mean(predicted[known] == gold[known])), 4)
             fp32["dev_macro_f1"] = round(macro_f1(gold[known], predicted[known], len(classifier.labels)), 4)
         atomic_write_text(tmp / "vocabulary.txt", "".join(f"{w}\n" for w in classifier.words))

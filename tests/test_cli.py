@@ -92,3 +92,51 @@ def test_finetune_refuses_a_config_file_that_changes_the_pretrained_model(tiny_p
     assert not (tmp_path / "ft").exists()
 
 
+
+
+def test_words_are_taken_as_people_type_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--words king queen` (gensim and fastText users), `--words "king queen"`, repeated
+    `--words`, the file before or after; a quoted GloVe entry "new york" is one word."""
+    import json
+
+    vectors = tmp_path / "glove.txt"
+    vectors.write_text("king 1 2\nqueen 2 1\nnew york 3 3\nnew 0 1\nyork 1 0\n", encoding="utf-8")
+    typings = [
+        [str(vectors), "--words", "king", "queen", "new york"],
+        [str(vectors), "--words", "king queen", "--words", "new york"],
+        ["--words", "king", "queen", "new york", str(vectors)],
+        [str(vectors), "--words", "king", "--words", "queen", "--words=new york"],
+        ["--words", "king", "--words", "queen", "new york", str(vectors)],
+    ]
+    for argv in typings:
+        assert main(["embed", *argv]) == 0, argv
+        records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [(r["word"], r["vector"]) for r in records] == [("king", [1, 2]), ("queen", [2, 1]), ("new york", [3, 3])], argv
+    assert main(["embed", str(vectors), "--words", "new  york", "york new"]) == 0  # not held whole: split
+    assert [json.loads(line)["word"] for line in capsys.readouterr().out.splitlines()] == ["new", "york", "york", "new"]
+    assert main(["embed", str(vectors), "--words", "king", "--json"]) == 2  # other options still parse as options
+    assert "No such option: --json" in capsys.readouterr().err
+
+
+def test_file_dash_reads_standard_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--file -` reads stdin: word lists (one word a line, spaces kept) for embed and neighbors,
+    texts (plain or __label__ lines) for embed and predict, through the one shared helper."""
+    import io
+    import json
+
+    from ptmkit.cli import _read_texts
+
+    vectors = tmp_path / "glove.txt"
+    vectors.write_text("king 1 2\nqueen 2 1\nnew york 3 3\n", encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", io.StringIO("queen\n\nnew york\n"))
+    assert main(["embed", str(vectors), "--words", "king", "--file", "-"]) == 0
+    assert [json.loads(line)["word"] for line in capsys.readouterr().out.splitlines()] == ["king", "queen", "new york"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("king\n"))
+    assert main(["neighbors", str(vectors), "--file", "-", "--topn", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["neighbors"][0]["word"] == "new york"
+    monkeypatch.setattr("sys.stdin", io.StringIO("__label__pos a fine film\n__label__neg dull\n"))
+    assert _read_texts(["first"], Path("-")) == ["first", "a fine film", "dull"]
+    raw = io.TextIOWrapper(io.BytesIO(b"plain text\n\xff bad byte\n"), encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", raw)
+    assert _read_texts(None, Path("-")) == ["plain text", "\ufffd bad byte"]
+    assert "standard input: 1 line(s) had invalid UTF-8" in capsys.readouterr().err

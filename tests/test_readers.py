@@ -147,12 +147,42 @@ def test_valid_utf8_gives_no_warning(tmp_path: Path) -> None:
     assert no_warnings_list(path) == ["naïve café — 東京"]
 
 
-def test_real_polarity_file_has_six_bad_lines() -> None:
-    with pytest.warns(UnicodeWarning, match=r"polarity-200\.txt: 6 line\(s\) had invalid UTF-8"):
+def test_shipped_polarity_file_is_the_sources_text_in_utf8() -> None:
+    """Pang & Lee's sentences are Windows-1252 (cp1252), as in gensim's test data that ships them:
+    6 lines held an em dash, é, ó, í as single bytes. The shipped copy is that text in UTF-8,
+    and reads without a warning."""
+    import gensim
+
+    source = Path(gensim.__file__).parent / "test" / "test_data" / "pang_lee_polarity.cor"
+    assert POLARITY.read_bytes() == source.read_bytes().decode("cp1252").encode("utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         records = list(read_records(POLARITY, labelled=True))
     assert len(records) == 200
     assert Counter(r.label for r in records) == {"neg": 100, "pos": 100}
+    assert [r.line for r in records if any(c in r.text for c in "—éóí")] == [27, 32, 58, 144, 158, 197]
+
+
+def test_a_users_cp1252_file_is_still_read_with_a_warning() -> None:
+    """The same lines as a user may have them (gensim's cp1252 copy): replaced and warned about."""
+    import gensim
+
+    source = Path(gensim.__file__).parent / "test" / "test_data" / "pang_lee_polarity.cor"
+    readers = {r.name: r for r in BUILTIN_READERS}
+    with pytest.warns(UnicodeWarning, match=r"pang_lee_polarity\.cor: 6 line\(s\) had invalid UTF-8"):
+        records = list(read_records(source, labelled=True, readers=readers))
     assert [r.line for r in records if "\ufffd" in r.text] == [27, 32, 58, 144, 158, 197]
+
+
+def test_every_shipped_data_file_is_utf8() -> None:
+    files = sorted(p for p in DATA.rglob("*") if p.is_file())
+    assert len(files) >= 9
+    for path in files:
+        for number, line in enumerate(path.read_bytes().splitlines(), 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise AssertionError(f"{path}:{number}: not UTF-8 ({exc.reason})") from None
 
 
 def test_utf8_byte_order_mark_is_dropped(tmp_path: Path) -> None:
@@ -185,14 +215,20 @@ def test_corrupted_compressed_file_is_a_data_error_naming_it(tmp_path: Path, nam
 # -- fastText ------------------------------------------------------------------------------------
 
 
-def test_fasttext_first_label_is_used_and_labels_leave_the_text(tmp_path: Path) -> None:
+def test_fasttext_labels_are_all_kept_and_leave_the_text(tmp_path: Path) -> None:
+    """Every label of a line is kept (fastText's rule); a reader of one label per line refuses
+    the line rather than keep the first label only."""
+    from ptmkit.data.readers import read_multilabelled
+
     path = write(
         tmp_path / "train.txt",
         "__label__pos __label__extra a fine film\n\n__label__neg  dull ,  slow\n",
     )
-    records = list(read_records(path, labelled=True))
-    assert [(r.line, r.text, r.label) for r in records] == [(1, "a fine film", "pos"), (3, "dull , slow", "neg")]
-    assert read_labelled(path) == (["a fine film", "dull , slow"], ["pos", "neg"])
+    records = list(read_records(path, labelled=True, multi_label=True))
+    assert [(r.line, r.text, r.label, r.all_labels()) for r in records] == [(1, "a fine film", "pos", ("pos", "extra")), (3, "dull , slow", "neg", ("neg",))]
+    assert read_multilabelled(path) == (["a fine film", "dull , slow"], [("pos", "extra"), ("neg",)])
+    with pytest.raises(DataError, match=r"train\.txt:1: 2 labels on one line \(pos, extra\); this command takes one label per line"):
+        read_labelled(path)
 
 
 def test_labelled_txt_picks_fasttext_even_compressed(tmp_path: Path) -> None:
@@ -364,3 +400,41 @@ def test_read_corpus_memory_stays_flat_on_a_large_file(tmp_path: Path) -> None:
     assert seen == count
     assert peak_first < 1_000_000, f"first items cost {peak_first:,} bytes for a {size:,}-byte file"
     assert peak_all < 1_000_000, f"a full pass peaked at {peak_all:,} bytes for a {size:,}-byte file"
+
+
+# -- labels anywhere on a fastText line ----------------------------------------------------------
+
+LABELS_AT_END = Path(__file__).parent / "data" / "fasttext-labels" / "labels_at_end.txt"  # issue 15's case
+
+
+def test_labels_may_stand_anywhere_on_a_line_whatever_the_suffix(tmp_path: Path) -> None:
+    """fastText takes __label__ tokens anywhere in a line: the case file is labelled data as .txt
+    and as .ft, and so is a file whose first line has no label at all."""
+    readers = {r.name: r for r in BUILTIN_READERS}
+    as_ft = tmp_path / "labels_at_end.ft"
+    as_ft.write_bytes(LABELS_AT_END.read_bytes())
+    texts, labels = read_labelled(LABELS_AT_END, readers=readers)
+    assert (texts, labels) == read_labelled(as_ft, readers=readers)
+    assert len(texts) == 60 and sorted(set(labels)) == ["bad", "good"]
+    assert texts[0] == "storm rain cloud rain wet wet" and labels[0] == "bad"
+    middle = write(tmp_path / "middle.txt", "a film __label__pos that works\n__label__neg dull\n")
+    assert read_labelled(middle, readers=readers) == (["a film that works", "dull"], ["pos", "neg"])
+    from ptmkit.data.readers import is_labelled  # what predict --file and the row export's --dev ask
+
+    assert is_labelled(LABELS_AT_END, readers) and is_labelled(middle, readers)
+    assert not is_labelled(write(tmp_path / "plain.txt", "a __labelled__ text\n"), readers)
+    unlabelled_first = write(tmp_path / "later.txt", "no label here\n__label__pos good\n")
+    with pytest.raises(DataError, match=r"later\.txt:1: no __label__ on this line"):
+        read_labelled(unlabelled_first, readers=readers)  # labelled data, not "no labels found"; the line is named
+
+
+def test_the_case_trains_on_60_examples_with_2_labels(tmp_path: Path) -> None:
+    from inplugins import registered
+
+    from ptmkit.cli import main
+
+    out = tmp_path / "sup"
+    with registered():
+        assert main(["train", "fasttext-supervised", "--corpus", str(LABELS_AT_END), "--out", str(out), "--set", "model.epochs=1", "--set", "model.vector_size=8"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert (metrics["train_examples"], metrics["labels"]) == (60, 2)

@@ -114,3 +114,83 @@ def test_vectors_with_nan_are_never_saved_or_printed(tmp_path: Path) -> None:
     assert not (tmp_path / "vectors.npy").exists()
     with pytest.raises(DataError, match="the vector of 'tiger' holds nan or inf"):
         dumps({"word": "tiger", "vector": [float("nan"), 1.0]})
+
+
+VECTORS_400D = Path(__file__).parent / "data" / "vectors-400d"  # issue 15's case vectors-text-400d
+FORMAT_SUFFIX = {"word2vec": ".txt", "word2vec-binary": ".bin", "glove": ".txt", "fasttext-vec": ".vec"}
+
+
+def _gensim_load(path: Path, fmt: str):  # type: ignore[no-untyped-def]
+    from gensim.models import KeyedVectors
+
+    binary = fmt == "word2vec-binary"
+    return KeyedVectors.load_word2vec_format(str(path), binary=binary, no_header=fmt == "glove")
+
+
+@pytest.mark.parametrize("fmt", ["word2vec", "word2vec-binary", "glove", "fasttext-vec"])
+@pytest.mark.parametrize("dim", [1, 3, 400, 1200])
+def test_every_written_format_reads_back_at_any_dimension(tmp_path: Path, fmt: str, dim: int) -> None:
+    """One 400-d text line is longer than the 4 KB the sniffing used to read: it was taken for
+    binary ("the word '' appears twice"). Guessed and named formats read back what was written,
+    and gensim reads the same words and vectors from the file."""
+    words = ["cat", "dog", "Москва", "東京", "1"]
+    vectors = np.random.default_rng(dim).standard_normal((len(words), dim)).astype(np.float32) * 10
+    path = tmp_path / f"vectors{FORMAT_SUFFIX[fmt]}"
+    write_vectors(path, words, vectors, fmt)
+    for named in (None, fmt):
+        back = read_vectors(path, named)
+        assert back.words == words
+        np.testing.assert_array_equal(back.vectors, vectors)  # 9 significant digits: float32 exactly
+    kv = _gensim_load(path, fmt)
+    assert kv.index_to_key == words
+    np.testing.assert_array_equal(kv.vectors, vectors)
+
+
+def test_a_text_file_without_final_newline_and_one_vector_is_text(tmp_path: Path) -> None:
+    path = tmp_path / "v.txt"
+    path.write_bytes(b"1 3\ncat 1 2 3")
+    assert read_vectors(path).vectors.tolist() == [[1, 2, 3]]
+
+
+def test_format_override_reads_what_guessing_cannot(tmp_path: Path) -> None:
+    """A GloVe file whose first entry is the token "2" with a 1-d vector looks like a header."""
+    path = tmp_path / "glove.txt"
+    path.write_text("2 3\ncat 1\ndog 2\n", encoding="utf-8")
+    assert read_vectors(path, "glove").words == ["2", "cat", "dog"]
+    with pytest.raises(DataError, match="unknown vector format 'w2v'; choose one of word2vec, "):
+        read_vectors(path, "w2v")
+
+
+def test_a_400d_word2vec_export_evaluates_as_its_run_and_as_gensim(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 15, vectors-text-400d: train with vector_size 400, export every format, evaluate the run
+    and each file: the same Spearman's rho, and gensim's on the same file."""
+    import json
+
+    from gensim.models import KeyedVectors
+
+    from ptmkit.cli import main
+
+    run, pairs = tmp_path / "run", VECTORS_400D / "ws_small.tsv"
+    argv = ["train", "word2vec", "--corpus", str(VECTORS_400D / "corpus.txt"), "--out", str(run)]
+    assert main([*argv, "--set", "model.vector_size=400", "--set", "model.min_count=1"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--wordsim", str(pairs), "--json"]) == 0
+    expected = json.loads(capsys.readouterr().out)["wordsim"][0]["spearman"]
+    for fmt, suffix in FORMAT_SUFFIX.items():
+        path = tmp_path / f"vectors-{fmt}{suffix}"
+        assert main(["export", str(run), "--vectors", fmt, "--output", str(path)]) == 0
+        capsys.readouterr()
+        for override in ([], ["--format", fmt]):
+            assert main(["evaluate", str(path), "--wordsim", str(pairs), "--json", *override]) == 0
+            assert json.loads(capsys.readouterr().out)["wordsim"][0]["spearman"] == pytest.approx(expected, abs=1e-12)
+        assert main(["embed", str(path), "--words", "cat", "dog"]) == 0
+        embedded = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        kv = _gensim_load(path, fmt)
+        np.testing.assert_allclose([r["vector"] for r in embedded], kv[["cat", "dog"]], atol=1e-6)
+        assert kv.evaluate_word_pairs(str(pairs))[1].statistic == pytest.approx(expected, abs=1e-6)
+        assert main(["neighbors", str(path), "--words", "cat", "--topn", "5"]) == 0
+        found = json.loads(capsys.readouterr().out)["neighbors"]
+        assert [n["word"] for n in found] == [w for w, _ in kv.most_similar("cat", topn=5)]
+    kv = KeyedVectors.load_word2vec_format(str(tmp_path / "vectors-word2vec.txt"))
+    # 4 pairs: rho is a multiple of 0.2; the issue measured -0.8, this trainer gives +0.8 here
+    assert kv.vector_size == 400 and abs(expected) == pytest.approx(0.8)

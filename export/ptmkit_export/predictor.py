@@ -354,20 +354,28 @@ class Predictor:
         Returns:
             float32 array of shape ``(len(texts), dim)``, rows in the order of ``texts``.
 
+        A word-vector text without any row (every word out of the vocabulary, without n-grams
+        to fall back on) gets the zero vector, as fastText's ``getWordVector`` gives a word
+        without n-grams; it never fails the batch. :meth:`out_of_vocabulary` says which texts
+        those are (gensim's word2vec ``KeyedVectors`` would raise ``KeyError`` for them).
+
         Raises:
-            ValueError: ``texts`` is empty, this export is a classifier (use :meth:`predict`), or
-                a word-vector export has no row for a text (every word out of the vocabulary,
-                without n-grams to fall back on): its vector would be all zeros.
+            ValueError: ``texts`` is empty, or this export is a classifier (use :meth:`predict`).
             TypeError: ``texts`` is a single str, or holds a non-str.
         """
         texts = self._check_texts(texts)
         if not self.is_embedder:
             raise ValueError(f"{self.export_dir}: is a {self.manifest.get('task')} export with labels; use predict() or logits()")
-        if self.featurizer is not None:
-            empty = [text for text in texts if not self.featurizer.rows(text)]
-            if empty:
-                raise ValueError(f"{self.export_dir}: {empty[0]!r} has no row in this export's vocabulary (out of vocabulary, and no subword n-grams); it has no vector")
         return self._outputs(texts)
+
+    def out_of_vocabulary(self, texts: Sequence[str]) -> np.ndarray:
+        """``(len(texts),)`` bool: True where a word-vector export has no row for the text (its
+        :meth:`embed` row is the zero vector); all False for a tokenizer export (every text has
+        tokens)."""
+        texts = self._check_texts(texts)
+        if self.featurizer is None:
+            return np.zeros(len(texts), dtype=bool)
+        return np.asarray([not self.featurizer.rows(text) for text in texts], dtype=bool)
 
     def logits(self, texts: Sequence[str]) -> np.ndarray:
         """Raw model scores for ``texts``, run in chunks of :attr:`batch_size`.

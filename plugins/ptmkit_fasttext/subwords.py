@@ -75,7 +75,7 @@ class SubwordVectors(WordVectors):
         i = self.index.get(word)
         if i is not None:
             return self.subwords.rows[self.subwords.offsets[i] : self.subwords.offsets[i + 1]].tolist()
-        return ngram_rows(word, self.minn, self.maxn, self.bucket, len(self.words)) or None
+        return ngram_rows(word, self.minn, self.maxn, self.bucket, len(self.words))
 
     def export_metadata(self) -> dict[str, object]:
         """What a runtime needs to compute row ids: the hashing parameters."""

@@ -153,8 +153,25 @@ def build_classifier(rows: int, vector_size: int, labels: int, initial: np.ndarr
     return model
 
 
+def draw_targets(targets: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
+    """One label id per example, drawn uniformly among the example's labels: fastText's rule for
+    a line with several labels under softmax loss (``FastText::supervised``:
+    ``uniform_int_distribution(0, labels.size() - 1)`` at every update).
+
+    Args:
+        targets: each example's label ids, ``(labels of the example,)`` int arrays, non-empty.
+        rng: draws ``rng.integers(0, lengths)``, one number per example.
+
+    Returns:
+        ``(examples,)`` int32.
+    """
+    lengths = np.asarray([len(t) for t in targets])
+    choice = rng.integers(0, lengths)
+    return np.asarray([t[c] for t, c in zip(targets, choice, strict=True)], np.int32)
+
+
 def fit_classifier(
-    features: list[list[int]], y: np.ndarray, initial: np.ndarray, num_labels: int, config: FastTextClassifierConfig, rng: np.random.Generator, console: Console
+    features: list[list[int]], y: np.ndarray | list[np.ndarray], initial: np.ndarray, num_labels: int, config: FastTextClassifierConfig, rng: np.random.Generator, console: Console
 ) -> tuple[Any, float]:
     """Train the classifier: ``config.epochs`` passes in a new random order each, mini-batches of
     ``config.batch_size`` examples with a summed softmax loss, SGD decaying linearly from
@@ -162,7 +179,9 @@ def fit_classifier(
 
     Args:
         features: each example's rows (:func:`text_rows`).
-        y: ``(examples,)`` int32 label ids.
+        y: ``(examples,)`` int32 label ids, or each example's label ids (a list of int arrays):
+            then every epoch, after drawing its order, draws one label per example uniformly
+            (:func:`draw_targets`, fastText's rule for lines with several labels).
         initial: ``(rows, vector_size)`` float32 initial input matrix.
         num_labels: output columns.
         rng: draws the example orders.
@@ -179,16 +198,21 @@ def fit_classifier(
     total = 0.0
     for epoch in range(config.epochs):
         order = rng.permutation(len(features))
+        labels = y if isinstance(y, np.ndarray) else draw_targets(y, rng)
         total = 0.0
         for start in range(0, len(order), config.batch_size):
             batch = order[start : start + config.batch_size]
-            total += float(model.train_on_batch(pad_rows([features[i] for i in batch]), y[batch]))
+            total += float(model.train_on_batch(pad_rows([features[i] for i in batch]), labels[batch]))
         console.print(f"epoch {epoch + 1}/{config.epochs}: loss {total / len(features):.4f}")
     return model, total / len(features)
 
 
 def train_classifier(corpus: Path, run_dir: Path, config: FastTextClassifierConfig, console: Console) -> dict[str, Any]:
     """Train on a labelled file; write ``vocabulary.tsv``, ``labels.json``, ``classifier.weights.h5``.
+
+    Every label of a line counts, as in fastText: the label set holds them all, and a line with
+    several trains, at each epoch, on one of them drawn uniformly (:func:`draw_targets`). The
+    dev accuracy is fastText's precision at 1: the top label is right when it is one of the line's.
 
     Raises:
         DataError: an unreadable labelled file, or one without labels.
@@ -197,51 +221,61 @@ def train_classifier(corpus: Path, run_dir: Path, config: FastTextClassifierConf
         Vocabulary,
         atomic_save,
         atomic_write_json,
-        macro_f1,
         quiet_tensorflow,
-        read_labelled,
+        read_multilabelled,
         seed_everything,
     )
 
     quiet_tensorflow()
     seed_everything(config.seed)
-    texts, labels = read_labelled(corpus)
+    texts, label_sets = read_multilabelled(corpus)
     split = [(t.lower() if config.lowercase else t).split() for t in texts]
     counts = Counter(w for words in split for w in words)
     kept = sorted(((w, c) for w, c in counts.items() if c >= config.min_count), key=lambda item: -item[1])
     vocabulary = Vocabulary([w for w, _ in kept], np.asarray([c for _, c in kept], np.int64), sum(counts.values()), len(counts), len(texts))
-    names = sorted(set(labels))
+    names = sorted({label for labels in label_sets for label in labels})
     if len(names) < 2:
         raise DataError(f"{corpus}: needs at least two labels to train a classifier, found {names}")
     label_id = {name: i for i, name in enumerate(names)}
     buckets = config.buckets
     features = [text_rows(words, vocabulary.index, config.word_ngrams, buckets, config.minn, config.maxn) for words in split]
-    y = np.asarray([label_id[label] for label in labels], np.int32)
+    multi = sum(len(labels) > 1 for labels in label_sets)
+    targets = [np.asarray([label_id[label] for label in labels], np.int32) for labels in label_sets]
+    y: np.ndarray | list[np.ndarray] = targets if multi else np.concatenate(targets)
     rng = np.random.default_rng(config.seed)
     rows = len(vocabulary) + buckets
     initial = rng.uniform(-1.0 / config.vector_size, 1.0 / config.vector_size, (rows, config.vector_size)).astype(np.float32)
-    console.print(f"{len(texts):,} training texts, {len(names)} labels, {len(vocabulary):,} words, {buckets:,} n-gram buckets")
+    several = f" ({multi:,} with several labels: one drawn per epoch)" if multi else ""
+    console.print(f"{len(texts):,} training texts{several}, {len(names)} labels, {len(vocabulary):,} words, {buckets:,} n-gram buckets")
     model, loss = fit_classifier(features, y, initial, len(names), config, rng, console)
-    metrics: dict[str, Any] = {"train_examples": len(texts), "labels": len(names), "vocabulary_size": len(vocabulary), "final_train_loss": round(loss, 4)}
+    metrics: dict[str, Any] = {"train_examples": len(texts), "labels": len(names), "multi_label_examples": multi, "vocabulary_size": len(vocabulary), "final_train_loss": round(loss, 4)}
     if config.dev:
-        dev_texts, dev_labels = read_labelled(config.dev)
-        unknown = sorted(set(dev_labels) - set(names))
-        dev_features = [text_rows((t.lower() if config.lowercase else t).split(), vocabulary.index, config.word_ngrams, buckets, config.minn, config.maxn) for t in dev_texts]
-        predicted = np.argmax(model.predict(pad_rows(dev_features), batch_size=256, verbose=0), axis=1)
-        gold = np.asarray([label_id.get(label, -1) for label in dev_labels])
-        majority = Counter(labels).most_common(1)[0][0]
-        metrics.update({
-            "dev_examples": len(dev_texts),
-            "dev_accuracy": round(float(np.mean(predicted == gold)), 4),
-            "dev_macro_f1": round(macro_f1(gold, predicted, len(names)), 4),
-            "dev_majority_baseline": round(float(np.mean(np.asarray(dev_labels) == majority)), 4),
-            "dev_labels_unseen_in_training": unknown,
-        })
-        console.print(f"dev accuracy {metrics['dev_accuracy']} ({len(dev_texts):,} texts; majority class {metrics['dev_majority_baseline']})")
+        majority = Counter(label for labels in label_sets for label in labels).most_common(1)[0][0]
+        metrics.update(_dev_metrics(model, config, vocabulary.index, names, majority))
+        console.print(f"dev accuracy {metrics['dev_accuracy']} ({metrics['dev_examples']:,} texts; majority class {metrics['dev_majority_baseline']})")
     vocabulary.save(run_dir / "vocabulary.tsv")
     atomic_write_json(run_dir / "labels.json", names)
     atomic_save(run_dir / "classifier.weights.h5", lambda tmp: model.save_weights(str(tmp)))
     return metrics
+
+
+def _dev_metrics(model: Any, config: FastTextClassifierConfig, index: dict[str, int], names: list[str], majority: str) -> dict[str, Any]:
+    """Accuracy (precision at 1 for lines with several labels), macro-F1 and the majority-class
+    baseline on ``config.dev``."""
+    from ptmkit.api import macro_f1, read_multilabelled, top1_gold
+
+    dev_texts, dev_labels = read_multilabelled(config.dev)
+    unknown = sorted({label for labels in dev_labels for label in labels} - set(names))
+    dev_features = [text_rows((t.lower() if config.lowercase else t).split(), index, config.word_ngrams, config.buckets, config.minn, config.maxn) for t in dev_texts]
+    predicted = np.argmax(model.predict(pad_rows(dev_features), batch_size=256, verbose=0), axis=1)
+    gold = top1_gold(predicted, dev_labels, names)
+    return {
+        "dev_examples": len(dev_texts),
+        "dev_accuracy": round(float(np.mean(predicted == gold)), 4),
+        "dev_macro_f1": round(macro_f1(gold, predicted, len(names)), 4),
+        "dev_majority_baseline": round(float(np.mean([majority in labels for labels in dev_labels])), 4),
+        "dev_labels_unseen_in_training": unknown,
+    }
 
 
 def featurizer_arguments(config: FastTextClassifierConfig) -> dict[str, Any]:

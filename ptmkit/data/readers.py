@@ -4,8 +4,8 @@ Nothing here holds a whole file in memory: readers yield :class:`~ptmkit.contrac
 one line at a time. Formats (chosen by suffix, after ``.gz`` / ``.bz2``):
 
 * plain text (any other suffix): one document or paragraph per line, blank lines skipped;
-* fastText ``__label__NAME text`` lines (``.txt`` files whose first non-blank line starts with
-  ``__label__`` when read as labelled data, or ``.ft`` files);
+* fastText ``__label__NAME text`` lines, labels anywhere in the line (``.ft`` files, or, read as
+  labelled data, files of another suffix with a ``__label__`` token on any line);
 * ``.tsv`` / ``.csv`` with a header naming ``text`` and ``label`` columns;
 * ``.jsonl``: one JSON object per line with ``text`` and ``label`` keys.
 
@@ -81,7 +81,9 @@ def read_plain(stream: Iterable[str], source: str) -> Iterator[Record]:
 
 
 def read_fasttext(stream: Iterable[str], source: str) -> Iterator[Record]:
-    """fastText supervised format: ``__label__A [__label__B] text``; the first label is used."""
+    """fastText supervised format: ``__label__A [__label__B] text``, labels anywhere in the line.
+    Every label is kept: ``Record.label`` is the first, ``Record.labels`` all of them (in the
+    line's order, as fastText's ``Dictionary::getLine`` lists them)."""
     for number, line in enumerate(stream, 1):
         text = line.strip()
         if not text:
@@ -91,11 +93,11 @@ def read_fasttext(stream: Iterable[str], source: str) -> Iterator[Record]:
         words = [f for f in fields if not f.startswith(LABEL_PREFIX)]
         if not labels:
             raise DataError(f"{source}:{number}: no __label__ on this line")
-        if not labels[0]:
+        if not all(labels):
             raise DataError(f"{source}:{number}: empty label (a bare '__label__')")
         if not words:
             raise DataError(f"{source}:{number}: label {labels[0]!r} has no text")
-        yield Record(number, " ".join(words), labels[0])
+        yield Record(number, " ".join(words), labels[0], tuple(labels))
 
 
 def _read_delimited(stream: Iterable[str], source: str, delimiter: str) -> Iterator[Record]:
@@ -201,19 +203,39 @@ def _files(path: Path) -> list[Path]:
     return [path]
 
 
-def _first_line(path: Path) -> str:
+def has_fasttext_label(line: str) -> bool:
+    """Whether ``line`` holds a ``__label__`` token anywhere (fastText takes labels at any place
+    in a line: ``Dictionary::getLine`` sorts each whitespace-separated token by its prefix)."""
+    return any(token.startswith(LABEL_PREFIX) for token in line.split())
+
+
+def holds_fasttext_labels(path: Path) -> bool:
+    """Whether any line of ``path`` holds a ``__label__`` token; reads up to the first one, so the
+    answer depends neither on the file's suffix nor on its first line."""
     stream, _ = _open_text(path)
-    for line in stream:
-        if line.strip():
-            return line.strip()
-    return ""
+    return any(has_fasttext_label(line) for line in stream)
+
+
+def is_labelled(path: str | Path, readers: dict[str, CorpusReader] | None = None) -> bool:
+    """Whether the file ``path`` is labelled data: a labelled reader's suffix (``.tsv``, ``.jsonl``,
+    ``.ft``...; after ``.gz`` / ``.bz2``), or a ``__label__`` token on any line
+    (:func:`holds_fasttext_labels`). For commands that take texts from labelled or plain files."""
+    if readers is None:
+        from ptmkit.plugins import get_registry
+
+        readers = get_registry().readers
+    path = Path(path)
+    suffix = _format_suffix(path)
+    if any(r.labelled and suffix in r.suffixes for r in readers.values()):
+        return True
+    return holds_fasttext_labels(path)
 
 
 def _reader_for(path: Path, readers: dict[str, CorpusReader], labelled: bool) -> CorpusReader:
     suffix = _format_suffix(path)
     by_suffix = {s: r for r in readers.values() for s in r.suffixes}
     reader = by_suffix.get(suffix)
-    if labelled and (reader is None or not reader.labelled) and _first_line(path).startswith(LABEL_PREFIX):
+    if labelled and (reader is None or not reader.labelled) and holds_fasttext_labels(path):
         return next(r for r in readers.values() if r.name == "fasttext")
     if reader is None:
         return next(r for r in readers.values() if r.name == "text")
@@ -221,7 +243,7 @@ def _reader_for(path: Path, readers: dict[str, CorpusReader], labelled: bool) ->
 
 
 def read_records(
-    path: str | Path, *, labelled: bool, readers: dict[str, CorpusReader] | None = None
+    path: str | Path, *, labelled: bool, readers: dict[str, CorpusReader] | None = None, multi_label: bool = False
 ) -> Iterator[Record]:
     """Stream records from a file or directory, choosing a reader per file by its suffix.
 
@@ -229,10 +251,13 @@ def read_records(
         path: a file (maybe ``.gz`` / ``.bz2``) or a directory of files.
         labelled: True for classification data; every record then has a label.
         readers: readers by name (default: every installed reader, from the plugin registry).
+        multi_label: the caller uses every label of a line (``Record.all_labels()``); when
+            False, a labelled line with several labels is refused rather than cut to one.
 
     Raises:
         DataError: missing path, a file with no usable record, a malformed line (the message
-            names the file and line), or labelled data in a format without labels.
+            names the file and line), labelled data in a format without labels, or (without
+            ``multi_label``) a line with several labels.
     """
     if readers is None:
         from ptmkit.plugins import get_registry
@@ -249,6 +274,11 @@ def read_records(
             )
         stream, counts = _open_text(file)
         for record in reader.read(stream, str(file)):
+            if labelled and not multi_label and len(record.labels) > 1:
+                raise DataError(
+                    f"{file}:{record.line}: {len(record.labels)} labels on one line ({', '.join(record.labels)}); this command "
+                    "takes one label per line (`ptmkit train fasttext-supervised` trains on every label, as fastText does)"
+                )
             records += 1
             yield record
         lines += counts["lines"]
@@ -276,8 +306,20 @@ def read_corpus(path: str | Path, readers: dict[str, CorpusReader] | None = None
         yield record.text
 
 
+def read_multilabelled(path: str | Path, readers: dict[str, CorpusReader] | None = None) -> tuple[list[str], list[tuple[str, ...]]]:
+    """Read a whole labelled file into ``(texts, label tuples)``: every label of each line (one
+    for TSV/CSV/JSON lines, one or more for fastText lines). See :func:`read_records`."""
+    texts, labels = [], []
+    for record in read_records(path, labelled=True, readers=readers, multi_label=True):
+        texts.append(record.text)
+        labels.append(record.all_labels())
+    return texts, labels
+
+
 def read_labelled(path: str | Path, readers: dict[str, CorpusReader] | None = None) -> tuple[list[str], list[str]]:
-    """Read a whole labelled file into ``(texts, labels)`` (fine-tuning sets fit in memory)."""
+    """Read a whole labelled file into ``(texts, labels)`` (fine-tuning sets fit in memory), one
+    label per line: a line with several is refused (DataError naming it), never cut to one;
+    :func:`read_multilabelled` keeps them all."""
     texts, labels = [], []
     for record in read_records(path, labelled=True, readers=readers):
         texts.append(record.text)

@@ -46,6 +46,27 @@ def macro_f1(labels: np.ndarray, predictions: np.ndarray, num_classes: int) -> f
     return float(np.mean(scores)) if scores else 0.0
 
 
+def top1_gold(predicted: np.ndarray, label_sets: list[tuple[str, ...]], names: list[str]) -> np.ndarray:
+    """The gold label id to score each top-1 prediction against when a line may have several
+    labels: the predicted id when it is one of the line's labels (fastText's ``test``: precision
+    at 1), else the line's first label known to the model, else -1.
+
+    Args:
+        predicted: ``(examples,)`` int predicted label ids.
+        label_sets: each example's labels.
+        names: the model's label names (id = position).
+
+    Returns:
+        ``(examples,)`` int64.
+    """
+    index = {name: i for i, name in enumerate(names)}
+    gold = []
+    for p, labels in zip(predicted.tolist(), label_sets, strict=True):
+        ids = [index[label] for label in labels if label in index]
+        gold.append(p if p in ids else (ids[0] if ids else -1))
+    return np.asarray(gold, np.int64)
+
+
 def load_labelled(path: str | Path, labels: list[str] | None = None) -> tuple[list[str], list[str], np.ndarray]:
     """Read a labelled file; return ``(texts, label_names, label_ids)``.
 

@@ -55,8 +55,8 @@ class AdamW(keras.optimizers.AdamW):
     i.e. ``w - lr * m_hat / (sqrt(v_hat) + epsilon)``. Decoupled weight decay (``w <- w - lr wd w``,
     before the step) is Keras' own and equals torch's. Fine-tuning MiniLM for 80 steps without
     dropout from the same head on the same batches, losses stay within 2.9e-6 of
-    ``torch.optim.AdamW``'s, where ``keras.optimizers.AdamW`` drifts by 8e-3 (README, "all-MiniLM-L6-v2
-    imported from Hugging Face format").
+    ``torch.optim.AdamW``'s, where ``keras.optimizers.AdamW`` drifts by 8e-3
+    (``benchmarks/minilm_trajectory.py``; results in ``benchmarks/results/minilm_trajectory.md``).
 
     Sparse gradients (``tf.IndexedSlices`` from embedding lookups, one slice per occurrence of a
     token in the batch) are summed into a dense gradient first. Keras squares the slices one by

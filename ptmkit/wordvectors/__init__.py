@@ -57,12 +57,20 @@ class WordVectors:
         return None if i is None else [i]
 
     def vector(self, word: str) -> np.ndarray | None:
-        """``(dim,)`` float32 vector of ``word``, or None."""
+        """``(dim,)`` float32 vector of ``word``, or None when it has none (out of vocabulary in a
+        family without subwords; gensim's ``KeyedVectors`` raises ``KeyError`` there).
+
+        A subword family's out-of-vocabulary word is the mean of its n-gram rows, and the zero
+        vector when it has no n-gram (shorter than ``minn`` characters): fastText's
+        ``getWordVector`` and gensim's ``FastTextKeyedVectors.get_vector`` give the same.
+        """
         i = self.index.get(word)
         if i is not None:
             return self.vectors[i]
         rows = self.rows(word)
-        return None if not rows else self.matrix[rows].mean(axis=0)
+        if rows:
+            return self.matrix[rows].mean(axis=0)
+        return np.zeros(self.dim, np.float32) if self.subword_family else None
 
 
 VOCABULARY_FILE = "vocabulary.tsv"

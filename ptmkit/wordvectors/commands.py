@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ptmkit.contract import WORD_VECTORS
 from ptmkit.errors import DataError, PtmkitError, RunDirError
 from ptmkit.rundir import RunDir
@@ -33,20 +35,24 @@ def is_word_vector_run(run_dir: str | Path) -> bool:
     return family is not None and WORD_VECTORS in family.provides
 
 
-def load_vectors(source: str | Path) -> tuple[str, WordVectors]:
+def load_vectors(source: str | Path, fmt: str | None = None) -> tuple[str, WordVectors]:
     """``(family name, vectors)`` of a run directory, or ``("file", vectors)`` of a vector file
-    (word2vec text/binary, GloVe, fastText .vec).
+    (word2vec text/binary, GloVe, fastText .vec; ``fmt`` names the format instead of guessing it,
+    see :func:`ptmkit.wordvectors.formats.read_vectors`).
 
     Raises:
         RunDirError: not a finished run, or a run of a family without static word vectors.
         DataError: an unreadable vector file.
+        PtmkitError: ``fmt`` given for a run directory (its vectors have no file format).
     """
     from ptmkit.plugins import get_registry
     from ptmkit.wordvectors.formats import read_vectors
 
     path = Path(source)
     if path.is_file():
-        return "file", read_vectors(path)
+        return "file", read_vectors(path, fmt)
+    if fmt is not None:
+        raise PtmkitError(f"--format {fmt}: applies to vector files; {path} is a run directory")
     registry = get_registry()
     manifest = RunDir(path).manifest()
     family = registry.family(manifest["family"])
@@ -59,7 +65,7 @@ def load_vectors(source: str | Path) -> tuple[str, WordVectors]:
     return family.name, family.load_word_vectors(path)
 
 
-def evaluate(source: str | Path, wordsim: list[Path], analogy: list[Path], restrict_vocab: int) -> dict[str, Any]:
+def evaluate(source: str | Path, wordsim: list[Path], analogy: list[Path], restrict_vocab: int, fmt: str | None = None) -> dict[str, Any]:
     """Word-similarity and analogy scores of a run or vector file (see
     :mod:`ptmkit.wordvectors.evaluation`); written to ``RUN/evaluation.json`` for a run."""
     from ptmkit.io import atomic_write_json
@@ -67,7 +73,7 @@ def evaluate(source: str | Path, wordsim: list[Path], analogy: list[Path], restr
 
     if not wordsim and not analogy:
         raise PtmkitError("nothing to evaluate: give --wordsim FILE and/or --analogy FILE")
-    family, vectors = load_vectors(source)
+    family, vectors = load_vectors(source, fmt)
     results: dict[str, Any] = {"source": str(source), "family": family, "vocabulary": len(vectors), "restrict_vocab": restrict_vocab}
     results["wordsim"] = [evaluate_word_pairs(vectors, f, restrict_vocab) for f in wordsim]
     results["analogy"] = [evaluate_analogies(vectors, f, restrict_vocab) for f in analogy]
@@ -76,21 +82,88 @@ def evaluate(source: str | Path, wordsim: list[Path], analogy: list[Path], restr
     return results
 
 
-def embed_words(source: str | Path, words: list[str]) -> list[dict[str, Any]]:
-    """One ``{"word", "vector", "in_vocabulary"}`` dict per word; out-of-vocabulary words get a
-    vector only from a subword family (fastText's n-grams).
+def query_words(vectors: WordVectors, values: list[str], listed: list[str] | None = None) -> list[str]:
+    """The words of ``--words`` values as typed: a value the vocabulary holds whole (after
+    stripping) is one word, even with spaces inside (GloVe's ``new york``); any other value is
+    split on whitespace (``"king queen"``: two words). Then the ``listed`` words (``--file``,
+    one per line), each taken whole.
 
     Raises:
-        DataError: a word without a vector (out of vocabulary in a family without subwords).
+        PtmkitError: no words, or a blank value (its position named).
     """
-    family, vectors = load_vectors(source)
+    if not values and not listed:
+        raise PtmkitError("give --words WORD ... or --file WORDS.txt")
+    words: list[str] = []
+    for i, value in enumerate(values, 1):
+        if not value.strip():
+            raise PtmkitError(f"--words: value {i} of {len(values)} is empty or blank; give one word or several separated by spaces")
+        words += [value.strip()] if value.strip() in vectors else value.split()
+    return words + list(listed or [])
+
+
+def embed_words(source: str | Path, values: list[str], fmt: str | None = None, listed: list[str] | None = None) -> list[dict[str, Any]]:
+    """One ``{"word", "in_vocabulary", "vector"}`` dict per word of ``values`` (``--words`` as
+    typed) and ``listed`` (``--file``; see :func:`query_words`), in order; an unknown word never
+    fails the call.
+
+    ``vector`` is a list of ``dim`` floats; for a word out of the vocabulary it is what the
+    reference tool gives: a subword family's vector from the word's n-grams (fastText, gensim),
+    the zero vector when the word has no n-gram; ``None`` (JSON null) in a family without
+    subwords (word2vec, GloVe: gensim raises ``KeyError``), with ``in_vocabulary`` false.
+    """
+    _, vectors = load_vectors(source, fmt)
     out = []
-    for word in words:
+    for word in query_words(vectors, values, listed):
         vector = vectors.vector(word)
-        if vector is None:
-            how = "" if vectors.subword_family else f" ({family} has no subword information for out-of-vocabulary words)"
-            raise DataError(f"{word!r}: not in the vocabulary of {source}{how}")
-        out.append({"word": word, "in_vocabulary": word in vectors, "vector": [round(float(v), 7) for v in vector]})
+        out.append({
+            "word": word,
+            "in_vocabulary": word in vectors,
+            "vector": None if vector is None else [round(float(v), 7) for v in vector],
+        })
+    return out
+
+
+def neighbors(
+    source: str | Path, words: list[str], positive: list[str], negative: list[str], topn: int, method: str, restrict_vocab: int | None,
+    fmt: str | None = None, listed: list[str] | None = None,
+) -> list[dict[str, Any]]:
+    """Nearest neighbours (:func:`ptmkit.wordvectors.similarity.most_similar`): one record per
+    word of ``words`` (``--words`` as typed) and ``listed`` (``--file``, :func:`query_words`), or one for the query
+    ``positive`` / ``negative`` (an analogy).
+
+    A word of ``words`` without a vector (out of the vocabulary, no subwords) or with the zero
+    vector (fastText: no n-gram) gets ``"neighbors": null`` and never fails the others; a
+    ``positive`` / ``negative`` word without a vector fails the query (DataError naming it).
+
+    Returns:
+        ``{"word", "in_vocabulary", "method", "neighbors"}`` per word, or one
+        ``{"positive", "negative", "method", "neighbors"}``; ``neighbors`` is a list of
+        ``{"word", "score"}``, best first.
+
+    Raises:
+        PtmkitError: neither or both kinds of query given.
+        DataError: see above.
+    """
+    from ptmkit.wordvectors.similarity import METHODS, most_similar
+
+    if method not in METHODS:
+        raise PtmkitError(f"--method {method}: choose one of {', '.join(METHODS)}")
+    if bool(words or listed) == bool(positive or negative):
+        raise PtmkitError("give --words WORD ... or --file WORDS.txt (one query per word), or --positive/--negative (or --analogy A B C) for one query")
+    _, vectors = load_vectors(source, fmt)
+
+    def scored(found: list[tuple[str, float]]) -> list[dict[str, Any]]:
+        return [{"word": word, "score": round(score, 7)} for word, score in found]
+
+    if not words and not listed:
+        query = most_similar(vectors, query_words(vectors, positive), query_words(vectors, negative) if negative else [], topn, method, restrict_vocab)
+        return [{"positive": positive, "negative": negative, "method": method, "neighbors": scored(query)}]
+    out = []
+    for word in query_words(vectors, words, listed):
+        vector = vectors.vector(word)
+        usable = vector is not None and bool(np.any(vector))
+        found = most_similar(vectors, [word], [], topn, method, restrict_vocab) if usable else None
+        out.append({"word": word, "in_vocabulary": word in vectors, "method": method, "neighbors": None if found is None else scored(found)})
     return out
 
 

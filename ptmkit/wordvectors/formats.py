@@ -83,51 +83,71 @@ BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark, which some editors put first
 
 
 def read_vectors(path: str | os.PathLike[str], fmt: str | None = None) -> WordVectors:
-    """Read a word-vector file; ``fmt`` is guessed when None (binary when the header is followed
-    by non-text bytes, word2vec text when the first line is ``count dim``, else GloVe).
+    """Read a word-vector file; ``fmt`` (one of :data:`FORMATS`) is guessed when None: word2vec
+    text when the first line is ``count dim`` and the whole next line is a word and ``dim``
+    numbers, word2vec binary when a ``count dim`` header is followed by anything else, else GloVe.
+    ``fasttext-vec`` reads as ``word2vec`` (the same text format). The guess reads whole lines,
+    whatever their length, so it holds at any dimension.
 
     GloVe lines are split on single spaces and their last ``dim`` fields are the numbers, so a
     token containing spaces is read whole; ``dim`` is the smallest positive count of trailing numeric
     fields over the first 100 lines.
 
     Raises:
-        DataError: a missing or empty file, a bad header, a line with the wrong number of fields,
+        DataError: an unknown ``fmt``, a missing or empty file, a bad header, a line with the wrong number of fields,
             a non-number, nan or inf (file and line named), text that is not UTF-8, a truncated
             binary file.
     """
     path = Path(path)
+    if fmt is not None and fmt not in FORMATS:
+        raise DataError(f"unknown vector format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if not path.is_file():
         raise DataError(f"{path}: no such vector file")
     with open(path, "rb") as handle:
-        head = handle.readline().removeprefix(BOM)
-        rest = handle.read(4096)
+        head = handle.readline(MAX_HEADER).removeprefix(BOM)
+        header = head.split()
+        has_header = len(header) == 2 and all(h.isdigit() for h in header)
+        limit = _first_line_limit(int(header[1])) if has_header else 0
+        first = handle.readline(limit) if has_header else b""
     if not head.strip():
         raise DataError(f"{path}:1: empty vector file")
-    header = head.split()
-    has_header = len(header) == 2 and all(h.isdigit() for h in header)
     if fmt is None:
         if not has_header:
             fmt = "glove"
         else:
-            fmt = "word2vec" if _first_line_is_text(rest, int(header[1])) else "word2vec-binary"
+            fmt = "word2vec" if _is_text_line(first, int(header[1]), first.endswith(b"\n") or len(first) < limit) else "word2vec-binary"
     if fmt == "word2vec-binary":
+        if not has_header:
+            raise DataError(f"{path}:1: expected a 'count dim' header line (word2vec binary)")
         return _read_binary(path)
     if fmt in ("word2vec", "fasttext-vec"):
         if not has_header:
-            raise DataError(f"{path}:1: expected a 'count dim' header line")
+            raise DataError(f"{path}:1: expected a 'count dim' header line (or give --format glove)")
         return _read_text(path, int(header[0]), int(header[1]))
-    if fmt == "glove":
-        return _read_text(path, None, None)
-    raise DataError(f"unknown vector format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    return _read_text(path, None, None)
 
 
-def _first_line_is_text(rest: bytes, dim: int) -> bool:
-    """Whether the bytes after a ``count dim`` header start with a text line ending in ``dim``
-    numbers (word2vec text, whatever the word's encoding), rather than a word and ``4 dim``
-    bytes of float32 (word2vec binary)."""
-    line, newline, _ = rest.partition(b"\n")
-    fields = line.rstrip(b"\r ").split(b" ")
-    if not newline or len(fields) < dim + 1:
+MAX_HEADER = 256  # a "count dim" line is a few bytes; a longer first line is GloVe's first vector
+MAX_WORD_BYTES = 1 << 20
+
+
+def _first_line_limit(dim: int) -> int:
+    """Bytes enough for a word2vec text line of ``dim`` numbers at any precision (``repr`` of a
+    float64 is at most 24 characters) and a long word: the sniffing never depends on a fixed
+    prefix such as 4 KB, which one 400-d line already exceeds."""
+    return MAX_WORD_BYTES + 32 * (dim + 1)
+
+
+def _is_text_line(line: bytes, dim: int, whole: bool) -> bool:
+    """Whether ``line``, the whole first line after a ``count dim`` header, is a text line ending
+    in ``dim`` numbers (word2vec text, whatever the word's encoding), rather than a word and
+    ``4 dim`` bytes of float32 (word2vec binary, whose bytes hold a newline or a non-number long
+    before ``dim`` space-separated numbers). ``whole``: the line was read to its end (a newline,
+    or the end of the file)."""
+    if not whole:
+        return False
+    fields = line.rstrip(b"\r\n ").split(b" ")
+    if len(fields) < dim + 1:
         return False
     try:
         [float(field) for field in fields[-dim:]]

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from inplugins import in_tree_plugins, registered  # noqa: F401 - the fixture
-from tinyconfig import DATA
+from tinyconfig import DATA, TEST_DATA
 
 from ptmkit.cli import main
 
@@ -225,3 +225,116 @@ def test_supervised_classifier_through_the_cli_beats_the_majority_class(tmp_path
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["labels"] == 45 and metrics["dev_examples"] == 5000
     assert metrics["dev_accuracy"] > 2.5 * metrics["dev_majority_baseline"]
+
+
+MINN5 = TEST_DATA / "fasttext-no-ngrams" / "minn5.bin"  # issue 15's case: minn = maxn = 5
+
+
+def test_a_word_without_ngrams_gets_the_zero_vector_as_in_gensim(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ "ab" is shorter than minn = 5: no n-gram, so fastText and gensim give the zero vector; the
+    call with "cat" beside it is not refused, through the run and through its ONNX export."""
+    from gensim.models.fasttext import load_facebook_model
+
+    from ptmkit_export import Predictor
+
+    kv = load_facebook_model(str(MINN5)).wv
+    run = tmp_path / "run"
+    assert main(["import-fasttext", str(MINN5), "--out", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["embed", str(run), "--words", "cat ab"]) == 0
+    cat, ab = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert (cat["word"], cat["in_vocabulary"], ab["word"], ab["in_vocabulary"]) == ("cat", True, "ab", False)
+    np.testing.assert_allclose(cat["vector"], kv["cat"], atol=1e-6)
+    assert not kv["ab"].any() and ab["vector"] == kv["ab"].tolist()
+    assert main(["export", str(run), "--out", str(tmp_path / "export")]) == 0
+    predictor = Predictor(tmp_path / "export")
+    vectors = predictor.embed(["cat", "ab", "catab"])
+    np.testing.assert_allclose(vectors, kv[["cat", "ab", "catab"]], atol=1e-6)
+    assert predictor.out_of_vocabulary(["cat", "ab", "catab"]).tolist() == [False, True, False]
+    capsys.readouterr()
+    assert main(["embed", str(tmp_path / "export"), "--text", "cat", "--text", "ab"]) == 0
+    captured = capsys.readouterr()
+    records = [json.loads(line) for line in captured.out.splitlines()]
+    assert [r.get("oov", False) for r in records] == [False, True] and not any(records[1]["embedding"])
+    assert "1 of 2 text(s) have no word in the vocabulary" in captured.err
+
+
+MULTILABEL = TEST_DATA / "fasttext-labels" / "multilabel.txt"  # issue 15's case
+
+
+def test_every_label_of_a_line_counts_as_in_fasttexts_update(tmp_path: Path) -> None:
+    """fastText's ``FastText::supervised`` (softmax loss): a line with several labels trains, at
+    each update, on one of them drawn uniformly. Transcribed in float64 with the same draws
+    (per epoch: the order, then one label per example), it equals the trained weights; the
+    label set holds every label, including one that only ever comes second."""
+    from rich.console import Console
+
+    from ptmkit.api import quiet_tensorflow
+    from ptmkit_fasttext.supervised import FastTextClassifierConfig, build_classifier, train_classifier
+
+    quiet_tensorflow()
+    lines = [("cake oven", ["baking", "dessert"]), ("bread dough", ["baking"]), ("blade chop", ["knives"]),
+             ("sugar cake", ["dessert", "baking"]), ("slice edge", ["knives"]), ("flour oven", ["baking"])]
+    corpus = tmp_path / "train.txt"
+    corpus.write_text("".join(f"{text} " + " ".join(f"__label__{label}" for label in labels) + "\n" for text, labels in lines))
+    config = FastTextClassifierConfig(vector_size=6, epochs=3, learning_rate=0.5, batch_size=1, seed=5)
+    run = tmp_path / "run"
+    run.mkdir()
+    metrics = train_classifier(corpus, run, config, Console(stderr=True))
+    names = json.loads((run / "labels.json").read_text())
+    assert names == ["baking", "dessert", "knives"] and metrics["multi_label_examples"] == 2
+
+    words = [line.split("\t")[0] for line in (run / "vocabulary.tsv").read_text().splitlines()]
+    index = {w: i for i, w in enumerate(words)}
+    targets = [[names.index(label) for label in labels] for _, labels in lines]
+    rng = np.random.default_rng(5)
+    w_in = rng.uniform(-1 / 6, 1 / 6, (len(words), 6)).astype(np.float32).astype(np.float64)
+    w_out = np.zeros((3, 6))
+    steps, t, drawn = 3 * len(lines), 0, set()
+    for _ in range(3):
+        order = rng.permutation(len(lines))
+        choice = rng.integers(0, [len(x) for x in targets])
+        for i in order:
+            target = targets[i][choice[i]]
+            drawn.add((i, target))
+            lr = 0.5 * (1 - t / steps)
+            r = [index[w] for w in lines[i][0].split()]
+            h = w_in[r].mean(axis=0)
+            p = np.exp(w_out @ h - (w_out @ h).max())
+            p /= p.sum()
+            alpha = lr * ((np.arange(3) == target) - p)
+            grad = alpha @ w_out
+            w_out += np.outer(alpha, h)
+            np.add.at(w_in, r, grad / len(r))
+            t += 1
+    model = build_classifier(len(words), 6, 3)
+    model.load_weights(str(run / "classifier.weights.h5"))
+    np.testing.assert_allclose(model.get_layer("input_rows").get_weights()[0], w_in, atol=1e-6)
+    np.testing.assert_allclose(model.get_layer("output").get_weights()[0], w_out.T, atol=1e-6)
+    assert {(0, 0), (0, 1)} <= drawn  # both labels of the first line were trained on (seed 5)
+
+
+def test_the_multilabel_case_keeps_dessert(tmp_path: Path) -> None:
+    """Issue 15's multilabel.txt: "dessert" only ever comes second; fastText knows 3 labels, so
+    does the run, and the lines labelled baking and dessert rank dessert above knives."""
+    from ptmkit.api import DataError, read_labelled, read_multilabelled
+    from ptmkit.training.finetune import load_labelled
+
+    texts, labels = read_multilabelled(MULTILABEL)
+    assert len(texts) == 150 and sorted({label for ls in labels for label in ls}) == ["baking", "dessert", "knives"]
+    for reader in (read_labelled, load_labelled):  # one label per line (a transformer's fine-tuning): refused, not cut
+        with pytest.raises(DataError) as info:
+            reader(MULTILABEL)
+        assert str(info.value).startswith(f"{MULTILABEL}:1: 2 labels on one line (baking, dessert); this command takes one label per line")
+    out = tmp_path / "sup"
+    argv = ["train", "fasttext-supervised", "--corpus", str(MULTILABEL), "--out", str(out), "--set", "model.epochs=10", "--set", f"model.dev={MULTILABEL}"]
+    assert main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert json.loads((out / "labels.json").read_text()) == ["baking", "dessert", "knives"]
+    assert (metrics["labels"], metrics["multi_label_examples"]) == (3, 50) and metrics["dev_accuracy"] == 1.0
+    assert main(["export", str(out)]) == 0
+    from ptmkit_export import Predictor
+
+    both = [t for t, ls in zip(texts, labels, strict=True) if ls == ("baking", "dessert")]
+    probabilities = np.asarray([[p.probabilities[name] for name in ("baking", "dessert", "knives")] for p in Predictor(out / "export").predict(both)])
+    assert (probabilities[:, 1] > probabilities[:, 2]).all() and probabilities[:, 1].mean() > 0.2

@@ -228,15 +228,16 @@ def test_finetune_from_word2vec_vectors_and_wrong_heads(labelled: dict[str, Path
         assert message in err and "\n" not in err, err
         assert not (tmp_path / "bad").exists()
 
-    # The word2vec run's own export: a word it does not know has no vector (not a zero vector).
+    # The word2vec run's own export: a word it does not know has no row; it does not sink the
+    # batch: the zero vector, flagged by out_of_vocabulary() and "oov": true.
     assert main(["export", str(sgns), "--out", str(tmp_path / "sgns-export")]) == 0
     vectors = Predictor(tmp_path / "sgns-export")
-    assert vectors.embed(["the"]).shape == (1, 16)
-    with pytest.raises(ValueError, match="'zzqxv' has no row"):
-        vectors.embed(["the", "zzqxv"])
+    both = vectors.embed(["the", "zzqxv"])
+    assert both.shape == (2, 16) and both[0].any() and not both[1].any()
+    assert vectors.out_of_vocabulary(["the", "zzqxv"]).tolist() == [False, True]
     capsys.readouterr()
-    assert main(["embed", str(tmp_path / "sgns-export"), "--text", "zzqxv"]) == 2
-    assert "has no row" in capsys.readouterr().err
+    assert main(["embed", str(tmp_path / "sgns-export"), "--text", "zzqxv"]) == 0
+    assert json.loads(capsys.readouterr().out)["oov"] is True
 
 
 def test_a_large_matrix_goes_to_external_data(supervised: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -149,15 +149,18 @@ def test_every_vector_format_loads_in_gensim_with_the_same_vectors(run: Path, tm
     np.testing.assert_array_equal(back.vectors, kv.vectors)
 
 
-def test_embed_prints_one_json_line_per_word_and_refuses_oov(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_embed_prints_one_json_line_per_word_and_flags_oov(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown word never sinks the call: gensim raises KeyError for it, ptmkit prints its
+    line with "vector": null (and a warning), the other words' vectors as gensim's."""
     kv = _kv(run)
-    assert main(["embed", str(run), "--words", "king", "--words", "the"]) == 0
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [line["word"] for line in lines] == ["king", "the"]
-    np.testing.assert_allclose(lines[1]["vector"], kv["the"], atol=1e-7)
-    assert main(["embed", str(run), "--words", "qwertyuiop"]) == 2
-    err = capsys.readouterr().err
-    assert "'qwertyuiop': not in the vocabulary" in err and "word2vec has no subword information" in err
+    assert main(["embed", str(run), "--words", "king", "--words", "qwertyuiop", "--words", "the"]) == 0
+    captured = capsys.readouterr()
+    lines = [json.loads(line) for line in captured.out.splitlines()]
+    assert [line["word"] for line in lines] == ["king", "qwertyuiop", "the"]
+    assert [line["in_vocabulary"] for line in lines] == [True, False, True] and lines[1]["vector"] is None
+    np.testing.assert_allclose(lines[2]["vector"], kv["the"], atol=1e-7)
+    assert "qwertyuiop" not in kv.key_to_index
+    assert "1 of 3 word(s) not in the vocabulary" in captured.err and "'qwertyuiop'" in captured.err
 
 
 def test_onnx_export_maps_ids_to_vectors(run: Path, tmp_path: Path) -> None:
