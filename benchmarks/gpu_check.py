@@ -131,15 +131,19 @@ def device_peak(name: str | None) -> tuple[float, float, float] | None:
 
 
 def header(check: Check, command: str) -> list[str]:
+    """Title and the date / commit / machine / load / command table every results file starts with."""
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return [
         "# GPU check" + (" (dry run: CPU, tiny inputs; the numbers mean nothing)" if check.dry_run else ""),
         "",
-        f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- commit: {commit or 'unknown'}",
-        f"- machine: {gpu_name() or 'no GPU'}; {os.cpu_count()} CPUs; {platform.platform()}; Python {platform.python_version()}",
-        f"- load (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}",
-        f"- command: `{command}`",
+        "| | |",
+        "|---|---|",
+        f"| date | {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')} |",
+        f"| commit | {commit or 'unknown'} |",
+        f"| machine | {gpu_name() or 'no GPU'}; {os.cpu_count()} CPUs; {platform.platform()}; Python {platform.python_version()} |",
+        f"| load | 1, 5, 15 min load average at the start: {load} |",
+        f"| command | `{command}` |",
     ]
 
 

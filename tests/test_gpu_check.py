@@ -30,8 +30,8 @@ def test_the_dry_run_measures_every_section(tmp_path: Path) -> None:
                             capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = out.read_text()
-    for field in ("- date: ", "- commit: ", "- machine: ", "- load (1, 5, 15 min): ", "- command: `benchmarks/gpu_check.sh --dry-run`"):
-        assert field in report
+    for field in ("| date | 20", "| commit | ", "| machine | no GPU; ", "| load | 1, 5, 15 min load average", "| command | `benchmarks/gpu_check.sh --dry-run` |"):
+        assert field in report, field
     assert "failed:" not in report and "skipped" not in report, report
 
     bert = table_rows(report, "BERT pre-training")
