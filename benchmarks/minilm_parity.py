@@ -6,7 +6,7 @@ transformers on torch, sentence-transformers), needing no torch itself:
 * hidden states, ptmkit (Keras) vs ``transformers.BertModel``: max abs difference on real tokens
   and on every position, with the exact GELU and, for contrast, with keras-hub's tanh GELU;
 * sentence embeddings vs ``SentenceTransformer.encode``: max abs difference;
-* token ids vs the checkpoint's ``tokenizer.json`` on the test texts (``tests/test_hf_import.py``);
+* token ids vs the checkpoint's ``tokenizer.json`` on the test texts (``plugins/ptmkit_bert/tests/test_hf_import.py``);
 * ONNX fp32 vs Keras and int8 vs fp32 embeddings (cosine) on 1,000 supersense dev glosses, and the
   median latency of each at batch 1 x 128 (1 thread).
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "plugins" / "ptmkit_bert" / "tests"))  # test_hf_import: the test texts
 INPUTS = ("token_ids", "segment_ids", "padding_mask")
 
 

@@ -18,10 +18,10 @@ What it measures (tokens/s = batch x sequence_length per step, padding included,
   (``build_pretraining_model(registry, resolve_config(registry, "bert", None, []))``: the BERT
   plugin's backbone + the core masked-LM objective, compiled by ptmkit) fed the very same arrays:
   the cost of the plugin layer alone.
-* ``ptmkit model, PyDataset (pre-made)``: the same model fed through ptmkit's ``_StepDataset``
+* ``ptmkit model, PyDataset (pre-made)``: the same model fed through ptmkit's ``step_dataset``
   (a ``keras.utils.PyDataset``, what ``ptmkit train`` feeds ``fit`` with) returning the same
   pre-made batches: the cost of the PyDataset -> ``tf.data.Dataset.from_generator`` adapter.
-* ``ptmkit model, PyDataset (live pipeline)``: ``_StepDataset`` building each step with
+* ``ptmkit model, PyDataset (live pipeline)``: ``step_dataset`` building each step with
   ``make_step(InstanceSampler, ...)`` from the tokenized corpus, as ``ptmkit train`` does, but
   without ptmkit's callbacks.
 * ``ptmkit pretrain() end to end``: ``ptmkit.training.pretrain.pretrain("bert", corpus, out,
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     from ptmkit.data.pretraining import InstanceSampler, load_token_file, make_step, step_rng
     from ptmkit.plugins import get_registry
     from ptmkit.rundir import RunDir
-    from ptmkit.training.pretrain import _StepDataset, build_pretraining_model, pretrain, resolve_config
+    from ptmkit.training.pretrain import build_pretraining_model, pretrain, resolve_config, step_dataset
     from ptmkit.training.schedule import adamw
 
     total = args.warmup + args.steps
@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         def run(_round: int) -> list[float]:
             timer = step_timer()
             # shuffle=False as ptmkit's _fit passes it: Keras would otherwise permute a PyDataset's indices
-            model.fit(_StepDataset(make_batch, 0, total), epochs=1, shuffle=False, verbose=0, callbacks=[timer])
+            model.fit(step_dataset(make_batch, 0, total), epochs=1, shuffle=False, verbose=0, callbacks=[timer])
             return step_times(timer.stamps)
 
         return run
@@ -374,9 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     name = "ptmkit model, arrays"
     rows[name] = Row(name, fit_arrays(ptmkit_model, x, y, w), "build_pretraining_model() on the same arrays: plugin layer only")
     name = "ptmkit model, PyDataset (pre-made)"
-    rows[name] = Row(name, fit_dataset(ptmkit_model, lambda step: batches[step]), "_StepDataset returning the same in-memory batches")
+    rows[name] = Row(name, fit_dataset(ptmkit_model, lambda step: batches[step]), "step_dataset returning the same in-memory batches")
     name = "ptmkit model, PyDataset (live pipeline)"
-    rows[name] = Row(name, fit_dataset(ptmkit_model, make), "_StepDataset + make_step on the tokenized corpus, no callbacks")
+    rows[name] = Row(name, fit_dataset(ptmkit_model, make), "step_dataset + make_step on the tokenized corpus, no callbacks")
 
     order = [ANCHOR, *[n for n in rows if n not in (ANCHOR, pretrain_row.name)], pretrain_row.name]
     for round_index in range(args.rounds):

@@ -112,10 +112,10 @@ def ceiling(export: Path, texts: list[str], threads: int, batch: int, rounds: in
 class Server:
     """``python -m ptmkit_export.server EXPORT --port 0 ...`` in a subprocess; stopped with SIGTERM."""
 
-    def __init__(self, export: Path, threads: int, max_batch: int, max_delay_ms: float) -> None:
+    def __init__(self, export: Path, threads: int, max_batch: int, max_delay_ms: float, device: str = "cpu") -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "export"), os.environ.get("PYTHONPATH", "")]))
         command = [sys.executable, "-m", "ptmkit_export.server", str(export), "--host", HOST, "--port", "0", "--name", "minilm",
-                   "--threads", str(threads), "--max-batch", str(max_batch), "--max-delay-ms", str(max_delay_ms), "--variant", "fp32"]
+                   "--threads", str(threads), "--max-batch", str(max_batch), "--max-delay-ms", str(max_delay_ms), "--variant", "fp32", "--device", device]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
@@ -124,6 +124,7 @@ class Server:
             self.process.kill()
             raise RuntimeError(f"server did not start: {line!r}")
         self.port = int(match.group(1))
+        self.banner = line.strip()  # "serving NAME (task, variant, providers) on http://..."
 
     def metrics(self) -> str:
         connection = http.client.HTTPConnection(HOST, self.port, timeout=30)
@@ -242,8 +243,8 @@ def latency(export: Path, texts: list[str], threads: int, repeats: int) -> dict[
     }
 
 
-def throughput(export: Path, texts: list[str], threads: int, max_batch: int, clients: int, requests: int, seconds: float) -> dict[str, Any]:
-    server = Server(export, threads, max_batch=max_batch, max_delay_ms=5)
+def throughput(export: Path, texts: list[str], threads: int, max_batch: int, clients: int, requests: int, seconds: float, device: str = "cpu") -> dict[str, Any]:
+    server = Server(export, threads, max_batch=max_batch, max_delay_ms=5, device=device)
     lock = threading.Lock()
     sent = [0]
     latencies: list[float] = []
@@ -285,6 +286,7 @@ def throughput(export: Path, texts: list[str], threads: int, max_batch: int, cli
     calls = float(re.search(r"^ptmkit_batch_size_count\{[^}]*\} (\S+)", metrics, re.M).group(1)) - 1  # less the warm-up
     rows = float(re.search(r"^ptmkit_batch_size_sum\{[^}]*\} (\S+)", metrics, re.M).group(1)) - 4
     return {
+        "server": server.banner,
         "max_batch": max_batch,
         "clients": clients,
         "answered": len(latencies),

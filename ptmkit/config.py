@@ -23,9 +23,12 @@ import tomllib
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ptmkit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ptmkit.plugins import Registry
 
 
 @dataclasses.dataclass
@@ -61,8 +64,8 @@ class TrainConfig:
     jit_compile: bool = False
 
     def validate(self) -> None:
-        _positive(self, "train", "batch_size", "sequence_length", "max_steps", "checkpoint_every")
-        _unit_interval(self, "train", "warmup_ratio")
+        check_positive(self, "train", "batch_size", "sequence_length", "max_steps", "checkpoint_every")
+        check_unit_interval(self, "train", "warmup_ratio")
 
 
 @dataclasses.dataclass
@@ -98,8 +101,8 @@ class FinetuneConfig:
     jit_compile: bool = False
 
     def validate(self) -> None:
-        _positive(self, "finetune", "epochs", "batch_size", "sequence_length")
-        _unit_interval(self, "finetune", "warmup_ratio")
+        check_positive(self, "finetune", "epochs", "batch_size", "sequence_length")
+        check_unit_interval(self, "finetune", "warmup_ratio")
 
 
 @dataclasses.dataclass
@@ -125,16 +128,53 @@ class RunConfig:
         }
 
 
-def _positive(cfg: Any, section: str, *names: str) -> None:
+def check_positive(cfg: Any, section: str, *names: str) -> None:
+    """Refuse a value that is not > 0: for a config dataclass's ``validate()``.
+
+    Args:
+        cfg: the config dataclass instance.
+        section: its section in the run config (``"model"``, ``"train"``, ...), for the message.
+        names: the fields to check (numbers).
+
+    Raises:
+        ConfigError: ``config key 'SECTION.NAME' must be > 0, got VALUE`` for the first failing field.
+    """
     for name in names:
         if getattr(cfg, name) <= 0:
             raise ConfigError(f"config key '{section}.{name}' must be > 0, got {getattr(cfg, name)}")
 
 
-def _unit_interval(cfg: Any, section: str, *names: str) -> None:
+def check_non_negative(cfg: Any, section: str, *names: str) -> None:
+    """Refuse a value that is < 0 (0 often means "off" or "no limit"); see :func:`check_positive`.
+
+    Raises:
+        ConfigError: ``config key 'SECTION.NAME' must be >= 0, got VALUE``.
+    """
+    for name in names:
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"config key '{section}.{name}' must be >= 0, got {getattr(cfg, name)}")
+
+
+def check_unit_interval(cfg: Any, section: str, *names: str) -> None:
+    """Refuse a fraction outside ``[0, 1]``; see :func:`check_positive`.
+
+    Raises:
+        ConfigError: ``config key 'SECTION.NAME' must be in [0, 1], got VALUE``.
+    """
     for name in names:
         if not 0.0 <= getattr(cfg, name) <= 1.0:
             raise ConfigError(f"config key '{section}.{name}' must be in [0, 1], got {getattr(cfg, name)}")
+
+
+def check_choice(cfg: Any, section: str, name: str, choices: typing.Iterable[str]) -> None:
+    """Refuse a value that is not one of ``choices``; see :func:`check_positive`.
+
+    Raises:
+        ConfigError: ``config key 'SECTION.NAME' must be one of A, B, got 'VALUE'``.
+    """
+    choices = tuple(choices)
+    if getattr(cfg, name) not in choices:
+        raise ConfigError(f"config key '{section}.{name}' must be one of {', '.join(choices)}, got {getattr(cfg, name)!r}")
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -393,3 +433,40 @@ def to_toml(data: dict[str, Any], comments: dict[str, dict[str, str]] | None = N
 
     table("", data)
     return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def choose_head(registry: Registry, family: Any, config_path: str | Path | None, overrides: list[str]) -> list[str]:
+    """``overrides`` with ``finetune.head`` set to the head to use on ``family``'s runs.
+
+    A head named by ``--set finetune.head=NAME`` or the ``--config`` file must fit the family (its
+    ``requires`` among the family's ``provides``). Otherwise the default head is used when it
+    fits, else the one installed head that does.
+
+    Raises:
+        ConfigError: the named head does not fit, or no head (or several) fits the family.
+    """
+    named: str | None = None
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.strip() == "finetune.head":
+            named = value.strip().strip('"')
+    if named is None and config_path is not None:
+        section = read_toml(config_path).get("finetune")
+        named = section.get("head") if isinstance(section, dict) else None
+    fitting = registry.heads_for(family)
+    if named is not None:
+        if named in registry.heads and named not in fitting:
+            raise ConfigError(
+                f"finetune.head = {named!r} needs {sorted(registry.head(named).requires)}, which {family.name} runs do not provide; "
+                f"heads for them: {', '.join(fitting) or 'none installed'}"
+            )
+        return overrides
+    default = FinetuneConfig().head
+    if default in fitting:
+        return overrides
+    if len(fitting) != 1:
+        raise ConfigError(
+            f"no fine-tune head fits {family.name} runs (they provide {sorted(family.provides)})"
+            if not fitting else f"several heads fit {family.name} runs ({', '.join(fitting)}); choose one with --set finetune.head=NAME"
+        )
+    return [*overrides, f"finetune.head={fitting[0]}"]

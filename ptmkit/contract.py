@@ -221,9 +221,9 @@ class WordVectorFamily(ModelFamily):
         """Whether ``run_dir`` holds an epoch checkpoint
         (:class:`ptmkit.training.wordvectors.EpochCheckpoints`, where the in-tree families that
         set ``resumable`` save theirs)."""
-        from ptmkit.training.wordvectors import EpochCheckpoints
+        from ptmkit.rundir import has_epoch_checkpoint
 
-        return EpochCheckpoints.of_run(run_dir).exists
+        return has_epoch_checkpoint(run_dir)
 
 
 class Objective:
@@ -318,7 +318,7 @@ class Head:
         raise NotImplementedError
 
     def train(
-        self, vectors: WordVectors, parent_model: Any, texts: list[str], label_ids: np.ndarray, labels: list[str], config: Any, run_dir: Path, console: Console
+        self, vectors: WordVectors, pretrained_config: Any, texts: list[str], label_ids: np.ndarray, labels: list[str], config: Any, run_dir: Path, console: Console
     ) -> TrainedHead:
         """Train a classifier initialised from ``vectors`` (heads that train themselves) and write
         its files into ``run_dir``.
@@ -330,7 +330,7 @@ class Head:
 
         Args:
             vectors: the pre-trained run's word vectors (every row of its matrix).
-            parent_model: the pre-trained run's ``[model]`` config (e.g. its ``lowercase``).
+            pretrained_config: the pre-trained run's ``[model]`` config (e.g. its ``lowercase``).
             texts: training texts.
             label_ids: ``(len(texts),)`` int32 indices into ``labels``.
             labels: label names, sorted.

@@ -28,3 +28,7 @@ class RunDirError(PtmkitError):
 
 class PluginError(PtmkitError):
     """An unknown plugin or family name, or two distributions claiming one family."""
+
+
+class ExportError(PtmkitError):
+    """An export that cannot be made or failed a check (ONNX parity, a refused option); nothing was written."""

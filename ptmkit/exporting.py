@@ -41,7 +41,7 @@ from rich.console import Console
 
 from ptmkit.console import default_console
 from ptmkit.contract import ROW_CLASSIFIER
-from ptmkit.errors import PtmkitError
+from ptmkit.errors import ExportError
 from ptmkit.rundir import RunDir
 
 PARITY_TOLERANCE = 1e-4
@@ -51,10 +51,6 @@ DEV_EMBEDDING_TEXTS = 1000  # texts of --dev used for the embedding check
 LATENCY_SHAPE = (1, 128)
 LATENCY_THREADS = 1  # timings on a shared 2-core machine swing 3x with 2 threads; 1 is repeatable
 LATENCY_REPEATS = 50
-
-
-class ExportError(PtmkitError):
-    """The exported graph failed a check; nothing was written."""
 
 
 def convert_to_onnx(model: Any, path: Path, input_names: tuple[str, ...], output_name: str = "logits") -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import importlib.metadata
 import logging
 import os
@@ -34,6 +35,8 @@ from ptmkit.contract import CorpusReader, Head, ModelFamily, Objective
 from ptmkit.errors import PluginError
 
 ENTRY_POINT_GROUP = "ptmkit.plugins"
+#: ptmkit's own plugin modules (objectives, heads, readers), registered before any entry point.
+BUILTIN_PLUGINS = ("ptmkit.builtins",)
 logger = logging.getLogger(__name__)
 
 
@@ -82,10 +85,12 @@ class Registry:
         Raises:
             PluginError: two distributions provide the same family, objective or head name.
         """
-        from ptmkit import builtins
-
         registry = cls()
-        registry.register(builtins, PluginInfo("ptmkit", "ptmkit", _version("ptmkit"), builtins.__name__))
+        for module_name in BUILTIN_PLUGINS:
+            # By name, as pytest loads its default_plugins: the built-ins are a plugin above the
+            # registry (they import the readers, which ask the registry), not a part of it.
+            builtins = importlib.import_module(module_name)
+            registry.register(builtins, PluginInfo("ptmkit", "ptmkit", _version("ptmkit"), module_name))
         if entry_points is None:
             if os.environ.get("PTMKIT_DISABLE_PLUGIN_AUTOLOAD") == "1":
                 entry_points = []
@@ -112,8 +117,6 @@ class Registry:
 
     def _load_module(self, module_name: str) -> None:
         """Register an importable module named in ``PTMKIT_PLUGINS`` (fault-isolated like an entry point)."""
-        import importlib
-
         info = PluginInfo(module_name, "PTMKIT_PLUGINS", "0+local", module_name)
         try:
             module = importlib.import_module(module_name)

@@ -12,6 +12,8 @@ Layout::
       pooling.json         sentence-embedding pooling (imported checkpoints; see ptmkit.embedding)
       metrics.json         measured numbers of the run
       checkpoints/         ckpt-STEP.npz + latest.json: model and optimizer state for --resume
+      checkpoint/          state-EPOCH.npz + state.json: a self-training family's epoch
+                           checkpoint (ptmkit.training.wordvectors.EpochCheckpoints)
       logs/                TensorBoard event files
       tokens/              the tokenized corpus (pre-training)
 
@@ -37,6 +39,9 @@ MODEL_WEIGHTS = "model.weights.h5"
 LABELS = "labels.json"
 METRICS = "metrics.json"
 POOLING = "pooling.json"
+#: The folder of a self-training family's epoch checkpoints, and the file written last in it.
+EPOCH_CHECKPOINTS = "checkpoint"
+EPOCH_CHECKPOINT_STATE = "state.json"
 
 
 class RunDir:
@@ -105,6 +110,12 @@ class RunDir:
             return Tokenizer.from_file(str(file))
         except Exception as exc:  # tokenizers raises plain Exception subclasses
             raise RunDirError(f"{file}: cannot be read as a tokenizers file ({exc})") from None
+
+
+def has_epoch_checkpoint(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds a complete epoch checkpoint (its :data:`EPOCH_CHECKPOINT_STATE`,
+    written last, exists)."""
+    return (Path(run_dir) / EPOCH_CHECKPOINTS / EPOCH_CHECKPOINT_STATE).exists()
 
 
 def load_weights(model: Any, file: Path) -> None:

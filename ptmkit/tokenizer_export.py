@@ -56,7 +56,7 @@ def tokenizer_variants(
             onnxruntime-extensions is not installed; no single-file model is written.
     """
     from ptmkit.data.tokenization import ENCODING_FIELDS
-    from ptmkit.exporting import ExportError
+    from ptmkit.errors import ExportError
     from ptmkit_export.errors import ExportDirError
     from ptmkit_export.tokenizer_graph import TokenizerGraphError, build_tokenizer_variants_isolated
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "data"
+#: Small fixtures shared by the core's tests and the tests beside the plugins.
+TEST_DATA = REPO / "tests" / "data"
 
 # A BERT small enough to pre-train in seconds; every code path is the real one.
 TINY = [

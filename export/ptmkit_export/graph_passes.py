@@ -4,7 +4,7 @@ Keras' ONNX export (``model.export(format="onnx")``, which drives tf2onnx) write
 unusual graph, and ONNX Runtime's tools only recognise the patterns PyTorch's exporter writes:
 
 * every 2-D projection is a ``Gemm``, which dynamic int8 quantization leaves in float
-  (:func:`rewrite_gemm_as_matmul`, in :mod:`ptmkit_export.quantize`);
+  (:func:`rewrite_gemm_as_matmul`);
 * layer normalization is a chain of 12 nodes built on ``GlobalAveragePool``
   (``moments/mean``, ``moments/variance``, ``Rsqrt``, a batch-norm style scale and shift) that
   neither ONNX Runtime's graph optimizer nor its transformer optimizer fuses
@@ -42,12 +42,133 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ptmkit_export.quantize import rewrite_gemm_as_matmul
-
 __all__ = ["canonicalize", "fold_constants", "fold_tensordot_reshapes", "fuse_attention", "fuse_embed_layer_normalization", "fuse_gelu", "fuse_layer_normalization", "rewrite_gemm_as_matmul", "set_opset"]
 
 #: Lowest default-domain opset with ``LayerNormalization``.
 LAYER_NORM_OPSET = 17
+
+
+def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
+    for attribute in node.attribute:
+        if attribute.name == name:
+            return onnx.helper.get_attribute_value(attribute)
+    return default
+
+
+def _names_used(graph: onnx.GraphProto, used: set[str]) -> set[str]:
+    """Every tensor name read by a node of ``graph`` or its subgraphs, or returned by ``graph``."""
+    for node in graph.node:
+        used.update(node.input)
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                _names_used(attribute.g, used)
+            elif attribute.type == onnx.AttributeProto.GRAPHS:
+                for subgraph in attribute.graphs:
+                    _names_used(subgraph, used)
+    used.update(output.name for output in graph.output)
+    return used
+
+
+def rewrite_gemm_as_matmul(model: onnx.ModelProto) -> int:
+    """Rewrite, in place, each top-level ``Gemm`` with a constant weight into ``MatMul`` (+ ``Add``).
+
+    A ``Gemm`` computes ``Y = alpha * A' @ B' + beta * C`` with ``A`` of shape ``(M, K)``. It is
+    rewritten when ``transA == 0`` and ``B`` is an initializer that is not also a graph input (so it
+    cannot be overridden at run time). The new weight initializer holds ``alpha * B'`` with shape
+    ``(K, N)`` (``B`` transposed when ``transB == 1``); when ``C`` is present and ``beta != 0`` an
+    ``Add`` of ``C`` follows (``beta * C`` folded into a new initializer when ``beta != 1``; a
+    ``Gemm`` with a non-constant ``C`` and ``beta != 1`` is left alone). The ``Gemm``'s output name
+    is kept, so the rest of the graph and dynamic axes are untouched; weights no node reads any more
+    are dropped.
+
+    Args:
+        model: an ONNX model; modified in place.
+
+    Returns:
+        How many ``Gemm`` nodes were rewritten.
+    """
+    graph = model.graph
+    initializers = {init.name: init for init in graph.initializer}
+    graph_inputs = {value.name for value in graph.input}
+    taken = {init.name for init in graph.initializer} | graph_inputs
+    taken.update(name for node in graph.node for name in node.output)
+    taken.update(node.name for node in graph.node)
+
+    def fresh(base: str) -> str:
+        name, i = base, 0
+        while name in taken:
+            i += 1
+            name = f"{base}_{i}"
+        taken.add(name)
+        return name
+
+    new_weights: dict[tuple[str, int, float], str] = {}
+    new_nodes: list[onnx.NodeProto] = []
+    replaced: set[str] = set()
+    rewritten = 0
+    for node in graph.node:
+        if node.op_type != "Gemm" or node.domain not in ("", "ai.onnx"):
+            new_nodes.append(node)
+            continue
+        alpha = float(_attr(node, "alpha", 1.0))
+        beta = float(_attr(node, "beta", 1.0))
+        trans_a = int(_attr(node, "transA", 0))
+        trans_b = int(_attr(node, "transB", 0))
+        a_name, b_name = node.input[0], node.input[1]
+        c_name = node.input[2] if len(node.input) > 2 else ""
+        use_c = bool(c_name) and beta != 0.0
+        if (
+            trans_a
+            or b_name not in initializers
+            or b_name in graph_inputs
+            or (use_c and beta != 1.0 and (c_name not in initializers or c_name in graph_inputs))
+        ):
+            new_nodes.append(node)
+            continue
+
+        key = (b_name, trans_b, alpha)
+        if key not in new_weights:
+            weight = numpy_helper.to_array(initializers[b_name])
+            if trans_b:
+                weight = weight.T
+            if alpha != 1.0:
+                weight = weight * np.asarray(alpha, dtype=weight.dtype)
+            if not trans_b and alpha == 1.0:
+                new_weights[key] = b_name  # already (K, N): reuse as is
+            else:
+                name = fresh(f"{b_name}_matmul_weight")
+                graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(weight), name))
+                new_weights[key] = name
+                replaced.add(b_name)
+        weight_name = new_weights[key]
+
+        if c_name and not use_c:
+            replaced.add(c_name)  # beta == 0: C is ignored; drop it if nothing else reads it
+        base = node.name or node.output[0]
+        if use_c and beta != 1.0:
+            bias = numpy_helper.to_array(initializers[c_name])
+            c_scaled = fresh(f"{c_name}_scaled")
+            graph.initializer.append(numpy_helper.from_array(bias * np.asarray(beta, dtype=bias.dtype), c_scaled))
+            replaced.add(c_name)
+            c_name = c_scaled
+        matmul_out = fresh(f"{base}_matmul:0") if use_c else node.output[0]
+        new_nodes.append(
+            onnx.helper.make_node("MatMul", [a_name, weight_name], [matmul_out], name=fresh(f"{base}_MatMul"))
+        )
+        if use_c:
+            new_nodes.append(
+                onnx.helper.make_node("Add", [matmul_out, c_name], [node.output[0]], name=fresh(f"{base}_Add"))
+            )
+        rewritten += 1
+
+    if rewritten:
+        del graph.node[:]
+        graph.node.extend(new_nodes)
+        used = _names_used(graph, set())
+        keep = [init for init in graph.initializer if init.name not in replaced or init.name in used]
+        del graph.initializer[:]
+        graph.initializer.extend(keep)
+    return rewritten
 
 
 class _Graph:

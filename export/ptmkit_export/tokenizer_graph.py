@@ -11,7 +11,7 @@ two-step path: :class:`ptmkit_export.Predictor` with the ``fp32`` variant), trun
 texts and :data:`HARD_CASES` and refuses to write a model that disagrees.
 
 Why not onnxruntime-extensions' ``BertTokenizer`` operator (what ``gen_processing_models`` builds):
-on the 295 sentences of ``tests/test_hf_import.py`` with all-MiniLM-L6-v2's vocabulary it gave
+on the 295 sentences of ``plugins/ptmkit_bert/tests/test_hf_import.py`` with all-MiniLM-L6-v2's vocabulary it gave
 other ids than ``tokenizers`` for 7 (one because onnxruntime's Python binding cuts a string at
 U+0000, see below): its lowercasing leaves ``Ł``, Greek and Cyrillic capitals
 upper-case (they become ``[UNK]``), its accent stripping decomposes neither Hangul syllables nor

@@ -13,8 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-import ptmkit
-from ptmkit.contract import POOLED_OUTPUT, SEQUENCE_OUTPUT, TOKEN_EMBEDDING, ModelFamily, SpecialTokens
+from ptmkit.api import POOLED_OUTPUT, SEQUENCE_OUTPUT, TOKEN_EMBEDDING, ModelFamily, SpecialTokens, hookimpl
 from ptmkit_bert.config import BertConfig
 from ptmkit_bert.hf import import_hf
 
@@ -59,13 +58,13 @@ class BertFamily(ModelFamily):
         return token_ids[:sequence_length], segment_ids[:sequence_length]
 
 
-@ptmkit.hookimpl
+@hookimpl
 def ptmkit_model_families() -> list[ModelFamily]:
     """BERT."""
     return [BertFamily()]
 
 
-@ptmkit.hookimpl
+@hookimpl
 def ptmkit_register_commands(cli: Any) -> None:
     """``ptmkit import-hf DIR --out RUN_DIR``: a Hugging Face BERT checkpoint as a ptmkit run."""
     @cli.command("import-hf")
@@ -75,7 +74,7 @@ def ptmkit_register_commands(cli: Any) -> None:
     ) -> None:
         """Import a Hugging Face-format BERT checkpoint (e.g. sentence-transformers' all-MiniLM-L6-v2) as a
         pre-trained run: `ptmkit finetune`, `ptmkit embed` and `ptmkit export` then read it."""
-        from ptmkit.console import default_console
+        from ptmkit.api import default_console
         from ptmkit_bert.hf import import_hf
 
         console = default_console()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ptmkit.errors import ConfigError
+from ptmkit.api import ConfigError, check_positive
 
 #: Feed-forward activations a BERT backbone supports (``model.hidden_activation``).
 ACTIVATIONS = ("gelu", "gelu_approximate", "relu")
@@ -50,9 +50,7 @@ class BertConfig:
     min_frequency: int = 2
 
     def validate(self) -> None:
-        for name in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim", "max_sequence_length"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")
+        check_positive(self, "model", "vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim", "max_sequence_length")
         if self.hidden_dim % self.num_heads:
             raise ConfigError(
                 f"config key 'model.num_heads' = {self.num_heads} must divide 'model.hidden_dim' = {self.hidden_dim}"

@@ -21,7 +21,7 @@ ptmkit run directory of stage ``pretrain`` that ``ptmkit finetune``, ``ptmkit em
   normalisation, maximum sequence length.
 
 Parity: on sentence-transformers' all-MiniLM-L6-v2 the imported backbone's hidden states match
-``transformers.BertModel`` on torch to within 1e-4 (``tests/test_hf_import.py``, reference
+``transformers.BertModel`` on torch to within 1e-4 (``plugins/ptmkit_bert/tests/test_hf_import.py``, reference
 numbers from ``benchmarks/hf_reference.py``).
 """
 
@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ptmkit.errors import DataError, RunDirError
+from ptmkit.api import DataError, RunDirError
 from ptmkit_bert.config import BertConfig
 
 CONFIG_FILE = "config.json"
@@ -299,12 +299,19 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
             :func:`load_tokenizer`, :func:`read_pooling`.
         RunDirError: ``out`` exists and is not an empty directory.
     """
-    from ptmkit.config import to_toml
-    from ptmkit.io import atomic_save, atomic_write_text
-    from ptmkit.plugins import get_registry
-    from ptmkit.rundir import BACKBONE_WEIGHTS, CONFIG, POOLING, TOKENIZER, RunDir
-    from ptmkit.training.pretrain import resolve_config
-    from ptmkit.training.setup import quiet_tensorflow
+    from ptmkit.api import (
+        BACKBONE_WEIGHTS,
+        CONFIG,
+        POOLING,
+        TOKENIZER,
+        RunDir,
+        atomic_save,
+        atomic_write_text,
+        get_registry,
+        quiet_tensorflow,
+        resolve_config,
+        to_toml,
+    )
 
     source, target = Path(directory), Path(out)
     if not source.is_dir():
@@ -322,7 +329,7 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
     from ptmkit_bert.backbone import build_backbone
 
     registry = get_registry()
-    from ptmkit.config import FinetuneConfig, TrainConfig
+    from ptmkit.api import FinetuneConfig, TrainConfig
 
     lengths = {  # the defaults, unless the checkpoint has fewer positions
         section: {"sequence_length": min(cls.sequence_length, config.max_sequence_length)}

@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ptmkit.contract import SpecialTokens
-from ptmkit.errors import DataError
+from ptmkit.api import DataError, SpecialTokens
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 

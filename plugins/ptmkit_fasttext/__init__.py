@@ -16,8 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-import ptmkit
-from ptmkit.contract import ROW_CLASSIFIER, Head, ModelFamily, RowClassifier, WordVectorFamily
+from ptmkit.api import ROW_CLASSIFIER, Head, ModelFamily, RowClassifier, WordVectorFamily, hookimpl
 from ptmkit_fasttext.config import FastTextConfig
 from ptmkit_fasttext.head import FastTextHead, FastTextHeadConfig
 from ptmkit_fasttext.supervised import FastTextClassifierConfig
@@ -75,11 +74,7 @@ def import_fasttext(model: Path, out: Path) -> dict[str, Any]:
     """
     import shutil
 
-    from ptmkit.data.vocabulary import Vocabulary
-    from ptmkit.errors import RunDirError
-    from ptmkit.io import atomic_write_text
-    from ptmkit.plugins import get_registry
-    from ptmkit.rundir import RunDir
+    from ptmkit.api import RunDir, RunDirError, Vocabulary, atomic_write_text, get_registry
     from ptmkit_fasttext.binfile import read_bin
     from ptmkit_fasttext.train import save_run
 
@@ -108,19 +103,19 @@ def import_fasttext(model: Path, out: Path) -> dict[str, Any]:
     return {"words": len(fasttext.words), "labels": len(fasttext.labels), "dim": int(args["dim"]), "minn": args["minn"], "maxn": args["maxn"], "bucket": args["bucket"]}
 
 
-@ptmkit.hookimpl
+@hookimpl
 def ptmkit_model_families() -> list[ModelFamily]:
     """fastText (unsupervised word vectors) and fastText's supervised classifier."""
     return [FastTextFamily(), FastTextClassifierFamily()]
 
 
-@ptmkit.hookimpl
+@hookimpl
 def ptmkit_heads() -> list[Head]:
     """fastText's classifier as a fine-tune head on any word-vector run."""
     return [FastTextHead()]
 
 
-@ptmkit.hookimpl
+@hookimpl
 def ptmkit_register_commands(cli: Any) -> None:
     """``ptmkit import-fasttext MODEL.bin --out RUN_DIR``."""
     @cli.command("import-fasttext")

@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from ptmkit.errors import DataError
+from ptmkit.api import DataError
 
 MAGIC = 793712314
 MODELS = {1: "cbow", 2: "skipgram", 3: "supervised"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ptmkit.errors import ConfigError
+from ptmkit.api import ConfigError, check_choice, check_non_negative, check_positive
 
 ARCHITECTURES = ("skipgram", "cbow")
 
@@ -75,14 +75,9 @@ class FastTextConfig:
     checkpoint_seconds: float = 60.0
 
     def validate(self) -> None:
-        if self.architecture not in ARCHITECTURES:
-            raise ConfigError(f"config key 'model.architecture' must be one of {', '.join(ARCHITECTURES)}, got {self.architecture!r}")
-        for name in ("vector_size", "window", "min_count", "epochs", "batch_size", "negative"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")
-        for name in ("max_vocab", "minn", "maxn", "bucket", "sample", "alpha", "min_alpha", "hot_row_limit", "updates_per_call", "checkpoint_seconds"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"config key 'model.{name}' must be >= 0, got {getattr(self, name)}")
+        check_choice(self, "model", "architecture", ARCHITECTURES)
+        check_positive(self, "model", "vector_size", "window", "min_count", "epochs", "batch_size", "negative")
+        check_non_negative(self, "model", "max_vocab", "minn", "maxn", "bucket", "sample", "alpha", "min_alpha", "hot_row_limit", "updates_per_call", "checkpoint_seconds")
         if self.maxn and (self.minn < 1 or self.minn > self.maxn):
             raise ConfigError(f"config keys 'model.minn' = {self.minn} and 'model.maxn' = {self.maxn}: need 1 <= minn <= maxn (or maxn = 0)")
         if self.maxn and not self.bucket:

@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ptmkit.contract import WORD_VECTORS, Head, TrainedHead
-from ptmkit.errors import ConfigError
+from ptmkit.api import WORD_VECTORS, ConfigError, Head, TrainedHead
 
 
 @dataclasses.dataclass
@@ -72,16 +71,14 @@ class FastTextHead(Head):
     run_family = "fasttext-supervised"
 
     def train(
-        self, vectors: Any, parent_model: Any, texts: list[str], label_ids: np.ndarray, labels: list[str], config: FastTextHeadConfig, run_dir: Path, console: Any
+        self, vectors: Any, pretrained_config: Any, texts: list[str], label_ids: np.ndarray, labels: list[str], config: FastTextHeadConfig, run_dir: Path, console: Any
     ) -> TrainedHead:
-        from ptmkit.data.vocabulary import Vocabulary
-        from ptmkit.io import atomic_save
-        from ptmkit.training.setup import quiet_tensorflow, seed_everything
+        from ptmkit.api import Vocabulary, atomic_save, quiet_tensorflow, seed_everything
         from ptmkit_fasttext.supervised import FastTextClassifierConfig, fit_classifier, pad_rows, text_rows
 
         quiet_tensorflow()
         seed_everything(config.seed)
-        lowercase = config.lowercase or bool(getattr(parent_model, "lowercase", False))
+        lowercase = config.lowercase or bool(getattr(pretrained_config, "lowercase", False))
         subwords = config.subwords and bool(getattr(vectors, "subword_family", False))
         minn, maxn, parent_bucket = (int(vectors.minn), int(vectors.maxn), int(vectors.bucket)) if subwords else (0, 0, 0)
         if maxn == 0 and config.word_ngrams == 1:

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ptmkit.objectives.word_prediction import Subwords
-from ptmkit.wordvectors import WordVectors
+from ptmkit.api import Subwords, WordVectors
 from ptmkit_export.bag_of_rows import EOS, character_ngrams, fasttext_hash
 
 # fastText's hash and character n-grams live in the lean runtime, which computes a word's rows

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from ptmkit.errors import ConfigError, DataError
+from ptmkit.api import ConfigError, DataError
 from ptmkit_export.bag_of_rows import pad_rows
 from ptmkit_fasttext.subwords import fnv1a, ngram_rows
 
@@ -217,10 +217,14 @@ def train_classifier(corpus: Path, run_dir: Path, config: FastTextClassifierConf
     Raises:
         DataError: an unreadable labelled file, or one without labels.
     """
-    from ptmkit.data.readers import read_multilabelled
-    from ptmkit.data.vocabulary import Vocabulary
-    from ptmkit.io import atomic_save, atomic_write_json
-    from ptmkit.training.setup import quiet_tensorflow, seed_everything
+    from ptmkit.api import (
+        Vocabulary,
+        atomic_save,
+        atomic_write_json,
+        quiet_tensorflow,
+        read_multilabelled,
+        seed_everything,
+    )
 
     quiet_tensorflow()
     seed_everything(config.seed)
@@ -258,8 +262,7 @@ def train_classifier(corpus: Path, run_dir: Path, config: FastTextClassifierConf
 def _dev_metrics(model: Any, config: FastTextClassifierConfig, index: dict[str, int], names: list[str], majority: str) -> dict[str, Any]:
     """Accuracy (precision at 1 for lines with several labels), macro-F1 and the majority-class
     baseline on ``config.dev``."""
-    from ptmkit.data.readers import read_multilabelled
-    from ptmkit.training.finetune import macro_f1, top1_gold
+    from ptmkit.api import macro_f1, read_multilabelled, top1_gold
 
     dev_texts, dev_labels = read_multilabelled(config.dev)
     unknown = sorted({label for labels in dev_labels for label in labels} - set(names))
@@ -289,12 +292,16 @@ def load_row_classifier(run_dir: Path) -> Any:
         RunDirError: a missing or corrupted file.
         ConfigError: an invalid ``config.toml``.
     """
-    from ptmkit.config import build_dataclass, read_toml
-    from ptmkit.contract import RowClassifier
-    from ptmkit.data.vocabulary import Vocabulary
-    from ptmkit.errors import RunDirError
-    from ptmkit.rundir import RunDir, load_weights
-    from ptmkit.training.setup import quiet_tensorflow
+    from ptmkit.api import (
+        RowClassifier,
+        RunDir,
+        RunDirError,
+        Vocabulary,
+        build_dataclass,
+        load_weights,
+        quiet_tensorflow,
+        read_toml,
+    )
 
     quiet_tensorflow()
     run = RunDir(run_dir)

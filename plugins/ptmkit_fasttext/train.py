@@ -16,18 +16,24 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from ptmkit.data.vocabulary import Vocabulary, noise_table
-from ptmkit.errors import RunDirError
-from ptmkit.io import atomic_write_json
-from ptmkit.objectives.word_prediction import OutputLayer, Subwords, WindowExamples
-from ptmkit.training.wordvectors import (
+from ptmkit.api import (
+    VECTORS_FILE,
+    VOCABULARY_FILE,
     EpochCheckpoints,
+    OutputLayer,
+    RunDirError,
     SGDSchedule,
+    Subwords,
+    Vocabulary,
+    WindowExamples,
+    atomic_write_json,
     auto_updates_per_call,
+    load_matrix,
+    noise_table,
     prepare_corpus,
+    save_matrix,
     train_word_prediction,
 )
-from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, load_matrix, save_matrix
 from ptmkit_fasttext.config import FastTextConfig
 from ptmkit_fasttext.subwords import SubwordVectors, vocabulary_subwords
 
@@ -67,7 +73,7 @@ def train_fasttext(corpus: Path, run_dir: Path, config: FastTextConfig, console:
     Raises:
         DataError: an empty corpus, blank lines only, or no word surviving ``min_count``.
     """
-    from ptmkit.training.setup import quiet_tensorflow
+    from ptmkit.api import quiet_tensorflow
 
     quiet_tensorflow()
     vocabulary, tokens = prepare_corpus(

@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import ptmkit
-from ptmkit.contract import ModelFamily, WordVectorFamily
+from ptmkit.api import ModelFamily, WordVectorFamily, hookimpl
 from ptmkit_glove.config import GloVeConfig
 
 __all__ = ["GloVeConfig", "GloVeFamily"]
@@ -31,7 +30,7 @@ class GloVeFamily(WordVectorFamily):
         return train_glove(corpus, run_dir, config, console, resume)
 
 
-@ptmkit.hookimpl
+@hookimpl
 def ptmkit_model_families() -> list[ModelFamily]:
     """GloVe."""
     return [GloVeFamily()]

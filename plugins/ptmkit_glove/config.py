@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ptmkit.errors import ConfigError
+from ptmkit.api import check_non_negative, check_positive
 
 
 @dataclasses.dataclass
@@ -50,9 +50,5 @@ class GloVeConfig:
     checkpoint_seconds: float = 60.0
 
     def validate(self) -> None:
-        for name in ("vector_size", "window", "min_count", "epochs", "batch_size", "chunk_tokens", "x_max", "alpha", "learning_rate"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")
-        for name in ("max_vocab", "checkpoint_seconds"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"config key 'model.{name}' must be >= 0, got {getattr(self, name)}")
+        check_positive(self, "model", "vector_size", "window", "min_count", "epochs", "batch_size", "chunk_tokens", "x_max", "alpha", "learning_rate")
+        check_non_negative(self, "model", "max_vocab", "checkpoint_seconds")

@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-from ptmkit.data.vocabulary import TokenFile
+from ptmkit.api import EncodedCorpus
 
 
 @dataclasses.dataclass
@@ -35,7 +35,7 @@ def _reduce(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return keys[starts], np.add.reduceat(values, starts) if len(keys) else values
 
 
-def count_cooccurrences(tokens: TokenFile, vocabulary_size: int, window: int, chunk_tokens: int = 200_000) -> Cooccurrences:
+def count_cooccurrences(tokens: EncodedCorpus, vocabulary_size: int, window: int, chunk_tokens: int = 200_000) -> Cooccurrences:
     """``X`` of the encoded corpus (see the module docstring)."""
     size = np.int64(vocabulary_size)
     acc_keys = np.zeros(0, np.int64)

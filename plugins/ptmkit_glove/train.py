@@ -21,9 +21,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from ptmkit.data.readers import read_corpus
-from ptmkit.data.vocabulary import build_vocabulary, encode_corpus
-from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, save_matrix
+from ptmkit.api import VECTORS_FILE, VOCABULARY_FILE, build_vocabulary, encode_corpus, read_corpus, save_matrix
 from ptmkit_glove.config import GloVeConfig
 from ptmkit_glove.cooccur import count_cooccurrences
 
@@ -102,8 +100,7 @@ def train_glove(corpus: Path, run_dir: Path, config: GloVeConfig, console: Conso
         DataError: an empty corpus, blank lines only, or no word surviving ``min_count``.
         RunDirError: ``resume`` without a usable checkpoint of this run.
     """
-    from ptmkit.training.setup import quiet_tensorflow
-    from ptmkit.training.wordvectors import EpochCheckpoints
+    from ptmkit.api import EpochCheckpoints, quiet_tensorflow
 
     quiet_tensorflow()
     vocabulary = build_vocabulary(corpus, read_corpus(corpus), config.min_count, config.max_vocab, config.lowercase)
@@ -182,7 +179,7 @@ def _fingerprint(counts: np.ndarray, x: Any, config: GloVeConfig) -> dict[str, A
     settings = dataclasses.asdict(config)
     for name in ("checkpoint_seconds", "jit_compile", "chunk_tokens"):  # may change on resume without changing the result
         settings.pop(name)
-    from ptmkit.training.wordvectors import vocabulary_fingerprint
+    from ptmkit.api import vocabulary_fingerprint
 
     return {
         **vocabulary_fingerprint(counts),

@@ -9,8 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import ptmkit
-from ptmkit.contract import ModelFamily, WordVectorFamily
+from ptmkit.api import ModelFamily, WordVectorFamily, hookimpl
 from ptmkit_nnlm.config import NNLMConfig
 
 __all__ = ["NNLMConfig", "NNLMFamily"]
@@ -31,7 +30,7 @@ class NNLMFamily(WordVectorFamily):
         return train_nnlm(corpus, run_dir, config, console, resume)
 
 
-@ptmkit.hookimpl
+@hookimpl
 def ptmkit_model_families() -> list[ModelFamily]:
     """NNLM."""
     return [NNLMFamily()]

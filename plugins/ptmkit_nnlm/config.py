@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ptmkit.errors import ConfigError
+from ptmkit.api import ConfigError, check_non_negative, check_positive
 
 
 @dataclasses.dataclass
@@ -47,11 +47,7 @@ class NNLMConfig:
     checkpoint_seconds: float = 60.0
 
     def validate(self) -> None:
-        for name in ("context", "vector_size", "min_count", "epochs", "batch_size", "learning_rate"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")
-        for name in ("hidden", "max_vocab", "heldout_lines", "checkpoint_seconds"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"config key 'model.{name}' must be >= 0, got {getattr(self, name)}")
+        check_positive(self, "model", "context", "vector_size", "min_count", "epochs", "batch_size", "learning_rate")
+        check_non_negative(self, "model", "hidden", "max_vocab", "heldout_lines", "checkpoint_seconds")
         if not self.hidden and not self.direct:
             raise ConfigError("config keys 'model.hidden' = 0 and 'model.direct' = false leave no path to the output")

@@ -18,10 +18,17 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from ptmkit.data.readers import read_corpus
-from ptmkit.data.vocabulary import TokenFile, Vocabulary, build_vocabulary, encode_corpus
-from ptmkit.errors import DataError
-from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, save_matrix
+from ptmkit.api import (
+    VECTORS_FILE,
+    VOCABULARY_FILE,
+    DataError,
+    EncodedCorpus,
+    Vocabulary,
+    build_vocabulary,
+    encode_corpus,
+    read_corpus,
+    save_matrix,
+)
 from ptmkit_nnlm.config import NNLMConfig
 from ptmkit_nnlm.model import build_nnlm
 
@@ -29,7 +36,7 @@ SPECIALS = ("</s>", "<unk>", "<s>")
 BLOCK = 65_536  # n-grams shuffled together: memory stays flat as the corpus grows
 
 
-def ngrams(tokens: TokenFile, positions: np.ndarray, context: int, start_id: int) -> tuple[np.ndarray, np.ndarray]:
+def ngrams(tokens: EncodedCorpus, positions: np.ndarray, context: int, start_id: int) -> tuple[np.ndarray, np.ndarray]:
     """``(contexts (n, context) int32, targets (n,) int32)`` for token ``positions``; contexts
     reaching before the start of the line are padded with ``<s>``."""
     starts = tokens.offsets[np.searchsorted(tokens.offsets, positions, side="right") - 1]
@@ -39,7 +46,7 @@ def ngrams(tokens: TokenFile, positions: np.ndarray, context: int, start_id: int
     return contexts, ids[positions].astype(np.int32)
 
 
-def _dataset(tokens: TokenFile, first: int, last: int, config: NNLMConfig, start_id: int, epoch_seed: int, epoch: int = 0) -> Any:
+def _dataset(tokens: EncodedCorpus, first: int, last: int, config: NNLMConfig, start_id: int, epoch_seed: int, epoch: int = 0) -> Any:
     import keras
 
     count = last - first
@@ -114,13 +121,12 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
             ``heldout_lines`` more than half the corpus's lines.
         RunDirError: ``resume`` without a usable checkpoint of this run.
     """
-    from ptmkit.io import atomic_save
-    from ptmkit.training.setup import quiet_tensorflow, seed_everything
+    from ptmkit.api import atomic_save, quiet_tensorflow, seed_everything
 
     quiet_tensorflow()
     import keras
 
-    from ptmkit.training.schedule import AdamW
+    from ptmkit.api import AdamW
 
     seed_everything(config.seed)
     # The held-out lines are the last ``heldout_lines`` non-blank lines; the vocabulary is counted
@@ -152,7 +158,7 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
     )
-    from ptmkit.training.wordvectors import EpochCheckpoints, tokens_sha1
+    from ptmkit.api import EpochCheckpoints, tokens_sha1
 
     checkpoints = EpochCheckpoints.of_run(run_dir, config.checkpoint_seconds, resume)
     model.optimizer.build(model.trainable_variables)

@@ -13,8 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import ptmkit
-from ptmkit.contract import ModelFamily, WordVectorFamily
+from ptmkit.api import ModelFamily, WordVectorFamily, hookimpl
 from ptmkit_word2vec.config import Word2VecConfig
 
 __all__ = ["Word2VecConfig", "Word2VecFamily"]
@@ -34,7 +33,7 @@ class Word2VecFamily(WordVectorFamily):
         return train_word2vec(corpus, run_dir, config, console, resume)
 
 
-@ptmkit.hookimpl
+@hookimpl
 def ptmkit_model_families() -> list[ModelFamily]:
     """word2vec."""
     return [Word2VecFamily()]

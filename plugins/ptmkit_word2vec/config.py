@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ptmkit.errors import ConfigError
+from ptmkit.api import ConfigError, check_choice, check_non_negative, check_positive
 
 ARCHITECTURES = ("skipgram", "cbow")
 BATCHING = ("auto", "pairs", "windows")
@@ -79,16 +79,10 @@ class Word2VecConfig:
     checkpoint_seconds: float = 60.0
 
     def validate(self) -> None:
-        if self.architecture not in ARCHITECTURES:
-            raise ConfigError(f"config key 'model.architecture' must be one of {', '.join(ARCHITECTURES)}, got {self.architecture!r}")
-        if self.batching not in BATCHING:
-            raise ConfigError(f"config key 'model.batching' must be one of {', '.join(BATCHING)}, got {self.batching!r}")
-        for name in ("vector_size", "window", "min_count", "epochs"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"config key 'model.{name}' must be > 0, got {getattr(self, name)}")
-        for name in ("max_vocab", "negative", "sample", "alpha", "min_alpha", "hot_row_limit", "batch_size", "updates_per_call", "checkpoint_seconds"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"config key 'model.{name}' must be >= 0, got {getattr(self, name)}")
+        check_choice(self, "model", "architecture", ARCHITECTURES)
+        check_choice(self, "model", "batching", BATCHING)
+        check_positive(self, "model", "vector_size", "window", "min_count", "epochs")
+        check_non_negative(self, "model", "max_vocab", "negative", "sample", "alpha", "min_alpha", "hot_row_limit", "batch_size", "updates_per_call", "checkpoint_seconds")
         if not self.negative and not self.hs:
             raise ConfigError("config keys 'model.negative' = 0 and 'model.hs' = false leave no output layer; set one")
         if self.min_alpha > self.alpha:

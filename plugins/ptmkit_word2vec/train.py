@@ -15,16 +15,20 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from ptmkit.data.vocabulary import huffman_codes, noise_table
-from ptmkit.objectives.word_prediction import OutputLayer, WindowExamples
-from ptmkit.training.wordvectors import (
+from ptmkit.api import (
+    VECTORS_FILE,
+    VOCABULARY_FILE,
     EpochCheckpoints,
+    OutputLayer,
     SGDSchedule,
+    WindowExamples,
     auto_updates_per_call,
+    huffman_codes,
+    noise_table,
     prepare_corpus,
+    save_matrix,
     train_word_prediction,
 )
-from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, save_matrix
 from ptmkit_word2vec.config import Word2VecConfig
 
 
@@ -35,7 +39,7 @@ def train_word2vec(corpus: Path, run_dir: Path, config: Word2VecConfig, console:
     Raises:
         DataError: an empty corpus, blank lines only, or no word surviving ``min_count``.
     """
-    from ptmkit.training.setup import quiet_tensorflow
+    from ptmkit.api import quiet_tensorflow
 
     quiet_tensorflow()
     vocabulary, tokens = prepare_corpus(corpus, run_dir, config.min_count, config.max_vocab, config.lowercase, console)

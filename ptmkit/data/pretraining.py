@@ -33,7 +33,7 @@ ENCODE_CHUNK = 1000  # lines per tokenizer.encode_batch call
 
 
 @dataclasses.dataclass
-class TokenFile:
+class TokenizedSplit:
     """One split of a tokenized corpus: ``{name}.bin`` token ids and ``{name}.offsets.npy``."""
 
     path: Path
@@ -109,17 +109,17 @@ def tokenize_corpus(texts: Iterable[str], tokenizer: Any, out_dir: Path, num_lin
     return summary
 
 
-def load_token_file(directory: Path, split: str) -> TokenFile:
+def load_token_file(directory: Path, split: str) -> TokenizedSplit:
     """Open a split written by :func:`tokenize_corpus`."""
     import json
 
     summary = json.loads((directory / "tokens.json").read_text())
     offsets = np.load(directory / f"{split}.offsets.npy", mmap_mode="r")  # not in memory for huge corpora
-    return TokenFile(directory / f"{split}.bin", np.dtype(summary["dtype"]), offsets)
+    return TokenizedSplit(directory / f"{split}.bin", np.dtype(summary["dtype"]), offsets)
 
 
 class InstanceSampler:
-    """Packs random windows of a :class:`TokenFile` into padded ``(batch, sequence)`` arrays.
+    """Packs random windows of a :class:`TokenizedSplit` into padded ``(batch, sequence)`` arrays.
 
     Args:
         tokens: the split to sample from.
@@ -133,7 +133,7 @@ class InstanceSampler:
 
     def __init__(
         self,
-        tokens: TokenFile,
+        tokens: TokenizedSplit,
         family: ModelFamily,
         specials: SpecialTokens,
         sequence_length: int,

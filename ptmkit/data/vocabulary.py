@@ -238,7 +238,7 @@ def huffman_codes(counts: np.ndarray) -> HuffmanCodes:
 
 
 @dataclasses.dataclass
-class TokenFile:
+class EncodedCorpus:
     """The corpus as word ids: ``ids`` ``(tokens,)`` int32 (out-of-vocabulary words dropped) and
     ``offsets`` ``(sentences + 1,)`` int64 where sentence ``s`` is ``ids[offsets[s]:offsets[s+1]]``.
 
@@ -269,7 +269,7 @@ class TokenFile:
 
 def encode_corpus(
     texts: Iterable[str], vocabulary: Vocabulary, directory: str | os.PathLike[str], lowercase: bool = False, block: int = 1 << 20, unknown: int | None = None, end: int | None = None
-) -> TokenFile:
+) -> EncodedCorpus:
     """Write the corpus as word ids to ``directory/ids.int32`` and ``offsets.int64``, in blocks.
 
     Args:
@@ -277,7 +277,7 @@ def encode_corpus(
         end: an id appended to every line (a language model's ``</s>``); None appends nothing.
 
     Returns:
-        the :class:`TokenFile` (memory-mapped).
+        the :class:`EncodedCorpus` (memory-mapped).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -310,10 +310,10 @@ def encode_corpus(
     return load_token_file(directory)
 
 
-def load_token_file(directory: str | os.PathLike[str]) -> TokenFile:
+def load_token_file(directory: str | os.PathLike[str]) -> EncodedCorpus:
     """Memory-map a token file written by :func:`encode_corpus`."""
     directory = Path(directory)
     meta = json.loads((directory / "tokens.json").read_text())
     ids = np.memmap(directory / "ids.int32", np.int32, "r") if meta["tokens"] else np.zeros(0, np.int32)
     offsets = np.fromfile(directory / "offsets.int64", np.int64)
-    return TokenFile(ids, offsets, int(meta["raw_tokens"]))
+    return EncodedCorpus(ids, offsets, int(meta["raw_tokens"]))

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from ptmkit.config import RunConfig, read_toml, to_toml
+from ptmkit.config import RunConfig, choose_head, read_toml, to_toml
 from ptmkit.console import default_console
 from ptmkit.errors import ConfigError, DataError, RunDirError
 from ptmkit.io import atomic_save, atomic_write_text
@@ -303,45 +303,6 @@ def _refuse_changed_pretraining_keys(data: dict[str, Any], stored: dict[str, Any
                 f"{source}: config key '{dotted}' = {value!r} differs from the pre-trained run's ({was}); fine-tuning keeps the "
                 f"run's [{dotted.split('.')[0]}]: drop it, and set finetune.* or head.* keys"
             )
-
-
-def choose_head(registry: Registry, family: Any, config_path: str | Path | None, overrides: list[str]) -> list[str]:
-    """``overrides`` with ``finetune.head`` set to the head to use on ``family``'s runs.
-
-    A head named by ``--set finetune.head=NAME`` or the ``--config`` file must fit the family (its
-    ``requires`` among the family's ``provides``). Otherwise the default head is used when it
-    fits, else the one installed head that does.
-
-    Raises:
-        ConfigError: the named head does not fit, or no head (or several) fits the family.
-    """
-    from ptmkit.config import FinetuneConfig
-
-    named: str | None = None
-    for override in overrides:
-        key, _, value = override.partition("=")
-        if key.strip() == "finetune.head":
-            named = value.strip().strip('"')
-    if named is None and config_path is not None:
-        section = read_toml(config_path).get("finetune")
-        named = section.get("head") if isinstance(section, dict) else None
-    fitting = registry.heads_for(family)
-    if named is not None:
-        if named in registry.heads and named not in fitting:
-            raise ConfigError(
-                f"finetune.head = {named!r} needs {sorted(registry.head(named).requires)}, which {family.name} runs do not provide; "
-                f"heads for them: {', '.join(fitting) or 'none installed'}"
-            )
-        return overrides
-    default = FinetuneConfig().head
-    if default in fitting:
-        return overrides
-    if len(fitting) != 1:
-        raise ConfigError(
-            f"no fine-tune head fits {family.name} runs (they provide {sorted(family.provides)})"
-            if not fitting else f"several heads fit {family.name} runs ({', '.join(fitting)}); choose one with --set finetune.head=NAME"
-        )
-    return [*overrides, f"finetune.head={fitting[0]}"]
 
 
 def _finetune_word_vectors(

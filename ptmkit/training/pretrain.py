@@ -122,7 +122,7 @@ def describe_config(
     What ``ptmkit train`` reads: ``family`` and ``[model]``, plus ``[train]`` and the sections of
     the objectives it will train for a family that pre-trains through the core (transformers). With
     ``finetune``, what ``ptmkit finetune`` reads instead: ``[finetune]`` and ``[head]`` of the
-    head that fits the family (:func:`ptmkit.training.finetune.choose_head`; a head that trains
+    head that fits the family (:func:`ptmkit.config.choose_head`; a head that trains
     itself reads only ``finetune.head`` of ``[finetune]``); the model is the pre-trained run's.
     The output is valid input for ``--config``.
 
@@ -132,7 +132,7 @@ def describe_config(
     """
     family = registry.family(family_name)
     if finetune:
-        from ptmkit.training.finetune import choose_head
+        from ptmkit.config import choose_head
 
         overrides = choose_head(registry, family, config_path, list(overrides or []))
     config = resolve_config(registry, family_name, config_path, overrides)
@@ -204,7 +204,7 @@ def build_pretraining_model(registry: Registry, config: RunConfig) -> tuple[Any,
     return backbone, model, objectives
 
 
-def _StepDataset(make: Any, start: int, stop: int) -> Any:  # noqa: N802 - used like a class
+def step_dataset(make: Any, start: int, stop: int) -> Any:
     """Batches ``start .. stop`` as a Keras ``PyDataset`` whose index ``i`` is global step ``start + i``."""
     import keras
 
@@ -422,7 +422,7 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
         # Objectives that do not use the pooler (masked LM alone) leave it without gradients.
         warnings.filterwarnings("ignore", message=r"Gradients do not exist for variables \['pooled_dense")
         model.fit(
-            _StepDataset(make, start, train.max_steps),
+            step_dataset(make, start, train.max_steps),
             epochs=1,
             shuffle=False,  # batch i is step start + i; Keras would otherwise permute a PyDataset's indices
             verbose=0,

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ptmkit.data.vocabulary import TokenFile, Vocabulary, keep_probabilities
+from ptmkit.data.vocabulary import EncodedCorpus, Vocabulary, keep_probabilities
 from ptmkit.objectives.word_prediction import (
     Examples,
     OutputLayer,
@@ -30,13 +30,14 @@ from ptmkit.objectives.word_prediction import (
     make_window_batch,
     slot_groups,
 )
+from ptmkit.rundir import EPOCH_CHECKPOINT_STATE, EPOCH_CHECKPOINTS
 
 ExampleMaker = Callable[[np.ndarray, np.ndarray, np.random.Generator], Examples]
 #: The run-directory folder of :class:`EpochCheckpoints` (word2vec and fastText runs).
-CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_DIR = EPOCH_CHECKPOINTS
 
 
-def prepare_corpus(corpus: Path, run_dir: Path, min_count: int, max_vocab: int, lowercase: bool, console: Any, note: str = "") -> tuple[Vocabulary, TokenFile]:
+def prepare_corpus(corpus: Path, run_dir: Path, min_count: int, max_vocab: int, lowercase: bool, console: Any, note: str = "") -> tuple[Vocabulary, EncodedCorpus]:
     """Count the vocabulary of ``corpus`` (streamed), report it on ``console`` and encode the corpus
     as word ids into ``run_dir/tokens`` (the caller removes that directory when training ends).
 
@@ -115,7 +116,7 @@ def auto_updates_per_call(batch_examples: int, pairs_per_example: float = 1.0) -
 Call = tuple[dict[str, np.ndarray], np.ndarray, int, int, int]
 
 
-def _calls(tokens: TokenFile, counts: np.ndarray, make: ExampleMaker, output: OutputLayer, schedule: SGDSchedule, start_epoch: int = 0) -> Iterator[Call]:
+def _calls(tokens: EncodedCorpus, counts: np.ndarray, make: ExampleMaker, output: OutputLayer, schedule: SGDSchedule, start_epoch: int = 0) -> Iterator[Call]:
     """Yield the step calls of epochs ``start_epoch ..`` of the run: ``(batches (K, P, ...),
     learning rates (K,), epoch, raw_words_done, real updates)`` with ``K = updates_per_call``
     batches of ``P = batch_examples`` examples (window batches: as many windows as the slot
@@ -254,7 +255,7 @@ class EpochCheckpoints:
     @property
     def exists(self) -> bool:
         """Whether a complete state was saved (``state.json`` is written last)."""
-        return (self.directory / "state.json").exists()
+        return (self.directory / EPOCH_CHECKPOINT_STATE).exists()
 
     def save(self, epochs_done: int, arrays: dict[str, np.ndarray], seconds: float, fingerprint: dict[str, Any]) -> None:
         """Write the named ``arrays`` (the trained matrices; GloVe's AdaGrad state too) after
@@ -270,7 +271,7 @@ class EpochCheckpoints:
                 np.savez(handle, **named)
 
         atomic_save(self.directory / name, write)
-        atomic_write_json(self.directory / "state.json", {"file": name, "epochs_done": epochs_done, "train_seconds": round(seconds, 2), "fingerprint": fingerprint})
+        atomic_write_json(self.directory / EPOCH_CHECKPOINT_STATE, {"file": name, "epochs_done": epochs_done, "train_seconds": round(seconds, 2), "fingerprint": fingerprint})
         for old in self.directory.glob("state-*.npz"):
             if old.name != name:
                 old.unlink(missing_ok=True)
@@ -289,7 +290,7 @@ class EpochCheckpoints:
 
         from ptmkit.errors import RunDirError
 
-        meta_file = self.directory / "state.json"
+        meta_file = self.directory / EPOCH_CHECKPOINT_STATE
         if not meta_file.exists():
             raise RunDirError(f"{self.directory}: no epoch checkpoint to resume from (the run stopped before saving one); delete the run directory and start again")
         state_file = meta_file
@@ -330,7 +331,7 @@ def vocabulary_fingerprint(counts: np.ndarray) -> dict[str, Any]:
     return {"vocabulary": len(counts), "counts_sha1": hashlib.sha1(np.ascontiguousarray(counts, np.int64).tobytes()).hexdigest()}
 
 
-def tokens_sha1(tokens: TokenFile) -> str:
+def tokens_sha1(tokens: EncodedCorpus) -> str:
     """A hash of an encoded corpus: its word ids and line offsets (the same words in another
     order differ), read 16 MB at a time (the token file may be memory-mapped)."""
     import hashlib
@@ -342,7 +343,7 @@ def tokens_sha1(tokens: TokenFile) -> str:
     return corpus.hexdigest()
 
 
-def run_fingerprint(tokens: TokenFile, counts: np.ndarray, input_matrix: np.ndarray, output: OutputLayer, schedule: SGDSchedule) -> dict[str, Any]:
+def run_fingerprint(tokens: EncodedCorpus, counts: np.ndarray, input_matrix: np.ndarray, output: OutputLayer, schedule: SGDSchedule) -> dict[str, Any]:
     """What must not change between a checkpoint and its resumption: the vocabulary (size and a
     hash of the counts: min_count and the words' frequencies), the encoded corpus (a hash of its
     word ids and sentence offsets: the same counts in another order differ), the matrix shapes and
@@ -359,7 +360,7 @@ def run_fingerprint(tokens: TokenFile, counts: np.ndarray, input_matrix: np.ndar
 
 
 def train_word_prediction(
-    tokens: TokenFile,
+    tokens: EncodedCorpus,
     counts: np.ndarray,
     make: ExampleMaker,
     output: OutputLayer,

@@ -13,9 +13,8 @@ import pytest
 from inplugins import in_tree_plugins  # noqa: F401 - the fixture
 from tinyconfig import DATA
 
+from ptmkit.api import build_vocabulary, encode_corpus, read_corpus
 from ptmkit.cli import main
-from ptmkit.data.readers import read_corpus
-from ptmkit.data.vocabulary import build_vocabulary, encode_corpus
 
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 

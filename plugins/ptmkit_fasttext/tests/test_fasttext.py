@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from inplugins import in_tree_plugins, registered  # noqa: F401 - the fixture
-from tinyconfig import DATA
+from tinyconfig import DATA, TEST_DATA
 
 from ptmkit.cli import main
 
@@ -167,7 +167,7 @@ def test_supervised_classifier_equals_a_transcription_of_fasttexts_update(tmp_pa
     decay), transcribed here in float64; word bigrams hashed as ``Dictionary::addWordNgrams``."""
     from rich.console import Console
 
-    from ptmkit.training.setup import quiet_tensorflow
+    from ptmkit.api import quiet_tensorflow
     from ptmkit_fasttext.subwords import fnv1a
     from ptmkit_fasttext.supervised import FastTextClassifierConfig, build_classifier, pad_rows, train_classifier
 
@@ -227,7 +227,7 @@ def test_supervised_classifier_through_the_cli_beats_the_majority_class(tmp_path
     assert metrics["dev_accuracy"] > 2.5 * metrics["dev_majority_baseline"]
 
 
-MINN5 = Path(__file__).parent / "data" / "fasttext-no-ngrams" / "minn5.bin"  # issue 15's case: minn = maxn = 5
+MINN5 = TEST_DATA / "fasttext-no-ngrams" / "minn5.bin"  # issue 15's case: minn = maxn = 5
 
 
 def test_a_word_without_ngrams_gets_the_zero_vector_as_in_gensim(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -259,7 +259,7 @@ def test_a_word_without_ngrams_gets_the_zero_vector_as_in_gensim(tmp_path: Path,
     assert "1 of 2 text(s) have no word in the vocabulary" in captured.err
 
 
-MULTILABEL = Path(__file__).parent / "data" / "fasttext-labels" / "multilabel.txt"  # issue 15's case
+MULTILABEL = TEST_DATA / "fasttext-labels" / "multilabel.txt"  # issue 15's case
 
 
 def test_every_label_of_a_line_counts_as_in_fasttexts_update(tmp_path: Path) -> None:
@@ -269,7 +269,7 @@ def test_every_label_of_a_line_counts_as_in_fasttexts_update(tmp_path: Path) -> 
     label set holds every label, including one that only ever comes second."""
     from rich.console import Console
 
-    from ptmkit.training.setup import quiet_tensorflow
+    from ptmkit.api import quiet_tensorflow
     from ptmkit_fasttext.supervised import FastTextClassifierConfig, build_classifier, train_classifier
 
     quiet_tensorflow()
@@ -317,8 +317,7 @@ def test_every_label_of_a_line_counts_as_in_fasttexts_update(tmp_path: Path) -> 
 def test_the_multilabel_case_keeps_dessert(tmp_path: Path) -> None:
     """Issue 15's multilabel.txt: "dessert" only ever comes second; fastText knows 3 labels, so
     does the run, and the lines labelled baking and dessert rank dessert above knives."""
-    from ptmkit.data.readers import read_labelled, read_multilabelled
-    from ptmkit.errors import DataError
+    from ptmkit.api import DataError, read_labelled, read_multilabelled
     from ptmkit.training.finetune import load_labelled
 
     texts, labels = read_multilabelled(MULTILABEL)

@@ -68,8 +68,7 @@ def refused(result: subprocess.CompletedProcess[str], out: Path, *needles: str) 
 def test_a_tiny_checkpoint_imports_and_keeps_its_weights(tmp_path: Path) -> None:
     from safetensors.numpy import load_file
 
-    from ptmkit.plugins import get_registry
-    from ptmkit.rundir import RunDir
+    from ptmkit.api import RunDir, get_registry
     from ptmkit.training.finetune import load_backbone
 
     checkpoint = write_checkpoint(tmp_path / "ckpt")
@@ -169,7 +168,7 @@ def test_finetune_starts_from_the_imported_weights(tmp_path: Path) -> None:
     from ptmkit.training.finetune import finetune, load_classifier
     from ptmkit_bert.hf import import_hf
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[3]
     checkpoint = write_checkpoint(tmp_path / "ckpt")
     import_hf(checkpoint, tmp_path / "run")
     overrides = ["finetune.learning_rate=0", "finetune.epochs=1", "finetune.max_train_examples=16", "finetune.sequence_length=16"]

@@ -1,4 +1,10 @@
-"""Shared fixtures: the repository's real data, and one tiny pre-training run per session."""
+"""Shared fixtures for every test folder (``tests/``, each ``plugins/ptmkit_*/tests/``): the
+repository's real data, and one tiny pre-training run per session.
+
+It sits at the repository root so that pytest loads it for the core's tests and for the tests
+beside each plugin alike; the helper modules they import (``tinyconfig``, ``inplugins``) stay in
+``tests/``, which is put on ``sys.path`` here.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,9 @@ from pathlib import Path
 
 # Test this checkout's code even when the editable install points at another one (a git
 # worktree): its packages go first on sys.path and, for the CLI subprocesses, on PYTHONPATH.
-_ROOT = Path(__file__).resolve().parents[1]
+_ROOT = Path(__file__).resolve().parent
 _PATHS = [str(_ROOT), str(_ROOT / "plugins"), str(_ROOT / "export")]
-sys.path[:0] = [path for path in _PATHS if path not in sys.path]
+sys.path[:0] = [path for path in [*_PATHS, str(_ROOT / "tests")] if path not in sys.path]
 os.environ["PYTHONPATH"] = os.pathsep.join([*_PATHS, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 import pytest  # noqa: E402

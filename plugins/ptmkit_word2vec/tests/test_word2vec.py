@@ -112,7 +112,7 @@ def test_evaluate_equals_gensims_numbers_on_the_same_vectors(centered: Path, cap
 
 
 def test_restrict_vocab_and_case_folding_match_gensim(centered: Path) -> None:
-    from ptmkit.wordvectors import WordVectors
+    from ptmkit.api import WordVectors
     from ptmkit.wordvectors.evaluation import evaluate_analogies, evaluate_word_pairs
 
     kv = _kv(centered)
@@ -254,7 +254,7 @@ def test_skipgram_window_batches_learn(corpus: Path, tmp_path: Path, settings: l
 
 
 def test_batching_must_be_known() -> None:
-    from ptmkit.errors import ConfigError
+    from ptmkit.api import ConfigError
     from ptmkit_word2vec.config import Word2VecConfig
 
     with pytest.raises(ConfigError, match="model.batching"):

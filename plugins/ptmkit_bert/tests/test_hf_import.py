@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 REFERENCE = REPO / "tests" / "data" / "minilm_reference.npz"
 DATA = REPO / "data"
 
@@ -70,8 +70,7 @@ def reference() -> dict[str, np.ndarray]:
 
 
 def _hidden_states(run: Path, reference: dict[str, np.ndarray], **config_changes: object) -> np.ndarray:
-    from ptmkit.plugins import get_registry
-    from ptmkit.rundir import RunDir
+    from ptmkit.api import RunDir, get_registry
     from ptmkit.training.finetune import load_backbone
 
     registry = get_registry()
@@ -79,7 +78,7 @@ def _hidden_states(run: Path, reference: dict[str, np.ndarray], **config_changes
     if config_changes:
         import dataclasses
 
-        from ptmkit.rundir import load_weights
+        from ptmkit.api import load_weights
         from ptmkit_bert.backbone import build_backbone
 
         backbone = build_backbone(dataclasses.replace(config.model, **config_changes))
@@ -132,8 +131,8 @@ def test_sentence_embeddings_match_sentence_transformers(imported: Path, referen
 def test_token_ids_match_the_checkpoints_tokenizer(imported: Path, checkpoint: Path) -> None:
     from tokenizers import Tokenizer
 
+    from ptmkit.api import RunDir
     from ptmkit.data.tokenization import encode_texts
-    from ptmkit.rundir import RunDir
 
     texts = _texts()
     assert len(texts) >= 290

@@ -57,7 +57,7 @@ def supervised(tmp_path_factory: pytest.TempPathFactory, labelled: dict[str, Pat
 
 def keras_logits(run: Path, texts: list[str]) -> np.ndarray:
     """The run's Keras model on rows made by the training code (``supervised.text_rows``)."""
-    from ptmkit.config import read_toml
+    from ptmkit.api import read_toml
     from ptmkit_fasttext.supervised import load_row_classifier, pad_rows, text_rows
 
     classifier = load_row_classifier(run)
@@ -244,7 +244,7 @@ def test_a_large_matrix_goes_to_external_data(supervised: Path, tmp_path: Path, 
     """Matrices over 1 GiB (fastText's 2M buckets at dim 300) are written beside the graph, as
     ONNX external data; the export still equals Keras and predicts."""
     from ptmkit import row_export
-    from ptmkit.plugins import get_registry
+    from ptmkit.api import get_registry
     from ptmkit_export import Predictor
 
     monkeypatch.setattr(row_export, "EXTERNAL_DATA_BYTES", 0)

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 
 @pytest.mark.parametrize(("hidden", "direct"), [(50, True), (50, False), (0, True)])
 def test_parameter_count_is_the_papers(hidden: int, direct: bool) -> None:
-    from ptmkit.training.setup import quiet_tensorflow
+    from ptmkit.api import quiet_tensorflow
     from ptmkit_nnlm.model import build_nnlm
 
     quiet_tensorflow()
@@ -35,13 +35,13 @@ def test_parameter_count_is_the_papers(hidden: int, direct: bool) -> None:
 
 
 def test_contexts_are_the_previous_words_padded_with_start(tmp_path: Path) -> None:
-    from ptmkit.data.vocabulary import TokenFile
+    from ptmkit.api import EncodedCorpus
     from ptmkit_nnlm.train import ngrams
 
     lines = [[5, 6, 7], [8], [9, 10, 11, 12, 13]]
     ids = np.asarray([t for line in lines for t in line], np.int32)
     offsets = np.cumsum([0] + [len(line) for line in lines])
-    tokens = TokenFile(ids, offsets, len(ids))
+    tokens = EncodedCorpus(ids, offsets, len(ids))
     contexts, targets = ngrams(tokens, np.arange(len(ids)), 3, start_id=0)
     expected = []
     for line in lines:

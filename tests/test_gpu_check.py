@@ -1,0 +1,67 @@
+"""``benchmarks/gpu_check.sh --dry-run``: the prepared GPU check's code, on the CPU with tiny
+inputs, so that the script cannot rot between the rare runs on a GPU (issue 14, section 4)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def table_rows(report: str, section: str) -> list[list[str]]:
+    """The body rows of the first table under ``## section``, as stripped cells."""
+    body = report.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in body.splitlines() if line.startswith("|")][2:]  # less the header and the rule
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
+
+
+def number(cell: str) -> float:
+    return float(cell.replace(",", "").rstrip("%"))
+
+
+def test_the_dry_run_measures_every_section(tmp_path: Path) -> None:
+    out = tmp_path / "gpu.md"
+    env = dict(os.environ, PYTHON=sys.executable)
+    result = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run", "--out", str(out)],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = out.read_text()
+    for field in ("| date | 20", "| commit | ", "| machine | no GPU; ", "| load | 1, 5, 15 min load average", "| command | `benchmarks/gpu_check.sh --dry-run` |"):
+        assert field in report, field
+    assert "failed:" not in report and "skipped" not in report, report
+
+    bert = table_rows(report, "BERT pre-training")
+    assert [row[0] for row in bert] == ["fp32", "mixed bf16", "mixed bf16 + XLA"]
+    assert all(number(row[1]) > 0 and number(row[2]) > 0 and 0 < number(row[4]) < 100 for row in bert), bert
+
+    onnx = table_rows(report, "ONNX Runtime: MiniLM")
+    assert [(row[1], row[2], row[3]) for row in onnx] == [
+        ("fp32", "model.onnx", "CPUExecutionProvider"),
+        ("fp32 optimized", "model.opt.onnx", "CPUExecutionProvider"),
+        ("fp16", "model.fp16.onnx", "CPUExecutionProvider"),
+    ]
+    assert all(number(row[4]) > 0 and number(row[5]) > 0 for row in onnx), onnx
+
+    server = table_rows(report, "Server batching")
+    assert [row[0] for row in server] == ["1", "32"] and all(row[5] == "0" for row in server), server
+    assert number(server[0][4]) == 1.0  # max batch 1 never batches
+    assert re.search(r"batching gain: \d+\.\d\dx requests/s; the server said: `serving .*CPUExecutionProvider", report)
+
+    word2vec = table_rows(report, "word2vec against gensim")
+    assert [row[0] for row in word2vec] == ["gensim (CPU)", "ptmkit (cpu)"]
+    assert all(number(row[1]) > 0 for row in word2vec), word2vec
+    assert "no TensorrtExecutionProvider in this onnxruntime build" in report  # the CPU wheel has none
+
+
+def test_sections_the_time_left_cannot_hold_are_skipped_and_said_so(tmp_path: Path) -> None:
+    out = tmp_path / "gpu.md"
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--dry-run", "--seconds", "0", "--out", str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = out.read_text()
+    assert report.count("\nskipped: 0 s left of the check's time, this section needs about ") == 5
+    assert "(unfinished" not in report  # the final write replaces the partial ones
