@@ -466,6 +466,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         console.print(f"error: {exc}", markup=False, highlight=False)
         return exc.exit_code
+    except OSError as exc:  # a file or directory the user named: missing, unreadable, unwritable, full
+        if debug:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        console.print(f"error: {where}{exc.strerror or str(exc).strip() or type(exc).__name__}", markup=False, highlight=False)
+        return 2
     except Exception as exc:  # a bug, or a library error we do not translate yet
         if debug:
             raise

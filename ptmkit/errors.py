@@ -28,3 +28,9 @@ class RunDirError(PtmkitError):
 
 class PluginError(PtmkitError):
     """An unknown plugin or family name, or two distributions claiming one family."""
+
+
+class OutputError(PtmkitError):
+    """A destination the user named (``--out``, ``--output``, a repository directory) that cannot be
+    written: a read-only or special file system, no permission, no space left. The message names
+    the user's path, never a temporary file beside it."""

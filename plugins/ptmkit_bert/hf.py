@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -368,7 +367,7 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
         RunDirError: ``out`` exists and is not an empty directory.
     """
     from ptmkit.config import to_toml
-    from ptmkit.io import atomic_save, atomic_write_text
+    from ptmkit.io import atomic_save, atomic_write_text, staging_directory
     from ptmkit.plugins import get_registry
     from ptmkit.rundir import BACKBONE_WEIGHTS, CONFIG, POOLING, TOKENIZER, RunDir
     from ptmkit.training.pretrain import resolve_config
@@ -409,8 +408,7 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
     except Exception as exc:  # safetensors reads lazily: a file truncated inside its data fails here
         raise CheckpointError(f"{weights['file']}: cannot read weights ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{target.name}.import-", dir=target.parent) as tmp_name:
+    with staging_directory(target, f".{target.name}.import-") as tmp_name:
         run = RunDir(tmp_name)
         atomic_write_text(run / CONFIG, to_toml(run_config.to_dict()))
         if unchanged:
@@ -438,7 +436,6 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
         if target.exists():
             target.rmdir()
         os.replace(tmp_name, target)
-        Path(tmp_name).mkdir()  # TemporaryDirectory's cleanup expects it
     return manifest
 
 
