@@ -308,6 +308,10 @@ def embed(
         stdout.print_json(json.dumps({"text": item, "embedding": [round(float(v), 7) for v in vector]}), indent=None)
 
 
+#: Characters of a text `ptmkit predict` echoes in its JSON line without --echo.
+ECHO_CHARS = 80
+
+
 @app.command()
 def predict(
     export_dir: Annotated[Path, typer.Argument(help="An export directory (or a run directory with export/).")],
@@ -315,8 +319,11 @@ def predict(
     file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too).")] = None,
     variant: Annotated[str | None, typer.Option(help="fp32, int8, or fp32+tokenizer / int8+tokenizer (the single-file model of --with-tokenizer) (default: int8 when it passed its checks).")] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="ONNX Runtime intra-op threads.")] = None,
+    echo: Annotated[bool, typer.Option("--echo", help=f"Print each whole text in its JSON line (default: its first {ECHO_CHARS} characters, then an ellipsis, and its index).")] = False,
 ) -> None:
-    """Classify texts with ONNX Runtime: one JSON line per text with label and probabilities."""
+    """Classify texts with ONNX Runtime: one JSON line per text (its index, the text or its start, the
+    label and the probabilities). A long text costs what the model reads: it is cut to a prefix of
+    the tokens the model takes (max_sequence_length) before it is tokenized."""
     from ptmkit.rundir import RunDir
     from ptmkit_export import Predictor
     from ptmkit_export.errors import ExportDirError
@@ -339,8 +346,9 @@ def predict(
         raise PtmkitError(str(exc)) from None
     if predictor.is_embedder:
         raise PtmkitError(f"{directory}: is an embedding export (no labels); `ptmkit embed {directory} --text ...` gives its embeddings")
-    for item, prediction in zip(texts, predictor.predict(texts), strict=True):
-        stdout.print_json(json.dumps({"text": item, **prediction.to_dict()}), indent=None)
+    for index, (item, prediction) in enumerate(zip(texts, predictor.predict(texts), strict=True)):
+        shown = item if echo or len(item) <= ECHO_CHARS else item[:ECHO_CHARS] + "\u2026"
+        stdout.print_json(json.dumps({"index": index, "text": shown, **prediction.to_dict()}), indent=None)
 
 
 @app.command()

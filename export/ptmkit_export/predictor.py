@@ -8,6 +8,7 @@ Imports neither TensorFlow nor Keras; needs only onnxruntime, numpy and tokenize
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -118,6 +119,46 @@ def device_providers(device: str) -> list[str]:
         return ["CPUExecutionProvider"]
     gpu = ["TensorrtExecutionProvider"] if "TensorrtExecutionProvider" in available else []
     return [*gpu, "CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+#: Characters per token a text's prefix starts at before it is tokenized (:func:`clip_text`); the
+#: prefix grows fourfold until it holds enough tokens.
+CLIP_CHARS_PER_TOKEN = 16
+#: Extra tokens a prefix cut inside a word must hold, so that the cut word cannot reach the kept ones.
+CLIP_MARGIN_TOKENS = 16
+_LAST_SPACE = re.compile(r"\s\S*\Z")
+
+
+def clip_text(tokenizer: Tokenizer, text: str, max_tokens: int) -> str:
+    """The shortest prefix of ``text`` found to tokenize to the same first ``max_tokens`` tokens.
+
+    Tokenizing a whole text before truncating it costs memory in proportion to the text (a 26 MB
+    line took 4 GB); a model reads at most ``max_tokens`` of them. The prefix is cut at
+    whitespace (pre-tokenizers split there, so the tokens before the cut are the text's own) and
+    must give more than ``max_tokens`` tokens; a cut inside a word (no whitespace in the last half)
+    must give :data:`CLIP_MARGIN_TOKENS` more. It starts at ``max_tokens *``
+    :data:`CLIP_CHARS_PER_TOKEN` characters and grows fourfold until it does, or is the text.
+
+    Args:
+        tokenizer: a tokenizer without truncation or padding (they change nothing here).
+        text: the text.
+        max_tokens: tokens the model reads, specials included.
+
+    Returns:
+        ``text`` itself when short, else a prefix of it.
+    """
+    chars = max_tokens * CLIP_CHARS_PER_TOKEN
+    while len(text) > chars:
+        prefix = text[:chars]
+        space = _LAST_SPACE.search(prefix)
+        inside_word = space is None or space.start() < chars // 2
+        if not inside_word:
+            prefix = prefix[: space.start()]  # type: ignore[union-attr]
+        tokens = len(tokenizer.encode(prefix, add_special_tokens=False).ids)
+        if tokens > max_tokens + (CLIP_MARGIN_TOKENS if inside_word else 0):
+            return prefix
+        chars *= 4
+    return text
 
 
 class Predictor:
@@ -252,6 +293,9 @@ class Predictor:
             raise ExportDirError(f"{path}: cannot load tokenizer ({first})") from error
         pad_id = int(self.manifest["pad_token_id"])
         pad_token = tokenizer.id_to_token(pad_id) or "[PAD]"
+        self._plain_tokenizer = Tokenizer.from_str(tokenizer.to_str())
+        self._plain_tokenizer.no_truncation()
+        self._plain_tokenizer.no_padding()
         tokenizer.enable_truncation(max_length=int(self.manifest["max_sequence_length"]))
         tokenizer.enable_padding(pad_id=pad_id, pad_token=pad_token)  # length=None: longest in batch
         return tokenizer
@@ -286,12 +330,24 @@ class Predictor:
             raise TypeError(f"texts[{bad[0]}] is {type(texts[bad[0]]).__name__}, expected str")
         return texts
 
+    def clip(self, texts: Sequence[str]) -> list[str]:
+        """``texts`` cut to prefixes that tokenize to the tokens the model reads
+        (:func:`clip_text` with ``max_sequence_length``), so that a long text costs no more
+        memory or time than the model's input; a featurizer export's texts are returned as they
+        are (a bag of rows reads every word, as fastText does)."""
+        if self.tokenizer is None:
+            return list(texts)
+        limit = int(self.manifest["max_sequence_length"])
+        return [clip_text(self._plain_tokenizer, text, limit) for text in texts]
+
     def encode(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
         """Tokenize ``texts`` into the model's input arrays.
 
         Each text gets the tokenizer's special tokens (e.g. ``[CLS] ... [SEP]``), is truncated to
         ``max_sequence_length`` tokens (specials included) and padded with ``pad_token_id`` to the
-        longest text of this call; every input is cut and padded the same way. A featurizer export
+        longest text of this call; every input is cut and padded the same way. A long text is cut
+        to a prefix first (:meth:`clip`: the same tokens, in memory bounded by the model's
+        input rather than by the text). A featurizer export
         gives ``row_ids`` ``(len(texts), rows)`` int32 and ``row_mask`` float32 instead, padded to
         the text with the most rows (:meth:`ptmkit_export.bag_of_rows.BagOfRows.encode`; no
         truncation).
@@ -314,7 +370,7 @@ class Predictor:
             feeds = self.featurizer.encode(texts)
             return {name: feeds[encoding].astype(dtype, copy=False) for name, encoding, dtype in self._inputs}
         assert self.tokenizer is not None
-        encodings = self.tokenizer.encode_batch(texts)
+        encodings = self.tokenizer.encode_batch(self.clip(texts))
         return {
             name: np.asarray([getattr(encoding, attribute) for encoding in encodings], dtype=dtype)
             for name, attribute, dtype in self._inputs
@@ -333,7 +389,7 @@ class Predictor:
             if self.text_input is not None:
                 from ptmkit_export.tokenizer_graph import text_feed
 
-                feeds = {self.text_input: text_feed(chunk)}
+                feeds = {self.text_input: text_feed(self.clip(chunk))}
             else:
                 feeds = self.encode(chunk)
             (values,) = self.session.run([self._output], feeds)

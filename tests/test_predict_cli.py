@@ -1,0 +1,46 @@
+"""`ptmkit predict` as users run it: long texts, what each JSON line echoes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "export"))
+from export_fixtures import LABELS, TinyExport, make_export  # noqa: E402
+
+from ptmkit.cli import ECHO_CHARS, main  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory: pytest.TempPathFactory) -> TinyExport:
+    return make_export(tmp_path_factory.mktemp("export"))
+
+
+def predict(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, object]]:
+    assert main(["predict", *args]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_a_long_line_echoes_its_start_and_index_and_is_classified_as_its_prefix(export: TinyExport, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ptmkit_export import Predictor
+
+    long = "a gorgeous , witty , seductive movie . " * 50_000  # 2 MB on one line
+    file = tmp_path / "texts.txt"
+    file.write_text(f"ok\n{long}\n", encoding="utf-8")
+    rows = predict(capsys, str(export.directory), "--file", str(file), "--variant", "fp32")
+    assert [row["index"] for row in rows] == [0, 1]
+    assert rows[0]["text"] == "ok"
+    assert rows[1]["text"] == long[:ECHO_CHARS] + "\u2026"
+    expected = Predictor(export.directory, variant="fp32").predict(["ok", long])
+    assert [row["label"] for row in rows] == [p.label for p in expected]
+    assert [row["probabilities"] for row in rows] == [p.probabilities for p in expected]
+    assert list(rows[1]["probabilities"]) == LABELS  # type: ignore[call-overload]
+
+
+def test_echo_prints_the_whole_text(export: TinyExport, capsys: pytest.CaptureFixture[str]) -> None:
+    text = "the film is long " * 30
+    (row,) = predict(capsys, str(export.directory), "--text", text, "--echo")
+    assert row["text"] == text and row["index"] == 0
