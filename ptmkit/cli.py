@@ -310,6 +310,8 @@ def embed(
 
 #: Characters of a text `ptmkit predict` echoes in its JSON line without --echo.
 ECHO_CHARS = 80
+#: Significant digits of the probabilities `ptmkit predict` prints (fastText's predict-prob: 6).
+PROBABILITY_DIGITS = 6
 
 
 @app.command()
@@ -319,10 +321,11 @@ def predict(
     file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too).")] = None,
     variant: Annotated[str | None, typer.Option(help="fp32, int8, or fp32+tokenizer / int8+tokenizer (the single-file model of --with-tokenizer) (default: int8 when it passed its checks).")] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="ONNX Runtime intra-op threads.")] = None,
+    top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="Print only the K most probable labels, most probable first (default: every label, in the export's order).")] = None,
     echo: Annotated[bool, typer.Option("--echo", help=f"Print each whole text in its JSON line (default: its first {ECHO_CHARS} characters, then an ellipsis, and its index).")] = False,
 ) -> None:
     """Classify texts with ONNX Runtime: one JSON line per text (its index, the text or its start, the
-    label and the probabilities). A long text costs what the model reads: it is cut to a prefix of
+    label and the probabilities, to 6 significant digits as fastText prints them). A long text costs what the model reads: it is cut to a prefix of
     the tokens the model takes (max_sequence_length) before it is tokenized."""
     from ptmkit.rundir import RunDir
     from ptmkit_export import Predictor
@@ -348,7 +351,17 @@ def predict(
         raise PtmkitError(f"{directory}: is an embedding export (no labels); `ptmkit embed {directory} --text ...` gives its embeddings")
     for index, (item, prediction) in enumerate(zip(texts, predictor.predict(texts), strict=True)):
         shown = item if echo or len(item) <= ECHO_CHARS else item[:ECHO_CHARS] + "\u2026"
-        stdout.print_json(json.dumps({"index": index, "text": shown, **prediction.to_dict()}), indent=None)
+        stdout.print_json(json.dumps({"index": index, "text": shown, **_prediction_json(prediction, top_k)}), indent=None)
+
+
+def _prediction_json(prediction: Any, top_k: int | None) -> dict[str, Any]:
+    """``{"label", "probabilities"}`` of a :class:`ptmkit_export.Prediction`: every label in the
+    export's order, or the ``top_k`` most probable (ties in the export's order); probabilities to
+    :data:`PROBABILITY_DIGITS` significant digits."""
+    items = list(prediction.probabilities.items())
+    if top_k is not None:
+        items = sorted(items, key=lambda item: -item[1])[:top_k]
+    return {"label": prediction.label, "probabilities": {label: float(f"{p:.{PROBABILITY_DIGITS}g}") for label, p in items}}
 
 
 @app.command()

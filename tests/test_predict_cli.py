@@ -36,7 +36,7 @@ def test_a_long_line_echoes_its_start_and_index_and_is_classified_as_its_prefix(
     assert rows[1]["text"] == long[:ECHO_CHARS] + "\u2026"
     expected = Predictor(export.directory, variant="fp32").predict(["ok", long])
     assert [row["label"] for row in rows] == [p.label for p in expected]
-    assert [row["probabilities"] for row in rows] == [p.probabilities for p in expected]
+    assert [row["probabilities"] for row in rows] == [{k: float(f"{v:.6g}") for k, v in p.probabilities.items()} for p in expected]
     assert list(rows[1]["probabilities"]) == LABELS  # type: ignore[call-overload]
 
 
@@ -44,3 +44,23 @@ def test_echo_prints_the_whole_text(export: TinyExport, capsys: pytest.CaptureFi
     text = "the film is long " * 30
     (row,) = predict(capsys, str(export.directory), "--text", text, "--echo")
     assert row["text"] == text and row["index"] == 0
+
+
+def test_top_k_prints_the_most_probable_labels_first_to_6_significant_digits(export: TinyExport, capsys: pytest.CaptureFixture[str]) -> None:
+    from ptmkit_export import Predictor
+
+    texts = ["a gorgeous , witty , seductive movie .", "simplistic , silly and tedious ."]
+    expected = Predictor(export.directory, variant="fp32").predict(texts)
+    rows = predict(capsys, str(export.directory), "--variant", "fp32", "--top-k", "2", "--text", texts[0], "--text", texts[1])
+    for row, prediction in zip(rows, expected, strict=True):
+        ranked = sorted(prediction.probabilities.items(), key=lambda item: -item[1])[:2]
+        assert list(row["probabilities"].items()) == [(label, float(f"{p:.6g}")) for label, p in ranked]  # type: ignore[attr-defined]
+        assert row["label"] == ranked[0][0] == prediction.label
+        assert all(float(f"{p:.6g}") == p for p in row["probabilities"].values())  # type: ignore[attr-defined]
+    (row,) = predict(capsys, str(export.directory), "--top-k", "10", "--text", texts[0])
+    assert len(row["probabilities"]) == len(LABELS)  # type: ignore[arg-type]
+    assert abs(sum(row["probabilities"].values()) - 1) < 1e-5  # type: ignore[attr-defined]
+
+
+def test_top_k_below_1_is_a_usage_error(export: TinyExport) -> None:
+    assert main(["predict", str(export.directory), "--top-k", "0", "--text", "ok"]) == 2
