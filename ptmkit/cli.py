@@ -141,11 +141,13 @@ def export(
 
 
 def _write_triton(export_dir: Path, repo_dir: Path, name: str | None, variant: str, max_batch_size: int, overwrite: bool) -> None:
-    from ptmkit_export.errors import ExportDirError
+    from ptmkit_export.errors import DestinationExistsError, ExportDirError
     from ptmkit_export.triton import write_triton_repository
 
     try:
         model_dir = write_triton_repository(export_dir, repo_dir, name=name, variant=variant, max_batch_size=max_batch_size, overwrite=overwrite)
+    except DestinationExistsError as exc:
+        raise PtmkitError(f"{exc.path}: already exists (--force replaces it)") from None
     except (ExportDirError, ValueError) as exc:
         raise PtmkitError(str(exc)) from None
     console.print(f"wrote Triton model repository entry {model_dir} (config.pbtxt, 1/model.onnx)")
