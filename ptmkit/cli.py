@@ -220,6 +220,32 @@ def _read_texts(text: list[str] | None, file: Path | None) -> list[str]:
     return texts
 
 
+#: The ``--file`` value that reads standard input.
+STDIN = Path("-")
+
+
+def _read_stdin_texts() -> list[str]:
+    """Texts from standard input (``--file -``): one per line, blank lines skipped, as in a plain
+    text file; fastText ``__label__`` lines (the first line tells) give their texts. Invalid UTF-8
+    is replaced and warned about, as for a file."""
+    from ptmkit.data.readers import LABEL_PREFIX
+    from ptmkit.plugins import get_registry
+
+    lines, invalid = [], 0
+    for raw in sys.stdin.buffer.read().splitlines():
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            lines.append(raw.decode("utf-8", errors="replace"))
+            invalid += 1
+    if invalid:
+        warnings.warn(f"<stdin>: {invalid} line(s) had invalid UTF-8; the bad bytes were replaced by U+FFFD", UnicodeWarning, stacklevel=2)
+    first = next((line.lstrip() for line in lines if line.strip()), "")
+    name = "fasttext" if first.startswith(LABEL_PREFIX) else "text"
+    reader = next(r for r in get_registry().readers.values() if r.name == name)
+    return [record.text for record in reader.read(iter(lines), "<stdin>")]
+
+
 def _row_classifier_families() -> set[str]:
     """Families whose pre-training runs are classifiers already (they export without fine-tuning)."""
     from ptmkit.contract import ROW_CLASSIFIER
@@ -320,7 +346,7 @@ PROBABILITY_DIGITS = 6
 def predict(
     export_dir: Annotated[Path, typer.Argument(help="An export directory (or a run directory with export/).")],
     text: Annotated[list[str] | None, typer.Option("--text", help="A text to classify (repeatable).")] = None,
-    file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too).")] = None,
+    file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too); - reads standard input.")] = None,
     variant: Annotated[str | None, typer.Option(help="fp32, int8, or fp32+tokenizer / int8+tokenizer (the single-file model of --with-tokenizer) (default: int8 when it passed its checks).")] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="ONNX Runtime intra-op threads.")] = None,
     top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="Print only the K most probable labels, most probable first (default: every label, in the export's order).")] = None,
@@ -333,9 +359,9 @@ def predict(
     from ptmkit_export import Predictor
     from ptmkit_export.errors import ExportDirError
 
-    texts = _read_texts(text, file)
+    texts = _read_texts(text, None if file == STDIN else file) + (_read_stdin_texts() if file == STDIN else [])
     if not texts:
-        raise PtmkitError("nothing to predict: give --text TEXT or --file FILE")
+        raise PtmkitError("nothing to predict: give --text TEXT or --file FILE (--file - reads standard input)")
     directory = export_dir / "export" if (export_dir / "export" / "manifest.json").exists() else export_dir
     if (directory / "manifest.json").exists() and "stage" in (run_manifest := RunDir(directory).read_json("manifest.json")):
         classifier = run_manifest["stage"] == "finetune" or run_manifest.get("family") in _row_classifier_families()

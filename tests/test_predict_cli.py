@@ -64,3 +64,22 @@ def test_top_k_prints_the_most_probable_labels_first_to_6_significant_digits(exp
 
 def test_top_k_below_1_is_a_usage_error(export: TinyExport) -> None:
     assert main(["predict", str(export.directory), "--top-k", "0", "--text", "ok"]) == 2
+
+
+def test_file_dash_reads_standard_input(export: TinyExport, tmp_path: Path) -> None:
+    """`--file -` as in `cat texts.txt | ptmkit predict EXPORT --file -`: the same lines as the
+    file gives, plain or fastText-labelled, --text first."""
+    import subprocess
+
+    command = [sys.executable, "-m", "ptmkit.cli", "predict", str(export.directory), "--variant", "fp32"]
+    plain = "ok\n\nsimplistic , silly and tedious .\n"
+    labelled = "__label__neg simplistic , silly and tedious .\n__label__pos a gorgeous movie\n"
+    for content in (plain, labelled):
+        file = tmp_path / "texts.txt"
+        file.write_text(content, encoding="utf-8")
+        from_file = subprocess.run([*command, "--text", "first", "--file", str(file)], capture_output=True, text=True, timeout=300)
+        from_stdin = subprocess.run([*command, "--text", "first", "--file", "-"], input=content, capture_output=True, text=True, timeout=300)
+        assert from_file.returncode == from_stdin.returncode == 0, from_stdin.stderr
+        assert from_stdin.stdout == from_file.stdout and len(from_stdin.stdout.splitlines()) == 3
+    empty = subprocess.run([*command, "--file", "-"], input="", capture_output=True, text=True, timeout=300)
+    assert empty.returncode == 2 and "nothing to predict" in empty.stderr
