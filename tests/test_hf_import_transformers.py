@@ -8,6 +8,7 @@ sentence-transformers' default and ``ref_embed.py`` of the shared cases do.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -21,30 +22,53 @@ CASES = Path(__file__).resolve().parent / "data" / "hf"
 TEXTS = ["the cat sat on the mat", "hello world", "good film, bad movie! $5", "a man is eating food 中国人", "query: what is this?"]
 
 
-def transformers_reference(checkpoint: Path, texts: list[str]) -> tuple[list[list[int]], np.ndarray, int]:
-    """transformers' token ids (without padding), mean-pooled embeddings and pad id."""
-    torch = pytest.importorskip("torch", reason="the test extra installs torch")
-    transformers = pytest.importorskip("transformers", reason="the test extra installs transformers")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(checkpoint))
-    model = transformers.BertModel.from_pretrained(str(checkpoint), dtype=torch.float32).eval()
-    encoded = tokenizer(texts, padding=True, return_tensors="pt")
+#: Runs in a fresh process: torch's triton crashes (SIGSEGV) when it is imported after TensorFlow,
+#: which the rest of the suite has loaded. Jobs on stdin, results on stdout, as JSON.
+REFERENCE_SCRIPT = """
+import json, sys
+import torch
+from transformers import AutoTokenizer, BertModel
+results = []
+for job in json.load(sys.stdin):
+    tokenizer = AutoTokenizer.from_pretrained(job["checkpoint"])
+    model = BertModel.from_pretrained(job["checkpoint"], dtype=torch.float32).eval()
+    options = {"truncation": True, "max_length": job["max_length"]} if job["max_length"] else {}
+    encoded = tokenizer(job["texts"], padding=True, return_tensors="pt", **options)
     with torch.no_grad():
         hidden = model(**encoded).last_hidden_state
     mask = encoded["attention_mask"].unsqueeze(-1).float()
-    embeddings = ((hidden * mask).sum(1) / mask.sum(1)).numpy()
-    ids = [[i for i, m in zip(row, row_mask, strict=True) if m] for row, row_mask in zip(encoded["input_ids"].tolist(), encoded["attention_mask"].tolist(), strict=True)]
-    return ids, embeddings, int(tokenizer.pad_token_id)
+    embeddings = ((hidden * mask).sum(1) / mask.sum(1)).tolist()
+    ids = [[i for i, m in zip(row, row_mask) if m] for row, row_mask in zip(encoded["input_ids"].tolist(), encoded["attention_mask"].tolist())]
+    results.append({"ids": ids, "embeddings": embeddings, "pad": tokenizer.pad_token_id})
+print(json.dumps(results))
+"""
+
+
+def transformers_reference(checkpoint: Path, texts: list[str], max_length: int | None = None) -> tuple[list[list[int]], np.ndarray, int]:
+    """transformers' token ids (without padding), mean-pooled embeddings and pad id."""
+    for module in ("torch", "transformers"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"the test extra installs {module}")
+    job = [{"checkpoint": str(checkpoint), "texts": texts, "max_length": max_length}]
+    result = subprocess.run([sys.executable, "-c", REFERENCE_SCRIPT], input=json.dumps(job), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (reference,) = json.loads(result.stdout.strip().splitlines()[-1])
+    return reference["ids"], np.asarray(reference["embeddings"], np.float32), int(reference["pad"])
 
 
 def ptmkit_embeddings(run: Path, texts: list[str]) -> tuple[list[list[int]], np.ndarray, int]:
+    from ptmkit.data.tokenization import encode_texts
     from ptmkit.embedding import embed_texts, load_embedder
     from ptmkit.plugins import get_registry
 
     model, tokenizer, pooling, manifest = load_embedder(run)
     family = get_registry().family(manifest["family"])
     pad = family.special_tokens(tokenizer).pad
-    vectors = embed_texts(model, tokenizer, texts, int(pooling["max_sequence_length"]), family.input_names, pad)
-    return [e.ids for e in tokenizer.encode_batch(texts)], vectors, pad
+    length = int(pooling["max_sequence_length"])
+    vectors = embed_texts(model, tokenizer, texts, length, family.input_names, pad)
+    encoded = encode_texts(tokenizer, texts, length, family.input_names, pad)  # what fine-tuning feeds
+    ids = [row[mask == 1].tolist() for row, mask in zip(encoded["token_ids"], encoded["padding_mask"], strict=True)]
+    return ids, vectors, pad
 
 
 @pytest.mark.parametrize("case", ["padded-vocab", "duplicate-vocab", "sentencepiece-specials"])
@@ -104,3 +128,18 @@ def test_ptmkit_embed_prints_transformers_embeddings(tmp_path: Path) -> None:
     result = subprocess.run([*command, "embed", str(run), "--text", TEXTS[0], "--text", TEXTS[1], "--output", str(out)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert np.max(np.abs(np.load(out) - expected)) <= 1e-5
+
+
+@pytest.mark.parametrize("case", ["padded-vocab", "sentencepiece-specials"])
+def test_a_long_text_embeds_as_transformers_truncates_it(case: str, tmp_path: Path) -> None:
+    """A 1 MB text is cut to a prefix before tokenizing (memory bounded by the model's input):
+    the embedding is transformers' of the text truncated to max_sequence_length tokens."""
+    from ptmkit_bert.hf import import_hf
+
+    checkpoint = CASES / case
+    long = "the cat sat on the mat , hello world . " * 25_000
+    expected_ids, expected, _ = transformers_reference(checkpoint, [long], max_length=64)  # config.json: 64 positions
+    import_hf(checkpoint, tmp_path / "run")
+    ids, vectors, _ = ptmkit_embeddings(tmp_path / "run", [long])
+    assert len(expected_ids[0]) == 64 and ids == expected_ids
+    assert np.max(np.abs(vectors - expected)) <= 1e-5

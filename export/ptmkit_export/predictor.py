@@ -8,7 +8,6 @@ Imports neither TensorFlow nor Keras; needs only onnxruntime, numpy and tokenize
 from __future__ import annotations
 
 import os
-import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from ptmkit_export.bag_of_rows import BagOfRows
+from ptmkit_export.clip import clip_text, plain_copy
 from ptmkit_export.errors import ExportDirError
 from ptmkit_export.manifest import EMBEDDER_OUTPUTS, read_manifest, variant_path
 
@@ -119,46 +119,6 @@ def device_providers(device: str) -> list[str]:
         return ["CPUExecutionProvider"]
     gpu = ["TensorrtExecutionProvider"] if "TensorrtExecutionProvider" in available else []
     return [*gpu, "CUDAExecutionProvider", "CPUExecutionProvider"]
-
-
-#: Characters per token a text's prefix starts at before it is tokenized (:func:`clip_text`); the
-#: prefix grows fourfold until it holds enough tokens.
-CLIP_CHARS_PER_TOKEN = 16
-#: Extra tokens a prefix cut inside a word must hold, so that the cut word cannot reach the kept ones.
-CLIP_MARGIN_TOKENS = 16
-_LAST_SPACE = re.compile(r"\s\S*\Z")
-
-
-def clip_text(tokenizer: Tokenizer, text: str, max_tokens: int) -> str:
-    """The shortest prefix of ``text`` found to tokenize to the same first ``max_tokens`` tokens.
-
-    Tokenizing a whole text before truncating it costs memory in proportion to the text (a 26 MB
-    line took 4 GB); a model reads at most ``max_tokens`` of them. The prefix is cut at
-    whitespace (pre-tokenizers split there, so the tokens before the cut are the text's own) and
-    must give more than ``max_tokens`` tokens; a cut inside a word (no whitespace in the last half)
-    must give :data:`CLIP_MARGIN_TOKENS` more. It starts at ``max_tokens *``
-    :data:`CLIP_CHARS_PER_TOKEN` characters and grows fourfold until it does, or is the text.
-
-    Args:
-        tokenizer: a tokenizer without truncation or padding (they change nothing here).
-        text: the text.
-        max_tokens: tokens the model reads, specials included.
-
-    Returns:
-        ``text`` itself when short, else a prefix of it.
-    """
-    chars = max_tokens * CLIP_CHARS_PER_TOKEN
-    while len(text) > chars:
-        prefix = text[:chars]
-        space = _LAST_SPACE.search(prefix)
-        inside_word = space is None or space.start() < chars // 2
-        if not inside_word:
-            prefix = prefix[: space.start()]  # type: ignore[union-attr]
-        tokens = len(tokenizer.encode(prefix, add_special_tokens=False).ids)
-        if tokens > max_tokens + (CLIP_MARGIN_TOKENS if inside_word else 0):
-            return prefix
-        chars *= 4
-    return text
 
 
 class Predictor:
@@ -293,9 +253,7 @@ class Predictor:
             raise ExportDirError(f"{path}: cannot load tokenizer ({first})") from error
         pad_id = int(self.manifest["pad_token_id"])
         pad_token = tokenizer.id_to_token(pad_id) or "[PAD]"
-        self._plain_tokenizer = Tokenizer.from_str(tokenizer.to_str())
-        self._plain_tokenizer.no_truncation()
-        self._plain_tokenizer.no_padding()
+        self._plain_tokenizer = plain_copy(tokenizer)
         tokenizer.enable_truncation(max_length=int(self.manifest["max_sequence_length"]))
         tokenizer.enable_padding(pad_id=pad_id, pad_token=pad_token)  # length=None: longest in batch
         return tokenizer
