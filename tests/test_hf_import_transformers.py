@@ -107,6 +107,7 @@ def test_the_pad_token_of_special_tokens_map_is_used_as_transformers_uses_it(tmp
 
     checkpoint = tmp_path / "ckpt"
     shutil.copytree(CASES / "padded-vocab", checkpoint)
+    (checkpoint / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "pad_token": "[unused0]"}))
     (checkpoint / "special_tokens_map.json").write_text(json.dumps({"pad_token": {"content": "[unused1]", "special": True}}))
     _, expected, expected_pad = transformers_reference(checkpoint, TEXTS)
     manifest = import_hf(checkpoint, tmp_path / "run")
