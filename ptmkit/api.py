@@ -37,7 +37,7 @@ Run directories and the registry (:mod:`ptmkit.rundir`, :mod:`ptmkit.plugins`)
 
 IO and console (:mod:`ptmkit.io`, :mod:`ptmkit.console`)
     Atomic writes (:func:`atomic_path`, :func:`atomic_save`, :func:`atomic_write_text`,
-    :func:`atomic_write_json`): an interrupted run never leaves a half file that looks whole;
+    :func:`atomic_write_json`, :func:`staging_directory`): an interrupted run never leaves a half file that looks whole;
     :func:`default_console`.
 
 Data and training glue (:mod:`ptmkit.data.readers`, :mod:`ptmkit.training`)
@@ -103,7 +103,7 @@ from ptmkit.data.vocabulary import (
     noise_table,
 )
 from ptmkit.errors import ConfigError, DataError, ExportError, PluginError, PtmkitError, RunDirError
-from ptmkit.io import atomic_path, atomic_save, atomic_write_json, atomic_write_text
+from ptmkit.io import atomic_path, atomic_save, atomic_write_json, atomic_write_text, staging_directory
 from ptmkit.objectives.word_prediction import OutputLayer, Subwords, WindowExamples
 from ptmkit.plugins import get_registry
 from ptmkit.rundir import (
@@ -189,6 +189,7 @@ __all__ = [
     "atomic_path",
     "atomic_save",
     "atomic_write_json",
+    "staging_directory",
     "atomic_write_text",
     "default_console",
     # data and training glue

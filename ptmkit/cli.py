@@ -154,11 +154,13 @@ def export(
 
 
 def _write_triton(export_dir: Path, repo_dir: Path, name: str | None, variant: str, max_batch_size: int, overwrite: bool) -> None:
-    from ptmkit_export.errors import ExportDirError
+    from ptmkit_export.errors import DestinationExistsError, ExportDirError
     from ptmkit_export.triton import write_triton_repository
 
     try:
         model_dir = write_triton_repository(export_dir, repo_dir, name=name, variant=variant, max_batch_size=max_batch_size, overwrite=overwrite)
+    except DestinationExistsError as exc:
+        raise PtmkitError(f"{exc.path}: already exists (--force replaces it)") from None
     except (ExportDirError, ValueError) as exc:
         raise PtmkitError(str(exc)) from None
     console.print(f"wrote Triton model repository entry {model_dir} (config.pbtxt, 1/model.onnx)")
@@ -371,6 +373,12 @@ def embed(
         stdout.print_json(json.dumps(record), indent=None)
 
 
+#: Characters of a text `ptmkit predict` echoes in its JSON line without --echo.
+ECHO_CHARS = 80
+#: Significant digits of the probabilities `ptmkit predict` prints (fastText's predict-prob: 6).
+PROBABILITY_DIGITS = 6
+
+
 @app.command()
 def predict(
     export_dir: Annotated[Path, typer.Argument(help="An export directory (or a run directory with export/).")],
@@ -378,15 +386,19 @@ def predict(
     file: Annotated[Path | None, typer.Option(help="A file of texts, one per line (labelled formats too); '-': standard input.")] = None,
     variant: Annotated[str | None, typer.Option(help="fp32, int8, or fp32+tokenizer / int8+tokenizer (the single-file model of --with-tokenizer) (default: int8 when it passed its checks).")] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="ONNX Runtime intra-op threads.")] = None,
+    top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="Print only the K most probable labels, most probable first (default: every label, in the export's order).")] = None,
+    echo: Annotated[bool, typer.Option("--echo", help=f"Print each whole text in its JSON line (default: its first {ECHO_CHARS} characters, then an ellipsis, and its index).")] = False,
 ) -> None:
-    """Classify texts with ONNX Runtime: one JSON line per text with label and probabilities."""
+    """Classify texts with ONNX Runtime: one JSON line per text (its index, the text or its start, the
+    label and the probabilities, to 6 significant digits as fastText prints them). A long text costs what the model reads: it is cut to a prefix of
+    the tokens the model takes (max_sequence_length) before it is tokenized."""
     from ptmkit.rundir import RunDir
     from ptmkit_export import Predictor
     from ptmkit_export.errors import ExportDirError
 
     texts = _read_texts(text, file)
     if not texts:
-        raise PtmkitError("nothing to predict: give --text TEXT or --file FILE")
+        raise PtmkitError("nothing to predict: give --text TEXT or --file FILE (--file - reads standard input)")
     directory = export_dir / "export" if (export_dir / "export" / "manifest.json").exists() else export_dir
     if (directory / "manifest.json").exists() and "stage" in (run_manifest := RunDir(directory).read_json("manifest.json")):
         classifier = run_manifest["stage"] == "finetune" or run_manifest.get("family") in _row_classifier_families()
@@ -402,8 +414,19 @@ def predict(
         raise PtmkitError(str(exc)) from None
     if predictor.is_embedder:
         raise PtmkitError(f"{directory}: is an embedding export (no labels); `ptmkit embed {directory} --text ...` gives its embeddings")
-    for item, prediction in zip(texts, predictor.predict(texts), strict=True):
-        stdout.print_json(json.dumps({"text": item, **prediction.to_dict()}), indent=None)
+    for index, (item, prediction) in enumerate(zip(texts, predictor.predict(texts), strict=True)):
+        shown = item if echo or len(item) <= ECHO_CHARS else item[:ECHO_CHARS] + "\u2026"
+        stdout.print_json(json.dumps({"index": index, "text": shown, **_prediction_json(prediction, top_k)}), indent=None)
+
+
+def _prediction_json(prediction: Any, top_k: int | None) -> dict[str, Any]:
+    """``{"label", "probabilities"}`` of a :class:`ptmkit_export.Prediction`: every label in the
+    export's order, or the ``top_k`` most probable (ties in the export's order); probabilities to
+    :data:`PROBABILITY_DIGITS` significant digits."""
+    items = list(prediction.probabilities.items())
+    if top_k is not None:
+        items = sorted(items, key=lambda item: -item[1])[:top_k]
+    return {"label": prediction.label, "probabilities": {label: float(f"{p:.{PROBABILITY_DIGITS}g}") for label, p in items}}
 
 
 @app.command()
@@ -613,6 +636,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         console.print(f"error: {exc}", markup=False, highlight=False)
         return exc.exit_code
+    except OSError as exc:  # a file or directory the user named: missing, unreadable, unwritable, full
+        if debug:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        console.print(f"error: {where}{exc.strerror or str(exc).strip() or type(exc).__name__}", markup=False, highlight=False)
+        return 2
     except Exception as exc:  # a bug, or a library error we do not translate yet
         if debug:
             raise

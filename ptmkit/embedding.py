@@ -99,11 +99,11 @@ def embed_texts(model: Any, tokenizer: Any, texts: list[str], sequence_length: i
     Returns:
         ``(len(texts), hidden)`` float32.
     """
-    from tokenizers import Tokenizer
-
     from ptmkit.data.tokenization import ENCODING_FIELDS
+    from ptmkit_export.clip import clip_text, plain_copy
 
-    tokenizer = Tokenizer.from_str(tokenizer.to_str())
+    tokenizer = plain_copy(tokenizer)
+    texts = [clip_text(tokenizer, text, sequence_length) for text in texts]  # a long text: its prefix, same tokens
     tokenizer.enable_truncation(max_length=sequence_length)
     tokenizer.enable_padding(pad_id=pad_id, pad_token=tokenizer.id_to_token(pad_id) or "[PAD]")
     chunks = []

@@ -32,3 +32,9 @@ class PluginError(PtmkitError):
 
 class ExportError(PtmkitError):
     """An export that cannot be made or failed a check (ONNX parity, a refused option); nothing was written."""
+
+
+class OutputError(PtmkitError):
+    """A destination the user named (``--out``, ``--output``, a repository directory) that cannot be
+    written: a read-only or special file system, no permission, no space left. The message names
+    the user's path, never a temporary file beside it."""

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from rich.console import Console
 from ptmkit.console import default_console
 from ptmkit.contract import ROW_CLASSIFIER
 from ptmkit.errors import ExportError
+from ptmkit.io import staging_directory
 from ptmkit.rundir import RunDir
 
 PARITY_TOLERANCE = 1e-4
@@ -260,13 +260,12 @@ def export_run(
     specials = family.special_tokens(tokenizer)
     vocabulary_size = int(config.model.vocabulary_size)
     target = Path(out) if out is not None else run.path / "export"
-    target.parent.mkdir(parents=True, exist_ok=True)
     dev_file = dev or run_manifest.get("dev")
     wanted = [name for name, on in (("optimized", optimize > 0), ("int8", int8), ("fp16", fp16)) if on]
     if wanted and not dev_file:
         raise ExportError(f"{run.path}: no dev file recorded in the run; pass --dev FILE (texts, one per line) for the fp32-vs-{wanted[0]} check")
 
-    with tempfile.TemporaryDirectory(prefix=".export-", dir=target.parent) as tmp_name:
+    with staging_directory(target, ".export-") as tmp_name:
         tmp = Path(tmp_name)
         fp32_path = tmp / VARIANT_FILES["fp32"]
         with console.status("converting to ONNX (tf2onnx)"):

@@ -3,12 +3,56 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from ptmkit.errors import OutputError
+
+
+def output_error(path: str | os.PathLike[str], exc: OSError) -> OutputError:
+    """The one-line :class:`~ptmkit.errors.OutputError` for ``exc``, raised while writing ``path``
+    (through a temporary file or directory beside it): it names ``path``, not the temporary."""
+    path = Path(path)
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if exc.errno == errno.ENOENT and path.parent.is_dir():
+        reason = f"{path.parent} does not accept new files"  # /proc, /sys: the directory exists
+    elif exc.errno == errno.ENOENT:
+        reason = f"{reason}: {next((str(p) for p in path.parents if not p.exists() and p.parent.exists()), path.parent)}"
+    return OutputError(f"{path}: cannot write ({reason})")
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Turn an ``OSError`` of the block into :func:`output_error` naming ``path``. For blocks that
+    only create, write and rename files of the destination (not ones that read inputs)."""
+    try:
+        yield
+    except OSError as exc:
+        raise output_error(path, exc) from None
+
+
+@contextlib.contextmanager
+def staging_directory(target: str | os.PathLike[str], prefix: str) -> Iterator[str]:
+    """A temporary directory beside ``target`` (same file system, so that the caller's final
+    ``os.replace`` is atomic), removed on exit whatever happens.
+
+    Raises:
+        OutputError: ``target``'s directory cannot be created or written, naming ``target``.
+    """
+    target = Path(target)
+    with writing(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp_name = tempfile.mkdtemp(prefix=prefix, dir=target.parent)
+    try:
+        yield tmp_name
+    finally:
+        shutil.rmtree(tmp_name, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -18,20 +62,32 @@ def atomic_path(path: str | os.PathLike[str], suffix: str | None = None) -> Iter
     The temporary file lives in the same directory (so ``os.replace`` is atomic) and keeps the
     final suffix (``suffix`` or ``path``'s own), because some writers (Keras' ``save_weights``)
     insist on it. On any exception the temporary file is removed and ``path`` is untouched.
+
+    Raises:
+        OutputError: ``path``'s directory cannot be created or written, the rename fails, or the
+            block's writer fails on the temporary file or for lack of space, naming ``path``.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if suffix is None:
         suffix = "".join(path.suffixes) or ""
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name.split('.')[0]}.tmp-", suffix=suffix, dir=path.parent)
-    os.close(fd)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name.split('.')[0]}.tmp-", suffix=suffix, dir=path.parent)
+        os.close(fd)
     tmp = Path(tmp_name)
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a run directory is shared like any file
     try:
-        yield tmp
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        with writing(path):
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a run directory is shared like any file
+        try:
+            yield tmp
+        except OSError as exc:
+            if exc.filename in (str(tmp), tmp) or exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS):
+                raise output_error(path, exc) from None  # the writer's failure, told about the user's path
+            raise
+        with writing(path):
+            with open(tmp, "rb+") as handle:
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()

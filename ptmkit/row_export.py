@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from rich.console import Console
 
 from ptmkit.contract import RowClassifier
 from ptmkit.errors import PtmkitError
+from ptmkit.io import staging_directory
 
 PARITY_TOLERANCE = 1e-6
 PARITY_BATCH = 32
@@ -185,8 +185,7 @@ def export_row_classifier(
     if not texts:
         raise RowExportError(f"{dev_file}: no texts for the ONNX-vs-Keras check")
     target = Path(out) if out is not None else Path(run_dir) / "export"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".export-", dir=target.parent) as tmp_name:
+    with staging_directory(target, ".export-") as tmp_name:
         tmp = Path(tmp_name)
         with console.status("writing the ONNX graph"):
             files = write_onnx(classifier.input_matrix, classifier.output_matrix, tmp / "model.onnx")

@@ -18,6 +18,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from ptmkit_export.bag_of_rows import BagOfRows
+from ptmkit_export.clip import clip_text, plain_copy
 from ptmkit_export.errors import ExportDirError
 from ptmkit_export.manifest import EMBEDDER_OUTPUTS, read_manifest, variant_path
 
@@ -252,6 +253,7 @@ class Predictor:
             raise ExportDirError(f"{path}: cannot load tokenizer ({first})") from error
         pad_id = int(self.manifest["pad_token_id"])
         pad_token = tokenizer.id_to_token(pad_id) or "[PAD]"
+        self._plain_tokenizer = plain_copy(tokenizer)
         tokenizer.enable_truncation(max_length=int(self.manifest["max_sequence_length"]))
         tokenizer.enable_padding(pad_id=pad_id, pad_token=pad_token)  # length=None: longest in batch
         return tokenizer
@@ -286,12 +288,24 @@ class Predictor:
             raise TypeError(f"texts[{bad[0]}] is {type(texts[bad[0]]).__name__}, expected str")
         return texts
 
+    def clip(self, texts: Sequence[str]) -> list[str]:
+        """``texts`` cut to prefixes that tokenize to the tokens the model reads
+        (:func:`clip_text` with ``max_sequence_length``), so that a long text costs no more
+        memory or time than the model's input; a featurizer export's texts are returned as they
+        are (a bag of rows reads every word, as fastText does)."""
+        if self.tokenizer is None:
+            return list(texts)
+        limit = int(self.manifest["max_sequence_length"])
+        return [clip_text(self._plain_tokenizer, text, limit) for text in texts]
+
     def encode(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
         """Tokenize ``texts`` into the model's input arrays.
 
         Each text gets the tokenizer's special tokens (e.g. ``[CLS] ... [SEP]``), is truncated to
         ``max_sequence_length`` tokens (specials included) and padded with ``pad_token_id`` to the
-        longest text of this call; every input is cut and padded the same way. A featurizer export
+        longest text of this call; every input is cut and padded the same way. A long text is cut
+        to a prefix first (:meth:`clip`: the same tokens, in memory bounded by the model's
+        input rather than by the text). A featurizer export
         gives ``row_ids`` ``(len(texts), rows)`` int32 and ``row_mask`` float32 instead, padded to
         the text with the most rows (:meth:`ptmkit_export.bag_of_rows.BagOfRows.encode`; no
         truncation).
@@ -314,7 +328,7 @@ class Predictor:
             feeds = self.featurizer.encode(texts)
             return {name: feeds[encoding].astype(dtype, copy=False) for name, encoding, dtype in self._inputs}
         assert self.tokenizer is not None
-        encodings = self.tokenizer.encode_batch(texts)
+        encodings = self.tokenizer.encode_batch(self.clip(texts))
         return {
             name: np.asarray([getattr(encoding, attribute) for encoding in encodings], dtype=dtype)
             for name, attribute, dtype in self._inputs
@@ -333,7 +347,7 @@ class Predictor:
             if self.text_input is not None:
                 from ptmkit_export.tokenizer_graph import text_feed
 
-                feeds = {self.text_input: text_feed(chunk)}
+                feeds = {self.text_input: text_feed(self.clip(chunk))}
             else:
                 feeds = self.encode(chunk)
             (values,) = self.session.run([self._output], feeds)

@@ -236,7 +236,7 @@ class ModelService:
                 lengths = [len(self.predictor.featurizer.rows(text)) for text in texts]
             else:
                 assert self.predictor.tokenizer is not None
-                lengths = [sum(e.attention_mask) for e in self.predictor.tokenizer.encode_batch(texts)]
+                lengths = [sum(e.attention_mask) for e in self.predictor.tokenizer.encode_batch(self.predictor.clip(texts))]
             values = np.empty((0, 0), dtype=np.float32)
             for group in length_groups(lengths, self.call_cost_tokens):
                 part = run([texts[i] for i in group])

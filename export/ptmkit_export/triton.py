@@ -28,7 +28,7 @@ from typing import Any
 
 import onnxruntime as ort
 
-from ptmkit_export.errors import ExportDirError
+from ptmkit_export.errors import DestinationExistsError, ExportDirError
 from ptmkit_export.manifest import NAME_PATTERN, default_name, read_manifest, variant_path
 
 #: ONNX Runtime element types -> Triton ``DataType`` names.
@@ -152,8 +152,9 @@ def write_triton_repository(
     Raises:
         ExportDirError: a missing or broken export, an unknown variant, a variant that tokenizes
             inside the graph (``fp32+tokenizer``: it needs a custom op library), a model ONNX Runtime
-            cannot load, an existing ``REPO_DIR/NAME`` without ``overwrite``, ``repo_dir`` not a
-            folder.
+            cannot load, ``repo_dir`` not a folder.
+        DestinationExistsError: (an ExportDirError) ``REPO_DIR/NAME`` exists and ``overwrite`` is
+            false.
         ValueError: an invalid name or option (see :func:`triton_config`).
     """
     export_dir = Path(export_dir)
@@ -180,7 +181,7 @@ def write_triton_repository(
     repo.mkdir(parents=True, exist_ok=True)
     target = repo / name
     if target.exists() and not overwrite:
-        raise ExportDirError(f"{target}: already exists (overwrite=True / --force replaces it)")
+        raise DestinationExistsError(target)
     staging = Path(tempfile.mkdtemp(dir=repo, prefix=f".{name}.", suffix=".partial"))
     try:
         (staging / "1").mkdir()

@@ -13,9 +13,11 @@ ptmkit run directory of stage ``pretrain`` that ``ptmkit finetune``, ``ptmkit em
   is refused) and ported by keras-hub's own BERT converter
   (``keras_hub.src.utils.transformers.convert_bert.convert_weights``), after every tensor's
   presence and shape were checked against the config so that a mismatch names the tensor;
-* ``tokenizer.json`` is copied as it is (or built from ``vocab.txt`` with BERT's normaliser when
-  the checkpoint has no ``tokenizer.json``); its vocabulary must have exactly as many tokens as
-  the embedding matrix has rows;
+* the tokenizer is the one transformers' ``AutoTokenizer`` loads: ``tokenizer.json`` copied as
+  it is (or built from ``vocab.txt`` and ``tokenizer_config.json`` as ``BertTokenizer`` builds
+  it), with the special tokens of ``tokenizer_config.json`` / ``special_tokens_map.json``
+  (BERT's ``[PAD]``... or SentencePiece's ``<pad>``...); every id it gives needs an embedding
+  row, and the matrix may have more rows than the vocabulary has tokens, as in transformers;
 * the sentence-transformers pooling (``modules.json``, ``1_Pooling/config.json``,
   ``sentence_bert_config.json``) is kept in ``pooling.json``: mean / CLS / max pooling, L2
   normalisation, maximum sequence length.
@@ -30,7 +32,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -187,51 +188,117 @@ def check_weights(directory: Path, config: BertConfig) -> dict[str, Any]:
     return {"file": str(path), "bytes": size, "tensors": len(names), "pooler": pooler}
 
 
-def load_tokenizer(directory: Path, config: BertConfig, hf: dict[str, Any]) -> tuple[Any, str]:
-    """The checkpoint's tokenizer: ``tokenizer.json`` as it is, else one built from ``vocab.txt``.
+#: transformers' default special tokens of the tokenizer classes a BERT checkpoint names in
+#: ``tokenizer_config.json`` (``tokenizer_class``): BertTokenizer's unless a RoBERTa-style one.
+BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]"}
+ROBERTA_SPECIALS = {"unk_token": "<unk>", "sep_token": "</s>", "pad_token": "<pad>", "cls_token": "<s>", "mask_token": "<mask>"}
+ROBERTA_CLASSES = ("RobertaTokenizer", "XLMRobertaTokenizer", "CamembertTokenizer")
+
+
+def special_token_names(directory: Path) -> dict[str, str]:
+    """The special tokens transformers' ``AutoTokenizer`` gives the checkpoint, by role.
+
+    The tokenizer class's defaults (:data:`BERT_SPECIALS`, or :data:`ROBERTA_SPECIALS` for a
+    ``tokenizer_class`` in :data:`ROBERTA_CLASSES`), overridden by ``tokenizer_config.json``, then
+    by ``special_tokens_map.json`` (the order of ``PreTrainedTokenizerBase.from_pretrained``); a
+    value is a string or an AddedToken dict (``{"content": ...}``); ``null`` removes the role.
 
     Returns:
-        ``(tokenizers.Tokenizer, source file name)``.
+        ``{"unk_token": ..., "sep_token": ..., "pad_token": ..., "cls_token": ..., "mask_token": ...}``
+        (roles set to ``null`` are absent).
 
     Raises:
-        CheckpointError: neither file, an unreadable file, a vocabulary whose size differs from
-            the embedding matrix, or a missing BERT special token.
+        CheckpointError: either file is not valid JSON.
     """
+    files = [directory / "tokenizer_config.json", directory / "special_tokens_map.json"]
+    options = [_read_json(path) if path.is_file() else {} for path in files]
+    options = [option if isinstance(option, dict) else {} for option in options]
+    tokenizer_class = str(options[0].get("tokenizer_class") or "").removesuffix("Fast")
+    names: dict[str, str | None] = dict(ROBERTA_SPECIALS if tokenizer_class in ROBERTA_CLASSES else BERT_SPECIALS)
+    for option in options:
+        for role in BERT_SPECIALS:
+            if role in option:
+                value = option[role]
+                names[role] = value.get("content") if isinstance(value, dict) else value
+    return {role: str(name) for role, name in names.items() if name is not None}
+
+
+def _read_tokenizer(directory: Path, names: dict[str, str]) -> tuple[Any, Path]:
+    """``tokenizer.json`` as it is, else the WordPiece tokenizer transformers' BertTokenizer builds
+    from ``vocab.txt`` and ``tokenizer_config.json`` (a token listed twice keeps its last line's
+    id, as in transformers)."""
     from tokenizers import Tokenizer
 
     json_path, vocab_path = directory / "tokenizer.json", directory / "vocab.txt"
     if json_path.is_file():
-        source = json_path
         try:
-            tokenizer = Tokenizer.from_file(str(json_path))
+            return Tokenizer.from_file(str(json_path)), json_path
         except Exception as exc:  # tokenizers raises a bare Exception
             raise CheckpointError(f"{json_path}: cannot be read as a tokenizers file ({str(exc).splitlines()[0]})") from None
-    elif vocab_path.is_file():
-        from tokenizers.implementations import BertWordPieceTokenizer
-
-        source = vocab_path
-        options = _read_json(directory / "tokenizer_config.json") if (directory / "tokenizer_config.json").is_file() else {}
-        lowercase = bool(options.get("do_lower_case", True))
-        try:
-            wordpiece = BertWordPieceTokenizer(str(vocab_path), lowercase=lowercase, strip_accents=options.get("strip_accents"))
-        except Exception as exc:
-            raise CheckpointError(f"{vocab_path}: cannot be read as a WordPiece vocabulary ({str(exc).splitlines()[0]})") from None
-        tokenizer = Tokenizer.from_str(wordpiece.to_str())
-    else:
+    if not vocab_path.is_file():
         raise CheckpointError(f"{directory}: no tokenizer.json or vocab.txt; the checkpoint's tokenizer is needed to encode text as it was trained")
-    size = tokenizer.get_vocab_size(with_added_tokens=True)
-    if size != config.vocabulary_size:
-        raise CheckpointError(
-            f"{source}: vocabulary has {size} tokens but the embedding matrix has {config.vocabulary_size} rows "
-            f"({CONFIG_FILE} vocab_size / embeddings.word_embeddings.weight)"
+    from tokenizers.implementations import BertWordPieceTokenizer
+
+    options = _read_json(directory / "tokenizer_config.json") if (directory / "tokenizer_config.json").is_file() else {}
+    lowercase = bool(options.get("do_lower_case", True))
+    try:
+        wordpiece = BertWordPieceTokenizer(
+            str(vocab_path),
+            lowercase=lowercase,
+            strip_accents=options.get("strip_accents"),
+            handle_chinese_chars=bool(options.get("tokenize_chinese_chars", True)),
+            **{role: names.get(role, default) for role, default in BERT_SPECIALS.items()},
         )
+    except Exception as exc:
+        raise CheckpointError(f"{vocab_path}: cannot be read as a WordPiece vocabulary ({str(exc).splitlines()[0]})") from None
+    return Tokenizer.from_str(wordpiece.to_str()), vocab_path
+
+
+def load_tokenizer(directory: Path, config: BertConfig, hf: dict[str, Any]) -> tuple[Any, str, bool]:
+    """The checkpoint's tokenizer, as transformers' ``AutoTokenizer`` loads it.
+
+    ``tokenizer.json`` as it is, else one built from ``vocab.txt`` (:func:`_read_tokenizer`).
+    As in transformers, the vocabulary may be smaller than the embedding matrix (rows padded to a
+    multiple of 8, a duplicated ``vocab.txt`` line): every id the tokenizer gives needs a row. The
+    segment ids are the post-processor's (a RoBERTa-style one gives zeros, as transformers feeds
+    a tokenizer without ``token_type_ids``). The pad token is transformers'
+    (:func:`special_token_names`); when the file does not declare it, the returned tokenizer
+    carries it in its ``padding`` section, where :func:`ptmkit_bert.tokenizer.special_tokens`
+    reads it.
+
+    Returns:
+        ``(tokenizers.Tokenizer, source file name, unchanged)``; ``unchanged`` when the run may
+        copy ``tokenizer.json`` byte for byte.
+
+    Raises:
+        CheckpointError: neither file, an unreadable file, a token id without an embedding row,
+            or a special token missing from the vocabulary.
+    """
     from ptmkit_bert.tokenizer import special_tokens
 
+    names = special_token_names(directory)
+    tokenizer, source = _read_tokenizer(directory, names)
+    vocabulary = tokenizer.get_vocab(with_added_tokens=True)
+    rows = max(vocabulary.values(), default=-1) + 1
+    if rows > config.vocabulary_size:
+        token = max(vocabulary, key=vocabulary.__getitem__)
+        raise CheckpointError(
+            f"{source}: vocabulary has {len(vocabulary)} tokens, ids up to {rows - 1} ({token!r}), but the embedding matrix has "
+            f"{config.vocabulary_size} rows ({CONFIG_FILE} vocab_size / embeddings.word_embeddings.weight)"
+        )
+    pad = names.get("pad_token", BERT_SPECIALS["pad_token"])
+    pad_id = tokenizer.token_to_id(pad)
+    if pad_id is None:
+        raise CheckpointError(f"{source}: the pad token {pad!r} (tokenizer_config.json / special_tokens_map.json pad_token) is not in the vocabulary")
+    unchanged = source.name == "tokenizer.json"
     try:
+        if special_tokens(tokenizer).pad != pad_id:
+            tokenizer.enable_padding(pad_id=pad_id, pad_token=pad)
+            unchanged = False
         special_tokens(tokenizer)
     except DataError as exc:
         raise CheckpointError(f"{source}: {exc}") from None
-    return tokenizer, source.name
+    return tokenizer, source.name, unchanged
 
 
 def read_pooling(directory: Path) -> dict[str, Any]:
@@ -310,8 +377,10 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
         get_registry,
         quiet_tensorflow,
         resolve_config,
+        staging_directory,
         to_toml,
     )
+    from ptmkit_bert.tokenizer import special_tokens
 
     source, target = Path(directory), Path(out)
     if not source.is_dir():
@@ -320,7 +389,7 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
         raise RunDirError(f"{target}: exists and is not an empty directory; choose another --out")
     config, hf = read_bert_config(source)
     weights = check_weights(source, config)
-    tokenizer, tokenizer_source = load_tokenizer(source, config, hf)
+    tokenizer, tokenizer_source, unchanged = load_tokenizer(source, config, hf)
     pooling = read_pooling(source)
     options = _read_json(source / "tokenizer_config.json") if (source / "tokenizer_config.json").is_file() else {}
     config.lowercase = bool(options.get("do_lower_case", config.lowercase))
@@ -347,11 +416,10 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
     except Exception as exc:  # safetensors reads lazily: a file truncated inside its data fails here
         raise CheckpointError(f"{weights['file']}: cannot read weights ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{target.name}.import-", dir=target.parent) as tmp_name:
+    with staging_directory(target, f".{target.name}.import-") as tmp_name:
         run = RunDir(tmp_name)
         atomic_write_text(run / CONFIG, to_toml(run_config.to_dict()))
-        if tokenizer_source == TOKENIZER:
+        if unchanged:
             shutil.copyfile(source / TOKENIZER, run / TOKENIZER)  # as it is: the checkpoint's own encoding
         else:
             tokenizer.save(str(run / TOKENIZER))
@@ -364,7 +432,8 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
             plugin={"name": plugin.name, "distribution": plugin.distribution, "version": plugin.version},
             objectives=[],
             head=None,
-            imported_from={"format": "huggingface", "path": str(source.resolve()), "weights": weights, "tokenizer": tokenizer_source},
+            imported_from={"format": "huggingface", "path": str(source.resolve()), "weights": weights, "tokenizer": tokenizer_source,
+                           "special_tokens": special_tokens(tokenizer)._asdict()},
             pooling=pooling,
             inputs=["token_ids", "segment_ids", "padding_mask"],
             weights=BACKBONE_WEIGHTS,
@@ -375,7 +444,6 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
         if target.exists():
             target.rmdir()
         os.replace(tmp_name, target)
-        Path(tmp_name).mkdir()  # TemporaryDirectory's cleanup expects it
     return manifest
 
 

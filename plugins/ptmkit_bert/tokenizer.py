@@ -8,6 +8,7 @@ so that any runtime holding the file (``ptmkit_export`` included) encodes exactl
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -55,16 +56,71 @@ def train_wordpiece(texts: Iterable[str], vocabulary_size: int, lowercase: bool,
     return tokenizer
 
 
+#: The names each special-token role goes by when the tokenizer file does not declare it:
+#: BERT's, then SentencePiece / RoBERTa's (XLM-R, multilingual-e5 put BERT weights behind those).
+ROLE_NAMES = {
+    "pad": ("[PAD]", "<pad>"),
+    "unk": ("[UNK]", "<unk>"),
+    "cls": ("[CLS]", "<s>"),
+    "sep": ("[SEP]", "</s>"),
+    "mask": ("[MASK]", "<mask>"),
+}
+
+
+def declared_special_tokens(tokenizer: Any) -> dict[str, int]:
+    """The special-token ids that ``tokenizer.json`` itself declares, by role.
+
+    ``pad`` from its ``padding`` section, ``unk`` from its model (``unk_token`` / ``unk_id``),
+    ``cls`` and ``sep`` from its post-processor (the first and last special token of the
+    single-sequence template: BertProcessing, RobertaProcessing, TemplateProcessing, inside a
+    Sequence too). A role the file does not declare is absent.
+    """
+    spec = json.loads(tokenizer.to_str())
+    roles: dict[str, int] = {}
+    padding = spec.get("padding") or {}
+    if isinstance(padding.get("pad_id"), int):
+        roles["pad"] = padding["pad_id"]
+    model = spec.get("model") or {}
+    if isinstance(model.get("unk_id"), int):
+        roles["unk"] = model["unk_id"]
+    elif isinstance(model.get("unk_token"), str) and tokenizer.token_to_id(model["unk_token"]) is not None:
+        roles["unk"] = tokenizer.token_to_id(model["unk_token"])
+    processors = [spec.get("post_processor") or {}]
+    while processors:
+        processor = processors.pop(0)
+        kind = processor.get("type")
+        if kind == "Sequence":
+            processors.extend(processor.get("processors") or [])
+        elif kind in ("BertProcessing", "RobertaProcessing"):
+            roles["cls"], roles["sep"] = int(processor["cls"][1]), int(processor["sep"][1])
+        elif kind == "TemplateProcessing":
+            single = [item["SpecialToken"]["id"] if "SpecialToken" in item else None for item in processor.get("single") or []]
+            ids = {name: entry["ids"] for name, entry in (processor.get("special_tokens") or {}).items()}
+            for role, name in (("cls", single[0] if single else None), ("sep", single[-1] if single else None)):
+                if name is not None and len(ids.get(name, [])) == 1:
+                    roles[role] = int(ids[name][0])
+    return roles
+
+
 def special_tokens(tokenizer: Any) -> SpecialTokens:
     """Ids of BERT's special tokens in ``tokenizer``.
 
+    Each role is what the tokenizer file declares (:func:`declared_special_tokens`), else the
+    first of its :data:`ROLE_NAMES` in the vocabulary: a ptmkit-trained WordPiece tokenizer gives
+    ``[PAD]``, ``[UNK]``, ``[CLS]``, ``[SEP]``, ``[MASK]``; an imported SentencePiece one
+    ``<pad>``, ``<unk>``, ``<s>``, ``</s>``, ``<mask>``.
+
     Raises:
-        DataError: a special token is missing from the vocabulary.
+        DataError: a role is neither declared nor named in the vocabulary.
     """
+    declared = declared_special_tokens(tokenizer)
     ids = []
-    for token in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"):
-        token_id = tokenizer.token_to_id(token)
+    for role, names in ROLE_NAMES.items():
+        token_id = declared.get(role)
+        for name in names:
+            if token_id is None:
+                token_id = tokenizer.token_to_id(name)
         if token_id is None:
-            raise DataError(f"tokenizer has no {token} token; a BERT vocabulary needs {', '.join(SPECIALS)}")
+            raise DataError(f"tokenizer has no {role} token ({' or '.join(names)}); a BERT vocabulary needs {', '.join(SPECIALS)}")
         ids.append(token_id)
     return SpecialTokens(*ids)

@@ -17,9 +17,10 @@ def encode_texts(tokenizer: Any, texts: list[str], sequence_length: int, input_n
     Returns:
         one ``(len(texts), sequence_length)`` int32 array per input name.
     """
-    from tokenizers import Tokenizer
+    from ptmkit_export.clip import clip_text, plain_copy
 
-    tokenizer = Tokenizer.from_str(tokenizer.to_str())  # truncation/padding settings stay local
+    tokenizer = plain_copy(tokenizer)  # truncation/padding settings stay local
+    texts = [clip_text(tokenizer, text, sequence_length) for text in texts]  # a long text: its prefix, same tokens
     tokenizer.enable_truncation(max_length=sequence_length)
     tokenizer.enable_padding(pad_id=pad_id, length=sequence_length)
     encodings = tokenizer.encode_batch(texts)

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ptmkit.errors import PtmkitError
-from ptmkit.io import atomic_write_json
+from ptmkit.io import atomic_write_json, staging_directory
 from ptmkit.wordvectors import WordVectors
 
 PARITY_TOLERANCE = 1e-6
@@ -85,9 +84,8 @@ def export_onnx(
     from ptmkit.row_export import write_onnx
 
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
     model = build_lookup_model(vectors.matrix)
-    with tempfile.TemporaryDirectory(prefix=".export-", dir=target.parent) as tmp_name:
+    with staging_directory(target, ".export-") as tmp_name:
         tmp = Path(tmp_name)
         path = tmp / "model.onnx"
         try:

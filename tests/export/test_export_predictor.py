@@ -253,3 +253,37 @@ def test_cuda_providers_when_onnxruntime_gpu_is_there(tiny_export: TinyExport, m
             predictor = Predictor(tiny_export.directory, device="cuda")
         assert predictor.session.get_providers() == ["CPUExecutionProvider"]
         assert predictor.variant == "fp32"  # the manifest's int8 is CPU-only: CUDA defaults to fp32
+
+
+LONG_TEXTS = {
+    "words": "the film is long and witty , " * 20_000,
+    "one word": "x" * 50_000 + " and then some words" * 2_000,
+    "cjk": "東京大学の映画は長い" * 30_000,
+    "spaces": " " * 60_000 + "a gorgeous movie " * 1_000,
+    "punctuation": "?!" * 100_000,
+}
+
+
+@pytest.mark.parametrize("kind", list(LONG_TEXTS))
+def test_a_long_text_is_cut_before_tokenizing_to_the_same_model_input(fp32: Predictor, kind: str) -> None:
+    """Tokenizing a whole 26 MB line before truncating it took 4 GB; the prefix the predictor
+    tokenizes instead must give exactly the tokens truncation keeps."""
+    from tokenizers import Tokenizer
+
+    text = LONG_TEXTS[kind]
+    clipped = fp32.clip([text])[0]
+    assert text.startswith(clipped)
+    if kind not in ("spaces", "one word"):  # 60,000 spaces or one 50,000-letter word: one token at most
+        assert len(clipped) <= MAX_SEQUENCE_LENGTH * 16 * 4
+    assert len(clipped) < len(text)
+    reference = Tokenizer.from_file(str(fp32.export_dir / "tokenizer.json"))
+    reference.enable_truncation(max_length=MAX_SEQUENCE_LENGTH)
+    expected = reference.encode(text)
+    encoded = fp32.encode([text])
+    assert encoded["token_ids"][0].tolist() == expected.ids and len(expected.ids) == MAX_SEQUENCE_LENGTH
+    assert encoded["segment_ids"][0].tolist() == expected.type_ids
+    assert encoded["padding_mask"][0].tolist() == expected.attention_mask
+
+
+def test_short_texts_are_not_cut(fp32: Predictor) -> None:
+    assert fp32.clip(TEXTS) == TEXTS

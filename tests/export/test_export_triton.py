@@ -54,7 +54,7 @@ def test_classifier_repository(tiny_export: TinyExport, tmp_path: Path) -> None:
 
 def test_existing_model_folder(tiny_export: TinyExport, tmp_path: Path) -> None:
     write_triton_repository(tiny_export.directory, tmp_path, name="tiny")
-    with pytest.raises(ExportDirError, match=r"tiny: already exists"):
+    with pytest.raises(ExportDirError, match=r"tiny: already exists \(overwrite=True replaces it\)$"):
         write_triton_repository(tiny_export.directory, tmp_path, name="tiny")
     (tmp_path / "tiny" / "stale.txt").write_text("old")
     write_triton_repository(tiny_export.directory, tmp_path, name="tiny", variant="int8", overwrite=True)
@@ -98,11 +98,14 @@ def test_fixed_batch_model_gets_max_batch_size_0(tmp_path: Path) -> None:
         triton_config(session, "fixed", kind="KIND_TPU")
 
 
-def test_cli_export_triton(tiny_export: TinyExport, tmp_path: Path) -> None:
+def test_cli_export_triton(tiny_export: TinyExport, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from ptmkit.cli import main
 
     assert main(["export-triton", str(tiny_export.directory), str(tmp_path / "repo"), "--name", "polarity"]) == 0
     assert parse(tmp_path / "repo" / "polarity" / "config.pbtxt").name == "polarity"
+    capsys.readouterr()
     assert main(["export-triton", str(tiny_export.directory), str(tmp_path / "repo"), "--name", "polarity"]) == 2  # exists
+    error = " ".join(capsys.readouterr().err.split())  # the console may wrap a long line
+    assert error == f"error: {tmp_path / 'repo' / 'polarity'}: already exists (--force replaces it)"  # the flag, not the Python keyword
     assert main(["export-triton", str(tiny_export.directory), str(tmp_path / "repo"), "--name", "polarity", "--force"]) == 0
     assert main(["export-triton", str(tmp_path / "missing"), str(tmp_path / "repo")]) == 2

@@ -111,10 +111,12 @@ def _gpt2(d: Path) -> None:
     (d / "config.json").write_text(json.dumps(GPT2_CONFIG))
 
 
-def _short_vocabulary(d: Path) -> None:
+def _long_vocabulary(d: Path) -> None:
+    """More tokens than embedding rows (transformers fails on the first id without a row; a
+    vocabulary *smaller* than the matrix is taken, tests/test_hf_import_transformers.py)."""
     from tokenizers.implementations import BertWordPieceTokenizer
 
-    (d / "vocab.txt").write_text("\n".join(VOCAB[:-3]) + "\n")
+    (d / "vocab.txt").write_text("\n".join([*VOCAB, "cat", "dog", "##ing"]) + "\n")
     BertWordPieceTokenizer(str(d / "vocab.txt"), lowercase=True).save(str(d / "tokenizer.json"))
 
 
@@ -132,7 +134,7 @@ CASES = {
     "pickled weights only": (_pickle_only, ["pytorch_model.bin", "pickle", "safe_serialization=True"]),
     "truncated safetensors": (_truncate, ["model.safetensors", "not a readable safetensors file"]),
     "a GPT-2 config": (_gpt2, ["config.json", "model_type 'gpt2'", "not a BERT checkpoint"]),
-    "a vocabulary smaller than the embeddings": (_short_vocabulary, ["tokenizer.json", f"vocabulary has {len(VOCAB) - 3} tokens", f"embedding matrix has {len(VOCAB)} rows"]),
+    "a vocabulary larger than the embeddings": (_long_vocabulary, ["tokenizer.json", f"vocabulary has {len(VOCAB) + 3} tokens", "'##ing'", f"embedding matrix has {len(VOCAB)} rows"]),
     "a tensor of another shape": (_wrong_shape, ["model.safetensors", "encoder.layer.0.intermediate.dense.weight", "[12, 8]", "[16, 8]"]),
     "a missing config key": (_config(hidden_size=None), ["config.json", "missing key 'hidden_size'"]),
     "an unsupported activation": (_config(hidden_act="silu"), ["config.json", "'hidden_act' = 'silu'", "supported: gelu"]),

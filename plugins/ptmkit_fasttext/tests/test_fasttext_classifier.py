@@ -85,7 +85,7 @@ def test_export_equals_keras_and_predict_serves_it(supervised: Path, labelled: d
     texts = dev_texts[:40] + MULTI_SCRIPT
     np.testing.assert_allclose(predictor.logits(texts), keras_logits(supervised, texts), atol=1e-6)
 
-    assert main(["predict", str(supervised / "export"), "--text", MULTI_SCRIPT[0], "--file", str(labelled["test"])]) == 0
+    assert main(["predict", str(supervised / "export"), "--echo", "--text", MULTI_SCRIPT[0], "--file", str(labelled["test"])]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(lines) == 201 and lines[0]["text"] == MULTI_SCRIPT[0]
     expected = predictor.predict([line["text"] for line in lines])
