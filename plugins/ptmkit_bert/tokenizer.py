@@ -62,10 +62,10 @@ def special_tokens(tokenizer: Any) -> SpecialTokens:
     Raises:
         DataError: a special token is missing from the vocabulary.
     """
-    ids = []
-    for token in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"):
+    ids = {}
+    for role, token in zip(("pad", "unk", "cls", "sep", "mask"), SPECIALS, strict=True):
         token_id = tokenizer.token_to_id(token)
         if token_id is None:
             raise DataError(f"tokenizer has no {token} token; a BERT vocabulary needs {', '.join(SPECIALS)}")
-        ids.append(token_id)
-    return SpecialTokens(*ids)
+        ids[role] = token_id
+    return SpecialTokens(ids)

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import ptmkit
-from ptmkit.contract import ModelFamily, WordVectorFamily
+from ptmkit.contract import ModelFamily
+from ptmkit.wordvectors import WordVectorFamily
 from ptmkit_glove.config import GloVeConfig
 
 __all__ = ["GloVeConfig", "GloVeFamily"]
@@ -23,7 +24,6 @@ class GloVeFamily(WordVectorFamily):
     name = "glove"
     description = "GloVe: weighted least squares on log co-occurrences, AdaGrad (static word vectors)"
     config_class = GloVeConfig
-    resumable = True
 
     def train(self, corpus: Path, run_dir: Path, config: GloVeConfig, console: Any, resume: bool = False) -> dict[str, Any]:
         from ptmkit_glove.train import train_glove

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import ptmkit
-from ptmkit.contract import ModelFamily, WordVectorFamily
+from ptmkit.contract import InputSpec, ModelFamily
+from ptmkit.wordvectors import WordVectorFamily
 from ptmkit_nnlm.config import NNLMConfig
 
 __all__ = ["NNLMConfig", "NNLMFamily"]
@@ -22,8 +23,7 @@ class NNLMFamily(WordVectorFamily):
     name = "nnlm"
     description = "Bengio et al. 2003 neural probabilistic language model (word features C as static vectors)"
     config_class = NNLMConfig
-    input_names = ("context_ids",)
-    resumable = True
+    inputs = (InputSpec("context_ids", ("batch", "context"), "int32", field="context_ids"),)
 
     def train(self, corpus: Path, run_dir: Path, config: NNLMConfig, console: Any, resume: bool = False) -> dict[str, Any]:
         from ptmkit_nnlm.train import train_nnlm
