@@ -220,10 +220,10 @@ def _read_texts(text: list[str] | None, file: Path | None) -> list[str]:
 
 def _row_classifier_families() -> set[str]:
     """Families whose pre-training runs are classifiers already (they export without fine-tuning)."""
-    from ptmkit.contract import ROW_CLASSIFIER
+    from ptmkit.contract import ClassifiesRows
     from ptmkit.plugins import get_registry
 
-    return {name for name, family in get_registry().families.items() if ROW_CLASSIFIER in family.provides}
+    return {name for name, family in get_registry().families.items() if isinstance(family, ClassifiesRows)}
 
 
 def _is_export_dir(path: Path) -> bool:
@@ -293,7 +293,7 @@ def embed(
 
         model, tokenizer, pooling, manifest = load_embedder(path)
         family = get_registry().family(manifest["family"])
-        vectors = embed_texts(model, tokenizer, texts, int(pooling["max_sequence_length"]), family.input_names, family.special_tokens(tokenizer).pad)
+        vectors = embed_texts(model, tokenizer, texts, int(pooling["max_sequence_length"]), family.inputs, family.special_tokens(tokenizer).padding_id)
     if output is not None:
         from ptmkit.io import atomic_save
 
