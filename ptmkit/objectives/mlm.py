@@ -105,6 +105,8 @@ class MaskedLM(Objective):
         specials: SpecialTokens,
         vocabulary_size: int,
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+        if "mask" not in specials:
+            raise ConfigError(f"objective 'mlm' replaces tokens by the mask token, which this tokenizer lacks (its specials: {dict(specials)})")
         masked, positions, ids, weights = mask_tokens(
             batch["token_ids"], batch["padding_mask"], rng, config, specials, vocabulary_size
         )
