@@ -11,6 +11,8 @@ field is one of:
   token shorter than ``characters``; longer ones are cut), as in ELMo's character inputs (Peters
   et al. 2018, which reserves its own ids for bos/eos/padding: here the tokenizer's special
   tokens are spelt out like any other token). WordPiece's ``##`` continuation prefix is dropped.
+  The characters are those of the token's vocabulary entry, looked up by id (training reads ids
+  from its tokenized corpus): a word the vocabulary lacks reads as its unknown token.
 
 NumPy only: the lean runtime imports it without TensorFlow.
 """
