@@ -86,7 +86,7 @@ def _hidden_states(run: Path, reference: dict[str, np.ndarray], **config_changes
 
         backbone = build_backbone(dataclasses.replace(config.model, **config_changes))
         load_weights(backbone, run / "backbone.weights.h5")
-    feeds = {name: reference[name] for name in BertFamily.inputs}
+    feeds = {name: reference[name] for name in BertFamily().input_names}
     return np.asarray(backbone(feeds, training=False)["sequence_output"])
 
 
