@@ -73,9 +73,9 @@ def optimize_transformer(
     level: int,
     num_heads: int | None = None,
     hidden_size: int | None = None,
-    mask_input: str | None = "padding_mask",
-    ids_input: str | None = "token_ids",
-    segment_input: str | None = "segment_ids",
+    mask_input: str | None = None,
+    ids_input: str | None = None,
+    segment_input: str | None = None,
     model_type: str | None = None,
 ) -> dict[str, Any]:
     """Write an optimised copy of the fp32 ONNX model ``src`` to ``dst``; see the module docstring.
@@ -87,7 +87,8 @@ def optimize_transformer(
         num_heads, hidden_size: the transformer's attention head count and hidden width, from the
             model family's config; required for levels >= 2 (the attention fusion needs them).
         mask_input: the graph input holding the 0/1 padding mask, which the fused ``Attention``
-            reads; ``None`` (or a name the graph lacks) leaves attention unfused.
+            reads (the model family's ``attention_mask`` input); ``None`` (or a name the graph
+            lacks) leaves attention unfused.
         ids_input, segment_input: the graph inputs of token ids and segment ids, which the fused
             ``EmbedLayerNormalization`` reads; ``ids_input=None`` leaves the embeddings unfused.
         model_type: ONNX Runtime's transformer-optimizer model type (``"bert"``, ``"gpt2"``,
