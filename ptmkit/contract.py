@@ -20,6 +20,9 @@ type. A decoder that reads only token ids, with bos/eos tokens and 1,024 positio
         def limits(self, config):
             return Limits(max_sequence_length=config.n_positions, vocabulary_size=config.vocab_size)
 
+        def graph_optimizer(self, config):  # ONNX Runtime's fusions for GPT-2-like graphs
+            return GraphOptimizer("gpt2", config.n_head, config.n_embd)
+
 and a character-level encoder (ELMo's character CNN reads ``(batch, sequence, characters)``)::
 
     inputs = (
@@ -263,8 +266,6 @@ class ModelFamily:
         provides: frozenset of further capability names (``token_embedding``: the backbone
             exposes its embedding layer for tied output heads).
         default_objectives: tuple of objective names used when the user names none.
-        graph_optimizer_type: ONNX Runtime's transformer-optimizer model type for the exported
-            graph (``"bert"``), or None: ``--optimize 2``/``3`` then refuse (see :meth:`graph_optimizer`).
     """
 
     name: ClassVar[str]
@@ -275,7 +276,6 @@ class ModelFamily:
     special_token_names: ClassVar[Mapping[str, str]] = {}
     provides: ClassVar[frozenset[str]] = frozenset()
     default_objectives: ClassVar[tuple[str, ...]] = ()
-    graph_optimizer_type: ClassVar[str | None] = None
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -291,8 +291,9 @@ class ModelFamily:
         return Limits()
 
     def graph_optimizer(self, config: Any) -> GraphOptimizer | None:
-        """The ONNX Runtime transformer-optimizer settings for ``config``'s graph, or None (the
-        default, and whenever :attr:`graph_optimizer_type` is None)."""
+        """ONNX Runtime's transformer-optimizer settings for ``config``'s exported graph (its model
+        type, e.g. ``"bert"``, head count and hidden size), or None (the default): ``ptmkit export
+        --optimize 2``/``3`` then refuse, and ``--optimize 1`` runs ptmkit's portable passes only."""
         return None
 
     def build_backbone(self, config: Any) -> keras.Model:

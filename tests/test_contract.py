@@ -72,7 +72,7 @@ def test_builtin_families_declare_and_keep_their_capabilities() -> None:
     assert bert.input_names == ("token_ids", "segment_ids", "padding_mask")
     assert [s.field for s in bert.inputs] == ["ids", "type_ids", "attention_mask"]
     assert capabilities(bert) == {"sequence_output", "pooled_output", "token_embedding"}
-    assert bert.graph_optimizer_type == "bert" and not isinstance(bert, TrainsItself)
+    assert bert.graph_optimizer(registry.family("bert").config_class()) == ("bert", 4, 256) and not isinstance(bert, TrainsItself)
     for name in ("word2vec", "glove", "fasttext", "nnlm"):
         family = registry.family(name)
         assert isinstance(family, Resumable) and isinstance(family, ProvidesWordVectors) and not isinstance(family, ClassifiesRows)

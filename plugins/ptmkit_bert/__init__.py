@@ -39,7 +39,6 @@ class BertFamily(ModelFamily):
     special_token_names = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
     provides = frozenset({TOKEN_EMBEDDING})
     default_objectives = ("mlm",)
-    graph_optimizer_type = "bert"
 
     def limits(self, config: BertConfig) -> Limits:
         """``max_sequence_length`` position embeddings (an imported checkpoint's

@@ -42,7 +42,7 @@ from ptmkit_export.quantize import (
 SHAPES = list(itertools.product([1, 3], [1, 17, MAX_SEQUENCE_LENGTH]))
 MANIFEST = {"inputs": INPUTS, "max_sequence_length": MAX_SEQUENCE_LENGTH}
 LAYERS, HEADS, HIDDEN = 2, 2, 32
-#: What ptmkit export passes for a BERT run (from BertFamily's declared inputs and graph_optimizer_type).
+#: What ptmkit export passes for a BERT run (from BertFamily's declared inputs and graph_optimizer).
 BERT_GRAPH = {"mask_input": "padding_mask", "ids_input": "token_ids", "segment_input": "segment_ids", "model_type": "bert"}
 #: Weight matmuls of the tiny classifier: per layer the query, key, value and output projections and
 #: the two feed-forward layers, plus the pooler and the Dense(3) head.
