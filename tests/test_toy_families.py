@@ -85,6 +85,15 @@ def test_toy_family_goes_through_train_finetune_export_predict(toys: Registry, n
     np.testing.assert_allclose(predictor.logits(texts), np.asarray(model(feeds, training=False)), atol=1e-5)
     assert [p.label for p in predictor.predict(texts)] == [manifest["labels"][i] for i in np.argmax(predictor.logits(texts), -1)]
 
+    # The Triton repository's inputs are the declared ones, characters axis and all.
+    from ptmkit_export.triton import write_triton_repository
+
+    config = (write_triton_repository(finetuned / "export", tmp_path / "triton", name="toy") / "config.pbtxt").read_text()
+    blocks = {spec.name: config.split(f'name: "{spec.name}"')[1].split("}")[0] for spec in family.inputs}
+    for spec in family.inputs:
+        dims = ", ".join(str(spec.sizes.get(axis, -1)) for axis in spec.axes[1:])
+        assert f"dims: [ {dims} ]" in blocks[spec.name] and "TYPE_INT32" in blocks[spec.name]
+
 
 def test_decoder_graph_has_no_segment_ids_and_chars_graph_reads_characters(toys: Registry, tmp_path: Path) -> None:
     from ptmkit.contract import InputSpec
