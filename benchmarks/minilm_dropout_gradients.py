@@ -29,6 +29,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from minilm_trajectory import data  # noqa: E402
 
+from ptmkit_bert import BertFamily
+
 # transformers' names; each side maps its own tensor to this layout (torch's [out, in]).
 TENSORS = [
     "classifier.weight",
@@ -78,7 +80,7 @@ def keras_side(draws: int, seed: int) -> dict[str, np.ndarray]:
     backbone, config, tokenizer, _ = load_backbone(registry, RunDir(run))
     model = build_classifier(registry, config, backbone, head.shape[1])
     model.get_layer("logits").kernel.assign(head * 10)
-    x = encode_texts(tokenizer, [texts[i] for i in order[0]], 32, ("token_ids", "segment_ids", "padding_mask"), 0)
+    x = encode_texts(tokenizer, [texts[i] for i in order[0]], 32, BertFamily.inputs, 0)
     x = {k: tf.constant(v) for k, v in x.items()}
     y = tf.constant(labels[order[0]])
     first, last = backbone.get_layer("transformer_layer_0"), backbone.get_layer("transformer_layer_5")

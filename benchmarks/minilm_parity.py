@@ -44,6 +44,7 @@ def main() -> int:
     from ptmkit.plugins import get_registry
     from ptmkit.rundir import RunDir, load_weights
     from ptmkit.training.finetune import load_backbone
+    from ptmkit_bert import BertFamily
     from ptmkit_bert.backbone import build_backbone
     from ptmkit_bert.hf import import_hf
     from ptmkit_export import Predictor
@@ -68,12 +69,12 @@ def main() -> int:
 
     embedder, tokenizer, pooling, _ = load_embedder(run)
     texts = [str(t) for t in ref["texts"]]
-    vectors = embed_texts(embedder, tokenizer, texts, pooling["max_sequence_length"], INPUTS, 0)
+    vectors = embed_texts(embedder, tokenizer, texts, pooling["max_sequence_length"], BertFamily.inputs, 0)
     rows.append(("sentence embeddings vs sentence-transformers", f"max abs diff {np.abs(vectors - ref['sentence_embedding']).max():.1e}"))
 
     sample = _texts()
     own = Tokenizer.from_file(str(checkpoint / "tokenizer.json")).encode_batch(sample)
-    ours = encode_texts(tokenizer, sample, 128, INPUTS, 0)["token_ids"].tolist()
+    ours = encode_texts(tokenizer, sample, 128, BertFamily.inputs, 0)["token_ids"].tolist()
     same = sum(a == b.ids for a, b in zip(ours, own, strict=True))
     rows.append(("token ids vs the checkpoint's tokenizer.json", f"{same} of {len(sample)} texts identical"))
 
@@ -82,7 +83,7 @@ def main() -> int:
     glosses = [line.split("\t", 1)[1] for line in dev.read_text(encoding="utf-8").splitlines()[1:1001]]
     fp32 = Predictor(manifest["directory"], variant="fp32").embed(glosses)
     int8 = Predictor(manifest["directory"], variant="int8").embed(glosses)
-    keras_vectors = embed_texts(embedder, tokenizer, glosses, pooling["max_sequence_length"], INPUTS, 0, batch_size=128)
+    keras_vectors = embed_texts(embedder, tokenizer, glosses, pooling["max_sequence_length"], BertFamily.inputs, 0, batch_size=128)
     onnx_cos, int8_cos = cosine(fp32, keras_vectors), cosine(int8, fp32)
     rows.append(("ONNX fp32 vs Keras embeddings (1,000 glosses)", f"cosine min {onnx_cos.min():.7f}, mean {onnx_cos.mean():.7f}"))
     rows.append(("ONNX int8 vs fp32 embeddings (1,000 glosses)", f"cosine mean {int8_cos.mean():.4f}, min {int8_cos.min():.4f}"))

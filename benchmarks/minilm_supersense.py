@@ -144,7 +144,7 @@ def stage_frozen(work: Path, epochs: int, learning_rate: float) -> dict[str, flo
 
     def features(path: Path) -> tuple[np.ndarray, list[str]]:
         texts, labels = read_tsv(path)
-        return embed_texts(model, tokenizer, texts, SEQUENCE_LENGTH, family.input_names, pad, batch_size=256), labels
+        return embed_texts(model, tokenizer, texts, SEQUENCE_LENGTH, family.inputs, pad, batch_size=256), labels
 
     (x_train, y_train), (x_dev, y_dev), (x_test, y_test) = features(TRAIN), features(DEV), features(TEST)
     classifier = LogisticRegression(C=10.0, max_iter=2000).fit(x_train, y_train)

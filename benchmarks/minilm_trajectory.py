@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ptmkit_bert import BertFamily
+
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "data" / "classify" / "wordnet-supersense-train-20k.tsv"
 BATCH, SEQUENCE_LENGTH, WARMUP, TOTAL = 32, 32, 125, 1250
@@ -106,7 +108,7 @@ def run_keras(args: argparse.Namespace) -> np.ndarray:
     model.get_layer("logits").kernel.assign(head)
     model.get_layer("logits").bias.assign(np.zeros(head.shape[1], np.float32))
     model.compile(optimizer=adamw(args.learning_rate, 0.01, TOTAL, WARMUP / TOTAL, 1e-6), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    x = encode_texts(tokenizer, texts, SEQUENCE_LENGTH, ("token_ids", "segment_ids", "padding_mask"), 0)
+    x = encode_texts(tokenizer, texts, SEQUENCE_LENGTH, BertFamily.inputs, 0)
     return np.array([float(model.train_on_batch({k: v[batch] for k, v in x.items()}, labels[batch])) for batch in order])
 
 

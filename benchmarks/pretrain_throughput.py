@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     sampler = InstanceSampler(token_file, family, specials, length, False)
 
     def make(step: int) -> Any:
-        return make_step(sampler, objectives, step_rng(train.seed, step), batch_size, model_config.vocabulary_size, family.input_names)
+        return make_step(sampler, objectives, step_rng(train.seed, step), batch_size, model_config.vocabulary_size, family.inputs)
 
     make_times, batches = [], []
     for step in range(total):

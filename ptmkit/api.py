@@ -1,4 +1,4 @@
-"""The public surface for plugin authors: everything a plugin imports from ptmkit, in one module.
+r"""The public surface for plugin authors: everything a plugin imports from ptmkit, in one module.
 
 A plugin (built-in or third-party) imports ``ptmkit.api`` and nothing else of ptmkit (its tests
 may also import :mod:`ptmkit.testing`); a test walks the AST of every built-in plugin and fails on
@@ -12,10 +12,15 @@ Hook markers
 Contract types (:mod:`ptmkit.contract`)
     What a plugin returns from its hooks: :class:`ModelFamily` (and :class:`WordVectorFamily` for
     static word vectors), :class:`Objective`, :class:`Head` and :class:`TrainedHead`,
-    :class:`CorpusReader` and :class:`Record`, :class:`SpecialTokens`, :class:`RowClassifier`,
-    and the capability names a backbone provides and objectives/heads require
-    (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`TOKEN_EMBEDDING`,
-    :data:`WORD_VECTORS`, :data:`ROW_CLASSIFIER`).
+    :class:`CorpusReader` and :class:`Record`, :class:`RowClassifier`. What a family declares:
+    its inputs (:class:`InputSpec`: named axes, dtype, the tokenizer field of
+    :data:`TOKENIZER_FIELDS` it comes from), its outputs (:class:`OutputSpec`), its special
+    tokens (:class:`SpecialTokens`, roles of :data:`SPECIAL_TOKEN_ROLES`), its :class:`Limits`
+    and its ONNX Runtime :class:`GraphOptimizer`. What it can do, as ``typing.Protocol``\ s
+    checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
+    :class:`ProvidesWordVectors`, :class:`ClassifiesRows` (families), :class:`TrainsOnWordVectors`
+    (heads); :func:`capabilities` lists what a family offers objectives and heads
+    (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`).
 
 Errors (:mod:`ptmkit.errors`)
     :class:`PtmkitError` and its kinds (:class:`ConfigError`, :class:`DataError`,
@@ -79,19 +84,29 @@ from ptmkit.config import (
 from ptmkit.console import default_console
 from ptmkit.contract import (
     POOLED_OUTPUT,
-    ROW_CLASSIFIER,
     SEQUENCE_OUTPUT,
+    SPECIAL_TOKEN_ROLES,
     TOKEN_EMBEDDING,
+    TOKENIZER_FIELDS,
     WORD_VECTORS,
+    ClassifiesRows,
     CorpusReader,
+    GraphOptimizer,
     Head,
+    InputSpec,
+    Limits,
     ModelFamily,
     Objective,
+    OutputSpec,
+    ProvidesWordVectors,
     Record,
+    Resumable,
     RowClassifier,
     SpecialTokens,
     TrainedHead,
-    WordVectorFamily,
+    TrainsItself,
+    TrainsOnWordVectors,
+    capabilities,
 )
 from ptmkit.data.readers import is_labelled, read_corpus, read_labelled, read_multilabelled
 from ptmkit.data.vocabulary import (
@@ -131,6 +146,7 @@ from ptmkit.training.wordvectors import (
     vocabulary_fingerprint,
 )
 from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, WordVectors, load_matrix, save_matrix
+from ptmkit.wordvectors.family import WordVectorFamily
 
 if TYPE_CHECKING:
     from ptmkit.training.schedule import AdamW
@@ -141,18 +157,29 @@ __all__ = [
     "hookimpl",
     # contract types
     "POOLED_OUTPUT",
-    "ROW_CLASSIFIER",
     "SEQUENCE_OUTPUT",
+    "SPECIAL_TOKEN_ROLES",
     "TOKEN_EMBEDDING",
+    "TOKENIZER_FIELDS",
     "WORD_VECTORS",
+    "ClassifiesRows",
     "CorpusReader",
+    "GraphOptimizer",
     "Head",
+    "InputSpec",
+    "Limits",
     "ModelFamily",
     "Objective",
+    "OutputSpec",
+    "ProvidesWordVectors",
     "Record",
+    "Resumable",
     "RowClassifier",
     "SpecialTokens",
     "TrainedHead",
+    "TrainsItself",
+    "TrainsOnWordVectors",
+    "capabilities",
     "WordVectorFamily",
     # errors
     "ConfigError",

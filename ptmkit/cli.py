@@ -43,7 +43,7 @@ VectorFormatOption = Annotated[
 ]
 WORDS_HELP = (
     "Word-vector runs and files: words to look up, as typed: --words king queen, --words 'king queen' or "
-    "--words king --words queen. A quoted value the vocabulary holds whole is one word (GloVe's 'new york'); "
+    "--words king --words queen. A quoted value the vocabulary holds whole is one word ('new york'); "
     "others are split on spaces. A word starting with '-': --words=-lrb-."
 )
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="Run config (TOML); `ptmkit config FAMILY` prints one with every key.")]
@@ -265,12 +265,10 @@ def _read_texts(text: list[str] | None, file: Path | None) -> list[str]:
     texts = list(text or [])
     if file is None:
         return texts
-    from ptmkit.data.readers import has_fasttext_label, is_labelled, read_corpus, read_fasttext, read_multilabelled
+    from ptmkit.data.readers import is_labelled, read_corpus, read_multilabelled, texts_of_lines
 
     if str(file) == STDIN:
-        lines = _stdin_lines()
-        labelled = any(has_fasttext_label(line) for line in lines)
-        return texts + ([r.text for r in read_fasttext(lines, "standard input")] if labelled else [line.strip() for line in lines if line.strip()])
+        return texts + texts_of_lines(_stdin_lines(), "standard input")
     if not file.is_file():
         raise PtmkitError(f"{file}: {'is a directory, not a file' if file.is_dir() else 'no such file'}")
     return texts + (read_multilabelled(file)[0] if is_labelled(file) else list(read_corpus(file)))
@@ -278,10 +276,10 @@ def _read_texts(text: list[str] | None, file: Path | None) -> list[str]:
 
 def _row_classifier_families() -> set[str]:
     """Families whose pre-training runs are classifiers already (they export without fine-tuning)."""
-    from ptmkit.contract import ROW_CLASSIFIER
+    from ptmkit.contract import ClassifiesRows
     from ptmkit.plugins import get_registry
 
-    return {name for name, family in get_registry().families.items() if ROW_CLASSIFIER in family.provides}
+    return {name for name, family in get_registry().families.items() if isinstance(family, ClassifiesRows)}
 
 
 def _is_export_dir(path: Path) -> bool:
@@ -357,7 +355,7 @@ def embed(
 
         model, tokenizer, pooling, manifest = load_embedder(path)
         family = get_registry().family(manifest["family"])
-        vectors = embed_texts(model, tokenizer, texts, int(pooling["max_sequence_length"]), family.input_names, family.special_tokens(tokenizer).pad)
+        vectors = embed_texts(model, tokenizer, texts, int(pooling["max_sequence_length"]), family.inputs, family.special_tokens(tokenizer).padding_id)
     if output is not None:
         from ptmkit.io import atomic_save
 

@@ -445,6 +445,8 @@ def choose_head(registry: Registry, family: Any, config_path: str | Path | None,
     Raises:
         ConfigError: the named head does not fit, or no head (or several) fits the family.
     """
+    from ptmkit.contract import capabilities
+
     named: str | None = None
     for override in overrides:
         key, _, value = override.partition("=")
@@ -466,7 +468,7 @@ def choose_head(registry: Registry, family: Any, config_path: str | Path | None,
         return overrides
     if len(fitting) != 1:
         raise ConfigError(
-            f"no fine-tune head fits {family.name} runs (they provide {sorted(family.provides)})"
+            f"no fine-tune head fits {family.name} runs (they offer {sorted(capabilities(family))})"
             if not fitting else f"several heads fit {family.name} runs ({', '.join(fitting)}); choose one with --set finetune.head=NAME"
         )
     return [*overrides, f"finetune.head={fitting[0]}"]

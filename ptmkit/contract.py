@@ -1,13 +1,49 @@
 """What a plugin provides: model families, objectives, heads and corpus readers.
 
 These are plain classes a plugin subclasses (or instantiates) and returns from its hooks (see
-:mod:`ptmkit.hookspecs`). Nothing here imports TensorFlow or Keras: a plugin is loaded cheaply and
-only the stage that needs a backbone builds one.
+:mod:`ptmkit.hookspecs`). Nothing here imports TensorFlow or Keras, nor any other ptmkit module:
+a plugin is loaded cheaply and only the stage that needs a backbone builds one.
 
-Capabilities tie the pieces together without the core knowing any model by name: a family lists
-what its backbone ``provides`` (e.g. ``sequence_output``, ``pooled_output``, ``token_embedding``);
-objectives and heads list what they ``require``. An objective or head serves every family whose
-backbone provides what it requires.
+**Declarations.** A family *declares* what the core would otherwise have to assume, and the core
+derives everything from the declaration: ``keras.Input`` tensors, the packed batch's fields, the
+ONNX trace signature, the random inputs of the export's parity check, the export manifest (which
+the runtime, the server and the Triton repository read), and the ONNX Runtime optimizer's model
+type. A decoder that reads only token ids, with bos/eos tokens and 1,024 positions::
+
+    class TinyGPT(ModelFamily):
+        name = "tiny-gpt"
+        config_class = TinyGPTConfig
+        inputs = (InputSpec("token_ids", ("batch", "sequence"), "int32", field="ids"),)
+        outputs = (OutputSpec("sequence_output", ("batch", "sequence", "hidden")),)
+        special_token_names = {"bos": "<|endoftext|>", "eos": "<|endoftext|>"}
+
+        def limits(self, config):
+            return Limits(max_sequence_length=config.n_positions, vocabulary_size=config.vocab_size)
+
+        def graph_optimizer(self, config):  # ONNX Runtime's fusions for GPT-2-like graphs
+            return GraphOptimizer("gpt2", config.n_head, config.n_embd)
+
+and a character-level encoder (ELMo's character CNN reads ``(batch, sequence, characters)``)::
+
+    inputs = (
+        InputSpec("char_ids", ("batch", "sequence", "characters"), field="char_ids", sizes={"characters": 50}),
+        InputSpec("padding_mask", field="attention_mask"),
+    )
+
+An input's ``field`` says where its values come from: an attribute of a Hugging Face
+``tokenizers.Encoding`` (``ids``, ``type_ids``, ``attention_mask``), ``char_ids`` (each token's
+UTF-8 bytes, see :mod:`ptmkit_export.fields`), or a family's own featurizer (``row_ids``,
+``row_mask`` of a bag-of-rows model; ``context_ids`` of an n-gram model).
+
+**Capabilities.** What a family or head can do beyond building a backbone is a small
+:class:`typing.Protocol`, checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
+:class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`TrainsOnWordVectors`. A family
+has the capability by defining the protocol's methods; there is no flag to keep in step.
+
+**Matching.** Objectives and heads list the backbone capabilities they ``require`` (e.g.
+``sequence_output``, ``pooled_output``, ``token_embedding``); a family offers its declared
+outputs' names, its ``provides`` and :data:`WORD_VECTORS` when it :class:`ProvidesWordVectors`
+(:func:`capabilities`). An objective or head serves every family that offers what it requires.
 """
 
 from __future__ import annotations
@@ -15,7 +51,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import keras
@@ -30,8 +66,150 @@ if TYPE_CHECKING:
 SEQUENCE_OUTPUT = "sequence_output"  # (batch, sequence, hidden) float
 POOLED_OUTPUT = "pooled_output"  # (batch, hidden) float
 TOKEN_EMBEDDING = "token_embedding"  # the backbone's token-embedding layer, for tied output heads
-WORD_VECTORS = "word_vectors"  # static word vectors: the family implements ModelFamily.load_word_vectors
-ROW_CLASSIFIER = "row_classifier"  # its runs classify bags of rows: the family implements ModelFamily.load_row_classifier
+WORD_VECTORS = "word_vectors"  # static word vectors: offered by families that are ProvidesWordVectors
+
+#: The tokenizer fields the core and the runtime derive inputs from (:mod:`ptmkit_export.fields`).
+TOKENIZER_FIELDS = ("ids", "type_ids", "attention_mask", "char_ids")
+#: The roles a special token can have, each optional.
+SPECIAL_TOKEN_ROLES = ("pad", "unk", "bos", "eos", "cls", "sep", "mask")
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """One input of a family's backbone (and of its exported graph).
+
+    Attributes:
+        name: str. The ``keras.Input`` and ONNX graph input name (``token_ids``).
+        axes: named axes, ``batch`` first: ``("batch", "sequence")`` or ``("batch", "sequence",
+            "characters")``. Axes without a size in ``sizes`` are dynamic.
+        dtype: ``"int32"`` (or ``"int64"``, ``"float32"``).
+        field: where the values come from: one of :data:`TOKENIZER_FIELDS` (``ids`` token ids,
+            ``type_ids`` segment ids, ``attention_mask`` 1 on tokens and 0 on padding,
+            ``char_ids`` each token's UTF-8 bytes + 1, 0-padded to the ``characters`` size), or
+            a family's own featurizer's field.
+        sizes: fixed sizes of axes other than ``batch`` (``{"characters": 50}``).
+    """
+
+    name: str
+    axes: tuple[str, ...] = ("batch", "sequence")
+    dtype: str = "int32"
+    field: str = "ids"
+    sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.axes or self.axes[0] != "batch":
+            raise ValueError(f"input {self.name!r}: axes must start with 'batch', got {self.axes}")
+        unknown = set(self.sizes) - set(self.axes[1:])
+        if unknown:
+            raise ValueError(f"input {self.name!r}: sizes name axes it does not have: {sorted(unknown)}")
+
+    @property
+    def shape(self) -> tuple[int | None, ...]:
+        """The shape without the batch axis, ``None`` for dynamic axes (a ``keras.Input`` shape)."""
+        return tuple(self.sizes.get(axis) for axis in self.axes[1:])
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSpec:
+    """One output of a family's backbone (its output dict's key).
+
+    Attributes:
+        name: str. E.g. ``sequence_output``; also a capability objectives and heads can require.
+        axes: named axes, e.g. ``("batch", "sequence", "hidden")`` or ``("batch", "hidden")``.
+        dtype: ``"float32"`` unless the backbone says otherwise.
+    """
+
+    name: str
+    axes: tuple[str, ...]
+    dtype: str = "float32"
+
+
+class Limits(NamedTuple):
+    """What the model's weights allow, from its config (``None``: unbounded or unknown).
+
+    Attributes:
+        max_sequence_length: the most tokens a sequence may hold (a transformer's position
+            embeddings; an imported checkpoint's ``max_position_embeddings``). Training and
+            fine-tuning lengths, export trace and parity shapes stay within it.
+        vocabulary_size: token ids are in ``[0, vocabulary_size)``.
+        max_sequence_length_key: the config key the length limit comes from, for messages
+            (``"model.max_sequence_length"``).
+    """
+
+    max_sequence_length: int | None = None
+    vocabulary_size: int | None = None
+    max_sequence_length_key: str | None = None
+
+
+class GraphOptimizer(NamedTuple):
+    """How ONNX Runtime's transformer optimizer fuses a family's exported graph
+    (``onnxruntime.transformers.optimizer.optimize_model``).
+
+    Attributes:
+        model_type: ONNX Runtime's model type (``"bert"``, ``"gpt2"``, ``"bart"``, ...).
+        num_heads: attention heads.
+        hidden_size: hidden width.
+    """
+
+    model_type: str
+    num_heads: int
+    hidden_size: int
+
+
+class SpecialTokens(Mapping[str, int]):
+    """Ids of the special tokens a family's tokenizer defines, keyed by role.
+
+    Every role of :data:`SPECIAL_TOKEN_ROLES` is optional: ``specials.bos`` is the id or None.
+    ``specials["cls"]`` raises ``KeyError`` when the tokenizer has no such token.
+
+    >>> specials = SpecialTokens(pad=0, unk=1, cls=2, sep=3, mask=4)
+    >>> specials.sep, specials.bos, specials.padding_id, sorted(specials)
+    (3, None, 0, ['cls', 'mask', 'pad', 'sep', 'unk'])
+
+    Raises:
+        ValueError: an unknown role, or an id that is not a non-negative int.
+    """
+
+    def __init__(self, ids: Mapping[str, int | None] | None = None, /, **more: int | None) -> None:
+        merged = {**(ids or {}), **more}
+        unknown = sorted(set(merged) - set(SPECIAL_TOKEN_ROLES))
+        if unknown:
+            raise ValueError(f"unknown special-token role(s) {unknown}; roles are {', '.join(SPECIAL_TOKEN_ROLES)}")
+        self._ids: dict[str, int] = {}
+        for role, value in merged.items():
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"special token {role!r}: id must be a non-negative int, got {value!r}")
+            self._ids[role] = value
+
+    def __getitem__(self, role: str) -> int:
+        return self._ids[role]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getattr__(self, role: str) -> int | None:
+        if role in SPECIAL_TOKEN_ROLES:
+            return self.__dict__["_ids"].get(role)
+        raise AttributeError(role)
+
+    def __repr__(self) -> str:
+        return f"SpecialTokens({', '.join(f'{k}={v}' for k, v in self._ids.items())})"
+
+    @property
+    def padding_id(self) -> int:
+        """The id padded positions hold: ``pad``, else 0 (padding is masked out, or, without a
+        mask input, the family reads the pad positions as it was trained to)."""
+        return self._ids.get("pad", 0)
+
+    def structural(self) -> list[int]:
+        """Ids of the tokens packing adds (``pad``, ``bos``, ``eos``, ``cls``, ``sep``), which no
+        token-level objective predicts."""
+        return sorted({self._ids[r] for r in ("pad", "bos", "eos", "cls", "sep") if r in self._ids})
 
 
 class RowClassifier(NamedTuple):
@@ -64,21 +242,14 @@ class RowClassifier(NamedTuple):
     dev: str | None
 
 
-class SpecialTokens(NamedTuple):
-    """Ids of the special tokens a family's tokenizer defines (``-1`` when it has none)."""
-
-    pad: int
-    unk: int
-    cls: int
-    sep: int
-    mask: int
-
-
 class ModelFamily:
     """A model family: its config, backbone, tokenizer and the heads/objectives that fit it.
 
     Subclass and set the class attributes; return an instance from
-    :func:`~ptmkit.hookspecs.ptmkit_model_families`.
+    :func:`~ptmkit.hookspecs.ptmkit_model_families`. A family whose runs the core pre-trains
+    (tokenizer + objectives) implements :meth:`build_backbone`, :meth:`train_tokenizer`,
+    :meth:`pack` and :meth:`num_special_tokens`; a family with its own training loop implements
+    :class:`TrainsItself` instead.
 
     Attributes:
         name: str. What users type (``ptmkit train NAME``); unique across installed plugins.
@@ -86,93 +257,48 @@ class ModelFamily:
         config_class: a dataclass type holding the family's hyper-parameters (the ``[model]``
             section of a run config). It may define ``validate(self) -> None`` raising
             :class:`ptmkit.errors.ConfigError`.
-        provides: frozenset of capability names the backbone offers.
+        inputs: the backbone's inputs, in order (:class:`InputSpec`); BERT's are ``token_ids``
+            (``ids``), ``segment_ids`` (``type_ids``) and ``padding_mask`` (``attention_mask``),
+            each ``(batch, sequence)`` int32.
+        outputs: the backbone's output dict (:class:`OutputSpec`); each name is a capability.
+        special_token_names: role -> token string (``{"cls": "[CLS]", ...}``), each role of
+            :data:`SPECIAL_TOKEN_ROLES` optional; :meth:`special_tokens` looks them up.
+        provides: frozenset of further capability names (``token_embedding``: the backbone
+            exposes its embedding layer for tied output heads).
         default_objectives: tuple of objective names used when the user names none.
-        input_names: tuple of the backbone's input names, in order (``token_ids``,
-            ``segment_ids``, ``padding_mask`` for BERT), each ``(batch, sequence)`` int32.
-        trains_itself: bool. True when the family brings its own training loop (:meth:`train`):
-            ``ptmkit train NAME`` then calls it instead of the generic tokenizer + objectives
-            pre-training loop (static word vectors: word2vec's SGD over word windows, GloVe's
-            AdaGrad over co-occurrence counts). Such a family reads all its hyper-parameters,
-            training ones included, from its ``config_class`` (the ``[model]`` section).
-        resumable: bool. A family that trains itself and saves checkpoints in its run directory:
-            ``ptmkit train NAME --resume`` calls :meth:`train` with ``resume=True``, and an
-            interrupted run's directory is kept when :meth:`has_checkpoint` says there is one
-            to continue from (else removed, as for other families that train themselves).
-
-    Families of static word vectors list :data:`WORD_VECTORS` in ``provides`` and implement
-    :meth:`load_word_vectors`; ``ptmkit evaluate``, ``ptmkit embed --words`` and ``ptmkit export
-    --vectors`` / ``--onnx`` then serve them without knowing the family. Families whose runs are
-    bag-of-rows text classifiers list :data:`ROW_CLASSIFIER` and implement
-    :meth:`load_row_classifier`; ``ptmkit export`` then writes their ONNX model and featurizer.
     """
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
     config_class: ClassVar[type]
+    inputs: ClassVar[tuple[InputSpec, ...]] = ()
+    outputs: ClassVar[tuple[OutputSpec, ...]] = ()
+    special_token_names: ClassVar[Mapping[str, str]] = {}
     provides: ClassVar[frozenset[str]] = frozenset()
     default_objectives: ClassVar[tuple[str, ...]] = ()
-    input_names: ClassVar[tuple[str, ...]] = ("token_ids", "segment_ids", "padding_mask")
-    trains_itself: ClassVar[bool] = False
-    resumable: ClassVar[bool] = False
 
-    def train(self, corpus: Path, run_dir: Path, config: Any, console: Console, resume: bool = False) -> dict[str, Any]:
-        """Train on ``corpus`` and write the family's files into ``run_dir`` (when ``trains_itself``).
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """The declared inputs' names, in order."""
+        return tuple(spec.name for spec in self.inputs)
 
-        The core has created ``run_dir`` and written ``config.toml``; after this returns it writes
-        ``metrics.json`` (the returned dict) and the manifest, last. If this raises, the core
-        removes the run directory it created, unless the family is ``resumable`` and
-        :meth:`has_checkpoint`.
+    def input(self, field: str) -> InputSpec | None:
+        """The declared input fed from ``field`` (e.g. ``attention_mask``), or None."""
+        return next((spec for spec in self.inputs if spec.field == field), None)
 
-        Args:
-            corpus: a text file (``.gz``/``.bz2`` too) or directory; read it with
-                :func:`ptmkit.data.readers.read_corpus` (streamed, blank lines skipped).
-            run_dir: the run directory.
-            config: an instance of ``config_class``, validated.
-            console: where progress lines go.
-            resume: continue from the checkpoint in ``run_dir`` (only passed, as ``True``, to
-                ``resumable`` families, and only when :meth:`has_checkpoint`).
+    def limits(self, config: Any) -> Limits:
+        """What ``config``'s weights allow (:class:`Limits`); unbounded by default."""
+        return Limits()
 
-        Returns:
-            dict of measured numbers (JSON-serialisable scalars): e.g. ``words_per_second``,
-            ``vocabulary_size``, ``tokens``.
-
-        Raises:
-            DataError: an unusable corpus (one line naming the file, with what was seen).
-            ConfigError: settings that cannot work together.
-        """
-        raise NotImplementedError
-
-    def has_checkpoint(self, run_dir: Path) -> bool:
-        """Whether ``run_dir`` holds a checkpoint :meth:`train` can resume from (``resumable``
-        families); False by default."""
-        return False
-
-    def load_word_vectors(self, run_dir: Path) -> WordVectors:
-        """The static word vectors of a finished run of this family (families providing
-        :data:`WORD_VECTORS`).
-
-        Returns:
-            a :class:`ptmkit.wordvectors.WordVectors`: words most frequent first, the ``(rows,
-            dim)`` float32 lookup matrix and each word's rows (one row; a subword family's
-            ``rows`` also answers out-of-vocabulary words).
-
-        Raises:
-            RunDirError: missing or corrupted files.
-        """
-        raise NotImplementedError
-
-    def load_row_classifier(self, run_dir: Path) -> RowClassifier:
-        """The trained classifier of a finished run of this family (families providing
-        :data:`ROW_CLASSIFIER`), weights loaded.
-
-        Raises:
-            RunDirError: missing or corrupted files.
-        """
-        raise NotImplementedError
+    def graph_optimizer(self, config: Any) -> GraphOptimizer | None:
+        """ONNX Runtime's transformer-optimizer settings for ``config``'s exported graph (its model
+        type, e.g. ``"bert"``, head count and hidden size), or None (the default): ``ptmkit export
+        --optimize 2``/``3`` then refuse, and ``--optimize 1`` runs ptmkit's portable passes only."""
+        return None
 
     def build_backbone(self, config: Any) -> keras.Model:
-        """Build the backbone (a functional ``keras.Model``) from ``config``."""
+        """Build the backbone (a functional ``keras.Model`` with :attr:`inputs` as a dict of
+        inputs and :attr:`outputs` as a dict of outputs) from ``config``."""
         raise NotImplementedError
 
     def train_tokenizer(self, texts: Iterable[str], config: Any) -> tokenizers.Tokenizer:
@@ -180,8 +306,20 @@ class ModelFamily:
         raise NotImplementedError
 
     def special_tokens(self, tokenizer: tokenizers.Tokenizer) -> SpecialTokens:
-        """Return the ids of the special tokens in ``tokenizer``."""
-        raise NotImplementedError
+        """The ids of :attr:`special_token_names` in ``tokenizer``.
+
+        Raises:
+            DataError: a declared special token is missing from the vocabulary.
+        """
+        from ptmkit.errors import DataError
+
+        ids = {}
+        for role, token in self.special_token_names.items():
+            token_id = tokenizer.token_to_id(token)
+            if token_id is None:
+                raise DataError(f"tokenizer has no {token} token ({role}); a {self.name} vocabulary needs {', '.join(self.special_token_names.values())}")
+            ids[role] = token_id
+        return SpecialTokens(ids)
 
     def pack(
         self, first: list[int], second: list[int] | None, sequence_length: int, specials: SpecialTokens
@@ -198,32 +336,88 @@ class ModelFamily:
         raise NotImplementedError
 
 
-class WordVectorFamily(ModelFamily):
-    """A family of static word vectors that trains itself (:attr:`ModelFamily.trains_itself`).
-
-    Provides :data:`WORD_VECTORS`; inputs ``row_ids``/``row_mask`` (the rows summed into a word's
-    vector: one for a word, its n-grams too for a subword family); :meth:`load_word_vectors`
-    reads the run's ``vocabulary.tsv`` and vector matrix with
-    :func:`ptmkit.wordvectors.load_run_vectors`. Subclasses set ``name``, ``description``,
-    ``config_class`` and implement :meth:`ModelFamily.train`.
+@runtime_checkable
+class TrainsItself(Protocol):
+    """A family with its own training loop: ``ptmkit train NAME`` calls :meth:`train` instead of
+    the core's tokenizer + objectives pre-training (static word vectors: word2vec's SGD over word
+    windows, GloVe's AdaGrad over co-occurrence counts). Such a family reads all its
+    hyper-parameters, training ones included, from its ``config_class`` (the ``[model]`` section).
     """
 
-    provides: ClassVar[frozenset[str]] = frozenset({WORD_VECTORS})
-    input_names: ClassVar[tuple[str, ...]] = ("row_ids", "row_mask")
-    trains_itself: ClassVar[bool] = True
+    def train(self, corpus: Path, run_dir: Path, config: Any, console: Console, resume: bool = False) -> dict[str, Any]:
+        """Train on ``corpus`` and write the family's files into ``run_dir``.
 
-    def load_word_vectors(self, run_dir: Path) -> WordVectors:
-        from ptmkit.wordvectors import load_run_vectors
+        The core has created ``run_dir`` and written ``config.toml``; after this returns it writes
+        ``metrics.json`` (the returned dict) and the manifest, last. If this raises, the core
+        removes the run directory it created, unless the family is :class:`Resumable` and
+        ``has_checkpoint``.
 
-        return load_run_vectors(run_dir)
+        Args:
+            corpus: a text file (``.gz``/``.bz2`` too) or directory; read it with
+                :func:`ptmkit.data.readers.read_corpus` (streamed, blank lines skipped).
+            run_dir: the run directory.
+            config: an instance of ``config_class``, validated.
+            console: where progress lines go.
+            resume: continue from the checkpoint in ``run_dir`` (only passed, as ``True``, to
+                :class:`Resumable` families, and only when ``has_checkpoint``).
+
+        Returns:
+            dict of measured numbers (JSON-serialisable scalars): e.g. ``words_per_second``.
+
+        Raises:
+            DataError: an unusable corpus (one line naming the file, with what was seen).
+            ConfigError: settings that cannot work together.
+        """
+        ...
+
+
+@runtime_checkable
+class Resumable(TrainsItself, Protocol):
+    """A family that trains itself and saves checkpoints in its run directory: ``ptmkit train
+    NAME --resume`` calls ``train(..., resume=True)``, and an interrupted run's directory is kept
+    when :meth:`has_checkpoint` says there is one to continue from."""
 
     def has_checkpoint(self, run_dir: Path) -> bool:
-        """Whether ``run_dir`` holds an epoch checkpoint
-        (:class:`ptmkit.training.wordvectors.EpochCheckpoints`, where the in-tree families that
-        set ``resumable`` save theirs)."""
-        from ptmkit.rundir import has_epoch_checkpoint
+        """Whether ``run_dir`` holds a checkpoint ``train`` can resume from."""
+        ...
 
-        return has_epoch_checkpoint(run_dir)
+
+@runtime_checkable
+class ProvidesWordVectors(Protocol):
+    """A family whose runs hold static word vectors: ``ptmkit evaluate``, ``embed --words``,
+    ``export --vectors`` / ``--onnx`` and heads requiring :data:`WORD_VECTORS` serve them."""
+
+    def load_word_vectors(self, run_dir: Path) -> WordVectors:
+        """The static word vectors of a finished run: a :class:`ptmkit.wordvectors.WordVectors`
+        (words most frequent first, the ``(rows, dim)`` float32 matrix and each word's rows).
+
+        Raises:
+            RunDirError: missing or corrupted files.
+        """
+        ...
+
+
+@runtime_checkable
+class ClassifiesRows(Protocol):
+    """A family whose runs are bag-of-rows text classifiers; ``ptmkit export`` writes their ONNX
+    model and featurizer (:mod:`ptmkit.row_export`)."""
+
+    def load_row_classifier(self, run_dir: Path) -> RowClassifier:
+        """The trained classifier of a finished run, weights loaded.
+
+        Raises:
+            RunDirError: missing or corrupted files.
+        """
+        ...
+
+
+def capabilities(family: ModelFamily) -> frozenset[str]:
+    """What ``family`` offers objectives and heads: its declared outputs' names, its
+    ``provides``, and :data:`WORD_VECTORS` when it :class:`ProvidesWordVectors`."""
+    offered = set(family.provides) | {spec.name for spec in family.outputs}
+    if isinstance(family, ProvidesWordVectors):
+        offered.add(WORD_VECTORS)
+    return frozenset(offered)
 
 
 class Objective:
@@ -239,6 +433,9 @@ class Objective:
         config_class: dataclass of its hyper-parameters (section ``[objectives.NAME]``).
         needs_segment_pairs: bool. True when instances must be segment pairs with an
             ``is_random_next`` flag (next-sentence prediction).
+        token_level_lm: bool. True when its loss is the mean negative log-likelihood (nats) of
+            the tokens it predicts (masked LM, causal LM): ``exp(loss)`` is then reported as the
+            held-out perplexity.
     """
 
     name: ClassVar[str]
@@ -246,6 +443,7 @@ class Objective:
     requires: ClassVar[frozenset[str]] = frozenset()
     config_class: ClassVar[type]
     needs_segment_pairs: ClassVar[bool] = False
+    token_level_lm: ClassVar[bool] = False
 
     def prepare(
         self,
@@ -258,9 +456,11 @@ class Objective:
         """Return ``(inputs, targets, sample_weights)`` this objective adds to a packed batch.
 
         ``batch`` holds ``token_ids``, ``segment_ids``, ``padding_mask`` (``(batch, sequence)``
-        int32) and ``is_random_next`` (``(batch,)`` int32). Returned ``inputs`` replace or extend
-        the batch's model inputs (masked LM replaces ``token_ids``); ``targets`` and
-        ``sample_weights`` are keyed by this objective's output names.
+        int32) and ``is_random_next`` (``(batch,)`` int32), whatever the family's inputs.
+        Returned ``inputs`` are keyed by token field names, ``token_ids`` replacing the batch's
+        ids (masked LM corrupts them; the core then derives the family's declared inputs, e.g.
+        ``char_ids``, from the corrupted ids), or by extra input names (``mask_positions``);
+        ``targets`` and ``sample_weights`` are keyed by this objective's output names.
         """
         raise NotImplementedError
 
@@ -281,7 +481,7 @@ class TrainedHead(NamedTuple):
 
     Attributes:
         model_config: the ``[model]`` section of the fine-tuned run (a dict of scalars), a valid
-            config of the head's :attr:`Head.run_family`.
+            config of the head's :attr:`TrainsOnWordVectors.run_family`.
         logits: a function from a list of texts to their ``(len(texts), labels)`` float32 logits;
             ``ptmkit finetune`` measures dev and test accuracy and macro-F1 with it.
     """
@@ -293,35 +493,42 @@ class TrainedHead(NamedTuple):
 class Head:
     """A fine-tune head on top of a backbone (sequence classification, ...).
 
+    A head on static word vectors with its own training loop instead of a Keras model on a
+    backbone implements :class:`TrainsOnWordVectors` (and requires :data:`WORD_VECTORS`).
+
     Attributes:
         name: str. E.g. ``"classification"``.
         requires: frozenset of backbone capabilities it needs.
         config_class: dataclass of its hyper-parameters (section ``[head]``).
-        trains_itself: bool. True for a head on static word vectors (``requires`` holds
-            :data:`WORD_VECTORS`) with its own training loop (:meth:`train`) instead of a Keras
-            model on a backbone; its hyper-parameters are all in ``config_class``.
-        run_family: str. For a head that trains itself: the family whose runs it writes (one
-            providing :data:`ROW_CLASSIFIER`, so that ``ptmkit export`` and ``ptmkit predict`` serve
-            them).
     """
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
     requires: ClassVar[frozenset[str]] = frozenset()
     config_class: ClassVar[type]
-    trains_itself: ClassVar[bool] = False
-    run_family: ClassVar[str] = ""
 
     def build(self, backbone: keras.Model, num_labels: int, config: Any) -> keras.Model:
         """Return a model taking the backbone's inputs and returning ``logits``,
         ``(batch, num_labels)`` float32."""
         raise NotImplementedError
 
+
+@runtime_checkable
+class TrainsOnWordVectors(Protocol):
+    """A head that trains a classifier on static word vectors with its own loop; its
+    hyper-parameters are all in its ``config_class``.
+
+    Attributes:
+        run_family: str. The family whose runs it writes (one that :class:`ClassifiesRows`, so
+            that ``ptmkit export`` and ``ptmkit predict`` serve them).
+    """
+
+    run_family: str
+
     def train(
         self, vectors: WordVectors, pretrained_config: Any, texts: list[str], label_ids: np.ndarray, labels: list[str], config: Any, run_dir: Path, console: Console
     ) -> TrainedHead:
-        """Train a classifier initialised from ``vectors`` (heads that train themselves) and write
-        its files into ``run_dir``.
+        """Train a classifier initialised from ``vectors`` and write its files into ``run_dir``.
 
         The core has read the labelled files and created ``run_dir``; after this returns it
         measures dev and test accuracy and macro-F1 with the returned ``logits`` and writes
@@ -341,7 +548,7 @@ class Head:
         Raises:
             ConfigError: settings that cannot work with these vectors.
         """
-        raise NotImplementedError
+        ...
 
 
 class Record(NamedTuple):

@@ -9,11 +9,13 @@ compute the same embeddings.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ptmkit.contract import InputSpec
 from ptmkit.errors import ConfigError
 from ptmkit.rundir import POOLING, RunDir
 
@@ -37,20 +39,26 @@ def read_pooling(run: RunDir) -> dict[str, Any]:
     return pooling
 
 
-def build_embedding_model(backbone: Any, pooling: dict[str, Any]) -> Any:
+def build_embedding_model(backbone: Any, pooling: dict[str, Any], mask_input: str | None = None) -> Any:
     """A Keras model: the backbone's inputs -> ``embeddings``, ``(batch, hidden)`` float32.
 
-    ``mean``: the average of ``sequence_output`` over positions where ``padding_mask`` is 1
-    (the count clamped at 1e-9, as sentence-transformers does); ``cls``: the first position;
-    ``max``: the maximum over unmasked positions. ``normalize``: divided by the L2 norm, clamped at
-    1e-12 (``torch.nn.functional.normalize``).
+    ``mean``: the average of ``sequence_output`` over positions where the ``mask_input`` (the
+    family's ``attention_mask`` input) is 1 (the count clamped at 1e-9, as sentence-transformers
+    does; every position without a mask input); ``cls``: the first position; ``max``: the maximum
+    over unmasked positions. ``normalize``: divided by the L2 norm, clamped at 1e-12
+    (``torch.nn.functional.normalize``).
     """
     import keras
     from keras import ops
 
-    inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name) for name in backbone.input}
+    from ptmkit.training.pretrain import backbone_inputs
+
+    inputs = backbone_inputs(backbone)
     hidden = backbone(inputs)["sequence_output"]
-    mask = ops.expand_dims(ops.cast(inputs["padding_mask"], hidden.dtype), -1)
+    if mask_input is not None:
+        mask = ops.expand_dims(ops.cast(inputs[mask_input], hidden.dtype), -1)
+    else:
+        mask = ops.ones_like(hidden[..., :1])
     mode = pooling["mode"]
     if mode == "mean":
         pooled = ops.sum(hidden * mask, axis=1) / ops.maximum(ops.sum(mask, axis=1), 1e-9)
@@ -84,13 +92,16 @@ def load_embedder(run_dir: str | Path) -> tuple[Any, Any, dict[str, Any], dict[s
     if manifest["stage"] != "pretrain":
         raise RunDirError(f"{run.path}: is a {manifest['stage']} run; sentence embeddings come from a pre-trained or imported backbone (its parent: {manifest.get('parent', '?')})")
     pooling = read_pooling(run)
-    backbone, config, tokenizer, _ = load_backbone(get_registry(), run)
-    limit = int(getattr(config.model, "max_sequence_length", DEFAULT_SEQUENCE_LENGTH))
-    pooling["max_sequence_length"] = min(int(pooling.get("max_sequence_length") or DEFAULT_SEQUENCE_LENGTH), limit)
-    return build_embedding_model(backbone, pooling), tokenizer, pooling, manifest
+    registry = get_registry()
+    backbone, config, tokenizer, _ = load_backbone(registry, run)
+    family = registry.family(manifest["family"])
+    limit = family.limits(config.model).max_sequence_length or DEFAULT_SEQUENCE_LENGTH
+    pooling["max_sequence_length"] = min(int(pooling.get("max_sequence_length") or DEFAULT_SEQUENCE_LENGTH), int(limit))
+    mask = family.input("attention_mask")
+    return build_embedding_model(backbone, pooling, mask.name if mask else None), tokenizer, pooling, manifest
 
 
-def embed_texts(model: Any, tokenizer: Any, texts: list[str], sequence_length: int, input_names: tuple[str, ...], pad_id: int, batch_size: int = 32) -> np.ndarray:
+def embed_texts(model: Any, tokenizer: Any, texts: list[str], sequence_length: int, inputs: Sequence[InputSpec], pad_id: int, batch_size: int = 32) -> np.ndarray:
     """Embed ``texts`` with a model from :func:`build_embedding_model`.
 
     Texts are encoded with the tokenizer's specials, truncated to ``sequence_length`` tokens and
@@ -99,16 +110,19 @@ def embed_texts(model: Any, tokenizer: Any, texts: list[str], sequence_length: i
     Returns:
         ``(len(texts), hidden)`` float32.
     """
-    from ptmkit.data.tokenization import ENCODING_FIELDS
+    from ptmkit.data.tokenization import character_table, manifest_inputs
     from ptmkit_export.clip import clip_text, plain_copy
+    from ptmkit_export.fields import from_encodings
 
     tokenizer = plain_copy(tokenizer)
     texts = [clip_text(tokenizer, text, sequence_length) for text in texts]  # a long text: its prefix, same tokens
     tokenizer.enable_truncation(max_length=sequence_length)
-    tokenizer.enable_padding(pad_id=pad_id, pad_token=tokenizer.id_to_token(pad_id) or "[PAD]")
+    tokenizer.enable_padding(pad_id=pad_id, pad_token=tokenizer.id_to_token(pad_id) or "")
+    characters = character_table(tokenizer, inputs)
+    specs = manifest_inputs(inputs)
     chunks = []
     for start in range(0, len(texts), batch_size):
         encodings = tokenizer.encode_batch(texts[start : start + batch_size])
-        feeds = {name: np.asarray([getattr(e, ENCODING_FIELDS[name]) for e in encodings], np.int32) for name in input_names}
+        feeds = from_encodings(encodings, specs, characters)
         chunks.append(np.asarray(model(feeds, training=False), np.float32))
     return np.concatenate(chunks) if chunks else np.zeros((0, 0), np.float32)

@@ -1,15 +1,17 @@
 """``ptmkit export RUN_DIR --onnx [--optimize N] [--int8 [--static ...]] [--fp16]``: Keras -> ONNX, checked, optimised, quantised, gated.
 
-1. Convert with Keras' own ``model.export(format="onnx")`` (which drives tf2onnx), inputs
-   ``token_ids``, ``segment_ids``, ``padding_mask`` with symbolic ``batch`` and ``sequence`` axes,
+1. Convert with Keras' own ``model.export(format="onnx")`` (which drives tf2onnx), inputs as
+   the family declares them (:class:`ptmkit.contract.InputSpec`) with their named axes symbolic,
    output renamed ``logits`` (a fine-tuned head) or ``embeddings`` (a run without a head: the
    backbone with its sentence pooling, :mod:`ptmkit.embedding`).
 2. Check: ``onnx.checker``, an ONNX Runtime session, and outputs against Keras at shapes other
    than the trace shapes (batch 1 x 17; batch 3 x the fine-tuning length; batch 8 x 1, each with
-   random padding); the max abs difference must be <= 1e-4 (:data:`PARITY_TOLERANCE`).
-3. ``--optimize N`` (1-3, transformer families): ptmkit's graph passes and ONNX Runtime's
-   transformer optimizer (:mod:`ptmkit_export.optimize`, head count and hidden size from the
-   family's config) write ``model.opt.onnx`` (variant ``optimized``); the fused op counts are
+   random padding, each length within the model's declared ``max_sequence_length``); the max abs
+   difference must be <= 1e-4 (:data:`PARITY_TOLERANCE`).
+3. ``--optimize N`` (1-3): ptmkit's graph passes and, at 2-3, ONNX Runtime's transformer
+   optimizer (:mod:`ptmkit_export.optimize`; model type, head count and hidden size from the
+   family's :meth:`~ptmkit.contract.ModelFamily.graph_optimizer`) write ``model.opt.onnx``
+   (variant ``optimized``); the fused op counts are
    printed and stored. Quantization then starts from the optimised graph.
 4. ``--int8``: dynamic int8 (:func:`ptmkit_export.quantize.quantize_int8`; per-channel unless
    ``per_channel=False``; ``reduce_range`` chosen from the CPU unless given; ``exclude_nodes``
@@ -32,6 +34,7 @@ from __future__ import annotations
 import os
 import shutil
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +42,7 @@ import numpy as np
 from rich.console import Console
 
 from ptmkit.console import default_console
-from ptmkit.contract import ROW_CLASSIFIER
+from ptmkit.contract import ClassifiesRows, InputSpec
 from ptmkit.errors import ExportError
 from ptmkit.io import staging_directory
 from ptmkit.rundir import RunDir
@@ -53,22 +56,26 @@ LATENCY_THREADS = 1  # timings on a shared 2-core machine swing 3x with 2 thread
 LATENCY_REPEATS = 50
 
 
-def convert_to_onnx(model: Any, path: Path, input_names: tuple[str, ...], output_name: str = "logits") -> None:
-    """Export ``model`` to ONNX at ``path`` with ``batch``/``sequence`` axes and one output named ``output_name``."""
+def convert_to_onnx(model: Any, path: Path, inputs: Sequence[InputSpec], output_name: str = "logits") -> None:
+    """Export ``model`` to ONNX at ``path``: one graph input per declared input (its dtype, its
+    named axes as symbolic dimensions, fixed sizes kept) and one output named ``output_name``
+    with a symbolic ``batch`` axis."""
     import warnings
 
     import onnx
     import tensorflow as tf
 
-    signature = [{name: tf.TensorSpec((None, None), tf.int32, name=name) for name in input_names}]
+    signature = [{s.name: tf.TensorSpec((None, *s.shape), tf.as_dtype(s.dtype), name=s.name) for s in inputs}]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # tf2onnx probes np.object
         model.export(str(path), format="onnx", input_signature=signature, verbose=False)
     graph_model = onnx.load(str(path))
     graph = graph_model.graph
+    axes = {s.name: s.axes for s in inputs}
     for value in graph.input:
-        dims = value.type.tensor_type.shape.dim
-        dims[0].dim_param, dims[1].dim_param = "batch", "sequence"
+        for dim, axis in zip(value.type.tensor_type.shape.dim, axes[value.name], strict=True):
+            if not dim.HasField("dim_value"):
+                dim.dim_param = axis
     (output,) = graph.output
     old = output.name
     for node in graph.node:
@@ -79,24 +86,43 @@ def convert_to_onnx(model: Any, path: Path, input_names: tuple[str, ...], output
     onnx.save(graph_model, str(path))
 
 
-def random_inputs(rng: np.random.Generator, batch: int, length: int, vocabulary_size: int, pad_id: int) -> dict[str, np.ndarray]:
-    """BERT-style inputs with random lengths (at least 1) and the rest padded."""
+def random_inputs(
+    rng: np.random.Generator, inputs: Sequence[InputSpec], batch: int, length: int, vocabulary_size: int, pad_id: int,
+    characters: np.ndarray | None = None, full: bool = False,
+) -> dict[str, np.ndarray]:
+    """The declared ``inputs`` for random token ids with random lengths (at least 1; the first
+    row full; every row with ``full``) and the rest padded with ``pad_id``: one segment, the
+    padding mask, ``char_ids`` from the ``characters`` table
+    (:func:`ptmkit.data.tokenization.derive_inputs`)."""
+    from ptmkit.data.tokenization import derive_inputs
+
     lengths = rng.integers(1, length + 1, size=batch)
     lengths[0] = length  # one full row, so the longest shape is exercised
+    if full:
+        lengths[:] = length
     mask = (np.arange(length)[None, :] < lengths[:, None]).astype(np.int32)
     token_ids = np.where(mask == 1, rng.integers(0, vocabulary_size, size=(batch, length)), pad_id).astype(np.int32)
-    segment_ids = np.zeros((batch, length), np.int32)
-    return {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": mask}
+    return derive_inputs(inputs, token_ids, None, mask, characters)
+
+
+def parity_shapes(sequence_length: int, max_sequence_length: int | None) -> list[tuple[int, int]]:
+    """The ``(batch, length)`` shapes the parity check runs, other than the trace's: batch 1 x 17,
+    batch 3 x ``sequence_length`` and batch 8 x 1, each length cut to ``max_sequence_length``
+    (a model with 16 positions cannot read 17 tokens)."""
+    limit = max_sequence_length or max(17, sequence_length)
+    return [(1, min(17, limit)), (3, min(sequence_length, limit)), (8, 1)]
 
 
 def check_parity(
-    model: Any, session: Any, shapes: list[tuple[int, int]], vocabulary_size: int, pad_id: int, output_name: str = "logits"
+    model: Any, session: Any, shapes: list[tuple[int, int]], vocabulary_size: int, pad_id: int, output_name: str = "logits",
+    inputs: Sequence[InputSpec] = (), characters: np.ndarray | None = None,
 ) -> dict[str, float]:
-    """Max abs difference of ONNX Runtime vs Keras outputs at each ``(batch, length)`` shape."""
+    """Max abs difference of ONNX Runtime vs Keras outputs at each ``(batch, length)`` shape, on
+    :func:`random_inputs` of the declared ``inputs``."""
     rng = np.random.default_rng(0)
     diffs = {}
     for batch, length in shapes:
-        feeds = random_inputs(rng, batch, length, vocabulary_size, pad_id)
+        feeds = random_inputs(rng, inputs, batch, length, vocabulary_size, pad_id, characters)
         with warnings.catch_warnings():
             # Keras warns that attention's softmax over a length-1 axis is constant: true, and meant.
             warnings.filterwarnings("ignore", message="You are using a softmax over axis")
@@ -181,7 +207,7 @@ def export_run(
     A fine-tuned run exports its head's ``logits``; a run without a head (pre-trained or imported
     with ``ptmkit import-hf``) exports sentence ``embeddings`` with the run's pooling
     (:mod:`ptmkit.embedding`). A run of a family providing
-    :data:`~ptmkit.contract.ROW_CLASSIFIER` (a bag-of-rows classifier) goes to
+    :class:`~ptmkit.contract.ClassifiesRows` (a bag-of-rows classifier) goes to
     :func:`ptmkit.row_export.export_row_classifier` (fp32 only).
 
     Args:
@@ -213,7 +239,7 @@ def export_run(
     """
     import onnxruntime as ort
 
-    from ptmkit.data.tokenization import ENCODING_FIELDS, encode_texts
+    from ptmkit.data.tokenization import character_table, encode_texts, manifest_inputs
     from ptmkit.plugins import get_registry
     from ptmkit.training.finetune import load_classifier, load_labelled
     from ptmkit_export.benchmark import median_latency_ms
@@ -223,7 +249,7 @@ def export_run(
     registry = get_registry()
     run = RunDir(run_dir)
     family = registry.family(run.manifest()["family"])
-    if ROW_CLASSIFIER in family.provides:
+    if isinstance(family, ClassifiesRows):
         given = [flag for flag, on in (("--int8", int8), (f"--optimize {optimize}", optimize > 0), ("--fp16", fp16), ("--with-tokenizer", with_tokenizer)) if on]
         if given:
             raise ExportError(
@@ -254,11 +280,15 @@ def export_run(
         from ptmkit.training.pretrain import resolve_config
 
         config = resolve_config(registry, run_manifest["family"], base=read_toml(run.require("config.toml")))
-    num_heads, hidden_size = getattr(config.model, "num_heads", None), getattr(config.model, "hidden_dim", None)
-    if optimize >= 2 and not (num_heads and hidden_size):
-        raise ExportError(f"--optimize {optimize} is for transformer families; {run_manifest['family']}'s config has no num_heads/hidden_dim (use --optimize 1)")
+    graph_optimizer = family.graph_optimizer(config.model)
+    if optimize >= 2 and graph_optimizer is None:
+        raise ExportError(f"--optimize {optimize} fuses transformer layers with ONNX Runtime's optimizer, for which the {family.name} family declares no model type (use --optimize 1)")
     specials = family.special_tokens(tokenizer)
-    vocabulary_size = int(config.model.vocabulary_size)
+    limits = family.limits(config.model)
+    vocabulary_size = int(limits.vocabulary_size or tokenizer.get_vocab_size())
+    characters = character_table(tokenizer, family.inputs)
+    mask_spec = family.input("attention_mask")
+    mask_input = mask_spec.name if mask_spec else None
     target = Path(out) if out is not None else run.path / "export"
     dev_file = dev or run_manifest.get("dev")
     wanted = [name for name, on in (("optimized", optimize > 0), ("int8", int8), ("fp16", fp16)) if on]
@@ -270,23 +300,23 @@ def export_run(
         fp32_path = tmp / VARIANT_FILES["fp32"]
         with console.status("converting to ONNX (tf2onnx)"):
             try:
-                convert_to_onnx(model, fp32_path, family.input_names, output)
+                convert_to_onnx(model, fp32_path, family.inputs, output)
             except Exception as exc:
                 raise ExportError(f"ONNX conversion of {run.path} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
         options = ort.SessionOptions()
         options.intra_op_num_threads = LATENCY_THREADS
         session = ort.InferenceSession(str(fp32_path), options, providers=["CPUExecutionProvider"])
-        shapes = [(1, 17), (3, sequence_length), (8, 1)]
-        parity = check_parity(model, session, shapes, vocabulary_size, specials.pad, output)
+        shapes = parity_shapes(sequence_length, limits.max_sequence_length)
+        parity = check_parity(model, session, shapes, vocabulary_size, specials.padding_id, output, family.inputs, characters)
         worst = max(parity.values())
         console.print(f"ONNX vs Keras max abs difference: {worst:.2e} " + ", ".join(f"{k}: {v:.1e}" for k, v in parity.items()))
         if worst > PARITY_TOLERANCE:
             raise ExportError(f"ONNX output differs from Keras by {worst:.2e} > {PARITY_TOLERANCE:g} ({parity}); nothing written")
-        length = min(LATENCY_SHAPE[1], config.model.max_sequence_length)
-        latency_feeds = random_inputs(np.random.default_rng(1), LATENCY_SHAPE[0], length, vocabulary_size, specials.pad)
-        throughput_feeds = random_inputs(np.random.default_rng(2), THROUGHPUT_SHAPE[0], length, vocabulary_size, specials.pad)
-        for feeds in (latency_feeds, throughput_feeds):
-            feeds["padding_mask"][:] = 1
+        length = min(LATENCY_SHAPE[1], limits.max_sequence_length or LATENCY_SHAPE[1])
+        latency_feeds, throughput_feeds = (
+            random_inputs(np.random.default_rng(seed), family.inputs, rows, length, vocabulary_size, specials.padding_id, characters, full=True)
+            for seed, rows in ((1, LATENCY_SHAPE[0]), (2, THROUGHPUT_SHAPE[0]))
+        )
         gate_shapes = {"latency": f"1x{length}", "throughput": f"{THROUGHPUT_SHAPE[0]}x{length}"}
 
         def timings(sess: Any) -> dict[str, float]:
@@ -319,7 +349,7 @@ def export_run(
 
                 texts = [record.text for record in read_records(dev_file, labelled=False)][:DEV_EMBEDDING_TEXTS]
                 y_dev = None
-            dev_batches = _length_batches(encode_texts(tokenizer, texts, sequence_length, family.input_names, specials.pad))
+            dev_batches = _length_batches(encode_texts(tokenizer, texts, sequence_length, family.inputs, specials.padding_id), mask_input)
             fp32_out = _run_batches(session, dev_batches, output)
             if labels:
                 variants["fp32"]["dev_accuracy"] = round(float(np.mean(np.argmax(fp32_out, -1) == y_dev)), 4)
@@ -357,10 +387,11 @@ def export_run(
 
             opt_path = tmp / VARIANT_FILES["optimized"]
             with console.status(f"optimizing the graph (level {optimize})"):
-                by_encoding = {ENCODING_FIELDS.get(name): name for name in family.input_names}
+                by_field = {spec.field: spec.name for spec in family.inputs}
                 info = optimize_transformer(
-                    fp32_path, opt_path, optimize, num_heads, hidden_size,
-                    mask_input=by_encoding.get("attention_mask"), ids_input=by_encoding.get("ids"), segment_input=by_encoding.get("type_ids"),
+                    fp32_path, opt_path, optimize, *(graph_optimizer[1:] if graph_optimizer else (None, None)),
+                    mask_input=by_field.get("attention_mask"), ids_input=by_field.get("ids"), segment_input=by_field.get("type_ids"),
+                    model_type=graph_optimizer.model_type if graph_optimizer else None,
                 )
             fused = ", ".join(f"{op} {n}" for op, n in info["fused"].items() if n) or "nothing"
             console.print(f"optimize {optimize}: passes {info['passes']}; fused: {fused}")
@@ -382,7 +413,7 @@ def export_run(
                 try:
                     if static:
                         assert calibration is not None
-                        batches = _calibration_batches(calibration, tokenizer, sequence_length, family.input_names, specials.pad)
+                        batches = _calibration_batches(calibration, tokenizer, sequence_length, family.inputs, specials.padding_id, mask_input)
                         quantization = quantize_int8_static(base, int8_path, batches, method, per_channel, reduce_choice["reduce_range"], exclude_nodes)
                     else:
                         quantization = quantize_int8(base, int8_path, per_channel=per_channel, reduce_range=reduce_choice["reduce_range"], exclude_nodes=exclude_nodes)
@@ -406,7 +437,7 @@ def export_run(
             from ptmkit.tokenizer_export import dev_texts, tokenizer_variants
 
             variants.update(tokenizer_variants(
-                tmp, variants, tmp / "tokenizer.json", family.input_names, output, sequence_length, specials.pad,
+                tmp, variants, tmp / "tokenizer.json", family.inputs, output, sequence_length, specials.padding_id,
                 dev_texts(dev_file, labels), LATENCY_THREADS, LATENCY_REPEATS, console,
             ))
         manifest = {
@@ -414,10 +445,10 @@ def export_run(
             "family": run_manifest["family"],
             "task": task,
             "run": str(run.path.resolve()),
-            "inputs": [{"name": name, "dtype": "int32", "encoding": ENCODING_FIELDS[name], "shape": ["batch", "sequence"]} for name in family.input_names],
+            "inputs": manifest_inputs(family.inputs),
             **task_manifest,
             "max_sequence_length": sequence_length,
-            "pad_token_id": specials.pad,
+            "pad_token_id": specials.padding_id,
             "tokenizer": "tokenizer.json",
             "variants": variants,
             "gate": gate_table,
@@ -502,11 +533,12 @@ def print_gate_table(gate_table: dict[str, Any], console: Console) -> None:
     console.print(table)
 
 
-def _length_batches(feeds: dict[str, np.ndarray], batch_size: int = 32) -> list[dict[str, np.ndarray]]:
-    """Split padded inputs into batches of similar length, cut to each batch's longest row; the
-    batches keep the original row order when concatenated (rows are not reordered)."""
+def _length_batches(feeds: dict[str, np.ndarray], mask_input: str | None = None, batch_size: int = 32) -> list[dict[str, np.ndarray]]:
+    """Split padded inputs into batches of ``batch_size`` rows, each cut to its longest row when
+    ``mask_input`` names the padding-mask input; the batches keep the original row order when
+    concatenated (rows are not reordered)."""
     count = len(next(iter(feeds.values())))
-    mask = next((v for k, v in feeds.items() if k == "padding_mask"), None)
+    mask = feeds.get(mask_input) if mask_input else None
     batches = []
     for i in range(0, count, batch_size):
         chunk = {k: v[i : i + batch_size] for k, v in feeds.items()}
@@ -521,14 +553,16 @@ def _run_batches(session: Any, batches: list[dict[str, np.ndarray]], output: str
     return np.concatenate([session.run([output], batch)[0] for batch in batches])
 
 
-def _calibration_batches(path: str | Path, tokenizer: Any, sequence_length: int, input_names: tuple[str, ...], pad: int) -> list[dict[str, np.ndarray]]:
+def _calibration_batches(
+    path: str | Path, tokenizer: Any, sequence_length: int, inputs: Sequence[InputSpec], pad: int, mask_input: str | None
+) -> list[dict[str, np.ndarray]]:
     from ptmkit.data.readers import read_records
     from ptmkit.data.tokenization import encode_texts
 
     texts = [record.text for _, record in zip(range(CALIBRATION_TEXTS), read_records(path, labelled=False), strict=False)]
     if not texts:
         raise ExportError(f"{path}: no calibration text")
-    return _length_batches(encode_texts(tokenizer, texts, sequence_length, input_names, pad), CALIBRATION_BATCH)
+    return _length_batches(encode_texts(tokenizer, texts, sequence_length, inputs, pad), mask_input, CALIBRATION_BATCH)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -30,7 +30,7 @@ def ptmkit_model_families() -> list[ModelFamily]:
         what users type in ``ptmkit train NAME``; two distributions returning the same name is a
         :class:`ptmkit.errors.PluginError` naming both. A family either plugs into the generic
         pre-training loop (tokenizer, backbone, objectives) or brings its own
-        (``ModelFamily.trains_itself`` and ``ModelFamily.train``, e.g. static word vectors);
+        (:class:`ptmkit.contract.TrainsItself`, e.g. static word vectors);
         families providing ``WORD_VECTORS`` are served by ``ptmkit evaluate``, ``embed --words``
         and ``export --vectors``.
     """

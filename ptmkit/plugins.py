@@ -31,7 +31,7 @@ from typing import Any
 import pluggy
 
 from ptmkit import hookspecs
-from ptmkit.contract import CorpusReader, Head, ModelFamily, Objective
+from ptmkit.contract import CorpusReader, Head, ModelFamily, Objective, capabilities
 from ptmkit.errors import PluginError
 
 ENTRY_POINT_GROUP = "ptmkit.plugins"
@@ -220,12 +220,12 @@ class Registry:
         return self._owner[(kind, name)]
 
     def objectives_for(self, family: ModelFamily) -> list[str]:
-        """Names of the objectives whose requirements ``family``'s backbone provides."""
-        return sorted(n for n, o in self.objectives.items() if o.requires <= family.provides)
+        """Names of the objectives whose requirements ``family`` offers (:func:`ptmkit.contract.capabilities`)."""
+        return sorted(n for n, o in self.objectives.items() if o.requires <= capabilities(family))
 
     def heads_for(self, family: ModelFamily) -> list[str]:
-        """Names of the heads whose requirements ``family``'s backbone provides."""
-        return sorted(n for n, h in self.heads.items() if h.requires <= family.provides)
+        """Names of the heads whose requirements ``family`` offers (:func:`ptmkit.contract.capabilities`)."""
+        return sorted(n for n, h in self.heads.items() if h.requires <= capabilities(family))
 
     def add_commands(self, cli: Any) -> None:
         """Let every plugin add CLI commands (:func:`~ptmkit.hookspecs.ptmkit_register_commands`)."""

@@ -1,7 +1,7 @@
 """``ptmkit export RUN_DIR`` for bag-of-rows text classifiers (families providing
-:data:`ptmkit.contract.ROW_CLASSIFIER`, e.g. fastText's supervised model, Joulin et al. 2017).
+:class:`ptmkit.contract.ClassifiesRows`, e.g. fastText's supervised model, Joulin et al. 2017).
 
-1. Write the classifier (:meth:`ptmkit.contract.ModelFamily.load_row_classifier`) as an ONNX
+1. Write the classifier (:meth:`ptmkit.contract.ClassifiesRows.load_row_classifier`) as an ONNX
    graph built from its two matrices (:func:`write_onnx`): inputs ``row_ids`` ``(batch, rows)``
    int32 and ``row_mask`` ``(batch, rows)`` float32, output ``logits`` ``(batch, labels)``.
 2. Featurize the dev texts with the lean runtime's own featurizer
@@ -149,7 +149,7 @@ def export_row_classifier(
     """Export a bag-of-rows classifier to ``out`` (default ``RUN_DIR/export``); see the module docstring.
 
     Args:
-        classifier: the run's classifier (:meth:`ptmkit.contract.ModelFamily.load_row_classifier`).
+        classifier: the run's classifier (:meth:`ptmkit.contract.ClassifiesRows.load_row_classifier`).
         run_dir: the run directory (recorded in the manifest).
         family: the run's family name (recorded).
         out: the export directory.

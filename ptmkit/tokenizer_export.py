@@ -7,10 +7,13 @@ TensorFlow there); this module feeds it the run's tokenizer.json and dev texts a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+
+from ptmkit.contract import InputSpec
 
 #: Dev texts the single-file check runs on, besides ptmkit_export's hard cases.
 CHECK_TEXTS = 500
@@ -35,7 +38,7 @@ def tokenizer_variants(
     directory: Path,
     variants: dict[str, Any],
     tokenizer_json: Path,
-    input_names: tuple[str, ...],
+    input_specs: Sequence[InputSpec],
     output: str,
     sequence_length: int,
     pad_id: int,
@@ -55,12 +58,12 @@ def tokenizer_variants(
         ExportError: the tokenizer cannot go into the graph, a check failed, or
             onnxruntime-extensions is not installed; no single-file model is written.
     """
-    from ptmkit.data.tokenization import ENCODING_FIELDS
+    from ptmkit.data.tokenization import manifest_inputs
     from ptmkit.errors import ExportError
     from ptmkit_export.errors import ExportDirError
     from ptmkit_export.tokenizer_graph import TokenizerGraphError, build_tokenizer_variants_isolated
 
-    inputs = [{"name": name, "dtype": "int32", "encoding": ENCODING_FIELDS[name]} for name in input_names]
+    inputs = [{key: spec[key] for key in ("name", "dtype", "encoding")} for spec in manifest_inputs(input_specs)]
     try:
         with console.status("building the tokenizer graph (onnxruntime-extensions) and checking it against tokenizers"):
             # In a fresh process: onnxruntime-extensions' regular expressions misbehave next to TensorFlow.

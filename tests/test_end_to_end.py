@@ -13,6 +13,7 @@ import pytest
 from tinyconfig import DATA
 
 from ptmkit.rundir import RunDir
+from ptmkit_bert import BertFamily
 
 
 def test_pretraining_run_directory(tiny_pretrained: Path) -> None:
@@ -72,7 +73,7 @@ def test_finetune_export_predict(tiny_pretrained: Path, tmp_path: Path) -> None:
     texts = ["a gorgeous , witty , seductive movie .", "dull , plodding and utterly forgettable .", "ok"]
     model, _, tokenizer, _ = load_classifier(out)
     predictor = Predictor(export_dir, variant="fp32")
-    expected = model.predict(encode_texts(tokenizer, texts, 32, ("token_ids", "segment_ids", "padding_mask"), 0), verbose=0)
+    expected = model.predict(encode_texts(tokenizer, texts, 32, BertFamily.inputs, 0), verbose=0)
     np.testing.assert_allclose(predictor.logits(texts), expected, atol=1e-4)
 
     # `ptmkit predict` runs without importing TensorFlow or Keras.

@@ -87,9 +87,9 @@ def test_batches_are_a_function_of_seed_and_step(tokenized: tuple[Path, object])
         "nsp": (registry.objective("nsp"), registry.objective("nsp").config_class()),
     }
     sampler = InstanceSampler(load_token_file(out, "train"), family, specials, 32, segment_pairs=True)
-    first = make_step(sampler, objectives, step_rng(42, 5), 8, 600, family.input_names)
-    again = make_step(sampler, objectives, step_rng(42, 5), 8, 600, family.input_names)
-    other = make_step(sampler, objectives, step_rng(42, 6), 8, 600, family.input_names)
+    first = make_step(sampler, objectives, step_rng(42, 5), 8, 600, family.inputs)
+    again = make_step(sampler, objectives, step_rng(42, 5), 8, 600, family.inputs)
+    other = make_step(sampler, objectives, step_rng(42, 6), 8, 600, family.inputs)
     for a, b in zip(first, again, strict=True):
         assert a.keys() == b.keys()
         for key in a:

@@ -52,8 +52,9 @@ WORD_VECTORS_TASK = "word-vectors"
 #: The first output of each task without labels.
 EMBEDDER_OUTPUTS = {EMBEDDING_TASK: "embeddings", WORD_VECTORS_TASK: "vectors"}
 
-#: ``encoding`` values an input may name: attributes of a ``tokenizers.Encoding``.
-ENCODINGS = ("ids", "type_ids", "attention_mask")
+#: ``encoding`` values an input may name: the fields :mod:`ptmkit_export.fields` derives from a
+#: ``tokenizers.Encoding`` (``char_ids`` needs the fixed size of its last axis in ``shape``).
+ENCODINGS = ("ids", "type_ids", "attention_mask", "char_ids")
 INPUT_DTYPES = ("int32", "int64")
 #: ``encoding`` and ``dtype`` of the inputs a ``featurizer`` makes (:func:`ptmkit_export.bag_of_rows.BagOfRows.encode`).
 FEATURIZER_INPUTS = {"row_ids": "int32", "row_mask": "float32"}
@@ -91,6 +92,8 @@ def _validate(manifest: Any, path: Path) -> None:
             raise _fail(path, f"inputs[{i}] has encoding {spec['encoding']!r}; expected one of {', '.join(ENCODINGS)}")
         if spec["dtype"] not in INPUT_DTYPES:
             raise _fail(path, f"inputs[{i}] has dtype {spec['dtype']!r}; expected one of {', '.join(INPUT_DTYPES)}")
+        if spec["encoding"] == "char_ids" and not (isinstance(spec.get("shape"), list) and isinstance(spec["shape"][-1], int) and spec["shape"][-1] > 0):
+            raise _fail(path, f"inputs[{i}] is char_ids; its shape must end with the fixed number of characters")
     if not manifest["outputs"] or not all(isinstance(o, dict) and "name" in o for o in manifest["outputs"]):
         raise _fail(path, "'outputs' must be a non-empty list of objects with a name")
     if manifest.get("task") in EMBEDDER_OUTPUTS:

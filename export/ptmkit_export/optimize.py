@@ -1,8 +1,9 @@
 """Transformer graph optimisation and fp16 conversion of an exported ONNX model.
 
 :func:`optimize_transformer` runs ptmkit's own passes (:mod:`ptmkit_export.graph_passes`) and
-then ONNX Runtime's transformer optimizer (``onnxruntime.transformers.optimizer.optimize_model``,
-``model_type="bert"``) with the model's head count and hidden size, and counts what was fused.
+then ONNX Runtime's transformer optimizer (``onnxruntime.transformers.optimizer.optimize_model``)
+with the model type the family declares (``"bert"`` for BERT-like encoders), its head count and
+hidden size, and counts what was fused.
 Levels, as ``ptmkit export --optimize`` takes them:
 
 * ``0``: nothing (the graph as Keras/tf2onnx wrote it).
@@ -72,9 +73,10 @@ def optimize_transformer(
     level: int,
     num_heads: int | None = None,
     hidden_size: int | None = None,
-    mask_input: str | None = "padding_mask",
-    ids_input: str | None = "token_ids",
-    segment_input: str | None = "segment_ids",
+    mask_input: str | None = None,
+    ids_input: str | None = None,
+    segment_input: str | None = None,
+    model_type: str | None = None,
 ) -> dict[str, Any]:
     """Write an optimised copy of the fp32 ONNX model ``src`` to ``dst``; see the module docstring.
 
@@ -85,21 +87,25 @@ def optimize_transformer(
         num_heads, hidden_size: the transformer's attention head count and hidden width, from the
             model family's config; required for levels >= 2 (the attention fusion needs them).
         mask_input: the graph input holding the 0/1 padding mask, which the fused ``Attention``
-            reads; ``None`` (or a name the graph lacks) leaves attention unfused.
+            reads (the model family's ``attention_mask`` input); ``None`` (or a name the graph
+            lacks) leaves attention unfused.
         ids_input, segment_input: the graph inputs of token ids and segment ids, which the fused
             ``EmbedLayerNormalization`` reads; ``ids_input=None`` leaves the embeddings unfused.
+        model_type: ONNX Runtime's transformer-optimizer model type (``"bert"``, ``"gpt2"``,
+            ...), from the model family's declaration; required for levels >= 2.
 
     Returns:
         ``{"level", "passes": {pass: count}, "fused": {op: count}, "attention_fused": bool,
         "notes": [str], "nodes_before", "nodes_after"}`` (node counts per op type).
 
     Raises:
-        ValueError: ``level`` not in 0-3, or ``num_heads``/``hidden_size`` missing for level >= 2.
+        ValueError: ``level`` not in 0-3, or ``num_heads``/``hidden_size``/``model_type`` missing
+            for level >= 2.
     """
     if level not in LEVELS:
         raise ValueError(f"optimize level must be one of {', '.join(map(str, LEVELS))}, got {level}")
-    if level >= 2 and (not num_heads or not hidden_size):
-        raise ValueError(f"optimize level {level} needs the model's num_heads and hidden_size")
+    if level >= 2 and (not num_heads or not hidden_size or not model_type):
+        raise ValueError(f"optimize level {level} needs the model's type, num_heads and hidden_size")
     original = onnx.load(str(src))
     model, passes = original, {}
     if level >= 1:
@@ -110,7 +116,7 @@ def optimize_transformer(
         segments = segment_input if segment_input in inputs else None
         passes["embed_layer_normalization"] = graph_passes.fuse_embed_layer_normalization(model, ids_input, segments) if ids_input in inputs else 0
         passes["gelu"] = graph_passes.fuse_gelu(model)
-        model = _ort_transformer_optimizer(model, level, int(num_heads or 0), int(hidden_size or 0))
+        model = _ort_transformer_optimizer(model, level, str(model_type), int(num_heads or 0), int(hidden_size or 0))
     onnx.checker.check_model(model)
     onnx.save(model, str(dst))
     fused = fused_counts(model)
@@ -132,11 +138,11 @@ def optimize_transformer(
     }
 
 
-def _ort_transformer_optimizer(model: onnx.ModelProto, level: int, num_heads: int, hidden_size: int) -> onnx.ModelProto:
+def _ort_transformer_optimizer(model: onnx.ModelProto, level: int, model_type: str, num_heads: int, hidden_size: int) -> onnx.ModelProto:
     from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
-    options = FusionOptions("bert")
+    options = FusionOptions(model_type)
     with tempfile.TemporaryDirectory(prefix="ptmkit-optimize-") as tmp:
         src = Path(tmp) / "in.onnx"
         onnx.save(model, str(src))
@@ -147,7 +153,7 @@ def _ort_transformer_optimizer(model: onnx.ModelProto, level: int, num_heads: in
             with contextlib.redirect_stdout(io.StringIO()):
                 optimized = optimize_model(
                     str(src),
-                    model_type="bert",
+                    model_type=model_type,
                     num_heads=num_heads,
                     hidden_size=hidden_size,
                     optimization_options=options,

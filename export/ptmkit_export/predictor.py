@@ -216,6 +216,12 @@ class Predictor:
             self.featurizer = bag_of_rows.load(self.export_dir, self.manifest["featurizer"], rows if isinstance(rows, int) else None)
         else:
             self.tokenizer = self._load_tokenizer(self.export_dir / self.manifest["tokenizer"])
+        self._characters = None
+        char_spec = next((spec for spec in self.manifest["inputs"] if spec["encoding"] == "char_ids"), None)
+        if char_spec is not None and self.tokenizer is not None:
+            from ptmkit_export.fields import tokenizer_character_table
+
+            self._characters = tokenizer_character_table(self.tokenizer, int(char_spec["shape"][-1]))
 
         options = ort.SessionOptions()
         if threads is not None:
@@ -328,11 +334,9 @@ class Predictor:
             feeds = self.featurizer.encode(texts)
             return {name: feeds[encoding].astype(dtype, copy=False) for name, encoding, dtype in self._inputs}
         assert self.tokenizer is not None
-        encodings = self.tokenizer.encode_batch(self.clip(texts))
-        return {
-            name: np.asarray([getattr(encoding, attribute) for encoding in encodings], dtype=dtype)
-            for name, attribute, dtype in self._inputs
-        }
+        from ptmkit_export.fields import from_encodings
+
+        return from_encodings(self.tokenizer.encode_batch(self.clip(texts)), self.manifest["inputs"], self._characters)
 
     @property
     def is_embedder(self) -> bool:

@@ -157,8 +157,10 @@ class ModelService:
             self.vocabulary_size = int(predictor.tokenizer.get_vocab_size())
         self.labels = list(predictor.labels)
         #: (name, datatype, encoding) of the model's own inputs, in manifest order; none for a
-        #: variant that tokenizes inside the graph or a featurizer export (they take text only).
-        text_only = predictor.text_input or predictor.featurizer is not None
+        #: variant that tokenizes inside the graph, a featurizer export, or a model with an input
+        #: other than (batch, sequence), such as characters (they take text only).
+        other_rank = any(len(s.get("shape", ("batch", "sequence"))) != 2 for s in manifest["inputs"])
+        text_only = predictor.text_input or predictor.featurizer is not None or other_rank
         self.tensor_inputs = [] if text_only else [(s["name"], s["dtype"].upper(), s["encoding"]) for s in manifest["inputs"]]
         self.has_mask = any(encoding == "attention_mask" for _, _, encoding in self.tensor_inputs)
         self.model_outputs = [o.name for o in predictor.session.get_outputs()]

@@ -13,7 +13,16 @@ from typing import Annotated, Any
 
 import typer
 
-from ptmkit.api import POOLED_OUTPUT, SEQUENCE_OUTPUT, TOKEN_EMBEDDING, ModelFamily, SpecialTokens, hookimpl
+from ptmkit.api import (
+    TOKEN_EMBEDDING,
+    GraphOptimizer,
+    InputSpec,
+    Limits,
+    ModelFamily,
+    OutputSpec,
+    SpecialTokens,
+    hookimpl,
+)
 from ptmkit_bert.config import BertConfig
 from ptmkit_bert.hf import import_hf
 
@@ -26,8 +35,26 @@ class BertFamily(ModelFamily):
     name = "bert"
     description = "BERT encoder (keras-hub BertBackbone) with a WordPiece tokenizer"
     config_class = BertConfig
-    provides = frozenset({SEQUENCE_OUTPUT, POOLED_OUTPUT, TOKEN_EMBEDDING})
+    inputs = (
+        InputSpec("token_ids", ("batch", "sequence"), "int32", field="ids"),
+        InputSpec("segment_ids", ("batch", "sequence"), "int32", field="type_ids"),
+        InputSpec("padding_mask", ("batch", "sequence"), "int32", field="attention_mask"),
+    )
+    outputs = (
+        OutputSpec("sequence_output", ("batch", "sequence", "hidden")),
+        OutputSpec("pooled_output", ("batch", "hidden")),
+    )
+    special_token_names = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+    provides = frozenset({TOKEN_EMBEDDING})
     default_objectives = ("mlm",)
+
+    def limits(self, config: BertConfig) -> Limits:
+        """``max_sequence_length`` position embeddings (an imported checkpoint's
+        ``max_position_embeddings``), ``vocabulary_size`` token embeddings."""
+        return Limits(config.max_sequence_length, config.vocabulary_size, "model.max_sequence_length")
+
+    def graph_optimizer(self, config: BertConfig) -> GraphOptimizer:
+        return GraphOptimizer("bert", config.num_heads, config.hidden_dim)
 
     def build_backbone(self, config: BertConfig) -> Any:
         from ptmkit_bert.backbone import build_backbone
@@ -50,10 +77,11 @@ class BertFamily(ModelFamily):
     def pack(
         self, first: list[int], second: list[int] | None, sequence_length: int, specials: SpecialTokens
     ) -> tuple[list[int], list[int]]:
-        token_ids = [specials.cls, *first, specials.sep]
+        cls, sep = specials["cls"], specials["sep"]
+        token_ids = [cls, *first, sep]
         segment_ids = [0] * len(token_ids)
         if second is not None:
-            token_ids += [*second, specials.sep]
+            token_ids += [*second, sep]
             segment_ids += [1] * (len(second) + 1)
         return token_ids[:sequence_length], segment_ids[:sequence_length]
 

@@ -433,7 +433,7 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
             objectives=[],
             head=None,
             imported_from={"format": "huggingface", "path": str(source.resolve()), "weights": weights, "tokenizer": tokenizer_source,
-                           "special_tokens": special_tokens(tokenizer)._asdict()},
+                           "special_tokens": dict(special_tokens(tokenizer))},
             pooling=pooling,
             inputs=["token_ids", "segment_ids", "padding_mask"],
             weights=BACKBONE_WEIGHTS,

@@ -114,7 +114,7 @@ def special_tokens(tokenizer: Any) -> SpecialTokens:
         DataError: a role is neither declared nor named in the vocabulary.
     """
     declared = declared_special_tokens(tokenizer)
-    ids = []
+    ids = {}
     for role, names in ROLE_NAMES.items():
         token_id = declared.get(role)
         for name in names:
@@ -122,5 +122,5 @@ def special_tokens(tokenizer: Any) -> SpecialTokens:
                 token_id = tokenizer.token_to_id(name)
         if token_id is None:
             raise DataError(f"tokenizer has no {role} token ({' or '.join(names)}); a BERT vocabulary needs {', '.join(SPECIALS)}")
-        ids.append(token_id)
-    return SpecialTokens(*ids)
+        ids[role] = token_id
+    return SpecialTokens(ids)

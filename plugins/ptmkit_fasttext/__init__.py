@@ -5,7 +5,7 @@ negative sampling; out-of-vocabulary words get vectors from their n-grams.
 It also adds ``ptmkit import-fasttext MODEL.bin --out RUN_DIR`` (through the
 ``ptmkit_register_commands`` hook), which turns a Facebook fastText ``.bin`` into a run that every
 word-vector command serves; the ``fasttext-supervised`` family (Joulin et al. 2017), whose runs
-``ptmkit export`` writes as ONNX with their featurizer (capability ``ROW_CLASSIFIER``); and the
+``ptmkit export`` writes as ONNX with their featurizer (:class:`ptmkit.contract.ClassifiesRows`); and the
 ``fasttext`` fine-tune head, which trains that classifier from any word-vector run.
 """
 
@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ptmkit.api import ROW_CLASSIFIER, Head, ModelFamily, RowClassifier, WordVectorFamily, hookimpl
+from ptmkit.api import Head, InputSpec, ModelFamily, RowClassifier, WordVectorFamily, hookimpl
 from ptmkit_fasttext.config import FastTextConfig
 from ptmkit_fasttext.head import FastTextHead, FastTextHeadConfig
 from ptmkit_fasttext.supervised import FastTextClassifierConfig
@@ -30,7 +30,6 @@ class FastTextFamily(WordVectorFamily):
     name = "fasttext"
     description = "fastText skip-gram / CBOW with character n-grams (static word vectors, OOV vectors)"
     config_class = FastTextConfig
-    resumable = True
 
     def train(self, corpus: Path, run_dir: Path, config: FastTextConfig, console: Any, resume: bool = False) -> dict[str, Any]:
         from ptmkit_fasttext.train import train_fasttext
@@ -48,9 +47,10 @@ class FastTextClassifierFamily(ModelFamily):
 
     name = "fasttext-supervised"
     description = "fastText supervised classifier (Joulin et al. 2017) on __label__ files"
-    provides = frozenset({ROW_CLASSIFIER})
-    input_names = ("row_ids", "row_mask")
-    trains_itself = True
+    inputs = (
+        InputSpec("row_ids", ("batch", "rows"), "int32", field="row_ids"),
+        InputSpec("row_mask", ("batch", "rows"), "float32", field="row_mask"),
+    )
 
     config_class = FastTextClassifierConfig
 

@@ -67,7 +67,6 @@ class FastTextHead(Head):
     description = "fastText supervised classifier initialised from static word vectors (-pretrainedVectors, n-gram rows too)"
     requires = frozenset({WORD_VECTORS})
     config_class = FastTextHeadConfig
-    trains_itself = True
     run_family = "fasttext-supervised"
 
     def train(

@@ -22,7 +22,6 @@ class GloVeFamily(WordVectorFamily):
     name = "glove"
     description = "GloVe: weighted least squares on log co-occurrences, AdaGrad (static word vectors)"
     config_class = GloVeConfig
-    resumable = True
 
     def train(self, corpus: Path, run_dir: Path, config: GloVeConfig, console: Any, resume: bool = False) -> dict[str, Any]:
         from ptmkit_glove.train import train_glove

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ptmkit.api import ModelFamily, WordVectorFamily, hookimpl
+from ptmkit.api import InputSpec, ModelFamily, WordVectorFamily, hookimpl
 from ptmkit_nnlm.config import NNLMConfig
 
 __all__ = ["NNLMConfig", "NNLMFamily"]
@@ -21,8 +21,7 @@ class NNLMFamily(WordVectorFamily):
     name = "nnlm"
     description = "Bengio et al. 2003 neural probabilistic language model (word features C as static vectors)"
     config_class = NNLMConfig
-    input_names = ("context_ids",)
-    resumable = True
+    inputs = (InputSpec("context_ids", ("batch", "context"), "int32", field="context_ids"),)
 
     def train(self, corpus: Path, run_dir: Path, config: NNLMConfig, console: Any, resume: bool = False) -> dict[str, Any]:
         from ptmkit_nnlm.train import train_nnlm

@@ -3,8 +3,8 @@ with negative sampling and/or hierarchical softmax, sub-sampling, dynamic window
 decaying learning rate.
 
 Registered under the entry-point group ``ptmkit.plugins`` exactly as a third-party plugin is. The
-family trains itself (:attr:`ptmkit.contract.ModelFamily.trains_itself`) and provides static word
-vectors (:data:`ptmkit.contract.WORD_VECTORS`), so ``ptmkit evaluate``, ``embed --words`` and
+family trains itself (:class:`ptmkit.contract.TrainsItself`) and provides static word
+vectors (:class:`ptmkit.contract.ProvidesWordVectors`), so ``ptmkit evaluate``, ``embed --words`` and
 ``export --vectors`` / ``--onnx`` serve its runs.
 """
 
@@ -25,7 +25,6 @@ class Word2VecFamily(WordVectorFamily):
     name = "word2vec"
     description = "word2vec skip-gram / CBOW, negative sampling or hierarchical softmax (static word vectors)"
     config_class = Word2VecConfig
-    resumable = True
 
     def train(self, corpus: Path, run_dir: Path, config: Word2VecConfig, console: Any, resume: bool = False) -> dict[str, Any]:
         from ptmkit_word2vec.train import train_word2vec

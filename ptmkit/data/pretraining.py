@@ -19,13 +19,13 @@ from __future__ import annotations
 import array
 import dataclasses
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ptmkit.contract import ModelFamily, Objective, SpecialTokens
+from ptmkit.contract import InputSpec, ModelFamily, Objective, SpecialTokens
 from ptmkit.errors import DataError
 from ptmkit.io import atomic_path, atomic_write_json
 
@@ -189,7 +189,7 @@ class InstanceSampler:
         """A padded batch: ``token_ids``, ``segment_ids``, ``padding_mask`` ``(batch_size,
         sequence_length)`` int32 and ``is_random_next`` ``(batch_size,)`` int32."""
         length = self.sequence_length
-        token_ids = np.full((batch_size, length), self.specials.pad, np.int32)
+        token_ids = np.full((batch_size, length), self.specials.padding_id, np.int32)
         segment_ids = np.zeros((batch_size, length), np.int32)
         padding_mask = np.zeros((batch_size, length), np.int32)
         is_random_next = np.zeros((batch_size,), np.int32)
@@ -208,20 +208,33 @@ def make_step(
     rng: np.random.Generator,
     batch_size: int,
     vocabulary_size: int,
-    input_names: tuple[str, ...],
+    inputs: Sequence[InputSpec],
     starts: list[int] | None = None,
+    characters: np.ndarray | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Build one training step's ``(inputs, targets, sample_weights)`` for all objectives."""
+    """Build one training step's ``(inputs, targets, sample_weights)`` for all objectives.
+
+    The objectives see the packed batch (:meth:`InstanceSampler.batch`); what they return under a
+    batch key (masked LM's corrupted ``token_ids``) replaces it, and the family's declared
+    ``inputs`` are then derived from the batch (:func:`ptmkit.data.tokenization.derive_inputs`,
+    ``characters`` the ``char_ids`` table when an input needs it); their other inputs
+    (``mask_positions``) are added as they are.
+    """
+    from ptmkit.data.tokenization import derive_inputs
+
     batch = sampler.batch(rng, batch_size, starts)
-    inputs = {name: batch[name] for name in input_names}
+    fields = dict(batch)
+    extra_inputs: dict[str, np.ndarray] = {}
     targets: dict[str, np.ndarray] = {}
     weights: dict[str, np.ndarray] = {}
     for objective, config in objectives.values():
         extra, y, w = objective.prepare(batch, rng, config, sampler.specials, vocabulary_size)
-        inputs.update(extra)
+        for key, value in extra.items():
+            (fields if key in batch else extra_inputs)[key] = value
         targets.update(y)
         weights.update(w)
-    return inputs, targets, weights
+    model_inputs = derive_inputs(inputs, fields["token_ids"], fields["segment_ids"], fields["padding_mask"], characters)
+    return {**model_inputs, **extra_inputs}, targets, weights
 
 
 def step_rng(seed: int, step: int, stream: int = 0) -> np.random.Generator:

@@ -216,6 +216,19 @@ def holds_fasttext_labels(path: Path) -> bool:
     return any(has_fasttext_label(line) for line in stream)
 
 
+def texts_of_lines(lines: list[str], source: str) -> list[str]:
+    """The texts of already-read lines (standard input): fastText lines' texts when any line holds
+    a ``__label__`` token (labels anywhere in the line, as for files), else the stripped non-blank
+    lines.
+
+    Raises:
+        DataError: a malformed fastText line, naming ``source`` and the line.
+    """
+    if any(has_fasttext_label(line) for line in lines):
+        return [record.text for record in read_fasttext(lines, source)]
+    return [line.strip() for line in lines if line.strip()]
+
+
 def is_labelled(path: str | Path, readers: dict[str, CorpusReader] | None = None) -> bool:
     """Whether the file ``path`` is labelled data: a labelled reader's suffix (``.tsv``, ``.jsonl``,
     ``.ft``...; after ``.gz`` / ``.bz2``), or a ``__label__`` token on any line

@@ -1,21 +1,60 @@
-"""Encoding texts for a backbone with a Hugging Face tokenizer (fine-tuning and export checks)."""
+"""Encoding texts for a backbone with a Hugging Face tokenizer (fine-tuning and export checks).
+
+A family declares its inputs (:class:`ptmkit.contract.InputSpec`); each comes from a tokenizer
+field (:mod:`ptmkit_export.fields`, shared with the runtime so that both compute inputs alike).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-# Which attribute of a ``tokenizers.Encoding`` feeds which backbone input.
-ENCODING_FIELDS = {"token_ids": "ids", "segment_ids": "type_ids", "padding_mask": "attention_mask"}
+from ptmkit.contract import InputSpec
 
 
-def encode_texts(tokenizer: Any, texts: list[str], sequence_length: int, input_names: tuple[str, ...], pad_id: int) -> dict[str, np.ndarray]:
+def manifest_inputs(inputs: Sequence[InputSpec]) -> list[dict[str, Any]]:
+    """The export manifest's ``inputs``: ``name``, ``dtype``, ``encoding`` (the field), ``shape``
+    (the named axes; a fixed size replaces its axis name)."""
+    return [
+        {"name": s.name, "dtype": s.dtype, "encoding": s.field, "shape": [s.sizes.get(axis, axis) for axis in s.axes]}
+        for s in inputs
+    ]
+
+
+def character_table(tokenizer: Any, inputs: Sequence[InputSpec]) -> np.ndarray | None:
+    """The ``char_ids`` table of ``tokenizer`` when an input is fed from ``char_ids``, else None.
+
+    Raises:
+        ValueError: a ``char_ids`` input without a fixed ``characters`` size.
+    """
+    from ptmkit_export.fields import tokenizer_character_table
+
+    spec = next((s for s in inputs if s.field == "char_ids"), None)
+    if spec is None:
+        return None
+    size = spec.sizes.get(spec.axes[-1])
+    if not size:
+        raise ValueError(f"input {spec.name!r} (char_ids) needs a fixed size of its last axis {spec.axes[-1]!r} in sizes")
+    return tokenizer_character_table(tokenizer, int(size))
+
+
+def derive_inputs(
+    inputs: Sequence[InputSpec], token_ids: np.ndarray, segment_ids: np.ndarray | None, padding_mask: np.ndarray, characters: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """The declared ``inputs`` from ``(batch, sequence)`` token ids, segment ids and padding mask."""
+    from ptmkit_export.fields import derive
+
+    return {s.name: derive(s.field, token_ids, segment_ids, padding_mask, np.dtype(s.dtype), characters) for s in inputs}
+
+
+def encode_texts(tokenizer: Any, texts: list[str], sequence_length: int, inputs: Sequence[InputSpec], pad_id: int) -> dict[str, np.ndarray]:
     """Encode ``texts`` with the tokenizer's post-processor (specials), truncated together and
     padded to ``sequence_length``.
 
     Returns:
-        one ``(len(texts), sequence_length)`` int32 array per input name.
+        one ``(len(texts), sequence_length, ...)`` array per declared input.
     """
     from ptmkit_export.clip import clip_text, plain_copy
 
@@ -24,4 +63,7 @@ def encode_texts(tokenizer: Any, texts: list[str], sequence_length: int, input_n
     tokenizer.enable_truncation(max_length=sequence_length)
     tokenizer.enable_padding(pad_id=pad_id, length=sequence_length)
     encodings = tokenizer.encode_batch(texts)
-    return {name: np.asarray([getattr(e, ENCODING_FIELDS[name]) for e in encodings], dtype=np.int32) for name in input_names}
+    ids = np.asarray([e.ids for e in encodings], np.int32).reshape(len(texts), -1)
+    type_ids = np.asarray([e.type_ids for e in encodings], np.int32).reshape(len(texts), -1)
+    mask = np.asarray([e.attention_mask for e in encodings], np.int32).reshape(len(texts), -1)
+    return derive_inputs(inputs, ids, type_ids, mask, character_table(tokenizer, inputs))

@@ -47,7 +47,9 @@ class SequenceClassification(Head):
     def build(self, backbone: Any, num_labels: int, config: ClassificationConfig) -> Any:
         import keras
 
-        inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name) for name in backbone.input}
+        from ptmkit.training.pretrain import backbone_inputs
+
+        inputs = backbone_inputs(backbone)
         pooled = backbone(inputs)["pooled_output"]
         hidden = keras.layers.Dropout(config.dropout, name="head_dropout")(pooled)
         logits = keras.layers.Dense(

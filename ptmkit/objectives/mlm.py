@@ -69,7 +69,7 @@ def mask_tokens(
     positions = np.zeros((batch, predictions), np.int32)
     ids = np.zeros((batch, predictions), np.int32)
     weights = np.zeros((batch, predictions), np.float32)
-    special = np.isin(token_ids, [specials.cls, specials.sep, specials.pad])
+    special = np.isin(token_ids, specials.structural())
     candidates = (padding_mask.astype(bool)) & ~special
     for row in range(batch):
         where = np.flatnonzero(candidates[row])
@@ -83,7 +83,7 @@ def mask_tokens(
         positions[row, :count] = chosen
         ids[row, :count] = token_ids[row, chosen]
         weights[row, :count] = 1.0
-        masked[row, chosen[to_mask]] = specials.mask
+        masked[row, chosen[to_mask]] = specials["mask"]
         masked[row, chosen[to_random]] = rng.integers(0, vocabulary_size, size=int(to_random.sum()))
     return masked, positions, ids, weights
 
@@ -95,6 +95,7 @@ class MaskedLM(Objective):
     description = "masked LM: 15% of tokens, 80% [MASK] / 10% random / 10% kept (BERT)"
     requires = frozenset({SEQUENCE_OUTPUT, TOKEN_EMBEDDING})
     config_class = MaskedLMConfig
+    token_level_lm = True
 
     def prepare(
         self,
@@ -104,6 +105,8 @@ class MaskedLM(Objective):
         specials: SpecialTokens,
         vocabulary_size: int,
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+        if "mask" not in specials:
+            raise ConfigError(f"objective 'mlm' replaces tokens by the mask token, which this tokenizer lacks (its specials: {dict(specials)})")
         masked, positions, ids, weights = mask_tokens(
             batch["token_ids"], batch["padding_mask"], rng, config, specials, vocabulary_size
         )

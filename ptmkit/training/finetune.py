@@ -5,7 +5,7 @@ Reads the parent run's config, tokenizer and backbone weights; adds the head nam
 decay; reports dev accuracy and macro-F1 after each epoch and at the end; writes a run directory
 that ``ptmkit export`` reads.
 
-A head that trains itself on static word vectors (:attr:`ptmkit.contract.Head.trains_itself`, e.g.
+A head that trains itself on static word vectors (:class:`ptmkit.contract.TrainsOnWordVectors`, e.g.
 fastText's classifier) gets the parent run's word vectors instead of a backbone and writes a run of
 its :attr:`~ptmkit.contract.Head.run_family`; when ``finetune.head`` is not given and the default
 head does not fit the parent's family, the one installed head that fits is used.
@@ -24,6 +24,7 @@ from rich.console import Console
 
 from ptmkit.config import RunConfig, choose_head, read_toml, to_toml
 from ptmkit.console import default_console
+from ptmkit.contract import ClassifiesRows, ProvidesWordVectors, TrainsOnWordVectors
 from ptmkit.errors import ConfigError, DataError, RunDirError
 from ptmkit.io import atomic_save, atomic_write_text
 from ptmkit.plugins import Registry, get_registry
@@ -200,7 +201,7 @@ def finetune(
     config = resolve_config(registry, manifest["family"], config_path, overrides, base=stored)
     ft = config.finetune
     head = registry.head(ft.head)
-    if head.trains_itself:
+    if isinstance(head, TrainsOnWordVectors):
         return _finetune_word_vectors(registry, parent, manifest, head, config, overrides, train_file, dev_file, test_file, target, console)
 
     texts, labels, y_train = load_labelled(train_file)
@@ -215,8 +216,8 @@ def finetune(
     set_precision(ft.mixed_precision)
     backbone, _, tokenizer, _ = load_backbone(registry, parent)
     specials = family.special_tokens(tokenizer)
-    x_train = encode_texts(tokenizer, texts, ft.sequence_length, family.input_names, specials.pad)
-    x_dev = encode_texts(tokenizer, dev_texts, ft.sequence_length, family.input_names, specials.pad)
+    x_train = encode_texts(tokenizer, texts, ft.sequence_length, family.inputs, specials.padding_id)
+    x_dev = encode_texts(tokenizer, dev_texts, ft.sequence_length, family.inputs, specials.padding_id)
     model = build_classifier(registry, config, backbone, len(labels))
     steps_per_epoch = -(-len(texts) // ft.batch_size)
     total = steps_per_epoch * ft.epochs
@@ -256,7 +257,7 @@ def finetune(
         "train_seconds": round(seconds, 1),
     }
     if test_file is not None:
-        x_test = encode_texts(tokenizer, test_texts, ft.sequence_length, family.input_names, specials.pad)
+        x_test = encode_texts(tokenizer, test_texts, ft.sequence_length, family.inputs, specials.padding_id)
         test_predictions = np.argmax(model.predict(x_test, batch_size=128, verbose=0), axis=-1)
         metrics["test_accuracy"] = round(float(np.mean(test_predictions == y_test)), 4)
         metrics["test_macro_f1"] = round(macro_f1(y_test, test_predictions, len(labels)), 4)
@@ -313,18 +314,16 @@ def _finetune_word_vectors(
     docstring); the run it writes belongs to ``head.run_family``."""
     import dataclasses
 
-    from ptmkit.contract import ROW_CLASSIFIER, WORD_VECTORS
-
     for override in overrides:
         key = override.partition("=")[0].strip()
         if key.startswith("finetune.") and key != "finetune.head":
             raise ConfigError(f"--set {override!r}: the {head.name} head trains with its own settings; set head.* keys (e.g. head.epochs)")
     family = registry.family(manifest["family"])
-    if WORD_VECTORS not in family.provides:
+    if not isinstance(family, ProvidesWordVectors):
         raise ConfigError(f"finetune.head = {head.name!r} trains on static word vectors; {family.name} runs have none")
     run_family = registry.family(head.run_family)
-    if ROW_CLASSIFIER not in run_family.provides:
-        raise ConfigError(f"head {head.name!r} writes {run_family.name} runs, which do not provide {ROW_CLASSIFIER!r} (a plugin bug)")
+    if not isinstance(run_family, ClassifiesRows):
+        raise ConfigError(f"head {head.name!r} writes {run_family.name} runs, which are not bag-of-rows classifiers (no load_row_classifier; a plugin bug)")
     texts, labels, y_train = load_labelled(train_file)
     dev_texts, _, y_dev = load_labelled(dev_file, labels)
     test_texts, _, y_test = load_labelled(test_file, labels) if test_file is not None else ([], labels, np.zeros(0, np.int32))

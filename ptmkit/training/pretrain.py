@@ -33,6 +33,7 @@ from ptmkit.config import (
     to_toml,
 )
 from ptmkit.console import default_console
+from ptmkit.contract import InputSpec, Resumable, TrainsItself, TrainsOnWordVectors
 from ptmkit.data.readers import read_corpus
 from ptmkit.errors import ConfigError, DataError, PluginError, PtmkitError, RunDirError
 from ptmkit.io import atomic_save, atomic_write_text
@@ -60,10 +61,10 @@ def resolve_config(
     if config_path is not None:
         source = str(config_path)
         from_file = read_toml(config_path)
-        if family.trains_itself:
+        if isinstance(family, TrainsItself):
             _refuse_core_training_sections(family_name, source, list(from_file))
         data = _merge(data, from_file)
-    if family.trains_itself and overrides:
+    if isinstance(family, TrainsItself) and overrides:
         _refuse_core_training_sections(family_name, "--set", [o.partition("=")[0].strip().split(".")[0] for o in overrides])
     if data.get("family", family_name) != family_name:
         raise ConfigError(f"{source}: family = {data['family']!r} but the command trains {family_name!r}")
@@ -82,13 +83,13 @@ def resolve_config(
     if overrides:  # validated on their own, so that an error names --set, not the file
         source = "--set"
         config = build(apply_overrides(data, overrides), source)
-    limit = getattr(config.model, "max_sequence_length", None)
+    limits = family.limits(config.model)
+    limit = limits.max_sequence_length
     for section in ("train", "finetune"):
         length = getattr(config, section).sequence_length
         if limit is not None and length > limit:
-            raise ConfigError(
-                f"{source}: config key '{section}.sequence_length' = {length} exceeds 'model.max_sequence_length' = {limit}"
-            )
+            what = f"'{limits.max_sequence_length_key}' = {limit}" if limits.max_sequence_length_key else f"the model's limit of {limit} positions"
+            raise ConfigError(f"{source}: config key '{section}.sequence_length' = {length} exceeds {what}")
     for name in config.train.objectives or list(family.default_objectives):
         if name not in registry.objectives_for(family):
             raise ConfigError(
@@ -144,12 +145,12 @@ def describe_config(
         keep += ["finetune", "head"]
         comments["finetune"] = {**field_docs(TrainConfig), **field_docs(FinetuneConfig)}
         comments["head"] = field_docs(head.config_class)
-        if head.trains_itself:  # its epochs, rates and sizes are [head] keys
+        if isinstance(head, TrainsOnWordVectors):  # its epochs, rates and sizes are [head] keys
             data["finetune"] = {"head": config.finetune.head}
     else:
         keep.append("model")
         comments["model"] = field_docs(family.config_class)
-        if not family.trains_itself:
+        if not isinstance(family, TrainsItself):
             keep += ["train", "objectives"]
             comments["train"] = field_docs(TrainConfig)
             names = config.train.objectives or list(family.default_objectives)
@@ -185,7 +186,7 @@ def build_pretraining_model(registry: Registry, config: RunConfig) -> tuple[Any,
     names = config.train.objectives or list(family.default_objectives)
     objectives = {name: (registry.objective(name), config.objectives[name]) for name in names}
     backbone = family.build_backbone(config.model)
-    inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name) for name in family.input_names}
+    inputs = keras_inputs(family.inputs)
     all_inputs, outputs, losses, metrics = dict(inputs), {}, {}, {}
     for objective, objective_config in objectives.values():
         extra, out, loss, metric = objective.build(backbone, inputs, objective_config)
@@ -202,6 +203,22 @@ def build_pretraining_model(registry: Registry, config: RunConfig) -> tuple[Any,
         jit_compile=train.jit_compile,
     )
     return backbone, model, objectives
+
+
+def keras_inputs(inputs: tuple[InputSpec, ...] | list[InputSpec]) -> dict[str, Any]:
+    """One ``keras.Input`` per declared input: its shape without the batch axis (``None`` for
+    dynamic axes), its dtype and name."""
+    import keras
+
+    return {spec.name: keras.Input(shape=spec.shape, dtype=spec.dtype, name=spec.name) for spec in inputs}
+
+
+def backbone_inputs(backbone: Any) -> dict[str, Any]:
+    """Fresh ``keras.Input`` tensors shaped like ``backbone``'s dict of inputs (for a model built
+    on a backbone: a head, the sentence embedder)."""
+    import keras
+
+    return {name: keras.Input(shape=tuple(t.shape[1:]), dtype=t.dtype, name=name) for name, t in backbone.input.items()}
 
 
 def step_dataset(make: Any, start: int, stop: int) -> Any:
@@ -260,16 +277,17 @@ def pretrain(
     console = console or default_console()
     registry = registry or get_registry()
     family = registry.family(family_name)
-    if family.trains_itself and tokenizer is not None:
+    trains_itself = isinstance(family, TrainsItself)
+    if trains_itself and tokenizer is not None:
         raise ConfigError(f"--tokenizer: the {family_name} family builds its own vocabulary; drop --tokenizer")
-    if family.trains_itself and resume and not family.resumable:
+    if trains_itself and resume and not isinstance(family, Resumable):
         raise ConfigError(f"--resume: the {family_name} family trains in one pass without checkpoints; drop --resume (and delete an interrupted run directory)")
     run = RunDir(out)
     stored: dict[str, Any] | None = None
     if run.path.exists() and not run.path.is_dir():
         raise RunDirError(f"{run.path}: exists and is not a directory; choose another --out")
     if (run / "manifest.json").exists():
-        hint = "" if family.trains_itself else " (or raise train.max_steps in a new run)"
+        hint = "" if trains_itself else " (or raise train.max_steps in a new run)"
         raise RunDirError(f"{run.path}: already holds a finished run; choose another --out{hint}")
     if resume:
         if not (run / CONFIG).exists():
@@ -286,7 +304,7 @@ def pretrain(
     config = resolve_config(registry, family_name, None if stored else config_path, (overrides or []) + extra, base=stored)
     if not Path(corpus).exists():
         raise DataError(f"{corpus}: no such corpus file or directory")
-    if family.trains_itself:
+    if trains_itself:
         return _train_family(registry, family, config, Path(corpus), run, console, resume)
     if tokenizer is not None and resume:
         raise ConfigError("--resume continues with the run's own tokenizer.json; drop --tokenizer")
@@ -317,11 +335,14 @@ def pretrain(
 
 
 def _train_family(registry: Registry, family: Any, config: RunConfig, corpus: Path, run: RunDir, console: Console, resume: bool = False) -> dict[str, Any]:
-    """Hand training to a family with its own loop (:attr:`ModelFamily.trains_itself`); with
-    ``resume``, to continue from the checkpoint in ``run`` (:attr:`ModelFamily.resumable`)."""
+    """Hand training to a family with its own loop (:class:`~ptmkit.contract.TrainsItself`); with
+    ``resume``, to continue from the checkpoint in ``run`` (:class:`~ptmkit.contract.Resumable`)."""
     import dataclasses
 
-    if resume and not family.has_checkpoint(run.path):
+    def has_checkpoint() -> bool:
+        return isinstance(family, Resumable) and family.has_checkpoint(run.path)
+
+    if resume and not has_checkpoint():
         raise RunDirError(f"{run.path}: no checkpoint to resume from (the run stopped before saving one); delete the directory and start the run again")
     created = not run.path.exists()
     try:
@@ -330,9 +351,9 @@ def _train_family(registry: Registry, family: Any, config: RunConfig, corpus: Pa
             atomic_write_text(run / CONFIG, to_toml({"family": config.family, "model": dataclasses.asdict(config.model)}))
         metrics = family.train(corpus, run.path, config.model, console, **({"resume": True} if resume else {}))
     except BaseException as error:  # an error or an interruption: keep the run only if it can resume
-        if created and not (family.resumable and family.has_checkpoint(run.path)):
+        if created and not has_checkpoint():
             shutil.rmtree(run.path, ignore_errors=True)
-        elif family.resumable and family.has_checkpoint(run.path) and not isinstance(error, PtmkitError):
+        elif has_checkpoint() and not isinstance(error, PtmkitError):
             command = shlex.join(["ptmkit", "train", config.family, "--corpus", str(corpus), "--out", str(run.path), "--resume"])
             console.print(f"the run's last checkpoint is in {run.path}; `{command}` continues it", markup=False, highlight=False)
         raise
@@ -392,6 +413,7 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
     import keras
 
     from ptmkit.data.pretraining import InstanceSampler, load_token_file, make_step, step_rng
+    from ptmkit.data.tokenization import character_table
     from ptmkit.training.checkpoint import CheckpointCallback, latest_step, restore_state
     from ptmkit.training.progress import ProgressCallback
     from ptmkit.training.setup import seed_everything, set_precision
@@ -401,15 +423,16 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
     set_precision(train.mixed_precision)
     backbone, model, objectives = build_pretraining_model(registry, config)
     specials = family.special_tokens(tokenizer)
-    vocabulary_size = config.model.vocabulary_size
+    vocabulary_size = family.limits(config.model).vocabulary_size or tokenizer.get_vocab_size()
     if tokenizer.get_vocab_size() > vocabulary_size:
-        raise ConfigError(f"the tokenizer has {tokenizer.get_vocab_size()} tokens, more than 'model.vocabulary_size' = {vocabulary_size}")
+        raise ConfigError(f"the tokenizer has {tokenizer.get_vocab_size()} tokens, more than the model's {vocabulary_size} token embeddings ([model] config)")
+    characters = character_table(tokenizer, family.inputs)
     pairs = any(o.needs_segment_pairs for o, _ in objectives.values())
     random_next = getattr(config.objectives.get("nsp"), "random_next_rate", 0.5)
     sampler = InstanceSampler(load_token_file(run / "tokens", "train"), family, specials, train.sequence_length, pairs, random_next)
 
     def make(step: int) -> Any:
-        return make_step(sampler, objectives, step_rng(train.seed, step), train.batch_size, vocabulary_size, family.input_names)
+        return make_step(sampler, objectives, step_rng(train.seed, step), train.batch_size, vocabulary_size, family.inputs, characters=characters)
 
     checkpoints = run / "checkpoints"
     start = restore_state(model, checkpoints) if latest_step(checkpoints) else 0
@@ -442,7 +465,7 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
         "tokens_per_second": round(progress.tokens_per_second, 1),
         "parameters": int(backbone.count_params()),
     }
-    metrics.update(evaluate_heldout(model, run, family, specials, objectives, config, vocabulary_size))
+    metrics.update(evaluate_heldout(model, run, family, specials, objectives, config, vocabulary_size, characters=characters))
     atomic_save(run / BACKBONE_WEIGHTS, lambda tmp: backbone.save_weights(str(tmp)))
     run.write_json(METRICS, metrics)
     plugin = registry.owner("family", config.family)
@@ -462,12 +485,16 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
 
 
 def evaluate_heldout(
-    model: Any, run: RunDir, family: Any, specials: Any, objectives: dict[str, Any], config: RunConfig, vocabulary_size: int, max_batches: int = 20
+    model: Any, run: RunDir, family: Any, specials: Any, objectives: dict[str, Any], config: RunConfig, vocabulary_size: int,
+    max_batches: int = 20, characters: Any = None,
 ) -> dict[str, Any]:
-    """Masked-LM (and NSP) accuracy on the held-out paragraphs, with fixed masks.
+    """Each objective's held-out loss and metrics (masked-LM and NSP accuracy, ...), with fixed masks.
 
     Windows tile the held-out split from its start (no overlap); masks come from a generator
-    separate from training's, so the numbers are comparable across runs with one seed.
+    separate from training's, so the numbers are comparable across runs with one seed. An
+    objective whose loss is a token-level negative log-likelihood
+    (:attr:`~ptmkit.contract.Objective.token_level_lm`) also gets ``heldout_NAME_perplexity``,
+    ``exp(loss)``.
     """
     from ptmkit.data.pretraining import InstanceSampler, load_token_file, make_step, step_rng
 
@@ -478,7 +505,7 @@ def evaluate_heldout(
         return {}
     sampler = InstanceSampler(heldout, family, specials, train.sequence_length, pairs)
     starts = list(range(0, heldout.num_tokens, sampler.budget))[: max_batches * train.batch_size]
-    x, y, w = make_step(sampler, objectives, step_rng(train.seed, 0, stream=1), len(starts), vocabulary_size, family.input_names, starts)
+    x, y, w = make_step(sampler, objectives, step_rng(train.seed, 0, stream=1), len(starts), vocabulary_size, family.inputs, starts, characters)
     sampler.close()
     results = model.evaluate(x, y, sample_weight=w, batch_size=train.batch_size, verbose=0, return_dict=True)
     if len(objectives) == 1:  # Keras prefixes metrics with the output name only when there are several
@@ -486,8 +513,9 @@ def evaluate_heldout(
         results = {k if k.startswith(name) else f"{name}_{k}": v for k, v in results.items()}
         results["loss"] = results[f"{name}_loss"]
     out = {f"heldout_{k}": round(float(v), 4) for k, v in results.items()}
-    if "heldout_mlm_loss" in out:
-        out["heldout_mlm_perplexity"] = round(math.exp(out["heldout_mlm_loss"]), 2)
+    for name, (objective, _) in objectives.items():
+        if objective.token_level_lm and f"heldout_{name}_loss" in out:
+            out[f"heldout_{name}_perplexity"] = round(math.exp(out[f"heldout_{name}_loss"]), 2)
     out["heldout_sequences"] = len(starts)
     return out
 

@@ -127,3 +127,5 @@ def load_run_vectors(run_dir: str | os.PathLike[str]) -> WordVectors:
         raise RunDirError(f"{run_dir / VOCABULARY_FILE}: missing (is this a finished word-vector run?)")
     vocabulary = Vocabulary.load(run_dir / VOCABULARY_FILE)
     return WordVectors(vocabulary.words, load_matrix(run_dir / VECTORS_FILE, len(vocabulary)), vocabulary.counts)
+
+

@@ -1,7 +1,7 @@
 """What ``ptmkit evaluate``, ``ptmkit embed --words`` and ``ptmkit export`` do for runs of static
 word vectors; kept out of :mod:`ptmkit.cli` so that the commands stay thin.
 
-A run holds word vectors when its family provides :data:`ptmkit.contract.WORD_VECTORS`; the
+A run holds word vectors when its family :class:`~ptmkit.contract.ProvidesWordVectors`; the
 family loads them (:meth:`ptmkit.contract.ModelFamily.load_word_vectors`), and everything here
 works on the resulting :class:`~ptmkit.wordvectors.WordVectors`.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ptmkit.contract import WORD_VECTORS
+from ptmkit.contract import ProvidesWordVectors
 from ptmkit.errors import DataError, PtmkitError, RunDirError
 from ptmkit.rundir import RunDir
 from ptmkit.wordvectors import WordVectors
@@ -32,7 +32,7 @@ def is_word_vector_run(run_dir: str | Path) -> bool:
         family = get_registry().families.get(manifest["family"])
     except RunDirError:
         return False
-    return family is not None and WORD_VECTORS in family.provides
+    return family is not None and isinstance(family, ProvidesWordVectors)
 
 
 def load_vectors(source: str | Path, fmt: str | None = None) -> tuple[str, WordVectors]:
@@ -56,8 +56,8 @@ def load_vectors(source: str | Path, fmt: str | None = None) -> tuple[str, WordV
     registry = get_registry()
     manifest = RunDir(path).manifest()
     family = registry.family(manifest["family"])
-    if WORD_VECTORS not in family.provides:
-        able = sorted(name for name, f in registry.families.items() if WORD_VECTORS in f.provides)
+    if not isinstance(family, ProvidesWordVectors):
+        able = sorted(name for name, f in registry.families.items() if isinstance(f, ProvidesWordVectors))
         raise RunDirError(
             f"{path}: a {family.name} run has no static word vectors; this command needs a run of "
             f"{', '.join(able) or 'a word-vector family'} (or a word-vector file)"

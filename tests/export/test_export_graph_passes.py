@@ -42,6 +42,8 @@ from ptmkit_export.quantize import (
 SHAPES = list(itertools.product([1, 3], [1, 17, MAX_SEQUENCE_LENGTH]))
 MANIFEST = {"inputs": INPUTS, "max_sequence_length": MAX_SEQUENCE_LENGTH}
 LAYERS, HEADS, HIDDEN = 2, 2, 32
+#: What ptmkit export passes for a BERT run (from BertFamily's declared inputs and graph_optimizer).
+BERT_GRAPH = {"mask_input": "padding_mask", "ids_input": "token_ids", "segment_input": "segment_ids", "model_type": "bert"}
 #: Weight matmuls of the tiny classifier: per layer the query, key, value and output projections and
 #: the two feed-forward layers, plus the pooler and the Dense(3) head.
 LINEAR_LAYERS = LAYERS * 6 + 2
@@ -185,7 +187,7 @@ def test_optimize_levels_report_real_fusions(tiny_export: TinyExport, tmp_path: 
     assert level1["fused"]["LayerNormalization"] == 5 and level1["fused"]["SkipLayerNormalization"] == 0
     assert_same_outputs(src, tmp_path / "l1.onnx")
     for level in (2, 3):
-        info = optimize_transformer(src, tmp_path / f"l{level}.onnx", level, HEADS, HIDDEN)
+        info = optimize_transformer(src, tmp_path / f"l{level}.onnx", level, HEADS, HIDDEN, **BERT_GRAPH)
         fused = {op: n for op, n in info["fused"].items() if n}
         # Keras attention -> Attention; tanh GELU (keras-hub) -> FastGelu; residual Add + LayerNormalization ->
         # SkipLayerNormalization.
@@ -193,11 +195,11 @@ def test_optimize_levels_report_real_fusions(tiny_export: TinyExport, tmp_path: 
         assert info["passes"]["attention"] == LAYERS and info["attention_fused"] is True and info["notes"] == []
         assert info["passes"]["embed_layer_normalization"] == 1
         assert_same_outputs(src, tmp_path / f"l{level}.onnx", atol=1e-5)
-    unfused = optimize_transformer(src, tmp_path / "no-mask.onnx", 2, HEADS, HIDDEN, mask_input=None)
+    unfused = optimize_transformer(src, tmp_path / "no-mask.onnx", 2, HEADS, HIDDEN, **(BERT_GRAPH | {"mask_input": None}))
     assert unfused["fused"]["Attention"] == 0 and "attention is not fused" in unfused["notes"][0]
     with pytest.raises(ValueError, match="one of 0, 1, 2, 3"):
         optimize_transformer(src, tmp_path / "x.onnx", 5, HEADS, HIDDEN)
-    with pytest.raises(ValueError, match="needs the model's num_heads"):
+    with pytest.raises(ValueError, match="needs the model.s type, num_heads"):
         optimize_transformer(src, tmp_path / "x.onnx", 2)
 
 
@@ -205,7 +207,7 @@ def test_optimize_levels_report_real_fusions(tiny_export: TinyExport, tmp_path: 
 def test_int8_dynamic_quantizes_every_linear_layer(tiny_export: TinyExport, tmp_path: Path, level: int) -> None:
     src = tiny_export.directory / "model.onnx"
     if level:
-        optimize_transformer(src, tmp_path / "opt.onnx", level, HEADS, HIDDEN)
+        optimize_transformer(src, tmp_path / "opt.onnx", level, HEADS, HIDDEN, **BERT_GRAPH)
         src = tmp_path / "opt.onnx"
     summary = quantize_int8(src, tmp_path / "int8.onnx")
     ops = count_ops(onnx.load(str(tmp_path / "int8.onnx")))

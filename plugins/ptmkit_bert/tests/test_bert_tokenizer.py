@@ -6,6 +6,7 @@ import numpy as np
 from tinyconfig import DATA
 
 from ptmkit.data.tokenization import encode_texts
+from ptmkit_bert import BertFamily
 from ptmkit_bert.tokenizer import SPECIALS, train_wordpiece
 
 TEXTS = (DATA / "corpus" / "enwiki-106.txt").read_text(encoding="utf-8").splitlines()[:300]
@@ -36,7 +37,7 @@ def test_specials_come_first_and_ids_do_not_depend_on_hash_order() -> None:
 def test_inputs_are_truncated_together_to_the_maximum_length() -> None:
     tokenizer = train_wordpiece(TEXTS, 600, lowercase=True)
     long_text = " ".join(TEXTS[:3])
-    arrays = encode_texts(tokenizer, [long_text, "the"], 16, ("token_ids", "segment_ids", "padding_mask"), pad_id=0)
+    arrays = encode_texts(tokenizer, [long_text, "the"], 16, BertFamily.inputs, pad_id=0)
     assert {a.shape for a in arrays.values()} == {(2, 16)}
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     assert arrays["token_ids"][0, 0] == cls_id and arrays["token_ids"][0, -1] == sep_id

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ptmkit_bert import BertFamily
+
 REPO = Path(__file__).resolve().parents[3]
 REFERENCE = REPO / "tests" / "data" / "minilm_reference.npz"
 DATA = REPO / "data"
@@ -83,7 +85,7 @@ def _hidden_states(run: Path, reference: dict[str, np.ndarray], **config_changes
 
         backbone = build_backbone(dataclasses.replace(config.model, **config_changes))
         load_weights(backbone, run / "backbone.weights.h5")
-    feeds = {name: reference[name] for name in ("token_ids", "segment_ids", "padding_mask")}
+    feeds = {name: reference[name] for name in BertFamily().input_names}
     return np.asarray(backbone(feeds, training=False)["sequence_output"])
 
 
@@ -120,7 +122,7 @@ def test_sentence_embeddings_match_sentence_transformers(imported: Path, referen
 
     model, tokenizer, pooling, _ = load_embedder(imported)
     texts = [str(t) for t in reference["texts"]]
-    vectors = embed_texts(model, tokenizer, texts, pooling["max_sequence_length"], ("token_ids", "segment_ids", "padding_mask"), 0, batch_size=5)
+    vectors = embed_texts(model, tokenizer, texts, pooling["max_sequence_length"], BertFamily.inputs, 0, batch_size=5)
     expected = reference["sentence_embedding"]
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     assert np.max(np.abs(vectors - expected)) <= 1e-5
@@ -140,7 +142,7 @@ def test_token_ids_match_the_checkpoints_tokenizer(imported: Path, checkpoint: P
     expected = own.encode_batch(texts)
     assert any(sum(e.attention_mask) == 128 for e in expected) and any(e.overflowing for e in expected)
     assert any(e.ids.count(100) for e in expected)  # [UNK] occurs: the comparison covers it
-    ours = encode_texts(RunDir(imported).load_tokenizer(), texts, 128, ("token_ids", "segment_ids", "padding_mask"), 0)
+    ours = encode_texts(RunDir(imported).load_tokenizer(), texts, 128, BertFamily.inputs, 0)
     assert ours["token_ids"].tolist() == [e.ids for e in expected]
     assert ours["segment_ids"].tolist() == [e.type_ids for e in expected]
     assert ours["padding_mask"].tolist() == [e.attention_mask for e in expected]
@@ -160,7 +162,7 @@ def test_onnx_export_of_the_imported_checkpoint(imported: Path, checkpoint: Path
     fp32, int8 = Predictor(manifest["directory"], variant="fp32"), Predictor(manifest["directory"], variant="int8")
     sample = [str(t) for t in texts[:40] if t.strip()]
     model, tokenizer, pooling, _ = load_embedder(imported)
-    keras_vectors = embed_texts(model, tokenizer, sample, pooling["max_sequence_length"], ("token_ids", "segment_ids", "padding_mask"), 0)
+    keras_vectors = embed_texts(model, tokenizer, sample, pooling["max_sequence_length"], BertFamily.inputs, 0)
     assert np.min(cosine(fp32.embed(sample), keras_vectors)) >= 0.99999
     int8_cosine = cosine(int8.embed(sample), fp32.embed(sample))
     assert np.mean(int8_cosine) >= 0.99

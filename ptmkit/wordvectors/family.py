@@ -1,0 +1,40 @@
+"""The base class of the static word-vector families (word2vec, GloVe, fastText, NNLM)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from ptmkit.contract import InputSpec, ModelFamily
+
+if TYPE_CHECKING:
+    from ptmkit.wordvectors import WordVectors
+
+
+class WordVectorFamily(ModelFamily):
+    """A family of static word vectors that trains itself and can resume
+    (:class:`~ptmkit.contract.Resumable`, :class:`~ptmkit.contract.ProvidesWordVectors`).
+
+    Inputs ``row_ids`` ``(batch, rows)`` int32 and ``row_mask`` ``(batch, rows)`` float32 (the
+    rows summed into a word's vector: one for a word, its n-grams too for a subword family);
+    :meth:`load_word_vectors` reads the run's ``vocabulary.tsv`` and vector matrix with
+    :func:`ptmkit.wordvectors.load_run_vectors`. Subclasses set ``name``, ``description``,
+    ``config_class`` and implement ``train`` (:class:`~ptmkit.contract.TrainsItself`).
+    """
+
+    inputs: ClassVar[tuple[InputSpec, ...]] = (
+        InputSpec("row_ids", ("batch", "rows"), "int32", field="row_ids"),
+        InputSpec("row_mask", ("batch", "rows"), "float32", field="row_mask"),
+    )
+
+    def load_word_vectors(self, run_dir: Path) -> WordVectors:
+        from ptmkit.wordvectors import load_run_vectors
+
+        return load_run_vectors(run_dir)
+
+    def has_checkpoint(self, run_dir: Path) -> bool:
+        """Whether ``run_dir`` holds an epoch checkpoint
+        (:class:`ptmkit.training.wordvectors.EpochCheckpoints`, where the in-tree families save theirs)."""
+        from ptmkit.rundir import has_epoch_checkpoint
+
+        return has_epoch_checkpoint(run_dir)
