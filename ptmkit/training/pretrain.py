@@ -243,10 +243,9 @@ def pretrain(
         overrides: ``section.key=value`` strings applied over the config.
         objectives: objective names (default: the family's, e.g. ``["mlm"]``).
         resume: continue an interrupted run in ``out`` from its newest checkpoint.
-        tokenizer: an existing ``tokenizer.json`` to use instead of training one. Hugging Face's
-            WordPiece trainer breaks ties between equally frequent merges in hash-map order
-            (huggingface/tokenizers#1794), so two trainings on one corpus can differ by a few
-            rare tokens; a given tokenizer makes a run bit-for-bit repeatable.
+        tokenizer: an existing ``tokenizer.json`` to use instead of training one (a trained one
+            is the same for the same corpus and config, so either way one seed gives one run,
+            bit for bit: ``tests/test_reproducibility.py``).
 
     Returns:
         the metrics written to ``metrics.json``.
