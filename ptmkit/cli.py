@@ -371,7 +371,8 @@ def evaluate(
 
 @app.command()
 def plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
-    """List installed plugins: distribution, version, families, objectives, heads; and broken ones."""
+    """List installed plugins: distribution, version, families, objectives, heads; broken ones, and
+    names two distributions provide (a clash: only those names are unusable)."""
     import dataclasses
 
     from ptmkit.plugins import get_registry
@@ -389,6 +390,8 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-readab
         table.add_column(column)
     for p in registry.plugins:
         status = "ok" if p.ok else f"[red]broken: {p.error}[/red]"
+        if p.conflicts:  # the names two distributions provide; the plugin's others work
+            status += f"; [red]clash: {', '.join(p.conflicts)} (also provided by another distribution; unusable)[/red]"
         table.add_row(p.name, p.distribution, p.version, ", ".join(p.families), ", ".join(p.objectives), ", ".join(p.heads), ", ".join(p.readers), status)
     stdout.print(table)
 
