@@ -82,6 +82,8 @@ class FinetuneConfig:
             example order.
         max_train_examples: use at most this many training examples (0: all), chosen with ``seed``.
         adam_epsilon: AdamW's epsilon, added to the bias-corrected root as in PyTorch (see :class:`ptmkit.training.schedule.AdamW`).
+        checkpoint_every: steps between checkpoints (what ``--resume`` continues from); 0: at the
+            end of each epoch only.
     """
 
     head: str = "classification"
@@ -94,11 +96,14 @@ class FinetuneConfig:
     adam_epsilon: float = 1e-6
     seed: int = 42
     max_train_examples: int = 0
+    checkpoint_every: int = 0
     mixed_precision: bool = False
     jit_compile: bool = False
 
     def validate(self) -> None:
         _positive(self, "finetune", "epochs", "batch_size", "sequence_length")
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"config key 'finetune.checkpoint_every' must be >= 0, got {self.checkpoint_every}")
         _unit_interval(self, "finetune", "warmup_ratio")
 
 

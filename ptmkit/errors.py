@@ -28,3 +28,8 @@ class RunDirError(PtmkitError):
 
 class PluginError(PtmkitError):
     """An unknown plugin or family name, or two distributions claiming one family."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) during training; ``str(error)`` says which step the saved checkpoint
+    holds and the command that continues the run. The CLI prints it and exits 130."""

@@ -41,21 +41,18 @@ def test_classification_head_is_initialised_as_transformers_does(initializer_ran
     assert logits.shape == (3, 400) and logits.dtype == np.float32
 
 
-def test_training_batches_take_a_new_order_each_epoch() -> None:
+def test_step_batches_take_a_new_order_each_epoch() -> None:
     """Each epoch is a permutation of every example, different from the last, and the same from
     run to run for a seed (Keras' fit(shuffle=True) repeats the first epoch's order once
-    keras.utils.set_random_seed has run)."""
-    import keras
+    keras.utils.set_random_seed has run); a batch is a pure function of (seed, step), so a
+    resumed run takes the batches the uninterrupted one took."""
+    from ptmkit.training.finetune import step_batch
 
-    from ptmkit.training.finetune import training_batches
-
-    keras.utils.set_random_seed(42)
     x = {"token_ids": np.arange(100, dtype=np.int32)[:, None].repeat(3, axis=1)}
     y = np.arange(100, dtype=np.int32)
 
-    def epochs(seed: int) -> list[np.ndarray]:
-        dataset = training_batches(x, y, 32, seed)
-        return [np.concatenate([batch_y.numpy() for _, batch_y in dataset]) for _ in range(3)]
+    def epochs(seed: int) -> list[np.ndarray]:  # 4 steps per epoch: 32, 32, 32, 4
+        return [np.concatenate([step_batch(x, y, 32, seed, epoch * 4 + i)[1] for i in range(4)]) for epoch in range(3)]
 
     first = epochs(7)
     for order in first:
@@ -63,5 +60,6 @@ def test_training_batches_take_a_new_order_each_epoch() -> None:
     assert not np.array_equal(first[0], first[1]) and not np.array_equal(first[1], first[2])
     assert all(np.array_equal(a, b) for a, b in zip(first, epochs(7), strict=True))
     assert not np.array_equal(first[0], epochs(8)[0])
-    batch_x, batch_y = next(iter(training_batches(x, y, 32, 7)))
-    assert batch_x["token_ids"].shape == (32, 3) and np.array_equal(batch_x["token_ids"].numpy()[:, 0], batch_y.numpy())
+    batch_x, batch_y = step_batch(x, y, 32, 7, 5)
+    assert batch_x["token_ids"].shape == (32, 3) and np.array_equal(batch_x["token_ids"][:, 0], batch_y)
+    assert step_batch(x, y, 32, 7, 3)[1].shape == (4,)

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import keras
+import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -111,3 +112,26 @@ class ProgressCallback(keras.callbacks.Callback):
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         if self.progress is not None:
             self.progress.stop()
+
+
+class DevAccuracyCallback(keras.callbacks.Callback):
+    """Print dev accuracy at the end of each epoch of a ``fit`` over global steps (one Keras
+    epoch of ``start_step .. total`` steps, as a resumable run trains).
+
+    Args:
+        x_dev: the dev inputs, each ``(examples, sequence_length)`` int32.
+        y_dev: ``(examples,)`` int label ids.
+        start_step: the global step the ``fit`` starts from.
+        steps_per_epoch: steps in one pass over the training set.
+        console: where the lines go.
+    """
+
+    def __init__(self, x_dev: dict[str, np.ndarray], y_dev: np.ndarray, start_step: int, steps_per_epoch: int, console: Console) -> None:
+        super().__init__()
+        self.x_dev, self.y_dev, self.start_step, self.steps_per_epoch, self.console = x_dev, y_dev, start_step, steps_per_epoch, console
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        step = self.start_step + batch + 1
+        if step % self.steps_per_epoch == 0:
+            predictions = np.argmax(self.model.predict(self.x_dev, batch_size=128, verbose=0), axis=-1)
+            self.console.print(f"fine-tuning epoch {step // self.steps_per_epoch}: dev accuracy {np.mean(predictions == self.y_dev):.4f}")
