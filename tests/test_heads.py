@@ -63,3 +63,29 @@ def test_step_batches_take_a_new_order_each_epoch() -> None:
     batch_x, batch_y = step_batch(x, y, 32, 7, 5)
     assert batch_x["token_ids"].shape == (32, 3) and np.array_equal(batch_x["token_ids"][:, 0], batch_y)
     assert step_batch(x, y, 32, 7, 3)[1].shape == (4,)
+
+
+def test_mean_pooling_head_reads_the_masked_mean_of_the_hidden_states() -> None:
+    """head.pooling = "mean": logits are the output layer applied to the mean of sequence_output
+    over the non-padding tokens (sentence-transformers' mean pooling), computed here in NumPy;
+    padding does not change them."""
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.finetune import build_classifier
+    from ptmkit.training.pretrain import resolve_config
+
+    registry = get_registry()
+    config = resolve_config(registry, "bert", None, [*TINY, "head.pooling=mean"])
+    backbone = registry.family("bert").build_backbone(config.model)
+    model = build_classifier(registry, config, backbone, 3)
+    rng = np.random.default_rng(0)
+    mask = np.array([[1] * 7, [1] * 4 + [0] * 3], np.int32)
+    inputs = {"token_ids": rng.integers(5, 600, (2, 7)).astype(np.int32) * mask, "segment_ids": np.zeros((2, 7), np.int32), "padding_mask": mask}
+    hidden = backbone.predict(inputs, verbose=0)["sequence_output"]
+    pooled = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+    layer = model.get_layer("logits")
+    expected = pooled @ layer.kernel.numpy() + layer.bias.numpy()
+    np.testing.assert_allclose(model.predict(inputs, verbose=0), expected, atol=1e-5)
+    short = {name: values[1:, :4] for name, values in inputs.items()}
+    np.testing.assert_allclose(model.predict(short, verbose=0)[0], expected[1], atol=1e-5)
+    with pytest.raises(Exception, match="head.pooling"):
+        resolve_config(registry, "bert", None, ["head.pooling=max"])

@@ -1,7 +1,7 @@
 """A progress bar for ``fit``: step, loss and metrics, tokens per second, time left.
 
 On a terminal it is a live rich progress bar; elsewhere (CI, a log file) one line every
-``log_every`` steps.
+``log_every`` steps, with the seconds spent and the estimated seconds left.
 """
 
 from __future__ import annotations
@@ -98,7 +98,10 @@ class ProgressCallback(keras.callbacks.Callback):
         if self.progress is not None:
             self.progress.update(self.task, completed=self.step, metrics=metrics)
         elif self.step % self.log_every == 0 or self.step == self.total_steps:
-            self.console.print(f"{self.description} step {self.step}/{self.total_steps}  {metrics}  ({elapsed:.0f}s)")
+            # the first step pays for tracing: the pace is that of the steps after it
+            pace = (now - self.first_step_done) / (done - 1) if done > 1 else elapsed
+            left = pace * (self.total_steps - self.step)
+            self.console.print(f"{self.description} step {self.step}/{self.total_steps}  {metrics}  ({elapsed:.0f}s, about {left:.0f}s left)")
         if self.reset_metrics and self.step % self.log_every == 0:
             # Keras averages metrics since the start of the epoch (here: of the run); a window
             # mean shows where training is now.
