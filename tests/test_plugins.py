@@ -134,7 +134,7 @@ def test_objectives_and_heads_serve_every_family_that_provides_their_inputs(tmp_
         "from ptmkit.plugins import get_registry; r = get_registry(); "
         "print(r.objectives_for(r.family('bert')), r.heads_for(r.family('bert')), r.objectives_for(r.family('foo')))"
     )
-    environment = {**os.environ, "PYTHONPATH": str(site)}
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), str(site)])}  # this checkout first
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, timeout=60)
     assert result.returncode == 0, result.stderr
     # The plugin's objective needs only pooled_output: BERT gets it. Its head needs an output BERT
@@ -154,7 +154,7 @@ def test_plugin_corpus_reader_is_chosen_by_suffix(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.rev"
     corpus.write_text("olleh\n\ndlrow\n")
     code = f"from ptmkit.data.readers import read_corpus; print(list(read_corpus({str(corpus)!r})))"
-    environment = {**os.environ, "PYTHONPATH": str(site)}
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), str(site)])}  # this checkout first
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['hello', 'world']"
