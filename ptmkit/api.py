@@ -18,7 +18,7 @@ Contract types (:mod:`ptmkit.contract`)
     tokens (:class:`SpecialTokens`, roles of :data:`SPECIAL_TOKEN_ROLES`), its :class:`Limits`
     and its ONNX Runtime :class:`GraphOptimizer`. What it can do, as ``typing.Protocol``\ s
     checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
-    :class:`ProvidesWordVectors`, :class:`ClassifiesRows` (families), :class:`TrainsOnWordVectors`
+    :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`ImportsCheckpoints` (families), :class:`TrainsOnWordVectors`
     (heads); :func:`capabilities` lists what a family offers objectives and heads
     (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`).
 
@@ -93,6 +93,7 @@ from ptmkit.contract import (
     CorpusReader,
     GraphOptimizer,
     Head,
+    ImportsCheckpoints,
     InputSpec,
     Limits,
     ModelFamily,
@@ -163,6 +164,7 @@ __all__ = [
     "TOKENIZER_FIELDS",
     "WORD_VECTORS",
     "ClassifiesRows",
+    "ImportsCheckpoints",
     "CorpusReader",
     "GraphOptimizer",
     "Head",

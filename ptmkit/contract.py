@@ -411,6 +411,26 @@ class ClassifiesRows(Protocol):
         ...
 
 
+@runtime_checkable
+class ImportsCheckpoints(Protocol):
+    """A family that turns a checkpoint in another tool's format (Hugging Face, Facebook fastText,
+    ...) into a run directory of its own, which ``finetune``, ``export`` and ``embed`` then read.
+    The core calls it where it needs a real pre-trained run (the quickstart) without importing the
+    plugin; the plugin's own command (``ptmkit import-hf``) calls the same method."""
+
+    def import_checkpoint(self, directory: Path, out: Path, console: Console) -> dict[str, Any]:
+        """Write a finished run of this family into ``out`` from the checkpoint in ``directory``.
+
+        Returns:
+            the run's manifest.
+
+        Raises:
+            DataError: an unreadable or unsupported checkpoint (one line naming the file).
+            RunDirError: ``out`` exists and is not empty.
+        """
+        ...
+
+
 def capabilities(family: ModelFamily) -> frozenset[str]:
     """What ``family`` offers objectives and heads: its declared outputs' names, its
     ``provides``, and :data:`WORD_VECTORS` when it :class:`ProvidesWordVectors`."""

@@ -38,3 +38,8 @@ class OutputError(PtmkitError):
     """A destination the user named (``--out``, ``--output``, a repository directory) that cannot be
     written: a read-only or special file system, no permission, no space left. The message names
     the user's path, never a temporary file beside it."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) during training; ``str(error)`` says which step the saved checkpoint
+    holds and the command that continues the run. The CLI prints it and exits 130."""

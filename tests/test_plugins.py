@@ -89,8 +89,8 @@ def make_distribution(root: Path, dist: str, module: str, source: str, entry_nam
 
 
 def run_cli(*args: str, path: list[Path], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    # The fake site first, then this checkout's packages (tests/conftest.py), never another checkout's.
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([*(str(p) for p in path), os.environ.get("PYTHONPATH", "")]), **(env or {})}
+    # After this checkout's paths (tests/conftest.py puts them on PYTHONPATH), so that the CLI is this checkout's.
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), *map(str, path)]), **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "ptmkit.cli", *args], capture_output=True, text=True, env=environment, timeout=120
     )
@@ -134,7 +134,7 @@ def test_objectives_and_heads_serve_every_family_that_provides_their_inputs(tmp_
         "from ptmkit.plugins import get_registry; r = get_registry(); "
         "print(r.objectives_for(r.family('bert')), r.heads_for(r.family('bert')), r.objectives_for(r.family('foo')))"
     )
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), str(site)])}  # this checkout first
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, timeout=60)
     assert result.returncode == 0, result.stderr
     # The plugin's objective needs only pooled_output: BERT gets it. Its head needs an output BERT
@@ -154,7 +154,7 @@ def test_plugin_corpus_reader_is_chosen_by_suffix(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.rev"
     corpus.write_text("olleh\n\ndlrow\n")
     code = f"from ptmkit.data.readers import read_corpus; print(list(read_corpus({str(corpus)!r})))"
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), str(site)])}  # this checkout first
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['hello', 'world']"
@@ -198,13 +198,28 @@ def test_same_distribution_twice_on_sys_path_registers_once(tmp_path: Path) -> N
     assert [p["name"] for p in plugins].count("foo") == 1
 
 
-def test_two_distributions_claiming_one_family_is_a_conflict(tmp_path: Path) -> None:
-    source = FOO_PLUGIN.replace('name = "foo"', 'name = "bert"')
-    site = make_distribution(tmp_path / "site", "ptmkit-otherbert", "ptmkit_otherbert", source, entry_name="otherbert")
-    result = run_cli("plugins", path=[site])
-    assert result.returncode == 2
-    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert "family 'bert' is provided by two distributions: ptmkit 0.1.0 (plugin 'bert') and ptmkit-otherbert 1.0" in line
+def test_a_family_name_clash_breaks_that_family_only(tmp_path: Path) -> None:
+    """A third-party distribution that also names a family word2vec (faked as installed: a
+    dist-info with an entry point on PYTHONPATH): `ptmkit plugins` lists the clash and exits 0,
+    other families work, and only using word2vec fails, naming both distributions."""
+    source = FOO_PLUGIN.replace('name = "foo"', 'name = "word2vec"').split("\n\n\nclass SentenceOrder")[0]  # the family and reader only
+    source += "\n\n@ptmkit.hookimpl\ndef ptmkit_corpus_readers():\n    return [CorpusReader('reversed', ('.rev',), read_reversed)]\n"
+    site = make_distribution(tmp_path / "site", "ptmkit-otherw2v", "ptmkit_otherw2v", source, entry_name="otherw2v")
+    listed = run_cli("plugins", path=[site])
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count("clash: family") == 2  # in the rows of both plugins (the table folds the rest)
+    plugins = plugins_json(run_cli("plugins", "--json", path=[site]))
+    assert plugins["otherw2v"]["conflicts"] == ["family 'word2vec'"] and plugins["word2vec"]["conflicts"] == ["family 'word2vec'"]
+    assert plugins["otherw2v"]["readers"] == ["reversed"]  # its other names are registered
+    assert "word2vec" not in plugins["word2vec"]["families"]
+
+    assert run_cli("config", "bert", path=[site]).returncode == 0
+    used = run_cli("config", "word2vec", path=[site])
+    assert used.returncode == 2
+    (line,) = [line for line in used.stderr.splitlines() if line.startswith("error:")]
+    assert "family 'word2vec' is provided by two distributions: ptmkit 0.1.0 (plugin 'word2vec') and ptmkit-otherw2v 1.0 (plugin 'otherw2v')" in line
+    strict = run_cli("plugins", path=[site], env={"PTMKIT_STRICT_PLUGINS": "1"})
+    assert strict.returncode == 2 and "provided by two distributions" in strict.stderr
 
 
 def test_unknown_family_lists_installed_ones() -> None:

@@ -13,19 +13,19 @@ import h5py
 import numpy as np
 from tinyconfig import TINY
 
-# Runs `ptmkit train` and SIGKILLs the process from inside at the end of step 5: one step after
-# the checkpoint of step 4, so the resumed run must redo step 5 itself.
+# Runs the ptmkit command in argv[3:] and sends itself signal argv[1] at the end of step argv[2]
+# (one step after a checkpoint, so that the resumed run must redo that step itself).
 KILLER = """
 import os, signal, sys
 from ptmkit.training import progress
 original = progress.ProgressCallback.on_train_batch_end
 def on_train_batch_end(self, batch, logs=None):
     original(self, batch, logs)
-    if self.step == 5:
-        os.kill(os.getpid(), signal.SIGKILL)
+    if self.step == int(sys.argv[2]):
+        os.kill(os.getpid(), getattr(signal, sys.argv[1]))
 progress.ProgressCallback.on_train_batch_end = on_train_batch_end
 from ptmkit.cli import main
-sys.exit(main(sys.argv[1:]))
+sys.exit(main(sys.argv[3:]))
 """
 
 
@@ -38,13 +38,11 @@ def weights(path: Path) -> dict[str, np.ndarray]:
 
 def test_resume_after_sigkill_matches_uninterrupted_run(tiny_corpus: Path, tiny_pretrained: Path, tmp_path: Path) -> None:
     out = tmp_path / "killed"
-    # The same tokenizer as the uninterrupted run: Hugging Face's WordPiece trainer breaks ties in
-    # hash-map order (huggingface/tokenizers#1794), so a re-trained vocabulary can differ slightly.
-    tokenizer = str(tiny_pretrained / "tokenizer.json")
-    args = ["train", "bert", "--corpus", str(tiny_corpus), "--out", str(out), "--objective", "mlm,nsp", "--tokenizer", tokenizer]
+    # The tokenizer is trained again: one corpus gives one vocabulary (tests/test_reproducibility.py).
+    args = ["train", "bert", "--corpus", str(tiny_corpus), "--out", str(out), "--objective", "mlm,nsp"]
     for item in TINY:
         args += ["--set", item]
-    killed = subprocess.run([sys.executable, "-c", KILLER, *args], capture_output=True, text=True, timeout=300, env=os.environ)
+    killed = subprocess.run([sys.executable, "-c", KILLER, "SIGKILL", "5", *args], capture_output=True, text=True, timeout=300, env=os.environ)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert json.loads((out / "checkpoints" / "latest.json").read_text())["step"] == 4
     assert not (out / "manifest.json").exists() and not (out / "backbone.weights.h5").exists()
@@ -68,6 +66,32 @@ def test_resume_after_sigkill_matches_uninterrupted_run(tiny_corpus: Path, tiny_
     assert worst == 0.0, f"resumed run differs from the uninterrupted one by {worst}"
     reference = json.loads((tiny_pretrained / "metrics.json").read_text())
     assert metrics["heldout_mlm_loss"] == reference["heldout_mlm_loss"]
+
+
+def test_ctrl_c_then_the_same_command_with_resume(tiny_corpus: Path, tiny_pretrained: Path, tmp_path: Path) -> None:
+    """Ctrl-C names the step the checkpoint holds; the command retyped with --resume (its --set
+    flags included) continues to the uninterrupted run's weights; a flag that differs is refused,
+    naming its key."""
+    out = tmp_path / "interrupted"
+    args = ["train", "bert", "--corpus", str(tiny_corpus), "--out", str(out), "--objective", "mlm,nsp"]
+    for item in TINY:
+        args += ["--set", item]
+    interrupted = subprocess.run([sys.executable, "-c", KILLER, "SIGINT", "5", *args], capture_output=True, text=True, timeout=300, env=os.environ)
+    assert interrupted.returncode == 130, interrupted.stderr
+    assert f"the checkpoint in {out / 'checkpoints'} holds step 4 of 8" in interrupted.stderr
+    assert "--resume" in interrupted.stderr.splitlines()[-1]
+
+    def cli(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "ptmkit.cli", *args, *extra], capture_output=True, text=True, timeout=300, env=os.environ)
+
+    changed = cli("--set", "train.max_steps=9", "--resume")
+    assert changed.returncode == 2
+    assert "'train.max_steps' = 9, but the run in" in changed.stderr and "has 8" in changed.stderr
+    resumed = cli("--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from step 4" in resumed.stderr
+    expected, actual = weights(tiny_pretrained / "backbone.weights.h5"), weights(out / "backbone.weights.h5")
+    assert all(np.array_equal(expected[k], actual[k]) for k in expected) and expected.keys() == actual.keys()
 
 
 def test_resume_refuses_a_changed_config(tiny_corpus: Path, tmp_path: Path) -> None:

@@ -74,6 +74,10 @@ class BertFamily(ModelFamily):
     def num_special_tokens(self, pair: bool) -> int:
         return 3 if pair else 2
 
+    def import_checkpoint(self, directory: Path, out: Path, console: Any) -> dict[str, Any]:
+        """A Hugging Face BERT checkpoint as a pre-trained run (:func:`ptmkit_bert.hf.import_hf`)."""
+        return import_hf(directory, out, console=console)
+
     def pack(
         self, first: list[int], second: list[int] | None, sequence_length: int, specials: SpecialTokens
     ) -> tuple[list[int], list[int]]:

@@ -9,7 +9,7 @@ so that any runtime holding the file (``ptmkit_export`` included) encodes exactl
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ptmkit.api import DataError, SpecialTokens
@@ -17,36 +17,73 @@ from ptmkit.api import DataError, SpecialTokens
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
-def train_wordpiece(texts: Iterable[str], vocabulary_size: int, lowercase: bool, min_frequency: int = 2) -> Any:
-    """Train a WordPiece vocabulary of at most ``vocabulary_size`` entries on streamed ``texts``.
+def _bert_tokenizer(lowercase: bool, model: Any) -> Any:
+    """A ``Tokenizer`` with BERT's normaliser, pre-tokeniser and WordPiece decoder around ``model``."""
+    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers
 
-    Raises:
-        DataError: the texts produced no token (e.g. only whitespace or control characters).
-    """
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+    tokenizer = Tokenizer(model)
     tokenizer.normalizer = normalizers.BertNormalizer(
         clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase
     )
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix="##")
+    return tokenizer
+
+
+def _learn(texts: Iterable[str], vocabulary_size: int, lowercase: bool, min_frequency: int, specials: list[str]) -> dict[str, int]:
+    """One run of Hugging Face's WordPiece trainer (BPE merges, ``##`` continuations) on ``texts``;
+    the vocabulary it learned, ``specials`` first."""
+    from tokenizers import models, trainers
+
+    tokenizer = _bert_tokenizer(lowercase, models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocabulary_size,
         min_frequency=min_frequency,
-        special_tokens=list(SPECIALS),
+        special_tokens=specials,
         continuing_subword_prefix="##",
         show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer)
-    if tokenizer.get_vocab_size() <= len(SPECIALS):
+    return dict(tokenizer.get_vocab())
+
+
+def train_wordpiece(texts: Iterable[str], vocabulary_size: int, lowercase: bool, min_frequency: int = 2) -> Any:
+    """Train a WordPiece vocabulary of at most ``vocabulary_size`` entries on ``texts``.
+
+    The vocabulary is Hugging Face ``tokenizers``' (its ``WordPieceTrainer``: BPE merges with a
+    ``##`` continuation prefix), made the same from process to process, whatever the trainer's
+    threading. That trainer numbers the ``##x`` continuation characters in hash-map order
+    (a new order each process) and breaks ties between equally frequent merges by those numbers,
+    so one corpus gave different vocabularies (huggingface/tokenizers#1794, fixed upstream by
+    sorting them in PR #2066, not released). Here a first pass collects the continuation
+    characters, and the second pass hands them to the trainer in sorted order, ahead of its own
+    numbering; merges then tie-break in one order. Ids are renumbered at the end: BERT's specials
+    (``[PAD]`` 0 ... ``[MASK]`` 4), then the learned tokens sorted by their text.
+
+    Args:
+        texts: the corpus' paragraphs; iterated twice (an iterator is read into memory first).
+        vocabulary_size: the most entries, specials included.
+        lowercase: an uncased vocabulary (lower-casing and accent stripping before WordPiece).
+        min_frequency: a merge must occur this often to enter the vocabulary.
+
+    Raises:
+        DataError: the texts produced no token (e.g. only whitespace or control characters).
+    """
+    from tokenizers import models, processors
+
+    if isinstance(texts, Iterator):
+        texts = list(texts)
+    alphabet = _learn(texts, 1, lowercase, min_frequency, list(SPECIALS))  # no merges: characters, ##characters
+    continuations = sorted(token for token in alphabet if token.startswith("##"))
+    learned = _learn(texts, vocabulary_size, lowercase, min_frequency, [*SPECIALS, *continuations])
+    if len(learned) <= len(SPECIALS):
         raise DataError("the corpus gave no token to build a vocabulary from (only whitespace or control characters?)")
-    # The trainer numbers tokens in hash-map order, which changes from process to process; a
-    # WordPiece vocabulary's ids carry no meaning, so renumber them (specials first, then sorted)
-    # to make the same corpus give the same tokenizer, and the same seed the same run.
-    learned = sorted(token for token in tokenizer.get_vocab() if token not in SPECIALS)
-    vocab = {token: i for i, token in enumerate([*SPECIALS, *learned])}
-    tokenizer.model = models.WordPiece(vocab=vocab, unk_token="[UNK]", max_input_chars_per_word=100, continuing_subword_prefix="##")
+    ordered = sorted(token for token in learned if token not in SPECIALS)
+    vocab = {token: i for i, token in enumerate([*SPECIALS, *ordered])}
+    tokenizer = _bert_tokenizer(
+        lowercase, models.WordPiece(vocab=vocab, unk_token="[UNK]", max_input_chars_per_word=100, continuing_subword_prefix="##")
+    )
+    tokenizer.add_special_tokens(list(SPECIALS))
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",

@@ -9,6 +9,9 @@ from typing import Any
 from ptmkit.contract import POOLED_OUTPUT, Head
 from ptmkit.errors import ConfigError
 
+#: What the classification head reads (``head.pooling``).
+POOLINGS = ("pooler", "mean")
+
 
 @dataclasses.dataclass
 class ClassificationConfig:
@@ -27,8 +30,16 @@ class ClassificationConfig:
 
     dropout: float = 0.1
     initializer_range: float = 0.02
+    pooling: str = "pooler"
+    """What the output layer reads: ``"pooler"``, the backbone's pooled output (BERT: a tanh dense
+    on the ``[CLS]`` state, Devlin et al. 2019), or ``"mean"``, the mean of the last hidden states
+    over the non-padding tokens (sentence-transformers' pooling, Reimers and Gurevych 2019: the
+    start that fits a checkpoint trained for mean-pooled embeddings, such as all-MiniLM-L6-v2,
+    whose pooler is not in the checkpoint)."""
 
     def validate(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ConfigError(f"config key 'head.pooling' must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"config key 'head.dropout' must be in [0, 1), got {self.dropout}")
         if not self.initializer_range > 0.0:
@@ -36,8 +47,9 @@ class ClassificationConfig:
 
 
 class SequenceClassification(Head):
-    """``pooled_output -> Dropout -> Dense(num_labels)``, returning ``logits`` ``(batch, num_labels)``
-    float32; the dense kernel is drawn from ``normal(0, head.initializer_range)``, its bias is 0."""
+    """``pooled_output`` (or, with ``head.pooling = "mean"``, the masked mean of ``sequence_output``)
+    ``-> Dropout -> Dense(num_labels)``, returning ``logits`` ``(batch, num_labels)`` float32; the
+    dense kernel is drawn from ``normal(0, head.initializer_range)``, its bias is 0."""
 
     name = "classification"
     description = "sequence classification on the pooled output (logits over the labels)"
@@ -50,7 +62,16 @@ class SequenceClassification(Head):
         from ptmkit.training.pretrain import backbone_inputs
 
         inputs = backbone_inputs(backbone)
-        pooled = backbone(inputs)["pooled_output"]
+        outputs = backbone(inputs)
+        if config.pooling == "mean" and "padding_mask" not in inputs:
+            raise ConfigError(f"head.pooling = 'mean' needs a padding_mask input; this backbone takes {', '.join(inputs)}")
+        if config.pooling == "mean":
+            # (batch, sequence, hidden) averaged over the tokens where padding_mask is 1
+            mask = keras.ops.expand_dims(keras.ops.cast(inputs["padding_mask"], outputs["sequence_output"].dtype), -1)
+            total = keras.ops.sum(outputs["sequence_output"] * mask, axis=1)
+            pooled = total / keras.ops.maximum(keras.ops.sum(mask, axis=1), 1.0)
+        else:
+            pooled = outputs["pooled_output"]
         hidden = keras.layers.Dropout(config.dropout, name="head_dropout")(pooled)
         logits = keras.layers.Dense(
             num_labels,

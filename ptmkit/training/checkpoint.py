@@ -11,14 +11,17 @@ Files: ``checkpoints/ckpt-0000100.npz`` and ``checkpoints/latest.json`` (``{"ste
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shlex
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import keras
 import numpy as np
 
-from ptmkit.errors import RunDirError
+from ptmkit.errors import Interrupted, RunDirError
 from ptmkit.io import atomic_path, atomic_write_json
 
 KEEP = 2
@@ -75,20 +78,40 @@ def restore_state(model: Any, directory: Path) -> int:
 
 
 class CheckpointCallback(keras.callbacks.Callback):
-    """Save the training state every ``every`` steps and at the last step.
+    """Save the training state every ``every`` steps, at each epoch's end and at the last step.
 
     Args:
         directory: where checkpoints go.
         start_step: the global step the current ``fit`` starts from.
         total_steps: the last step of the run.
         every: steps between checkpoints.
+        epoch_steps: steps per epoch (0: the run is not in epochs).
     """
 
-    def __init__(self, directory: Path, start_step: int, total_steps: int, every: int) -> None:
+    def __init__(self, directory: Path, start_step: int, total_steps: int, every: int, epoch_steps: int = 0) -> None:
         super().__init__()
         self.directory, self.start_step, self.total_steps, self.every = directory, start_step, total_steps, every
+        self.epoch_steps = epoch_steps
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         step = self.start_step + batch + 1
-        if step % self.every == 0 or step == self.total_steps:
+        if step % self.every == 0 or step == self.total_steps or (self.epoch_steps and step % self.epoch_steps == 0):
             save_state(self.model, self.directory, step)
+
+
+@contextlib.contextmanager
+def interrupt_note(directory: Path, total_steps: int, command: list[str]) -> Iterator[None]:
+    """Turn a ``KeyboardInterrupt`` inside the block into :class:`~ptmkit.errors.Interrupted`,
+    whose message names the step the newest checkpoint in ``directory`` holds and ``command``
+    (the arguments that continue the run)."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Interrupted):
+            raise
+        step, line = latest_step(directory), shlex.join(command)
+        if step:
+            note = f"the checkpoint in {directory} holds step {step} of {total_steps}; `{line}` continues from there"
+        else:
+            note = f"no checkpoint was saved yet (steps done are lost); `{line}` starts the training again"
+        raise Interrupted(f"interrupted: {note} (the same --config/--set flags may stay on the line)") from None

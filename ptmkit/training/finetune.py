@@ -13,7 +13,6 @@ head does not fit the parent's family, the one installed head that fits is used.
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from pathlib import Path
@@ -29,6 +28,9 @@ from ptmkit.errors import ConfigError, DataError, RunDirError
 from ptmkit.io import atomic_save, atomic_write_text
 from ptmkit.plugins import Registry, get_registry
 from ptmkit.rundir import CONFIG, LABELS, METRICS, MODEL_WEIGHTS, TOKENIZER, RunDir, load_weights
+
+#: What a fine-tuning run read (parent run, train and dev files), for --resume to compare.
+INPUTS = "inputs.json"
 
 
 def macro_f1(labels: np.ndarray, predictions: np.ndarray, num_classes: int) -> float:
@@ -117,27 +119,30 @@ def build_classifier(registry: Registry, config: RunConfig, backbone: Any, num_l
     return registry.head(config.finetune.head).build(backbone, num_labels, config.head)
 
 
-def training_batches(x: dict[str, np.ndarray], y: np.ndarray, batch_size: int, seed: int) -> Any:
-    """A ``tf.data.Dataset`` of ``(x, y)`` batches in a new random order each epoch.
+def epoch_order(examples: int, seed: int, epoch: int) -> np.ndarray:
+    """The order of the training examples in ``epoch`` (0-based): a permutation of
+    ``range(examples)``, new each epoch and a pure function of ``(seed, epoch)``.
+
+    A pure function, so that a run resumed at any step takes the batches the uninterrupted run
+    took. Keras' ``fit(..., shuffle=True)`` on arrays would repeat the first epoch's order once
+    ``keras.utils.set_random_seed`` has run; Hugging Face's Trainer (and PyTorch's
+    ``RandomSampler``) draw a new one each epoch, as SGD assumes.
+    """
+    return np.random.default_rng([seed, epoch]).permutation(examples)
+
+
+def step_batch(x: dict[str, np.ndarray], y: np.ndarray, batch_size: int, seed: int, step: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The ``(x, y)`` batch of global ``step`` (0-based): epochs of ``ceil(examples / batch_size)``
+    steps, each in :func:`epoch_order`; an epoch's last batch may be smaller.
 
     Args:
         x: model inputs, each ``(examples, sequence_length)`` int32 (``token_ids``, ...).
         y: ``(examples,)`` int32 label ids.
-        batch_size: examples per batch (the last batch may be smaller).
-        seed: the orders are the same from run to run for a seed.
-
-    Keras' ``fit(..., shuffle=True)`` on arrays draws its permutation with an op seed fixed by
-    ``keras.utils.set_random_seed``, so every epoch repeats the first epoch's order; Hugging Face's
-    Trainer (and PyTorch's ``RandomSampler``) draw a new one each epoch, as SGD assumes.
     """
-    import tensorflow as tf
-
-    return (
-        tf.data.Dataset.from_tensor_slices((x, y))
-        .shuffle(len(y), seed=seed, reshuffle_each_iteration=True)
-        .batch(batch_size)
-        .prefetch(tf.data.AUTOTUNE)
-    )
+    steps_per_epoch = -(-len(y) // batch_size)
+    epoch, index = divmod(step, steps_per_epoch)
+    rows = epoch_order(len(y), seed, epoch)[index * batch_size : (index + 1) * batch_size]
+    return {name: values[rows] for name, values in x.items()}, y[rows]
 
 
 def finetune(
@@ -150,6 +155,7 @@ def finetune(
     console: Console | None = None,
     registry: Registry | None = None,
     test_file: str | Path | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Fine-tune the backbone of pre-training run ``run_dir`` with a head; write the run to ``out``.
 
@@ -158,8 +164,14 @@ def finetune(
     al. 2019, appendix A.3): AdamW with learning rate 5e-5, linear warm-up over the first 10% of
     steps then linear decay, weight decay 0.01 excluding LayerNorm parameters and biases.
 
+    The training state is saved in ``out/checkpoints/`` every ``finetune.checkpoint_every`` steps
+    (and each epoch's end); batches are a pure function of ``(seed, step)`` (:func:`step_batch`),
+    so ``resume`` continues an interrupted run to the weights the uninterrupted run ends with.
+
     Args:
         test_file: a labelled file evaluated once after training (never used for selection).
+        resume: continue the interrupted run in ``out``; ``config_path`` and ``overrides`` may be
+            given again when they say what the run's ``config.toml`` says.
 
     Returns:
         metrics: dev (and test) accuracy and macro-F1, examples, labels, seconds.
@@ -167,23 +179,14 @@ def finetune(
     Raises:
         ConfigError, DataError, RunDirError: with one-line messages naming the file or key.
     """
-    from ptmkit.training.setup import quiet_tensorflow, seed_everything, set_precision
+    from ptmkit.training.pretrain import resolve_config
+    from ptmkit.training.setup import quiet_tensorflow
 
     quiet_tensorflow()
-    import keras
-
-    from ptmkit.data.tokenization import encode_texts
-    from ptmkit.training.pretrain import resolve_config
-    from ptmkit.training.progress import ProgressCallback
-    from ptmkit.training.schedule import adamw
-
     console = console or default_console()
     registry = registry or get_registry()
     parent, target = RunDir(run_dir), RunDir(out)
-    if target.path.exists() and not target.path.is_dir():
-        raise RunDirError(f"{target.path}: exists and is not a directory; choose another --out")
-    if target.path.exists() and any(target.path.iterdir()):
-        raise RunDirError(f"{target.path}: exists and is not empty; choose another --out")
+    stored = _check_target(target, resume)
     manifest = parent.manifest()
     if manifest["stage"] not in ("pretrain", "import"):
         raise RunDirError(f"{parent.path}: is a {manifest['stage']} run; fine-tune a pre-training run")
@@ -194,18 +197,71 @@ def finetune(
                 f"--set {override!r}: fine-tuning keeps the pre-trained run's [{section}]; set finetune.* or head.* keys"
             )
     family = registry.family(manifest["family"])
-    stored = read_toml(parent.require(CONFIG))
+    parent_config = read_toml(parent.require(CONFIG))
     if config_path is not None:
-        _refuse_changed_pretraining_keys(read_toml(config_path), stored, str(config_path))
+        _refuse_changed_pretraining_keys(read_toml(config_path), parent_config, str(config_path))
     overrides = choose_head(registry, family, config_path, list(overrides or []))
-    config = resolve_config(registry, manifest["family"], config_path, overrides, base=stored)
-    ft = config.finetune
-    head = registry.head(ft.head)
+    config = resolve_config(registry, manifest["family"], config_path, overrides, base=parent_config)
+    head = registry.head(config.finetune.head)
     if isinstance(head, TrainsOnWordVectors):
+        if resume:
+            raise ConfigError(f"--resume: the {config.finetune.head} head trains in one pass without checkpoints; drop --resume")
         return _finetune_word_vectors(registry, parent, manifest, head, config, overrides, train_file, dev_file, test_file, target, console)
+    inputs = {"parent": str(parent.path.resolve()), "train": str(Path(train_file).resolve()), "dev": str(Path(dev_file).resolve())}
+    if stored is not None:
+        from ptmkit.training.pretrain import check_resume_flags
 
-    texts, labels, y_train = load_labelled(train_file)
-    dev_texts, _, y_dev = load_labelled(dev_file, labels)
+        check_resume_flags(registry, manifest["family"], target / CONFIG, stored, config_path, overrides)
+        config = resolve_config(registry, manifest["family"], None, None, base=stored)
+        _check_resume_inputs(target, inputs)
+    created = not target.path.exists()
+    try:
+        return _finetune_backbone(registry, parent, manifest, family, config, inputs, test_file, target, console)
+    except BaseException:
+        if created and not (target / "checkpoints" / "latest.json").exists():
+            shutil.rmtree(target.path, ignore_errors=True)  # nothing to resume: leave nothing behind
+        raise
+
+
+def _check_target(target: RunDir, resume: bool) -> dict[str, Any] | None:
+    """The stored config of the run to resume in ``target`` (``resume``), else None.
+
+    Raises:
+        RunDirError: ``target`` is a file; is not empty (without ``resume``); holds a finished run,
+            or nothing to resume (with ``resume``).
+    """
+    if target.path.exists() and not target.path.is_dir():
+        raise RunDirError(f"{target.path}: exists and is not a directory; choose another --out")
+    if not resume:
+        if target.path.exists() and any(target.path.iterdir()):
+            raise RunDirError(f"{target.path}: exists and is not empty; use --resume to continue it, or another --out")
+        return None
+    if (target / "manifest.json").exists():
+        raise RunDirError(f"{target.path}: already holds a finished run; choose another --out")
+    if not (target / CONFIG).exists():
+        raise RunDirError(f"{target.path}: nothing to resume (no {CONFIG}); start the fine-tuning without --resume")
+    return read_toml(target / CONFIG)
+
+
+def _check_resume_inputs(target: RunDir, inputs: dict[str, str]) -> None:
+    """A resumed fine-tuning reads the files the interrupted one read (``out/inputs.json``)."""
+    stored = target.read_json(INPUTS) if (target / INPUTS).exists() else inputs
+    for key, flag in (("parent", "RUN_DIR"), ("train", "--train"), ("dev", "--dev")):
+        if stored.get(key) != inputs[key]:
+            raise ConfigError(f"--resume: {flag} {inputs[key]} differs from the interrupted run's {stored.get(key)} ({target / INPUTS})")
+
+
+def _finetune_backbone(
+    registry: Registry, parent: RunDir, manifest: dict[str, Any], family: Any, config: RunConfig, inputs: dict[str, str],
+    test_file: str | Path | None, target: RunDir, console: Console,
+) -> dict[str, Any]:
+    """Fine-tune a head on ``parent``'s backbone into ``target`` (see :func:`finetune`)."""
+    from ptmkit.data.tokenization import encode_texts
+    from ptmkit.training.setup import seed_everything, set_precision
+
+    ft = config.finetune
+    texts, labels, y_train = load_labelled(inputs["train"])
+    dev_texts, _, y_dev = load_labelled(inputs["dev"], labels)
     test_texts, _, y_test = load_labelled(test_file, labels) if test_file is not None else ([], labels, np.zeros(0, np.int32))
     if ft.max_train_examples and len(texts) > ft.max_train_examples:
         keep = np.sort(np.random.default_rng(ft.seed).permutation(len(texts))[: ft.max_train_examples])
@@ -219,33 +275,11 @@ def finetune(
     x_train = encode_texts(tokenizer, texts, ft.sequence_length, family.inputs, specials.padding_id)
     x_dev = encode_texts(tokenizer, dev_texts, ft.sequence_length, family.inputs, specials.padding_id)
     model = build_classifier(registry, config, backbone, len(labels))
-    steps_per_epoch = -(-len(texts) // ft.batch_size)
-    total = steps_per_epoch * ft.epochs
-    model.compile(
-        optimizer=adamw(ft.learning_rate, ft.weight_decay, total, ft.warmup_ratio, ft.adam_epsilon),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-        jit_compile=ft.jit_compile,
-    )
-    started = time.perf_counter()
-    logs = target.path.parent / f".{target.path.name}.logs-{os.getpid()}"  # moved in when the run is done
-    try:
-        model.fit(
-            training_batches(x_train, y_train, ft.batch_size, ft.seed),
-            epochs=ft.epochs,
-            validation_data=(x_dev, y_dev),
-            validation_batch_size=128,
-            shuffle=False,  # training_batches shuffles, anew each epoch
-            verbose=0,
-            callbacks=[
-                ProgressCallback("fine-tuning", 0, total, ft.batch_size * ft.sequence_length, console),
-                keras.callbacks.TensorBoard(log_dir=str(logs)),
-            ],
-        )
-    except BaseException:
-        shutil.rmtree(logs, ignore_errors=True)
-        raise
-    seconds = time.perf_counter() - started
+    target.path.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(target / CONFIG, to_toml(config.to_dict()))
+    target.write_json(INPUTS, inputs)
+    command = ["ptmkit", "finetune", inputs["parent"], "--train", inputs["train"], "--dev", inputs["dev"], "--out", str(target.path), "--resume"]
+    seconds = _fit_classifier(model, ft, x_train, y_train, x_dev, y_dev, target, console, command)
     predictions = np.argmax(model.predict(x_dev, batch_size=128, verbose=0), axis=-1)
     metrics = {
         "dev_accuracy": round(float(np.mean(predictions == y_dev)), 4),
@@ -262,10 +296,6 @@ def finetune(
         metrics["test_accuracy"] = round(float(np.mean(test_predictions == y_test)), 4)
         metrics["test_macro_f1"] = round(macro_f1(y_test, test_predictions, len(labels)), 4)
         metrics["test_examples"] = len(test_texts)
-    target.path.mkdir(parents=True, exist_ok=True)
-    if logs.exists():
-        os.replace(logs, target / "logs")
-    atomic_write_text(target / CONFIG, to_toml(config.to_dict()))
     atomic_save(target / TOKENIZER, lambda tmp: tokenizer.save(str(tmp)))
     target.write_json(LABELS, labels)
     atomic_save(target / MODEL_WEIGHTS, lambda tmp: model.save_weights(str(tmp)))
@@ -276,16 +306,61 @@ def finetune(
         plugin=manifest.get("plugin"),
         head=ft.head,
         labels=labels,
-        parent=str(parent.path.resolve()),
-        train=str(Path(train_file).resolve()),
-        dev=str(Path(dev_file).resolve()),
+        parent=inputs["parent"],
+        train=inputs["train"],
+        dev=inputs["dev"],
         test=str(Path(test_file).resolve()) if test_file is not None else None,
         inputs=list(family.input_names),
         outputs=["logits"],
         sequence_length=ft.sequence_length,
         weights=MODEL_WEIGHTS,
     )
+    shutil.rmtree(target / "checkpoints", ignore_errors=True)  # the finished weights are model.weights.h5
     return metrics
+
+
+def _fit_classifier(
+    model: Any, ft: Any, x_train: dict[str, np.ndarray], y_train: np.ndarray, x_dev: dict[str, np.ndarray], y_dev: np.ndarray,
+    target: RunDir, console: Console, command: list[str],
+) -> float:
+    """Compile and train ``model`` over ``ft.epochs`` epochs from the newest checkpoint in
+    ``target/checkpoints`` (if any), printing dev accuracy at each epoch's end; return the seconds."""
+    import keras
+
+    from ptmkit.training.checkpoint import CheckpointCallback, interrupt_note, latest_step, restore_state
+    from ptmkit.training.pretrain import step_dataset
+    from ptmkit.training.progress import DevAccuracyCallback, ProgressCallback
+    from ptmkit.training.schedule import adamw
+
+    steps_per_epoch = -(-len(y_train) // ft.batch_size)
+    total = steps_per_epoch * ft.epochs
+    model.compile(
+        optimizer=adamw(ft.learning_rate, ft.weight_decay, total, ft.warmup_ratio, ft.adam_epsilon),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        jit_compile=ft.jit_compile,
+    )
+    checkpoints = target / "checkpoints"
+    start = restore_state(model, checkpoints) if latest_step(checkpoints) else 0
+    if start:
+        console.print(f"resuming from step {start} of {total} ({checkpoints})")
+    started = time.perf_counter()
+    if start < total:
+        every = ft.checkpoint_every or steps_per_epoch
+        with interrupt_note(checkpoints, total, command):
+            model.fit(
+                step_dataset(lambda step: step_batch(x_train, y_train, ft.batch_size, ft.seed, step), start, total),
+                epochs=1,
+                shuffle=False,  # batch i is step start + i
+                verbose=0,
+                callbacks=[
+                    CheckpointCallback(checkpoints, start, total, every, epoch_steps=steps_per_epoch),
+                    ProgressCallback("fine-tuning", start, total, ft.batch_size * ft.sequence_length, console),
+                    DevAccuracyCallback(x_dev, y_dev, start, steps_per_epoch, console),
+                    keras.callbacks.TensorBoard(log_dir=str(target / "logs")),
+                ],
+            )
+    return time.perf_counter() - started
 
 
 def _refuse_changed_pretraining_keys(data: dict[str, Any], stored: dict[str, Any], source: str, prefix: str = "") -> None:

@@ -260,10 +260,9 @@ def pretrain(
         overrides: ``section.key=value`` strings applied over the config.
         objectives: objective names (default: the family's, e.g. ``["mlm"]``).
         resume: continue an interrupted run in ``out`` from its newest checkpoint.
-        tokenizer: an existing ``tokenizer.json`` to use instead of training one. Hugging Face's
-            WordPiece trainer breaks ties between equally frequent merges in hash-map order
-            (huggingface/tokenizers#1794), so two trainings on one corpus can differ by a few
-            rare tokens; a given tokenizer makes a run bit-for-bit repeatable.
+        tokenizer: an existing ``tokenizer.json`` to use instead of training one (a trained one
+            is the same for the same corpus and config, so either way one seed gives one run,
+            bit for bit: ``tests/test_reproducibility.py``).
 
     Returns:
         the metrics written to ``metrics.json``.
@@ -292,8 +291,6 @@ def pretrain(
     if resume:
         if not (run / CONFIG).exists():
             raise RunDirError(f"{run.path}: nothing to resume (no {CONFIG}); start the run without --resume")
-        if config_path or overrides or objectives:
-            raise ConfigError("--resume continues with the run's stored config.toml; drop --config/--set/--objective")
         stored = read_toml(run / CONFIG)
         if stored.get("family") != family_name:
             raise PluginError(f"{run / CONFIG}: the run is a {stored.get('family')!r} run, not {family_name!r}")
@@ -301,13 +298,19 @@ def pretrain(
         raise RunDirError(f"{run.path}: exists and is not empty; use --resume to continue it, or another --out")
 
     extra = [f"train.objectives={','.join(objectives)}"] if objectives else []
-    config = resolve_config(registry, family_name, None if stored else config_path, (overrides or []) + extra, base=stored)
+    if stored is not None:  # the command retyped with --resume: its flags must say what the run says
+        check_resume_flags(registry, family_name, run / CONFIG, stored, config_path, (overrides or []) + extra)
+        config = resolve_config(registry, family_name, None, None, base=stored)
+    else:
+        config = resolve_config(registry, family_name, config_path, (overrides or []) + extra)
     if not Path(corpus).exists():
         raise DataError(f"{corpus}: no such corpus file or directory")
     if trains_itself:
         return _train_family(registry, family, config, Path(corpus), run, console, resume)
-    if tokenizer is not None and resume:
-        raise ConfigError("--resume continues with the run's own tokenizer.json; drop --tokenizer")
+    if tokenizer is not None and resume and (run / TOKENIZER).exists():
+        if _read_tokenizer(Path(tokenizer)).to_str() != run.load_tokenizer().to_str():
+            raise ConfigError(f"--resume: --tokenizer {tokenizer} differs from the run's {run / TOKENIZER}; drop --tokenizer")
+        tokenizer = None  # the run's own, the same
     created = not run.path.exists()
     try:
         run.path.mkdir(parents=True, exist_ok=True)
@@ -332,6 +335,42 @@ def pretrain(
             shutil.rmtree(run.path, ignore_errors=True)
         raise
     return _fit(registry, config, family, tokenizer, run, corpus, console)
+
+
+def check_resume_flags(
+    registry: Registry, family_name: str, stored_path: Path, stored: dict[str, Any], config_path: str | Path | None, overrides: list[str]
+) -> None:
+    """Accept the ``--config``/``--set`` flags of a resumed command when every key they give equals
+    the run's stored config (the user retyped the interrupted command with ``--resume``).
+
+    Raises:
+        ConfigError: naming the first key whose value differs from ``stored_path``'s, and where
+            the new value came from; or a flag that is invalid on its own.
+    """
+    if config_path is None and not overrides:
+        return
+    kept = resolve_config(registry, family_name, None, None, base=stored).to_dict()
+    for source, given in (
+        (str(config_path), resolve_config(registry, family_name, config_path, None, base=stored).to_dict() if config_path else kept),
+        ("--set", resolve_config(registry, family_name, config_path, overrides, base=stored).to_dict()),
+    ):
+        for key, old, new in _differences(kept, given):
+            raise ConfigError(
+                f"--resume: {source} sets '{key}' = {new!r}, but the run in {stored_path.parent} has {old!r} ({stored_path}); "
+                "a resumed run keeps its config: drop that flag, or start a new run with another --out"
+            )
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """``(dotted key, old value, new value)`` for every leaf where ``old`` and ``new`` differ."""
+    found = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            found += _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            found.append((f"{prefix}{key}", a, b))
+    return found
 
 
 def _train_family(registry: Registry, family: Any, config: RunConfig, corpus: Path, run: RunDir, console: Console, resume: bool = False) -> dict[str, Any]:
@@ -414,7 +453,7 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
 
     from ptmkit.data.pretraining import InstanceSampler, load_token_file, make_step, step_rng
     from ptmkit.data.tokenization import character_table
-    from ptmkit.training.checkpoint import CheckpointCallback, latest_step, restore_state
+    from ptmkit.training.checkpoint import CheckpointCallback, interrupt_note, latest_step, restore_state
     from ptmkit.training.progress import ProgressCallback
     from ptmkit.training.setup import seed_everything, set_precision
 
@@ -444,17 +483,19 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
     if start < train.max_steps:
         # Objectives that do not use the pooler (masked LM alone) leave it without gradients.
         warnings.filterwarnings("ignore", message=r"Gradients do not exist for variables \['pooled_dense")
-        model.fit(
-            step_dataset(make, start, train.max_steps),
-            epochs=1,
-            shuffle=False,  # batch i is step start + i; Keras would otherwise permute a PyDataset's indices
-            verbose=0,
-            callbacks=[
-                CheckpointCallback(checkpoints, start, train.max_steps, train.checkpoint_every),
-                progress,
-                keras.callbacks.TensorBoard(log_dir=str(run / "logs"), update_freq=max(1, train.checkpoint_every // 10)),
-            ],
-        )
+        command = ["ptmkit", "train", config.family, "--corpus", str(corpus), "--out", str(run.path), "--resume"]
+        with interrupt_note(checkpoints, train.max_steps, command):
+            model.fit(
+                step_dataset(make, start, train.max_steps),
+                epochs=1,
+                shuffle=False,  # batch i is step start + i; Keras would otherwise permute a PyDataset's indices
+                verbose=0,
+                callbacks=[
+                    CheckpointCallback(checkpoints, start, train.max_steps, train.checkpoint_every),
+                    progress,
+                    keras.callbacks.TensorBoard(log_dir=str(run / "logs"), update_freq=max(1, train.checkpoint_every // 10)),
+                ],
+            )
     train_seconds = time.perf_counter() - started
     sampler.close()
 

