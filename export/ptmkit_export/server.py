@@ -60,10 +60,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ptmkit_export.batching import BatcherClosed, DynamicBatcher
-from ptmkit_export.errors import ExportDirError
 from ptmkit_export.manifest import NAME_PATTERN, default_name
 from ptmkit_export.metrics import CONTENT_TYPE, ServerMetrics
 from ptmkit_export.predictor import Predictor, softmax
+from ptmkit_export.serve_cli import DEFAULT_MAX_BODY_BYTES, missing_extra_message
 
 try:
     import orjson
@@ -74,16 +74,13 @@ try:
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.routing import Route
-except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        f"ptmkit_export.server needs the 'serve' extra: pip install 'ptmkit-export[serve]' ({error})"
-    ) from error
+except ImportError as error:  # tested by blocking the import (tests/export/test_export_serve_process.py)
+    raise ImportError(missing_extra_message(error), name=error.name) from None
 
 SERVER_NAME = "ptmkit"
 SERVER_VERSION = "0.1.0"
 VERSION = "1"  # the only model version a ptmkit server holds
 TEXT_INPUT = "text"
-DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_REQUEST_ROWS = 1024
 #: Bodies up to this size are decoded on the event loop (at most about a millisecond of work);
 #: larger ones in a worker thread.
@@ -907,31 +904,11 @@ def serve(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``ptmkit-serve EXPORT_DIR [--name] [--host] [--port] ...``: :func:`serve` from the command line."""
-    import argparse
+    """``ptmkit-serve``: see :func:`ptmkit_export.serve_cli.main` (the script's entry point, which
+    also starts without the ``serve`` extra to say what to install)."""
+    from ptmkit_export.serve_cli import main as serve_main
 
-    parser = argparse.ArgumentParser(prog="ptmkit-serve", description="Serve a ptmkit export over the Open Inference Protocol (KServe v2).")
-    parser.add_argument("export_dir")
-    parser.add_argument("--name", default=None, help="model name in URLs (default: the export's run name)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, loopback only; 0.0.0.0 for every interface)")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--max-batch", type=int, default=32, help="most rows per model call; 1 turns batching off")
-    parser.add_argument("--max-delay-ms", type=float, default=5.0, help="longest wait for requests on their way to join a batch")
-    parser.add_argument("--variant", default=None, help="fp32 or int8 (default: int8 when it passed its checks)")
-    parser.add_argument("--threads", type=int, default=None, help="ONNX Runtime intra-op threads")
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
-    args = parser.parse_args(argv)
-    try:
-        serve(
-            args.export_dir, name=args.name, host=args.host, port=args.port, max_batch=args.max_batch,
-            max_delay_ms=args.max_delay_ms, variant=args.variant, threads=args.threads, device=args.device,
-            max_body_bytes=args.max_body_bytes,
-        )
-    except (ExportDirError, ValueError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return serve_main(argv)
 
 
 if __name__ == "__main__":
