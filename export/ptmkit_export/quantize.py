@@ -244,23 +244,26 @@ def quantize_int8(
     if not dst.parent.is_dir():
         raise FileNotFoundError(f"{dst.parent}: output directory not found")
     original = onnx.load(str(src))
-    bytes_before = src.stat().st_size
+    bytes_before, nodes_before = src.stat().st_size, count_ops(original)
 
     with tempfile.TemporaryDirectory(prefix="ptmkit-quantize-") as tmp:
         work = Path(tmp)
         model, preprocess_error = original, None
         if preprocess:
             try:
+                del model  # one copy of the weights in memory at a time (each is the model's size)
                 quant_pre_process(str(src), str(work / "preprocessed.onnx"), skip_symbolic_shape=True)
                 model = onnx.load(str(work / "preprocessed.onnx"))
             except Exception as error:  # any optimizer failure: quantize the raw graph instead
                 preprocess_error = _first_line(error)
+                model = original
+        del original
         rewritten = rewrite_gemm_as_matmul(model)
         _prune_opsets(model)
         onnx.checker.check_model(model)
         _check_excluded(model, exclude_nodes)
         onnx.save(model, str(work / "rewritten.onnx"))
-
+        del model
         quantize_dynamic(
             str(work / "rewritten.onnx"),
             str(work / "int8.onnx"),
@@ -280,7 +283,7 @@ def quantize_int8(
         "quantized_matmul": sum(n for op, n in nodes_after.items() if op in QUANTIZED_MATMUL_OPS),
         "quantized_attention": nodes_after.get("QAttention", 0),
         "float_weight_matmul": count_float_weight_matmuls(quantized),
-        "nodes_before": count_ops(original),
+        "nodes_before": nodes_before,
         "nodes_after": nodes_after,
         "bytes_before": bytes_before,
         "bytes_after": dst.stat().st_size,
@@ -383,6 +386,11 @@ def auto_reduce_range(cpuinfo: str | None = None) -> tuple[bool, str]:
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
 
 
+#: Calibration batches whose activations MinMax calibration holds before folding them into its
+#: ranges (ONNX Runtime's ``CalibMaxIntermediateOutputs``; the ranges are the same as holding all).
+CALIBRATION_BATCHES_IN_MEMORY = 2
+
+
 def quantize_int8_static(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -437,7 +445,9 @@ def quantize_int8_static(
         raise ValueError("no calibration batches")
     src, dst = Path(src), Path(dst)
     original = onnx.load(str(src))
+    nodes_before = count_ops(original)
     model = fold_constants(original)
+    del original
     rewrite_gemm_as_matmul(model)
     _prune_opsets(model)
     _check_excluded(model, exclude_nodes)
@@ -454,6 +464,7 @@ def quantize_int8_static(
     with tempfile.TemporaryDirectory(prefix="ptmkit-quantize-static-") as tmp:
         work = Path(tmp)
         onnx.save(model, str(work / "folded.onnx"))
+        del model  # quantize_static reads the file
         quantize_static(
             str(work / "folded.onnx"),
             str(work / "int8.onnx"),
@@ -465,7 +476,13 @@ def quantize_int8_static(
             reduce_range=reduce_range,
             nodes_to_quantize=nodes,
             calibrate_method=methods[method],
-            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT, "CalibTensorRangeSymmetric": False},
+            extra_options={
+                "DefaultTensorType": onnx.TensorProto.FLOAT,
+                "CalibTensorRangeSymmetric": False,
+                # MinMax: fold every CALIBRATION_BATCHES_IN_MEMORY batches' activations into the
+                # ranges, rather than holding every activation of every batch until the end.
+                "CalibMaxIntermediateOutputs": CALIBRATION_BATCHES_IN_MEMORY,
+            },
         )
         quantized = onnx.load(str(work / "int8.onnx"))
         onnx.checker.check_model(quantized)
@@ -480,7 +497,7 @@ def quantize_int8_static(
         "quantize_linear": after.get("QuantizeLinear", 0),
         "dequantize_linear": after.get("DequantizeLinear", 0),
         "quantized_matmul": len(nodes),
-        "nodes_before": count_ops(original),
+        "nodes_before": nodes_before,
         "nodes_after": after,
         "bytes_before": src.stat().st_size,
         "bytes_after": dst.stat().st_size,
