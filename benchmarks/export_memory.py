@@ -64,11 +64,11 @@ def environment() -> dict[str, str]:
     return env
 
 
-def peak_of(command: list[str], log: Path) -> tuple[int, float, float]:
+def peak_of(command: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[int, float, float]:
     """Run ``command``; returns (exit status, its peak RSS in MB, seconds)."""
     start = time.perf_counter()
     with open(log, "wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=environment())
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**environment(), **(env or {})})
         _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     return process.returncode, usage.ru_maxrss / 1024, time.perf_counter() - start
@@ -88,7 +88,8 @@ def anchor(python: str | None, out: Path, log: Path) -> tuple[str, int, float, f
     """optimum's export of the checkpoint (or torch.onnx.export without ``python``)."""
     if python:
         command = [python, "-m", "optimum.exporters.onnx", "--model", str(checkpoint_dir()), "--task", "feature-extraction", str(out)]
-        return ("optimum-onnx (optimum-cli export onnx --task feature-extraction)", *peak_of(command, log))
+        # USE_TF=0: transformers 4.57 would otherwise try TensorFlow (here with Keras 3, which it refuses)
+        return ("optimum-onnx 0.1.0 (optimum-cli export onnx --task feature-extraction)", *peak_of(command, log, {"USE_TF": "0"}))
     command = [sys.executable, "-c", TORCH_ANCHOR, str(checkpoint_dir()), str(out / "model.onnx")]
     out.mkdir(parents=True, exist_ok=True)
     return ("torch.onnx.export of transformers' AutoModel (optimum not installed here)", *peak_of(command, log))

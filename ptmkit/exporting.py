@@ -423,6 +423,7 @@ def export_run(
                 variants["fp32"]["dev_accuracy"] = round(float(np.mean(np.argmax(fp32_out, -1) == y_dev)), 4)
 
         def gate(name: str, path: Path, extra: dict[str, Any]) -> None:
+            release_memory()  # what building the variant freed (ONNX Runtime's optimizer, the quantizer)
             sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
             out_ = _run_batches(sess, dev_batches, output)
             entry: dict[str, Any] = {"file": path.name, **extra, "dev_file": str(dev_file), "latency_threads": LATENCY_THREADS}
