@@ -386,11 +386,6 @@ def auto_reduce_range(cpuinfo: str | None = None) -> tuple[bool, str]:
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
 
 
-#: Calibration batches whose activations MinMax calibration holds before folding them into its
-#: ranges (ONNX Runtime's ``CalibMaxIntermediateOutputs``; the ranges are the same as holding all).
-CALIBRATION_BATCHES_IN_MEMORY = 2
-
-
 def quantize_int8_static(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -476,13 +471,10 @@ def quantize_int8_static(
             reduce_range=reduce_range,
             nodes_to_quantize=nodes,
             calibrate_method=methods[method],
-            extra_options={
-                "DefaultTensorType": onnx.TensorProto.FLOAT,
-                "CalibTensorRangeSymmetric": False,
-                # MinMax: fold every CALIBRATION_BATCHES_IN_MEMORY batches' activations into the
-                # ranges, rather than holding every activation of every batch until the end.
-                "CalibMaxIntermediateOutputs": CALIBRATION_BATCHES_IN_MEMORY,
-            },
+            # Not CalibMaxIntermediateOutputs: ONNX Runtime 1.32's MinMax calibrator drops (does not
+            # fold) the activations it holds when that count is reached, so the ranges would come
+            # from the last batches only.
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT, "CalibTensorRangeSymmetric": False},
         )
         quantized = onnx.load(str(work / "int8.onnx"))
         onnx.checker.check_model(quantized)
