@@ -207,8 +207,9 @@ def serve(
 
     try:
         from ptmkit_export.server import serve as run_server
-    except ImportError as exc:
-        raise PtmkitError(str(exc)) from None
+    except ImportError as exc:  # the server's own message names the missing module and the install command
+        message = str(exc) if "pip install" in str(exc) else f"ptmkit serve needs module {exc.name!r}: pip install 'ptmkit-export[serve]'"
+        raise PtmkitError(message) from None
     if device not in ("cpu", "cuda"):
         raise PtmkitError(f"--device {device}: expected cpu or cuda")
     directory = export_dir / "export" if (export_dir / "export" / "manifest.json").exists() else export_dir

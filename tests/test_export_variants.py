@@ -141,3 +141,34 @@ def test_embedding_export_with_optimize(tiny_pretrained: Path, tmp_path: Path) -
     entry = manifest["variants"]["optimized"]
     assert entry["optimization"]["fused"]["LayerNormalization"] == 3
     assert entry["dev_mean_cosine_to_fp32"] > 0.99999
+
+
+def test_conversion_matches_keras_model_export(tiny_finetuned: Path, tmp_path: Path) -> None:
+    """convert_to_onnx (tf2onnx's large_model mode, optimizer garbage collected per pass, for
+    memory) writes the graph Keras' own model.export(format="onnx") writes, with the same outputs."""
+    import collections
+
+    import onnxruntime as ort
+    import tensorflow as tf
+    import tf2onnx.optimizer
+
+    from ptmkit.exporting import convert_to_onnx, random_inputs
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.finetune import load_classifier
+
+    model, config, _, _ = load_classifier(tiny_finetuned, get_registry())
+    names = ("token_ids", "segment_ids", "padding_mask")
+    optimize_graph = tf2onnx.optimizer.optimize_graph
+    convert_to_onnx(model, tmp_path / "ptmkit.onnx", names)
+    assert tf2onnx.optimizer.optimize_graph is optimize_graph  # the scoped patch is undone
+    signature = [{name: tf.TensorSpec((None, None), tf.int32, name=name) for name in names}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        model.export(str(tmp_path / "keras.onnx"), format="onnx", input_signature=signature, verbose=False)
+    ours, keras_graph = onnx.load(str(tmp_path / "ptmkit.onnx")), onnx.load(str(tmp_path / "keras.onnx"))
+    assert collections.Counter(n.op_type for n in ours.graph.node) == collections.Counter(n.op_type for n in keras_graph.graph.node)
+    assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in ours.graph.initializer)  # one self-contained file
+    feeds = random_inputs(np.random.default_rng(0), 4, 20, int(config.model.vocabulary_size), 0)
+    got = ort.InferenceSession(str(tmp_path / "ptmkit.onnx"), providers=["CPUExecutionProvider"]).run(["logits"], feeds)[0]
+    expected = np.asarray(model(feeds, training=False))
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)

@@ -107,16 +107,23 @@ def optimize_transformer(
     if level >= 2 and (not num_heads or not hidden_size or not model_type):
         raise ValueError(f"optimize level {level} needs the model's type, num_heads and hidden_size")
     original = onnx.load(str(src))
-    model, passes = original, {}
+    model, passes, nodes_before = original, {}, count_ops(original)
     if level >= 1:
         model, passes = graph_passes.canonicalize(original)
+    del original  # one copy of the weights at a time: the ORT optimizer below makes two more
     if level >= 2:
         inputs = {value.name for value in model.graph.input}
         passes["attention"] = graph_passes.fuse_attention(model, int(num_heads or 0), mask_input) if mask_input in inputs else 0
         segments = segment_input if segment_input in inputs else None
         passes["embed_layer_normalization"] = graph_passes.fuse_embed_layer_normalization(model, ids_input, segments) if ids_input in inputs else 0
         passes["gelu"] = graph_passes.fuse_gelu(model)
-        model = _ort_transformer_optimizer(model, level, str(model_type), int(num_heads or 0), int(hidden_size or 0))
+        with tempfile.TemporaryDirectory(prefix="ptmkit-optimize-") as tmp:
+            fused = Path(tmp) / "in.onnx"
+            onnx.save(model, str(fused))
+            producer = (model.producer_name, model.producer_version)
+            del model  # ONNX Runtime's optimizer reads the file and makes its own copies
+            model = _ort_transformer_optimizer(fused, level, str(model_type), int(num_heads or 0), int(hidden_size or 0))
+        model.producer_name, model.producer_version = producer
     onnx.checker.check_model(model)
     onnx.save(model, str(dst))
     fused = fused_counts(model)
@@ -133,38 +140,33 @@ def optimize_transformer(
         "fused": fused,
         "attention_fused": attention > 0,
         "notes": notes,
-        "nodes_before": count_ops(original),
+        "nodes_before": nodes_before,
         "nodes_after": count_ops(model),
     }
 
 
-def _ort_transformer_optimizer(model: onnx.ModelProto, level: int, model_type: str, num_heads: int, hidden_size: int) -> onnx.ModelProto:
+def _ort_transformer_optimizer(src: Path, level: int, model_type: str, num_heads: int, hidden_size: int) -> onnx.ModelProto:
     from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
     options = FusionOptions(model_type)
-    with tempfile.TemporaryDirectory(prefix="ptmkit-optimize-") as tmp:
-        src = Path(tmp) / "in.onnx"
-        onnx.save(model, str(src))
-        quiet = logging.getLogger("onnxruntime.transformers")
-        previous = quiet.level
-        quiet.setLevel(logging.ERROR)  # "Model producer not matched: Expected pytorch": known, and why we pass model_type
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                optimized = optimize_model(
-                    str(src),
-                    model_type=model_type,
-                    num_heads=num_heads,
-                    hidden_size=hidden_size,
-                    optimization_options=options,
-                    opt_level=_ORT_OPT_LEVEL[level],
-                    use_gpu=False,
-                )
-        finally:
-            quiet.setLevel(previous)
-        result = optimized.model
-        result.producer_name, result.producer_version = model.producer_name, model.producer_version
-        return result
+    quiet = logging.getLogger("onnxruntime.transformers")
+    previous = quiet.level
+    quiet.setLevel(logging.ERROR)  # "Model producer not matched: Expected pytorch": known, and why we pass model_type
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            optimized = optimize_model(
+                str(src),
+                model_type=model_type,
+                num_heads=num_heads,
+                hidden_size=hidden_size,
+                optimization_options=options,
+                opt_level=_ORT_OPT_LEVEL[level],
+                use_gpu=False,
+            )
+    finally:
+        quiet.setLevel(previous)
+    return optimized.model
 
 
 def convert_fp16(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> dict[str, Any]:

@@ -33,7 +33,13 @@ https://github.com/triton-inference-server/server/blob/main/docs/protocol/extens
 Errors are ``{"error": "one line"}`` with a 4xx status: 400 malformed JSON, unknown or missing
 input, wrong datatype or shape, empty input, too many rows; 404 unknown model, version or path;
 405 wrong method; 413 a body over ``max_body_bytes``. The server keeps serving after each.
-Concurrent requests are batched (:class:`ptmkit_export.batching.DynamicBatcher`); SIGTERM or
+A tensor's elements are read only up to the count its declared shape allows: one more is a 400
+at once (2,000,000 empty BYTES elements declared as ``[1]`` cost one read). Bodies over 16 KiB are
+decoded, and responses over 16 Ki elements encoded, in a worker thread; the model (tokenization
+included) always runs in the batcher's worker thread; so the event loop keeps answering health
+probes meanwhile. (A JSON body is parsed by orjson, which holds the GIL: an 8 MB JSON body of
+tiny values still delays the loop by one parse, 0.1-0.3 s on a busy machine; the binary
+extension avoids it.) Concurrent requests are batched (:class:`ptmkit_export.batching.DynamicBatcher`); SIGTERM or
 SIGINT stops accepting connections, answers the requests in flight, then exits.
 """
 
@@ -54,30 +60,33 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ptmkit_export.batching import BatcherClosed, DynamicBatcher
-from ptmkit_export.errors import ExportDirError
 from ptmkit_export.manifest import NAME_PATTERN, default_name
 from ptmkit_export.metrics import CONTENT_TYPE, ServerMetrics
 from ptmkit_export.predictor import Predictor, softmax
+from ptmkit_export.serve_cli import DEFAULT_MAX_BODY_BYTES, missing_extra_message
 
 try:
     import orjson
     import uvicorn
     from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.routing import Route
-except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        f"ptmkit_export.server needs the 'serve' extra: pip install 'ptmkit-export[serve]' ({error})"
-    ) from error
+except ImportError as error:  # tested by blocking the import (tests/export/test_export_serve_process.py)
+    raise ImportError(missing_extra_message(error), name=error.name) from None
 
 SERVER_NAME = "ptmkit"
 SERVER_VERSION = "0.1.0"
 VERSION = "1"  # the only model version a ptmkit server holds
 TEXT_INPUT = "text"
-DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_REQUEST_ROWS = 1024
+#: Bodies up to this size are decoded on the event loop (at most about a millisecond of work);
+#: larger ones in a worker thread.
+INLINE_DECODE_BYTES = 16 * 1024
+#: Responses of up to this many output elements are encoded on the event loop; larger in a thread.
+INLINE_ENCODE_ELEMENTS = 16 * 1024
 
 #: Open Inference Protocol tensor datatypes <-> NumPy dtypes (little-endian in binary data).
 DATATYPES: dict[str, np.dtype[Any]] = {
@@ -293,7 +302,7 @@ class ModelService:
         inputs = request.get("inputs")
         if not isinstance(inputs, list) or not inputs:
             raise RequestError(400, "'inputs' must be a non-empty list of tensors")
-        tensors: dict[str, tuple[str, list[int], Any]] = {}
+        tensors: dict[str, tuple[str, list[int], Any]] = {}  # binary data stays a memoryview
         offset = 0
         for i, tensor in enumerate(inputs):
             if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
@@ -311,7 +320,7 @@ class ModelService:
             if size is not None:
                 if not isinstance(size, int) or size < 0 or offset + size > len(binary):
                     raise RequestError(400, f"input {name!r}: binary_data_size {size!r} runs past the body")
-                tensors[name] = (datatype, shape, bytes(binary[offset : offset + size]))
+                tensors[name] = (datatype, shape, binary[offset : offset + size])  # a view: no copy
                 offset += size
             elif "data" in tensor:
                 tensors[name] = (datatype, shape, tensor["data"])
@@ -350,9 +359,8 @@ class ModelService:
             raise RequestError(400, f"input 'text' must have shape [n] or [n, 1], got {shape}")
         rows = shape[0]
         self._check_rows(rows, "input 'text'")
-        texts: list[Any] = _unpack_bytes(data, "input 'text'") if isinstance(data, bytes) else _flatten(data, "input 'text'")
-        if len(texts) != rows:
-            raise RequestError(400, f"input 'text' has shape {shape} but {len(texts)} elements")
+        # Both readers stop after `rows` elements: a body cannot make the server walk more than it declared.
+        texts: list[Any] = _unpack_bytes(data, "input 'text'", shape) if isinstance(data, memoryview) else _flatten(data, "input 'text'", shape)
         out: list[str] = []
         for i, value in enumerate(texts):
             text = value
@@ -391,16 +399,14 @@ class ModelService:
             if not 1 <= shape[1] <= self.max_length:
                 raise RequestError(400, f"input {name!r}: length {shape[1]} must be 1 to {self.max_length} (max_sequence_length)")
             dtype = DATATYPES[datatype]
-            if isinstance(data, bytes):
+            if isinstance(data, memoryview):
                 if len(data) != math.prod(shape) * dtype.itemsize:
                     raise RequestError(400, f"input {name!r}: {len(data)} bytes of binary data for shape {shape} {datatype}")
                 array = np.frombuffer(data, dtype=dtype.newbyteorder("<")).astype(dtype)
             else:
-                flat = _flatten(data, f"input {name!r}")
+                flat = _flatten(data, f"input {name!r}", shape)
                 if not all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
                     raise RequestError(400, f"input {name!r}: {datatype} data must be integers")
-                if len(flat) != math.prod(shape):
-                    raise RequestError(400, f"input {name!r} has shape {shape} but {len(flat)} elements")
                 info = np.iinfo(dtype)
                 if flat and not (info.min <= min(flat) and max(flat) <= info.max):
                     raise RequestError(400, f"input {name!r}: values out of the {datatype} range")
@@ -543,9 +549,18 @@ def _parse_json(body: bytes) -> Any:
         raise RequestError(400, f"malformed JSON: {str(error).splitlines()[0]}") from None
 
 
-def _flatten(data: Any, what: str) -> list[Any]:
+def _flatten(data: Any, what: str, shape: list[int]) -> list[Any]:
+    """The elements of a JSON tensor's nested ``data`` lists, in row-major order.
+
+    Stops as soon as there are more elements than ``shape`` declares (its product), so a body
+    costs at most the work its declared shape allows.
+
+    Raises:
+        RequestError: 400 when ``data`` is not a list or its element count differs from the shape's.
+    """
     if not isinstance(data, list):
         raise RequestError(400, f"{what}: 'data' must be a list")
+    count = math.prod(shape)
     flat: list[Any] = []
     stack = [iter(data)]
     while stack:
@@ -553,24 +568,40 @@ def _flatten(data: Any, what: str) -> list[Any]:
             if isinstance(value, list):
                 stack.append(iter(value))
                 break
+            if len(flat) == count:
+                raise RequestError(400, f"{what} has shape {shape} but more than {count} elements")
             flat.append(value)
         else:
             stack.pop()
+    if len(flat) != count:
+        raise RequestError(400, f"{what} has shape {shape} but {len(flat)} elements")
     return flat
 
 
-def _unpack_bytes(data: bytes, what: str) -> list[bytes]:
-    """Triton's BYTES binary layout: each element is a little-endian uint32 length, then the bytes."""
+def _unpack_bytes(data: memoryview, what: str, shape: list[int]) -> list[bytes]:
+    """Triton's BYTES binary layout: each element is a little-endian uint32 length, then the bytes.
+
+    Reads at most the element count ``shape`` declares (its product) and refuses the body as soon
+    as bytes remain after them: 2,000,000 empty elements declared as shape ``[1]`` cost one read.
+
+    Raises:
+        RequestError: 400 for a truncated element, or an element count that differs from the shape's.
+    """
+    count = math.prod(shape)
     out, offset = [], 0
     while offset < len(data):
+        if len(out) == count:
+            raise RequestError(400, f"{what} has shape {shape} but more than {count} elements")
         if offset + 4 > len(data):
             raise RequestError(400, f"{what}: truncated BYTES element length")
         (size,) = struct.unpack_from("<I", data, offset)
         offset += 4
         if offset + size > len(data):
             raise RequestError(400, f"{what}: BYTES element runs past the binary data")
-        out.append(data[offset : offset + size])
+        out.append(bytes(data[offset : offset + size]))
         offset += size
+    if len(out) != count:
+        raise RequestError(400, f"{what} has shape {shape} but {len(out)} elements")
     return out
 
 
@@ -649,7 +680,9 @@ def create_app(
     service = ModelService(predictor, name, max_request_rows=max_request_rows)
     predictor.batch_size = max(predictor.batch_size, max_batch)  # one batch, one ONNX Runtime call
     metrics = ServerMetrics(name)
-    batcher = DynamicBatcher(service.run_batch, max_batch=max_batch, max_delay_ms=max_delay_ms, on_batch=metrics.batch)
+    # inline_lone=False: the model (tokenization included) always runs in the batcher's worker
+    # thread, never on the event loop, so that a long request cannot delay the others.
+    batcher = DynamicBatcher(service.run_batch, max_batch=max_batch, max_delay_ms=max_delay_ms, on_batch=metrics.batch, inline_lone=False)
     state = {"ready": False}
 
     @asynccontextmanager
@@ -699,8 +732,17 @@ def create_app(
         try:
             with batcher.arriving():  # until queued: the batcher may wait for it to join a batch
                 body = await _read_body(request, max_body_bytes)
-                kind, payload, rows, finish = decode(body)
-            response = finish(await run(kind, payload, rows, arrived))
+                # Decoding costs about the body's size: a large body is decoded in a thread, so
+                # that the loop goes on answering (health probes, other requests) meanwhile.
+                if len(body) <= INLINE_DECODE_BYTES:
+                    kind, payload, rows, finish = decode(body)
+                else:
+                    kind, payload, rows, finish = await run_in_threadpool(decode, body)
+            result = await run(kind, payload, rows, arrived)
+            if sum(array.size for array in result.values()) <= INLINE_ENCODE_ELEMENTS:
+                response = finish(result)
+            else:
+                response = await run_in_threadpool(finish, result)
             status = response.status_code
             return response
         except RequestError as error:
@@ -864,31 +906,11 @@ def serve(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``ptmkit-serve EXPORT_DIR [--name] [--host] [--port] ...``: :func:`serve` from the command line."""
-    import argparse
+    """``ptmkit-serve``: see :func:`ptmkit_export.serve_cli.main` (the script's entry point, which
+    also starts without the ``serve`` extra to say what to install)."""
+    from ptmkit_export.serve_cli import main as serve_main
 
-    parser = argparse.ArgumentParser(prog="ptmkit-serve", description="Serve a ptmkit export over the Open Inference Protocol (KServe v2).")
-    parser.add_argument("export_dir")
-    parser.add_argument("--name", default=None, help="model name in URLs (default: the export's run name)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, loopback only; 0.0.0.0 for every interface)")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--max-batch", type=int, default=32, help="most rows per model call; 1 turns batching off")
-    parser.add_argument("--max-delay-ms", type=float, default=5.0, help="longest wait for requests on their way to join a batch")
-    parser.add_argument("--variant", default=None, help="fp32 or int8 (default: int8 when it passed its checks)")
-    parser.add_argument("--threads", type=int, default=None, help="ONNX Runtime intra-op threads")
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
-    args = parser.parse_args(argv)
-    try:
-        serve(
-            args.export_dir, name=args.name, host=args.host, port=args.port, max_batch=args.max_batch,
-            max_delay_ms=args.max_delay_ms, variant=args.variant, threads=args.threads, device=args.device,
-            max_body_bytes=args.max_body_bytes,
-        )
-    except (ExportDirError, ValueError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return serve_main(argv)
 
 
 if __name__ == "__main__":

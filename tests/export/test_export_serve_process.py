@@ -107,3 +107,35 @@ def test_ptmkit_serve_script_help() -> None:
     )
     assert result.returncode == 0 and "--max-delay-ms" in result.stdout and "127.0.0.1" in result.stdout
     np.testing.assert_equal(result.stderr, "")
+
+
+def entry_point() -> str:
+    """The ``ptmkit-serve`` script's target in export/pyproject.toml, as ``module:function``."""
+    import tomllib
+
+    return tomllib.loads((EXPORT_SRC / "pyproject.toml").read_text())["project"]["scripts"]["ptmkit-serve"]
+
+
+# Runs a command as if the `serve` extra were not installed: importing starlette fails.
+WITHOUT_STARLETTE = """
+import sys
+sys.modules["starlette"] = None
+{call}
+"""
+
+
+def test_missing_serve_extra_is_one_line_exit_2(tiny_export: TinyExport) -> None:
+    module, function = entry_point().split(":")
+    calls = {
+        "ptmkit-serve": f"from {module} import {function} as main; sys.exit(main([sys.argv[1]]))",
+        "ptmkit serve": "from ptmkit.cli import main; sys.exit(main(['serve', sys.argv[1]]))",
+    }
+    for command, call in calls.items():
+        result = subprocess.run(
+            [sys.executable, "-c", WITHOUT_STARLETTE.format(call=call), str(tiny_export.directory)],
+            capture_output=True, text=True, env={**environment(), "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=120, check=False,
+        )
+        lines = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error") or "Traceback" in line]
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        assert lines == ["error: ptmkit serving needs the 'serve' extra (missing module 'starlette'): pip install 'ptmkit-export[serve]'"], (command, result.stderr)
+        assert "Traceback" not in result.stderr, command

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -219,6 +221,118 @@ def metric(text: str, name: str, **labels: str) -> float:
         if match.group(1) == name and all(found.get(k) == v for k, v in labels.items()) and set(found) - {"model"} == set(labels):
             return float(match.group(4))
     raise AssertionError(f"no sample {name} {labels}")
+
+
+def binary_body(inputs: list[tuple[str, str, list[int], bytes]]) -> tuple[bytes, dict[str, str]]:
+    """An infer body with every input in binary (Triton's extension): ``(body, headers)``."""
+    header = json.dumps({"inputs": [
+        {"name": name, "datatype": datatype, "shape": shape, "parameters": {"binary_data_size": len(blob)}}
+        for name, datatype, shape, blob in inputs
+    ]}).encode()
+    return header + b"".join(blob for *_, blob in inputs), {"Inference-Header-Content-Length": str(len(header))}
+
+
+FLOOD = b"\x00\x00\x00\x00" * 2_000_000  # 2,000,000 zero-length BYTES elements (8 MB)
+INT32_ROW = np.array([[2, 10, 3]], dtype="<i4").tobytes()
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        # Reading stops after the declared element: the truncated length behind it is never read.
+        ([("text", "BYTES", [1], b"\x01\x00\x00\x00a" + b"\x00\x00\x00")], r"shape \[1\] but more than 1 elements"),
+        ([("text", "BYTES", [2, 1], b"\x01\x00\x00\x00a")], r"shape \[2, 1\] but 1 elements"),
+        ([("text", "BYTES", [1], FLOOD[:4000])], r"shape \[1\] but more than 1 elements"),
+        ([("text", "BYTES", [2**62], b"")], "over the limit of 1024"),
+        ([("text", "BYTES", [1, 2**62], b"")], r"shape \[n\] or \[n, 1\]"),
+        ([("token_ids", "INT32", [1, 3], INT32_ROW * 2), ("segment_ids", "INT32", [1, 3], INT32_ROW), ("padding_mask", "INT32", [1, 3], INT32_ROW)],
+         r"24 bytes of binary data for shape \[1, 3\] INT32"),
+        ([("token_ids", "INT32", [1, 2**62], INT32_ROW), ("segment_ids", "INT32", [1, 3], INT32_ROW), ("padding_mask", "INT32", [1, 3], INT32_ROW)],
+         "must be 1 to 64"),
+        ([("token_ids", "INT32", [2**62, 3], INT32_ROW), ("segment_ids", "INT32", [1, 3], INT32_ROW), ("padding_mask", "INT32", [1, 3], INT32_ROW)],
+         "over the limit of 1024"),
+        ([("token_ids", "INT64", [1, 3], INT32_ROW * 2), ("segment_ids", "INT32", [1, 3], INT32_ROW), ("padding_mask", "INT32", [1, 3], INT32_ROW)],
+         "must have datatype INT32, got 'INT64'"),
+        ([("token_ids", "INT32", [1, 3], INT32_ROW), ("segment_ids", "INT32", [1, 3], INT32_ROW), ("padding_mask", "INT32", [1, 3], INT32_ROW[:8])],
+         r"'padding_mask': 8 bytes of binary data for shape \[1, 3\] INT32"),
+    ],
+)
+def test_binary_counts_must_match_the_declared_shape(server: ServerThread, inputs, message) -> None:
+    body, headers = binary_body(inputs)
+    status, _, data = server.request("POST", INFER, body, headers)
+    assert status == 400 and re.search(message, json.loads(data)["error"]), data
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ([tensor("text", "BYTES", [2], ["a", "b", [["c"]], "d"])], r"'text' has shape \[2\] but more than 2 elements"),
+        ([tensor("text", "BYTES", [1], [""] * 5000)], r"'text' has shape \[1\] but more than 1 elements"),
+        ([{**GOOD_TOKENS[0], "data": [[2, 10, 3], [4]]}, *GOOD_TOKENS[1:]], r"'token_ids' has shape \[1, 3\] but more than 3 elements"),
+    ],
+)
+def test_json_data_stops_at_the_declared_count(server: ServerThread, inputs, message) -> None:
+    status, _, answer = server.request("POST", INFER, {"inputs": inputs})
+    assert status == 400 and re.search(message, json.loads(answer)["error"]), answer
+
+
+def probe_during(server: ServerThread, send: Callable[[], int], rounds: int) -> tuple[list[float], list[int], float]:
+    """Run ``send`` ``rounds`` times in a thread while probing /v2/health/live in a loop;
+    returns (probe latencies in seconds, the statuses ``send`` returned, the senders' seconds)."""
+    statuses: list[int] = []
+    done = threading.Event()
+
+    def flood() -> None:
+        for _ in range(rounds):
+            statuses.append(send())
+        done.set()
+
+    latencies = []
+    sender = threading.Thread(target=flood)
+    start = time.perf_counter()
+    sender.start()
+    while not done.is_set() and time.perf_counter() - start < 60:
+        begin = time.perf_counter()
+        assert server.request("GET", "/v2/health/live")[0] == 200
+        latencies.append(time.perf_counter() - begin)
+        time.sleep(0.002)
+    sender.join()
+    return latencies, statuses, time.perf_counter() - start
+
+
+def test_hostile_bodies_do_not_stall_the_server(tiny_export: TinyExport) -> None:
+    """The case kserve-bytes-flood: 2,000,000 empty BYTES elements declared as shape [1] took
+    1.2-2.4 s to refuse, and /v2/health/live waited as long. Now the first extra element is
+    refused, and the loop answers health probes while bodies are read and refused."""
+    app = create_app(Predictor(tiny_export.directory, variant="fp32", threads=1), NAME, max_body_bytes=9 * 1024 * 1024)
+    body, headers = binary_body([("text", "BYTES", [1], FLOOD)])
+    with ServerThread(app) as server:
+        latencies, statuses, total = probe_during(server, lambda: server.request("POST", INFER, body, headers)[0], rounds=8)
+        start = time.perf_counter()
+        status, _, data = server.request("POST", INFER, body, headers)
+        alone = time.perf_counter() - start
+        assert status == 400 and "shape [1] but more than 1 elements" in json.loads(data)["error"]
+    print(f"flood refused in {alone * 1e3:.1f} ms; 8 floods in {total:.2f} s; {len(latencies)} health probes, "
+          f"median {np.median(latencies) * 1e3:.1f} ms, max {max(latencies) * 1e3:.1f} ms")
+    assert len(latencies) >= 3 and max(latencies) < 0.1 < total  # was 1.0-2.4 s during one flood
+    assert statuses == [400] * 8
+    assert alone < 0.5  # was 1.2-2.4 s
+
+
+def test_inference_runs_off_the_event_loop(tiny_export: TinyExport) -> None:
+    """A lone request whose model call takes 0.4 s leaves health probes answered at once."""
+    predictor = Predictor(tiny_export.directory, variant="fp32", threads=1)
+    logits = predictor.logits
+
+    def slow(texts: list[str]) -> np.ndarray:
+        time.sleep(0.4)  # stands for a long model call (ONNX Runtime releases the GIL as sleep does)
+        return logits(texts)
+
+    predictor.logits = slow  # type: ignore[method-assign]
+    with ServerThread(create_app(predictor, NAME)) as server:
+        latencies, statuses, total = probe_during(server, lambda: server.request("POST", "/v1/predict", {"texts": ["good film"]})[0], rounds=2)
+    assert statuses == [200, 200] and total > 0.8
+    assert len(latencies) >= 3 and max(latencies) < 0.1, latencies
 
 
 def test_concurrent_requests_are_batched_and_metered(tiny_export: TinyExport, predictor: Predictor) -> None:

