@@ -7,10 +7,10 @@ import dataclasses
 import json
 
 import pytest
+from ptmkit_example import TinyEncoder, TinyEncoderConfig, train_wordpiece
 
 from ptmkit.api import ConfigError, get_registry
 from ptmkit.testing import check_family
-from ptmkit_example import TinyEncoder, TinyEncoderConfig, train_wordpiece
 
 pytest_plugins = ["ptmkit.testing"]  # tiny_corpus, tiny_labelled, tiny_run, ptmkit_cli
 
