@@ -36,10 +36,15 @@ Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Cli:
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Holds ``src`` (a copy of the example) and ``site`` (where pip installs it)."""
+    return tmp_path_factory.mktemp("plugin-example")
+
+
+@pytest.fixture(scope="module")
+def installed(work: Path) -> Cli:
     """``pip install`` the example (a copy, so no build/ lands in the checkout) into a private
     ``--target``; returns a runner of ``ptmkit ARGS...`` that sees it."""
-    work = tmp_path_factory.mktemp("plugin-example")
     source = shutil.copytree(EXAMPLE, work / "src", ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     site = work / "site"
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", "--target", str(site), str(source)]
@@ -62,6 +67,32 @@ def test_the_installed_example_is_listed_with_its_distribution_and_version(insta
     example = listed["example"]
     assert (example["distribution"], example["version"], example["families"], example["ok"]) == ("ptmkit-plugin-example", "0.1.0", ["tiny-encoder"], True)
     assert "bert" in listed["bert"]["families"]  # the built-in plugins are still there
+
+
+def test_the_example_passes_its_own_contract_tests(installed: Cli, work: Path, tmp_path: Path) -> None:
+    """The example's tests (those without the CLI fixtures, which the next test covers) in this
+    process, with the installed distribution on ``sys.path``: check_family among them."""
+    import importlib.util
+
+    from ptmkit.plugins import get_registry
+
+    sys.path.insert(0, str(work / "site"))
+    get_registry.cache_clear()
+    try:
+        spec = importlib.util.spec_from_file_location("example_tests", work / "src" / "tests" / "test_tiny_encoder.py")
+        assert spec is not None and spec.loader is not None
+        tests = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(tests)
+        tests.test_the_family_is_installed_and_matched_by_capability()
+        tests.test_config_validation_names_the_key()
+        tests.test_tokenizer_adds_cls_and_sep_as_pack_does()
+        tests.test_the_family_passes_check_family(tmp_path)
+        assert type(get_registry().family("tiny-encoder")).__module__ == "ptmkit_example"
+        assert str(work / "site") in sys.modules["ptmkit_example"].__file__
+    finally:
+        sys.path.remove(str(work / "site"))
+        sys.modules.pop("ptmkit_example", None)
+        get_registry.cache_clear()
 
 
 def test_the_installed_example_trains_finetunes_exports_and_predicts(installed: Cli, tmp_path: Path) -> None:
