@@ -51,6 +51,16 @@ def test_mkdocs_builds_strictly(tmp_path: Path) -> None:
     assert (tmp_path / "site" / "benchmarks" / "word2vec_vs_gensim" / "index.html").is_file()
     reference = (tmp_path / "site" / "reference" / "ptmkit-export" / "index.html").read_text(encoding="utf-8")
     assert "ptmkit_export.Predictor" in reference and "export_dir" in reference  # rendered from the docstring
+    import ptmkit.api
+
+    api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text(encoding="utf-8")
+    rendered = set(re.findall(r'id="ptmkit\.api\.(\w+)"', api))
+    assert rendered == set(ptmkit.api.__all__), f"reference/api.md: missing {sorted(set(ptmkit.api.__all__) - rendered)}, extra {sorted(rendered - set(ptmkit.api.__all__))}"
+    testing = (tmp_path / "site" / "reference" / "testing" / "index.html").read_text(encoding="utf-8")
+    assert {"check_family", "tiny_run", "ptmkit_cli"} <= set(re.findall(r'id="ptmkit\.testing\.(\w+)"', testing))
+    plugin_page = (tmp_path / "site" / "writing-a-plugin" / "index.html").read_text(encoding="utf-8")
+    titled = (ROOT / "docs" / "writing-a-plugin.md").read_text(encoding="utf-8").count(' title="examples/ptmkit-plugin-example/')
+    assert titled >= 3 and plugin_page.count('<span class="filename">examples/ptmkit-plugin-example/') == titled  # each block shows its file
 
 
 def test_every_command_has_a_page_with_every_flag() -> None:

@@ -160,9 +160,12 @@ def test_the_core_never_imports_the_plugins_or_its_own_public_surface() -> None:
 
 
 def test_plugins_import_only_the_published_surface() -> None:
+    """The built-in plugins (``plugins/``) and the example third-party one (``examples/``), their
+    tests included."""
     modules = _modules()
-    files = sorted((ROOT / "plugins").rglob("*.py"))
+    files = sorted([*(ROOT / "plugins").rglob("*.py"), *(ROOT / "examples").rglob("*.py")])
     assert any(f.parts[-2] == "ptmkit_bert" for f in files) and any(f.parts[-2] == "tests" for f in files)
+    assert any(f.parts[-2] == "ptmkit_example" for f in files) and any(f.name == "test_tiny_encoder.py" for f in files)
     offending, pending_used = [], set()
     for file in files:
         relative = file.relative_to(ROOT).as_posix()
