@@ -109,17 +109,8 @@ from ptmkit.contract import (
     capabilities,
 )
 from ptmkit.data.readers import is_labelled, read_corpus, read_labelled, read_multilabelled
-from ptmkit.data.vocabulary import (
-    EncodedCorpus,
-    Vocabulary,
-    build_vocabulary,
-    encode_corpus,
-    huffman_codes,
-    noise_table,
-)
 from ptmkit.errors import ConfigError, DataError, ExportError, PluginError, PtmkitError, RunDirError
 from ptmkit.io import atomic_path, atomic_save, atomic_write_json, atomic_write_text, staging_directory
-from ptmkit.objectives.word_prediction import OutputLayer, Subwords, WindowExamples
 from ptmkit.plugins import get_registry
 from ptmkit.rundir import (
     BACKBONE_WEIGHTS,
@@ -136,7 +127,9 @@ from ptmkit.rundir import (
 from ptmkit.training.finetune import macro_f1, top1_gold
 from ptmkit.training.pretrain import resolve_config
 from ptmkit.training.setup import quiet_tensorflow, seed_everything
-from ptmkit.training.wordvectors import (
+from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, WordVectors, load_matrix, save_matrix
+from ptmkit.wordvectors.family import WordVectorFamily
+from ptmkit.wordvectors.training import (
     EpochCheckpoints,
     SGDSchedule,
     auto_updates_per_call,
@@ -145,8 +138,15 @@ from ptmkit.training.wordvectors import (
     train_word_prediction,
     vocabulary_fingerprint,
 )
-from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, WordVectors, load_matrix, save_matrix
-from ptmkit.wordvectors.family import WordVectorFamily
+from ptmkit.wordvectors.vocabulary import (
+    EncodedCorpus,
+    Vocabulary,
+    build_vocabulary,
+    encode_corpus,
+    huffman_codes,
+    noise_table,
+)
+from ptmkit.wordvectors.word_prediction import OutputLayer, Subwords, WindowExamples
 
 if TYPE_CHECKING:
     from ptmkit.training.schedule import AdamW

@@ -13,7 +13,7 @@ from inplugins import in_tree_plugins, registered  # noqa: F401 - the fixture
 from tinyconfig import DATA
 
 from ptmkit.cli import main
-from ptmkit.training.wordvectors import EpochCheckpoints
+from ptmkit.wordvectors.training import EpochCheckpoints
 
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 SMALL = ["--set", "model.epochs=3", "--set", "model.min_count=2", "--set", "model.vector_size=16", "--set", "model.checkpoint_seconds=0"]

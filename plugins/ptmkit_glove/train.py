@@ -92,7 +92,7 @@ def train_glove(corpus: Path, run_dir: Path, config: GloVeConfig, console: Conso
     """Count co-occurrences and fit GloVe; write ``vocabulary.tsv`` and ``vectors.npy`` (``W + W~``).
 
     With ``config.checkpoint_seconds`` the parameters and AdaGrad's squared-gradient sums are
-    saved at epoch ends (:class:`ptmkit.training.wordvectors.EpochCheckpoints`); ``resume``
+    saved at epoch ends (:class:`ptmkit.wordvectors.training.EpochCheckpoints`); ``resume``
     continues from them and ends with the uninterrupted run's vectors (each epoch's shuffle
     is drawn from ``(seed, epoch)``).
 

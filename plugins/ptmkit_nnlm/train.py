@@ -112,7 +112,7 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
     lines (the corpus is read once more to count its lines first).
 
     With ``config.checkpoint_seconds`` the weights and Adam's state are saved at epoch ends
-    (:class:`ptmkit.training.wordvectors.EpochCheckpoints`); ``resume`` continues from them and
+    (:class:`ptmkit.wordvectors.training.EpochCheckpoints`); ``resume`` continues from them and
     ends with the uninterrupted run's weights (each epoch's order is drawn from ``(seed,
     epoch)``).
 

@@ -1,6 +1,6 @@
 """The training loop of word-prediction models (word2vec, fastText): epochs over the encoded
 corpus, sub-sampling, examples built in NumPy on a producer thread, a linearly decaying learning
-rate, and the sparse SGD step of :mod:`ptmkit.objectives.word_prediction`.
+rate, and the sparse SGD step of :mod:`ptmkit.wordvectors.word_prediction`.
 
 The corpus is read from its token file one chunk of whole sentences at a time, so memory does not
 grow with the corpus. The producer thread (NumPy: sub-sampling, windows, noise words) overlaps
@@ -21,8 +21,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ptmkit.data.vocabulary import EncodedCorpus, Vocabulary, keep_probabilities
-from ptmkit.objectives.word_prediction import (
+from ptmkit.rundir import EPOCH_CHECKPOINT_STATE, EPOCH_CHECKPOINTS
+from ptmkit.wordvectors.vocabulary import EncodedCorpus, Vocabulary, keep_probabilities
+from ptmkit.wordvectors.word_prediction import (
     Examples,
     OutputLayer,
     WordPredictionStep,
@@ -30,7 +31,6 @@ from ptmkit.objectives.word_prediction import (
     make_window_batch,
     slot_groups,
 )
-from ptmkit.rundir import EPOCH_CHECKPOINT_STATE, EPOCH_CHECKPOINTS
 
 ExampleMaker = Callable[[np.ndarray, np.ndarray, np.random.Generator], Examples]
 #: The run-directory folder of :class:`EpochCheckpoints` (word2vec and fastText runs).
@@ -45,7 +45,7 @@ def prepare_corpus(corpus: Path, run_dir: Path, min_count: int, max_vocab: int, 
         DataError: an empty corpus, blank lines only, or no word surviving ``min_count``.
     """
     from ptmkit.data.readers import read_corpus
-    from ptmkit.data.vocabulary import build_vocabulary, encode_corpus
+    from ptmkit.wordvectors.vocabulary import build_vocabulary, encode_corpus
 
     vocabulary = build_vocabulary(corpus, read_corpus(corpus), min_count, max_vocab, lowercase)
     console.print(
@@ -71,18 +71,18 @@ class SGDSchedule:
         seed: seeds initialisation, windows, sub-sampling and noise words.
         jit_compile: XLA-compile the step.
         hot_limit: a row updated more often in one batch gets ``hot_limit / n`` of each update
-            (:func:`ptmkit.objectives.word_prediction.make_batch`); 0 turns this off.
+            (:func:`ptmkit.wordvectors.word_prediction.make_batch`); 0 turns this off.
         windows: the examples are windows whose context rows are separate inputs sharing the
-            window's output items (:func:`ptmkit.objectives.word_prediction.make_window_batch`);
+            window's output items (:func:`ptmkit.wordvectors.word_prediction.make_window_batch`);
             ``batch_examples`` counts windows.
         window: the context window of window batches: their steps hold slot groups of widths
-            2, 4, .. ``2 x window`` (:func:`ptmkit.objectives.word_prediction.slot_groups`); 0:
+            2, 4, .. ``2 x window`` (:func:`ptmkit.wordvectors.word_prediction.slot_groups`); 0:
             one group as wide as a call's widest window.
         shared_negatives: examples with several targets (fastText's skip-gram windows) draw
             their noise words once, shared by their targets (:func:`make_batch`).
         updates_per_call: batches of ``batch_examples`` stacked into one call of the step,
             which updates with them one after the other (an XLA loop; see
-            :class:`ptmkit.objectives.word_prediction.WordPredictionStep`).
+            :class:`ptmkit.wordvectors.word_prediction.WordPredictionStep`).
     """
 
     epochs: int = 5
