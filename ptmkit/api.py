@@ -56,8 +56,9 @@ Word-vector toolkit (shared by the word2vec, fastText, GloVe and NNLM families)
     :func:`encode_corpus`, :class:`EncodedCorpus`, :func:`noise_table`, :func:`huffman_codes`),
     word-prediction objectives (:class:`OutputLayer`, :class:`WindowExamples`, :class:`Subwords`),
     their trainer (:func:`prepare_corpus`, :func:`train_word_prediction`, :class:`SGDSchedule`,
-    :func:`auto_updates_per_call`), resumable epochs (:class:`EpochCheckpoints`,
-    :func:`tokens_sha1`, :func:`vocabulary_fingerprint`) and the vector files a run holds
+    :func:`auto_updates_per_call`), resumable epochs (:class:`ResumableEpochs`, the epoch loop
+    every trainer shares; :func:`epoch_rng`, :class:`EpochCheckpoints`, :func:`tokens_sha1`,
+    :func:`vocabulary_fingerprint`) and the vector files a run holds
     (:class:`WordVectors`, :data:`VOCABULARY_FILE`, :data:`VECTORS_FILE`, :func:`save_matrix`,
     :func:`load_matrix`).
 
@@ -131,8 +132,10 @@ from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, WordVectors, load_
 from ptmkit.wordvectors.family import WordVectorFamily
 from ptmkit.wordvectors.training import (
     EpochCheckpoints,
+    ResumableEpochs,
     SGDSchedule,
     auto_updates_per_call,
+    epoch_rng,
     prepare_corpus,
     tokens_sha1,
     train_word_prediction,
@@ -234,6 +237,7 @@ __all__ = [
     "VOCABULARY_FILE",
     "EncodedCorpus",
     "EpochCheckpoints",
+    "ResumableEpochs",
     "OutputLayer",
     "SGDSchedule",
     "Subwords",
@@ -243,6 +247,7 @@ __all__ = [
     "auto_updates_per_call",
     "build_vocabulary",
     "encode_corpus",
+    "epoch_rng",
     "huffman_codes",
     "load_matrix",
     "noise_table",
