@@ -56,8 +56,9 @@ Word-vector toolkit (shared by the word2vec, fastText, GloVe and NNLM families)
     :func:`encode_corpus`, :class:`EncodedCorpus`, :func:`noise_table`, :func:`huffman_codes`),
     word-prediction objectives (:class:`OutputLayer`, :class:`WindowExamples`, :class:`Subwords`),
     their trainer (:func:`prepare_corpus`, :func:`train_word_prediction`, :class:`SGDSchedule`,
-    :func:`auto_updates_per_call`), resumable epochs (:class:`EpochCheckpoints`,
-    :func:`tokens_sha1`, :func:`vocabulary_fingerprint`) and the vector files a run holds
+    :func:`auto_updates_per_call`), resumable epochs (:class:`ResumableEpochs`, the epoch loop
+    every trainer shares; :func:`epoch_rng`, :class:`EpochCheckpoints`, :func:`tokens_sha1`,
+    :func:`vocabulary_fingerprint`) and the vector files a run holds
     (:class:`WordVectors`, :data:`VOCABULARY_FILE`, :data:`VECTORS_FILE`, :func:`save_matrix`,
     :func:`load_matrix`).
 
@@ -110,17 +111,8 @@ from ptmkit.contract import (
     capabilities,
 )
 from ptmkit.data.readers import is_labelled, read_corpus, read_labelled, read_multilabelled
-from ptmkit.data.vocabulary import (
-    EncodedCorpus,
-    Vocabulary,
-    build_vocabulary,
-    encode_corpus,
-    huffman_codes,
-    noise_table,
-)
 from ptmkit.errors import ConfigError, DataError, ExportError, PluginError, PtmkitError, RunDirError
 from ptmkit.io import atomic_path, atomic_save, atomic_write_json, atomic_write_text, staging_directory
-from ptmkit.objectives.word_prediction import OutputLayer, Subwords, WindowExamples
 from ptmkit.plugins import get_registry
 from ptmkit.rundir import (
     BACKBONE_WEIGHTS,
@@ -137,17 +129,28 @@ from ptmkit.rundir import (
 from ptmkit.training.finetune import macro_f1, top1_gold
 from ptmkit.training.pretrain import resolve_config
 from ptmkit.training.setup import quiet_tensorflow, seed_everything
-from ptmkit.training.wordvectors import (
+from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, WordVectors, load_matrix, save_matrix
+from ptmkit.wordvectors.family import WordVectorFamily
+from ptmkit.wordvectors.training import (
     EpochCheckpoints,
+    ResumableEpochs,
     SGDSchedule,
     auto_updates_per_call,
+    epoch_rng,
     prepare_corpus,
     tokens_sha1,
     train_word_prediction,
     vocabulary_fingerprint,
 )
-from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, WordVectors, load_matrix, save_matrix
-from ptmkit.wordvectors.family import WordVectorFamily
+from ptmkit.wordvectors.vocabulary import (
+    EncodedCorpus,
+    Vocabulary,
+    build_vocabulary,
+    encode_corpus,
+    huffman_codes,
+    noise_table,
+)
+from ptmkit.wordvectors.word_prediction import OutputLayer, Subwords, WindowExamples
 
 if TYPE_CHECKING:
     from ptmkit.training.schedule import AdamW
@@ -236,6 +239,7 @@ __all__ = [
     "VOCABULARY_FILE",
     "EncodedCorpus",
     "EpochCheckpoints",
+    "ResumableEpochs",
     "OutputLayer",
     "SGDSchedule",
     "Subwords",
@@ -245,6 +249,7 @@ __all__ = [
     "auto_updates_per_call",
     "build_vocabulary",
     "encode_corpus",
+    "epoch_rng",
     "huffman_codes",
     "load_matrix",
     "noise_table",

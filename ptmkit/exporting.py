@@ -297,7 +297,7 @@ def export_run(
     with ``ptmkit import-hf``) exports sentence ``embeddings`` with the run's pooling
     (:mod:`ptmkit.embedding`). A run of a family providing
     :class:`~ptmkit.contract.ClassifiesRows` (a bag-of-rows classifier) goes to
-    :func:`ptmkit.row_export.export_row_classifier` (fp32 only).
+    :func:`ptmkit.wordvectors.row_export.export_row_classifier` (fp32 only).
 
     Args:
         run_dir: a run directory.
@@ -345,7 +345,7 @@ def export_run(
                 f"{run.path}: {', '.join(given)}: a {family.name} run is a bag-of-rows classifier (a row gather, a mean, one matrix "
                 "product) and is exported as fp32 ONNX only; drop the option"
             )
-        from ptmkit.row_export import export_row_classifier
+        from ptmkit.wordvectors.row_export import export_row_classifier
 
         return export_row_classifier(family.load_row_classifier(run.path), run.path, family.name, out, dev, console)
     task_manifest: dict[str, Any]

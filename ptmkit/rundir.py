@@ -13,7 +13,7 @@ Layout::
       metrics.json         measured numbers of the run
       checkpoints/         ckpt-STEP.npz + latest.json: model and optimizer state for --resume
       checkpoint/          state-EPOCH.npz + state.json: a self-training family's epoch
-                           checkpoint (ptmkit.training.wordvectors.EpochCheckpoints)
+                           checkpoint (ptmkit.wordvectors.training.EpochCheckpoints)
       logs/                TensorBoard event files
       tokens/              the tokenized corpus (pre-training)
 

@@ -10,7 +10,8 @@ import pytest
 from tinyconfig import DATA
 
 from ptmkit.data.readers import read_corpus
-from ptmkit.data.vocabulary import (
+from ptmkit.errors import DataError
+from ptmkit.wordvectors.vocabulary import (
     build_vocabulary,
     encode_corpus,
     huffman_codes,
@@ -18,7 +19,6 @@ from ptmkit.data.vocabulary import (
     load_token_file,
     noise_table,
 )
-from ptmkit.errors import DataError
 
 gensim = pytest.importorskip("gensim")
 
@@ -118,7 +118,7 @@ def test_unusable_corpora_get_one_line_errors(tmp_path: Path, text: str, expecte
 def test_dynamic_window_weights_near_words_as_word2vec() -> None:
     """word2vec.c / gensim: each center sees ``window - b`` words per side, ``b`` uniform in
     ``0 .. window-1``; so a word at distance ``d`` is a context with probability ``(window - d + 1) / window``."""
-    from ptmkit.objectives.word_prediction import window_pairs
+    from ptmkit.wordvectors.word_prediction import window_pairs
 
     window, size = 5, 200_000
     sentence = np.repeat(np.arange(4), size // 4)  # four long sentences: no pair crosses them

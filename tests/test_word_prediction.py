@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ptmkit.data.vocabulary import huffman_codes, noise_table
-from ptmkit.objectives.word_prediction import (
+from ptmkit.wordvectors.vocabulary import huffman_codes, noise_table
+from ptmkit.wordvectors.word_prediction import (
     MAX_EXP,
     Examples,
     OutputLayer,
@@ -267,9 +267,9 @@ def test_skipgram_learns_planted_cooccurrences(tmp_path, windows: bool) -> None:
     filler words: trained with window batches (shared noise words) or pair batches, each x_i's
     nearest word (cosine of the input vectors) is y_i."""
     from ptmkit.data.readers import read_corpus
-    from ptmkit.data.vocabulary import build_vocabulary, encode_corpus
-    from ptmkit.objectives.word_prediction import cbow_examples, skipgram_examples
-    from ptmkit.training.wordvectors import SGDSchedule, train_word_prediction
+    from ptmkit.wordvectors.training import SGDSchedule, train_word_prediction
+    from ptmkit.wordvectors.vocabulary import build_vocabulary, encode_corpus
+    from ptmkit.wordvectors.word_prediction import cbow_examples, skipgram_examples
 
     rng = np.random.default_rng(0)
     lines = []

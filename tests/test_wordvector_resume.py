@@ -13,7 +13,7 @@ from inplugins import in_tree_plugins, registered  # noqa: F401 - the fixture
 from tinyconfig import DATA
 
 from ptmkit.cli import main
-from ptmkit.training.wordvectors import EpochCheckpoints
+from ptmkit.wordvectors.training import EpochCheckpoints
 
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 SMALL = ["--set", "model.epochs=3", "--set", "model.min_count=2", "--set", "model.vector_size=16", "--set", "model.checkpoint_seconds=0"]
@@ -110,3 +110,37 @@ def test_a_checkpoint_of_another_corpus_or_none_is_refused(corpus: Path, tmp_pat
         assert "nothing to resume" in capsys.readouterr().err
         assert main(["train", "fasttext-supervised", "--corpus", str(corpus), "--out", str(tmp_path / "n"), "--resume"]) == 2
         assert "the fasttext-supervised family trains in one pass without checkpoints; drop --resume" in capsys.readouterr().err
+
+
+def test_the_shared_epoch_loop_saves_between_epochs_and_resumes_where_it_stopped(tmp_path: Path) -> None:
+    """``ResumableEpochs`` on a toy trainer (a running sum of each epoch's draws): saves after
+    epochs 1 .. E-1 (never after the last), and a loop resumed from epoch 2's state draws what
+    the uninterrupted one drew and ends with its sum, bit for bit."""
+    from ptmkit.wordvectors.training import ResumableEpochs
+
+    def train(checkpoints: EpochCheckpoints, stop_after: int | None = None) -> tuple[np.ndarray, list[int], ResumableEpochs]:
+        loop = ResumableEpochs(4, 7, checkpoints, lambda: {"corpus": "toy", "shape": (3,)})
+        params = {"total": np.zeros(3)}
+        state = loop.resume({"total": (3,)}, {"total": np.float64})
+        if state is not None:
+            params["total"] = state["total"].copy()
+        saved: list[int] = []
+        loop.start()
+        for epoch in loop.run(lambda: {"total": params["total"].copy()}):
+            params["total"] += loop.rng(epoch).random(3)
+            if checkpoints.exists:
+                saved.append(json.loads((checkpoints.directory / "state.json").read_text())["epochs_done"])
+            if epoch + 1 == stop_after:
+                break
+        return params["total"], saved, loop
+
+    whole, _, loop = train(EpochCheckpoints(tmp_path / "whole", every_seconds=0))
+    assert sorted(p.name for p in (tmp_path / "whole").iterdir()) == ["state-3.npz", "state.json"]  # epochs 1, 2, 3 saved; not 4
+    assert loop.stats()["checkpoint_seconds"] >= 0 and "resumed_after_epoch" not in loop.stats()
+    _, saved, _ = train(EpochCheckpoints(tmp_path / "cut", every_seconds=0), stop_after=3)  # stopped inside epoch 3, after epoch 2's save
+    assert saved == [1, 2]
+    resumed, _, loop = train(EpochCheckpoints(tmp_path / "cut", every_seconds=0, resume=True))
+    assert loop.start_epoch == 2 and loop.stats()["resumed_after_epoch"] == 2
+    np.testing.assert_array_equal(resumed, whole)
+    expected = sum(np.random.default_rng([7, epoch]).random(3) for epoch in range(4))
+    np.testing.assert_array_equal(whole, expected)

@@ -12,7 +12,6 @@ batches (gather, scatter-add; XLA), all records of a batch from the same paramet
 from __future__ import annotations
 
 import dataclasses
-import functools
 import shutil
 import time
 from pathlib import Path
@@ -92,7 +91,7 @@ def train_glove(corpus: Path, run_dir: Path, config: GloVeConfig, console: Conso
     """Count co-occurrences and fit GloVe; write ``vocabulary.tsv`` and ``vectors.npy`` (``W + W~``).
 
     With ``config.checkpoint_seconds`` the parameters and AdaGrad's squared-gradient sums are
-    saved at epoch ends (:class:`ptmkit.training.wordvectors.EpochCheckpoints`); ``resume``
+    saved at epoch ends (:class:`ptmkit.wordvectors.training.EpochCheckpoints`); ``resume``
     continues from them and ends with the uninterrupted run's vectors (each epoch's shuffle
     is drawn from ``(seed, epoch)``).
 
@@ -100,7 +99,7 @@ def train_glove(corpus: Path, run_dir: Path, config: GloVeConfig, console: Conso
         DataError: an empty corpus, blank lines only, or no word surviving ``min_count``.
         RunDirError: ``resume`` without a usable checkpoint of this run.
     """
-    from ptmkit.api import EpochCheckpoints, quiet_tensorflow
+    from ptmkit.api import EpochCheckpoints, ResumableEpochs, quiet_tensorflow
 
     quiet_tensorflow()
     vocabulary = build_vocabulary(corpus, read_corpus(corpus), config.min_count, config.max_vocab, config.lowercase)
@@ -116,27 +115,19 @@ def train_glove(corpus: Path, run_dir: Path, config: GloVeConfig, console: Conso
     step = AdaGradStep(len(vocabulary), config.vector_size, np.random.default_rng(config.seed), config.x_max, config.alpha, config.learning_rate, config.jit_compile)
     checkpoints = EpochCheckpoints.of_run(run_dir, config.checkpoint_seconds, resume)
     shape = tuple(step.params.shape)
-    fingerprint = functools.cache(lambda: _fingerprint(vocabulary.counts, x, config))
-    start_epoch, seconds_before = 0, 0.0
-    if resume:
-        start_epoch, state, seconds_before = checkpoints.load(fingerprint(), {"params": shape, "gradsq": shape})
+    epochs = ResumableEpochs(config.epochs, config.seed, checkpoints, lambda: _fingerprint(vocabulary.counts, x, config), console.print)
+    state = epochs.resume({"params": shape, "gradsq": shape})
+    if state is not None:
         step.params.assign(state["params"])
         step.gradsq.assign(state["gradsq"])
-        console.print(f"resuming after epoch {start_epoch}/{config.epochs} from {checkpoints.directory}")
     batch = config.batch_size
     records = len(x)
     padded = -(-records // batch) * batch
     values = x.values.astype(np.float32)
-    started = last_save = time.perf_counter()
-    saving, cost = 0.0, 0.0
-    for epoch in range(start_epoch, config.epochs):
-        if epoch > start_epoch and checkpoints.due(last_save):
-            begin = time.perf_counter()
-            state = {"params": np.asarray(step.params.numpy()), "gradsq": np.asarray(step.gradsq.numpy())}
-            checkpoints.save(epoch, state, seconds_before + begin - started - saving, fingerprint())
-            last_save = time.perf_counter()
-            saving += last_save - begin
-        order = np.random.default_rng([config.seed, epoch]).permutation(padded)  # indices >= records are padding (weight 0)
+    cost = 0.0
+    epochs.start()
+    for epoch in epochs.run(lambda: {"params": np.asarray(step.params.numpy()), "gradsq": np.asarray(step.gradsq.numpy())}):
+        order = epochs.rng(epoch).permutation(padded)  # indices >= records are padding (weight 0)
         cost = 0.0
         for start in range(0, padded, batch):
             index = order[start : start + batch]
@@ -144,7 +135,7 @@ def train_glove(corpus: Path, run_dir: Path, config: GloVeConfig, console: Conso
             take = np.where(real, index, 0)
             cost += step(x.rows[take], x.cols[take], values[take], real.astype(np.float32))
         console.print(f"epoch {epoch + 1}/{config.epochs}: cost {cost / records:.4f}")
-    seconds = time.perf_counter() - started - saving
+    seconds = epochs.seconds()
     vocabulary.save(run_dir / VOCABULARY_FILE)
     save_matrix(run_dir / VECTORS_FILE, step.word_vectors())
     shutil.rmtree(tokens_dir, ignore_errors=True)
@@ -158,13 +149,10 @@ def train_glove(corpus: Path, run_dir: Path, config: GloVeConfig, console: Conso
         "cooccurrence_records": records,
         "count_seconds": round(count_seconds, 2),
         "train_seconds": round(seconds, 2),
-        "records_per_second": round(records * (config.epochs - start_epoch) / max(seconds, 1e-9), 1),
+        "records_per_second": round(records * (config.epochs - epochs.start_epoch) / max(seconds, 1e-9), 1),
         "final_cost": round(cost / max(records, 1), 6),
-        "checkpoint_seconds": round(saving, 2),
+        **epochs.stats(seconds),
     }
-    if start_epoch:
-        metrics["resumed_after_epoch"] = start_epoch
-        metrics["train_seconds_all_sessions"] = round(seconds_before + seconds, 2)
     return metrics
 
 

@@ -1,16 +1,15 @@
 """NNLM training: vocabulary (of the training lines) with ``<unk>``, ``<s>`` (context padding)
 and ``</s>`` (end of line, predicted like a word), n-grams streamed from the encoded corpus in
-shuffled blocks, Keras ``fit`` with sparse cross-entropy, epoch checkpoints for ``--resume``, and
+shuffled blocks, Keras ``train_on_batch`` with sparse cross-entropy through the shared epoch loop
+(:class:`ptmkit.api.ResumableEpochs`: epoch checkpoints for ``--resume``), and
 held-out perplexity on the last ``heldout_lines`` non-blank lines.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,54 +45,20 @@ def ngrams(tokens: EncodedCorpus, positions: np.ndarray, context: int, start_id:
     return contexts, ids[positions].astype(np.int32)
 
 
-def _dataset(tokens: EncodedCorpus, first: int, last: int, config: NNLMConfig, start_id: int, epoch_seed: int, epoch: int = 0) -> Any:
-    import keras
-
-    count = last - first
+def _batches(tokens: EncodedCorpus, first: int, last: int, config: NNLMConfig, start_id: int, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """One epoch's ``(contexts, targets)`` batches (:func:`ngrams`) of token positions ``first ..
+    last - 1``: blocks of ``BLOCK`` consecutive positions in a random order, each shuffled inside,
+    all drawn from ``rng`` (the epoch's, :meth:`ResumableEpochs.rng`); memory stays one block."""
     batch = config.batch_size
-
-    class NGrams(keras.utils.PyDataset):
-        def __init__(self) -> None:
-            super().__init__(workers=1, use_multiprocessing=False)
-            self.epoch = epoch  # a resumed run's first epoch draws that epoch's order
-            self._order()
-
-        def _order(self) -> None:
-            # Blocks of BLOCK consecutive positions in a random order, each shuffled inside.
-            rng = np.random.default_rng((epoch_seed, self.epoch))
-            self.rng = rng
-            self.blocks = rng.permutation(-(-count // BLOCK))
-            sizes = np.minimum(BLOCK, count - self.blocks * BLOCK)
-            self.starts = np.concatenate([[0], np.cumsum(sizes)])
-            self.cache: dict[int, np.ndarray] = {}
-
-        def __len__(self) -> int:
-            return -(-count // batch)
-
-        def __getitem__(self, index: int) -> Any:
-            positions = self._positions(index * batch, min((index + 1) * batch, count))
-            return ngrams(tokens, positions, config.context, start_id)
-
-        def _positions(self, lo: int, hi: int) -> np.ndarray:
-            out = []
-            while lo < hi:
-                logical = int(np.searchsorted(self.starts, lo, side="right")) - 1
-                if logical not in self.cache:
-                    self.cache = {}  # batches walk the blocks in order: one block cached at a time
-                    start = first + int(self.blocks[logical]) * BLOCK
-                    self.cache[logical] = self.rng.permutation(np.arange(start, min(start + BLOCK, last)))
-                members = self.cache[logical]
-                within = lo - int(self.starts[logical])
-                take = min(hi - lo, len(members) - within)
-                out.append(members[within : within + take])
-                lo += take
-            return np.concatenate(out)
-
-        def on_epoch_end(self) -> None:
-            self.epoch += 1
-            self._order()
-
-    return NGrams()
+    pending = np.empty(0, np.int64)
+    for block in rng.permutation(-(-(last - first) // BLOCK)):
+        start = first + int(block) * BLOCK
+        pending = np.concatenate([pending, rng.permutation(np.arange(start, min(start + BLOCK, last)))])
+        while len(pending) >= batch:
+            yield ngrams(tokens, pending[:batch], config.context, start_id)
+            pending = pending[batch:]
+    if len(pending):
+        yield ngrams(tokens, pending, config.context, start_id)
 
 
 def _first_lines(texts: Iterator[str], count: int) -> Iterator[str]:
@@ -112,7 +77,7 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
     lines (the corpus is read once more to count its lines first).
 
     With ``config.checkpoint_seconds`` the weights and Adam's state are saved at epoch ends
-    (:class:`ptmkit.training.wordvectors.EpochCheckpoints`); ``resume`` continues from them and
+    (:class:`ptmkit.wordvectors.training.EpochCheckpoints`); ``resume`` continues from them and
     ends with the uninterrupted run's weights (each epoch's order is drawn from ``(seed,
     epoch)``).
 
@@ -158,54 +123,37 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
     )
-    from ptmkit.api import EpochCheckpoints, tokens_sha1
+    from ptmkit.api import EpochCheckpoints, ResumableEpochs, tokens_sha1
 
-    checkpoints = EpochCheckpoints.of_run(run_dir, config.checkpoint_seconds, resume)
     model.optimizer.build(model.trainable_variables)
     variables = {f"weight_{i}": v for i, v in enumerate(model.weights)} | {f"optimizer_{i}": v for i, v in enumerate(model.optimizer.variables)}
     settings = {k: v for k, v in dataclasses.asdict(config).items() if k != "checkpoint_seconds"}
-    fingerprint = {"vocabulary": len(words), "tokens_sha1": tokens_sha1(tokens), "config": settings}
-    start_epoch, seconds_before = 0, 0.0
-    if resume:
-        shapes = {name: tuple(v.shape) for name, v in variables.items()}
-        dtypes = {name: np.dtype(v.dtype) for name, v in variables.items()}
-        start_epoch, state, seconds_before = checkpoints.load(json.loads(json.dumps(fingerprint)), shapes, dtypes)
+    checkpoints = EpochCheckpoints.of_run(run_dir, config.checkpoint_seconds, resume)
+    fingerprint = lambda: {"vocabulary": len(words), "tokens_sha1": tokens_sha1(tokens), "config": settings}  # noqa: E731
+    epochs = ResumableEpochs(config.epochs, config.seed, checkpoints, fingerprint, console.print)
+    state = epochs.resume({name: tuple(v.shape) for name, v in variables.items()}, {name: np.dtype(v.dtype) for name, v in variables.items()})
+    if state is not None:
         for name, variable in variables.items():
             variable.assign(state[name])
-        console.print(f"resuming after epoch {start_epoch}/{config.epochs} from {checkpoints.directory}")
-
-    started = time.perf_counter()
-
-    class SaveAtEpochEnd(keras.callbacks.Callback):
-        """Epoch checkpoints, every ``checkpoint_seconds`` (not after the last epoch)."""
-
-        last_save, saving = started, 0.0
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            console.print(f"epoch {epoch + 1}/{config.epochs}: loss {logs['loss']:.4f} (training perplexity {math.exp(logs['loss']):.1f})")
-            if epoch + 1 < config.epochs and checkpoints.due(self.last_save):
-                begin = time.perf_counter()
-                state = {name: np.asarray(v.numpy()) for name, v in variables.items()}
-                checkpoints.save(epoch + 1, state, seconds_before + begin - started - self.saving, fingerprint)
-                self.last_save = time.perf_counter()
-                self.saving += self.last_save - begin
-
-    saver = SaveAtEpochEnd()
-    data = _dataset(tokens, 0, split, config, start_id, config.seed, start_epoch)
-    history = model.fit(data, epochs=config.epochs, initial_epoch=start_epoch, shuffle=False, verbose=0, callbacks=[saver])
-    seconds = time.perf_counter() - started - saver.saving
+    loss = math.nan
+    epochs.start()
+    for epoch in epochs.run(lambda: {name: np.asarray(v.numpy()) for name, v in variables.items()}):
+        total, seen = 0.0, 0
+        for x, y in _batches(tokens, 0, split, config, start_id, epochs.rng(epoch)):
+            total += model.train_on_batch(x, y, return_dict=True)["loss"] * len(y)  # the batch's mean loss
+            seen += len(y)
+        loss = total / max(seen, 1)
+        console.print(f"epoch {epoch + 1}/{config.epochs}: loss {loss:.4f} (training perplexity {math.exp(loss):.1f})")
+    seconds = epochs.seconds()
     metrics: dict[str, Any] = {
         "vocabulary_size": len(words),
         "tokens": counted.tokens_seen,
         "training_targets": split,
-        "final_train_loss": round(float(history.history["loss"][-1]), 4),
+        "final_train_loss": round(loss, 4),
         "parameters": int(model.count_params()),
         "train_seconds": round(seconds, 2),
-        "checkpoint_seconds": round(saver.saving, 2),
+        **epochs.stats(seconds),
     }
-    if start_epoch:
-        metrics["resumed_after_epoch"] = start_epoch
-        metrics["train_seconds_all_sessions"] = round(seconds_before + seconds, 2)
     if split < len(tokens.ids):
         positions = np.arange(split, len(tokens.ids))
         x, y = ngrams(tokens, positions, config.context, start_id)

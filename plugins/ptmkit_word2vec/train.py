@@ -2,7 +2,7 @@
 and/or hierarchical softmax through ptmkit's shared word-prediction objective.
 
 Reference implementation: word2vec.c (Mikolov et al. 2013), as gensim 4.4 reproduces it; the
-differences are listed in :mod:`ptmkit.objectives.word_prediction` (mini-batch instead of Hogwild
+differences are listed in :mod:`ptmkit.wordvectors.word_prediction` (mini-batch instead of Hogwild
 updates).
 """
 

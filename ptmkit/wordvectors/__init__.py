@@ -119,8 +119,8 @@ def load_matrix(path: str | os.PathLike[str], rows: int | None = None) -> np.nda
 
 def load_run_vectors(run_dir: str | os.PathLike[str]) -> WordVectors:
     """The vectors of a run that stores ``vocabulary.tsv`` and ``vectors.npy`` (one row per word)."""
-    from ptmkit.data.vocabulary import Vocabulary
     from ptmkit.errors import RunDirError
+    from ptmkit.wordvectors.vocabulary import Vocabulary
 
     run_dir = Path(run_dir)
     if not (run_dir / VOCABULARY_FILE).exists():

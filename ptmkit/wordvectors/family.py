@@ -34,7 +34,8 @@ class WordVectorFamily(ModelFamily):
 
     def has_checkpoint(self, run_dir: Path) -> bool:
         """Whether ``run_dir`` holds an epoch checkpoint
-        (:class:`ptmkit.training.wordvectors.EpochCheckpoints`, where the in-tree families save theirs)."""
+        (:class:`ptmkit.wordvectors.training.EpochCheckpoints`, where the in-tree families save theirs
+        through :class:`ptmkit.wordvectors.training.ResumableEpochs`)."""
         from ptmkit.rundir import has_epoch_checkpoint
 
         return has_epoch_checkpoint(run_dir)

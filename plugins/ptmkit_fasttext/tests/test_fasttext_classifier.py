@@ -243,8 +243,8 @@ def test_finetune_from_word2vec_vectors_and_wrong_heads(labelled: dict[str, Path
 def test_a_large_matrix_goes_to_external_data(supervised: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Matrices over 1 GiB (fastText's 2M buckets at dim 300) are written beside the graph, as
     ONNX external data; the export still equals Keras and predicts."""
-    from ptmkit import row_export
     from ptmkit.api import get_registry
+    from ptmkit.wordvectors import row_export
     from ptmkit_export import Predictor
 
     monkeypatch.setattr(row_export, "EXTERNAL_DATA_BYTES", 0)

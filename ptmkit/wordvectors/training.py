@@ -1,6 +1,6 @@
 """The training loop of word-prediction models (word2vec, fastText): epochs over the encoded
 corpus, sub-sampling, examples built in NumPy on a producer thread, a linearly decaying learning
-rate, and the sparse SGD step of :mod:`ptmkit.objectives.word_prediction`.
+rate, and the sparse SGD step of :mod:`ptmkit.wordvectors.word_prediction`.
 
 The corpus is read from its token file one chunk of whole sentences at a time, so memory does not
 grow with the corpus. The producer thread (NumPy: sub-sampling, windows, noise words) overlaps
@@ -21,8 +21,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ptmkit.data.vocabulary import EncodedCorpus, Vocabulary, keep_probabilities
-from ptmkit.objectives.word_prediction import (
+from ptmkit.rundir import EPOCH_CHECKPOINT_STATE, EPOCH_CHECKPOINTS
+from ptmkit.wordvectors.vocabulary import EncodedCorpus, Vocabulary, keep_probabilities
+from ptmkit.wordvectors.word_prediction import (
     Examples,
     OutputLayer,
     WordPredictionStep,
@@ -30,7 +31,6 @@ from ptmkit.objectives.word_prediction import (
     make_window_batch,
     slot_groups,
 )
-from ptmkit.rundir import EPOCH_CHECKPOINT_STATE, EPOCH_CHECKPOINTS
 
 ExampleMaker = Callable[[np.ndarray, np.ndarray, np.random.Generator], Examples]
 #: The run-directory folder of :class:`EpochCheckpoints` (word2vec and fastText runs).
@@ -45,7 +45,7 @@ def prepare_corpus(corpus: Path, run_dir: Path, min_count: int, max_vocab: int, 
         DataError: an empty corpus, blank lines only, or no word surviving ``min_count``.
     """
     from ptmkit.data.readers import read_corpus
-    from ptmkit.data.vocabulary import build_vocabulary, encode_corpus
+    from ptmkit.wordvectors.vocabulary import build_vocabulary, encode_corpus
 
     vocabulary = build_vocabulary(corpus, read_corpus(corpus), min_count, max_vocab, lowercase)
     console.print(
@@ -71,18 +71,18 @@ class SGDSchedule:
         seed: seeds initialisation, windows, sub-sampling and noise words.
         jit_compile: XLA-compile the step.
         hot_limit: a row updated more often in one batch gets ``hot_limit / n`` of each update
-            (:func:`ptmkit.objectives.word_prediction.make_batch`); 0 turns this off.
+            (:func:`ptmkit.wordvectors.word_prediction.make_batch`); 0 turns this off.
         windows: the examples are windows whose context rows are separate inputs sharing the
-            window's output items (:func:`ptmkit.objectives.word_prediction.make_window_batch`);
+            window's output items (:func:`ptmkit.wordvectors.word_prediction.make_window_batch`);
             ``batch_examples`` counts windows.
         window: the context window of window batches: their steps hold slot groups of widths
-            2, 4, .. ``2 x window`` (:func:`ptmkit.objectives.word_prediction.slot_groups`); 0:
+            2, 4, .. ``2 x window`` (:func:`ptmkit.wordvectors.word_prediction.slot_groups`); 0:
             one group as wide as a call's widest window.
         shared_negatives: examples with several targets (fastText's skip-gram windows) draw
             their noise words once, shared by their targets (:func:`make_batch`).
         updates_per_call: batches of ``batch_examples`` stacked into one call of the step,
             which updates with them one after the other (an XLA loop; see
-            :class:`ptmkit.objectives.word_prediction.WordPredictionStep`).
+            :class:`ptmkit.wordvectors.word_prediction.WordPredictionStep`).
     """
 
     epochs: int = 5
@@ -168,7 +168,7 @@ def _calls(tokens: EncodedCorpus, counts: np.ndarray, make: ExampleMaker, output
         buffered = len(examples) - start
 
     for epoch in range(start_epoch, schedule.epochs):
-        rng = np.random.default_rng([schedule.seed, epoch])
+        rng = epoch_rng(schedule.seed, epoch)
         for ids, sentence in tokens.chunks(schedule.chunk_tokens):
             kept = rng.random(len(ids)) < keep[ids]
             examples = make(ids[kept], sentence[kept], rng)
@@ -323,6 +323,116 @@ class EpochCheckpoints:
         return time.perf_counter() - last_save >= self.every_seconds
 
 
+def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
+    """Epoch ``epoch``'s random generator, seeded with ``(seed, epoch)``: a resumed run draws
+    what the uninterrupted run drew in that epoch."""
+    return np.random.default_rng([seed, epoch])
+
+
+class ResumableEpochs:
+    """The epoch loop that the word2vec, fastText, GloVe and NNLM trainers share: resume from an
+    epoch checkpoint, each epoch's random draws from ``(seed, epoch)``, save at epoch ends every
+    ``checkpoint_seconds``, and the training seconds without the saving.
+
+    A resumed run equals the uninterrupted one bit for bit when everything random in epoch ``E``
+    is drawn from :meth:`rng` ``(E)`` and the saved ``state`` is all that changes between epochs
+    (test: ``tests/test_wordvector_resume.py``).
+
+    Args:
+        epochs: the run's epochs.
+        seed: the run's seed.
+        checkpoints: where to save (and, with ``checkpoints.resume``, resume from); None: never.
+        fingerprint: what must not change between a checkpoint and its resumption (the corpus,
+            vocabulary, sizes, settings; JSON-able); called at most once, when a checkpoint is
+            read or written (it may hash the corpus).
+        report: called with the ``resuming after epoch ...`` line.
+
+    Use::
+
+        epochs = ResumableEpochs(config.epochs, config.seed, checkpoints, fingerprint, print)
+        state = epochs.resume({"params": shape})  # None unless resuming; assign it to the model
+        epochs.start()
+        for epoch in epochs.run(lambda: {"params": params.numpy()}):
+            order = epochs.rng(epoch).permutation(n)  # the epoch's draws
+            ...  # train the epoch; the state is saved after it when due (never after the last)
+        metrics = {"train_seconds": round(epochs.seconds(), 2), **epochs.stats()}
+
+    A trainer whose epochs arrive as a stream calls :meth:`end_epoch` itself instead of :meth:`run`.
+    """
+
+    def __init__(
+        self,
+        epochs: int,
+        seed: int,
+        checkpoints: EpochCheckpoints | None,
+        fingerprint: Callable[[], dict[str, Any]],
+        report: Callable[[str], Any] | None = None,
+    ) -> None:
+        import json
+
+        self.epochs, self.seed, self.checkpoints, self.report = epochs, seed, checkpoints, report
+        # A JSON round trip: tuples become lists, as in the saved ``state.json`` they are compared with.
+        self.fingerprint = functools.cache(lambda: json.loads(json.dumps(fingerprint())))
+        self.start_epoch, self.seconds_before = 0, 0.0
+        self.saving = 0.0
+        self.started = self._last_save = time.perf_counter()
+
+    def resume(self, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, Any] | None = None) -> dict[str, np.ndarray] | None:
+        """The saved arrays named in ``shapes`` when resuming (and sets :attr:`start_epoch`);
+        None for a fresh run.
+
+        Raises:
+            RunDirError: no usable checkpoint of this run (:meth:`EpochCheckpoints.load`).
+        """
+        if self.checkpoints is None or not self.checkpoints.resume:
+            return None
+        self.start_epoch, state, self.seconds_before = self.checkpoints.load(self.fingerprint(), shapes, dtypes)
+        if self.report is not None:
+            self.report(f"resuming after epoch {self.start_epoch}/{self.epochs} from {self.checkpoints.directory}")
+        return state
+
+    def rng(self, epoch: int) -> np.random.Generator:
+        """Epoch ``epoch``'s random generator, seeded with ``(seed, epoch)``."""
+        return epoch_rng(self.seed, epoch)
+
+    def start(self) -> None:
+        """Start the training clock (and the time since the last save)."""
+        self.started = self._last_save = time.perf_counter()
+        self.saving = 0.0
+
+    def run(self, state: Callable[[], dict[str, np.ndarray]]) -> Iterator[int]:
+        """The epochs left, ``start_epoch .. epochs - 1``; after each, :meth:`end_epoch`."""
+        for epoch in range(self.start_epoch, self.epochs):
+            yield epoch
+            self.end_epoch(epoch + 1, state)
+
+    def end_epoch(self, epochs_done: int, state: Callable[[], dict[str, np.ndarray]]) -> None:
+        """Save ``state()`` (named arrays) after ``epochs_done`` epochs when a save is due
+        (``checkpoint_seconds`` since the last one); never after the last epoch."""
+        if self.checkpoints is None or epochs_done >= self.epochs or not self.checkpoints.due(self._last_save):
+            return
+        begin = time.perf_counter()
+        self.checkpoints.save(epochs_done, state(), self.seconds_before + begin - self.started - self.saving, self.fingerprint())
+        self._last_save = time.perf_counter()
+        self.saving += self._last_save - begin
+
+    def seconds(self) -> float:
+        """Seconds trained in this process since :meth:`start`, saving excluded."""
+        return time.perf_counter() - self.started - self.saving
+
+    def stats(self, seconds: float | None = None) -> dict[str, Any]:
+        """``checkpoint_seconds`` (with checkpoints) and, when resumed, ``resumed_after_epoch``
+        and ``train_seconds_all_sessions`` (``seconds``: this process's, default :meth:`seconds`)."""
+        seconds = self.seconds() if seconds is None else seconds
+        stats: dict[str, Any] = {}
+        if self.start_epoch:
+            stats["resumed_after_epoch"] = self.start_epoch
+            stats["train_seconds_all_sessions"] = round(self.seconds_before + seconds, 2)
+        if self.checkpoints is not None:
+            stats["checkpoint_seconds"] = round(self.saving, 2)
+        return stats
+
+
 def vocabulary_fingerprint(counts: np.ndarray) -> dict[str, Any]:
     """The vocabulary's part of a checkpoint fingerprint: its size and a hash of its counts
     (min_count and the words' frequencies)."""
@@ -397,19 +507,17 @@ def train_word_prediction(
     """
     _one_thread_per_step()
     # Hashing the corpus is a pass over it: done only when a checkpoint is read or written.
-    fingerprint = functools.cache(functools.partial(run_fingerprint, tokens, counts, input_matrix, output, schedule))
-    start_epoch, output_matrix, seconds_before = 0, None, 0.0
-    if checkpoints is not None and checkpoints.resume:
-        start_epoch, state, seconds_before = checkpoints.load(fingerprint(), {"input": input_matrix.shape, "output": (output.rows, input_matrix.shape[1])})
+    loop = ResumableEpochs(schedule.epochs, schedule.seed, checkpoints, functools.partial(run_fingerprint, tokens, counts, input_matrix, output, schedule), report)
+    output_matrix = None
+    state = loop.resume({"input": input_matrix.shape, "output": (output.rows, input_matrix.shape[1])})
+    if state is not None:
         input_matrix, output_matrix = state["input"], state["output"]
-        if report is not None:
-            report(f"resuming after epoch {start_epoch}/{schedule.epochs} from {checkpoints.directory}")
+    start_epoch = loop.start_epoch
     step = WordPredictionStep(input_matrix, output.rows, schedule.jit_compile, grouped=schedule.windows, output_matrix=output_matrix)
     # The producer thread makes each call's arrays and their tensors.
     calls = ((step.feeds(batch, lrs), epoch, words, updates) for batch, lrs, epoch, words, updates in _calls(tokens, counts, make, output, schedule, start_epoch))
     produced = _produced(calls)
-    started = time.perf_counter()
-    last_save, saving = started, 0.0
+    loop.start()
     steps = 0
     losses: list[float] = []
     first_words = tokens.raw_tokens * start_epoch
@@ -418,20 +526,15 @@ def train_word_prediction(
         for feeds, epoch, words, updates in produced:
             if epoch != current_epoch:  # every call of the epochs before ``epoch`` has run
                 if report is not None:
-                    report(_line(current_epoch, schedule.epochs, losses, words - first_words, time.perf_counter() - started - saving))
+                    report(_line(current_epoch, schedule.epochs, losses, words - first_words, loop.seconds()))
                 losses = []
-                if checkpoints is not None and checkpoints.due(last_save):
-                    begin = time.perf_counter()
-                    matrices = {"input": step.input_vectors(), "output": step.output_vectors()}
-                    checkpoints.save(epoch, matrices, seconds_before + begin - started - saving, fingerprint())
-                    last_save = time.perf_counter()
-                    saving += last_save - begin
+                loop.end_epoch(epoch, lambda: {"input": step.input_vectors(), "output": step.output_vectors()})
             current_epoch = epoch
             losses.append(step.run(feeds))
             steps += updates
     finally:
         produced.close()
-    seconds = time.perf_counter() - started - saving
+    seconds = loop.seconds()
     if not steps:
         from ptmkit.errors import DataError
 
@@ -448,12 +551,8 @@ def train_word_prediction(
         "raw_words": raw_words,
         "steps": steps,
         "final_loss": round(float(np.mean(losses)), 4) if losses else None,
+        **loop.stats(seconds),
     }
-    if start_epoch:
-        stats["resumed_after_epoch"] = start_epoch
-        stats["train_seconds_all_sessions"] = round(seconds_before + seconds, 2)
-    if checkpoints is not None:
-        stats["checkpoint_seconds"] = round(saving, 2)
     return step, stats
 
 

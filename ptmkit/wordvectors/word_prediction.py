@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ptmkit.data.vocabulary import HuffmanCodes
+from ptmkit.wordvectors.vocabulary import HuffmanCodes
 
 MAX_EXP = 6.0  # word2vec.c's sigmoid table range; hierarchical softmax skips nodes beyond it
 
@@ -92,7 +92,7 @@ class OutputLayer:
     Attributes:
         vocabulary_size: V; negative-sampling rows are ``0 .. V-1``.
         negative: ``k`` noise words per example (0: no negative sampling).
-        noise: the noise table (:func:`ptmkit.data.vocabulary.noise_table`) when ``negative > 0``.
+        noise: the noise table (:func:`ptmkit.wordvectors.vocabulary.noise_table`) when ``negative > 0``.
         huffman: the Huffman codes when hierarchical softmax is on; its inner-node rows follow
             the negative-sampling rows (``V + point``) in the output matrix.
     """
