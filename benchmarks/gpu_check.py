@@ -177,7 +177,7 @@ def bert_batches(check: Check, overrides: list[str], steps: int) -> tuple[Any, A
     objectives = {name: (registry.objective(name), config.objectives[name]) for name in family.default_objectives}
     sampler = InstanceSampler(load_token_file(check.work / "bert-tokens", "train"), family, family.special_tokens(tokenizer),
                               config.train.sequence_length, False)
-    batches = [make_step(sampler, objectives, step_rng(1, s), config.train.batch_size, config.model.vocabulary_size, family.input_names)
+    batches = [make_step(sampler, objectives, step_rng(1, s), config.train.batch_size, config.model.vocabulary_size, family.inputs)
                for s in range(steps)]
     return (config, *pretrain_throughput.stack(batches))
 

@@ -16,7 +16,7 @@
 The model is the imported sentence-transformers all-MiniLM-L6-v2 as an embedding export (6 layers,
 hidden 384), built once when ``--export`` is not given (``ptmkit import-hf`` then ``ptmkit
 export``, about 3 minutes); texts come from ``data/classify/wordnet-supersense-dev.tsv``. The
-server runs in its own process (``python -m ptmkit_export.server``) on 127.0.0.1; the load
+server runs in its own process (``python -m ptmkit_export.serve_cli``) on 127.0.0.1; the load
 generator only targets that loopback address, and stops after ``--requests`` requests or
 ``--seconds`` seconds, whichever comes first.
 
@@ -110,11 +110,11 @@ def ceiling(export: Path, texts: list[str], threads: int, batch: int, rounds: in
 
 
 class Server:
-    """``python -m ptmkit_export.server EXPORT --port 0 ...`` in a subprocess; stopped with SIGTERM."""
+    """``python -m ptmkit_export.serve_cli EXPORT --port 0 ...`` in a subprocess; stopped with SIGTERM."""
 
     def __init__(self, export: Path, threads: int, max_batch: int, max_delay_ms: float, device: str = "cpu") -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "export"), os.environ.get("PYTHONPATH", "")]))
-        command = [sys.executable, "-m", "ptmkit_export.server", str(export), "--host", HOST, "--port", "0", "--name", "minilm",
+        command = [sys.executable, "-m", "ptmkit_export.serve_cli", str(export), "--host", HOST, "--port", "0", "--name", "minilm",
                    "--threads", str(threads), "--max-batch", str(max_batch), "--max-delay-ms", str(max_delay_ms), "--variant", "fp32", "--device", device]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
         assert self.process.stdout is not None

@@ -156,10 +156,11 @@ def test_conversion_matches_keras_model_export(tiny_finetuned: Path, tmp_path: P
     from ptmkit.plugins import get_registry
     from ptmkit.training.finetune import load_classifier
 
-    model, config, _, _ = load_classifier(tiny_finetuned, get_registry())
-    names = ("token_ids", "segment_ids", "padding_mask")
+    model, config, _, manifest = load_classifier(tiny_finetuned, get_registry())
+    inputs = get_registry().family(manifest["family"]).inputs
+    names = [spec.name for spec in inputs]
     optimize_graph = tf2onnx.optimizer.optimize_graph
-    convert_to_onnx(model, tmp_path / "ptmkit.onnx", names)
+    convert_to_onnx(model, tmp_path / "ptmkit.onnx", inputs)
     assert tf2onnx.optimizer.optimize_graph is optimize_graph  # the scoped patch is undone
     signature = [{name: tf.TensorSpec((None, None), tf.int32, name=name) for name in names}]
     with warnings.catch_warnings():
@@ -168,7 +169,7 @@ def test_conversion_matches_keras_model_export(tiny_finetuned: Path, tmp_path: P
     ours, keras_graph = onnx.load(str(tmp_path / "ptmkit.onnx")), onnx.load(str(tmp_path / "keras.onnx"))
     assert collections.Counter(n.op_type for n in ours.graph.node) == collections.Counter(n.op_type for n in keras_graph.graph.node)
     assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in ours.graph.initializer)  # one self-contained file
-    feeds = random_inputs(np.random.default_rng(0), 4, 20, int(config.model.vocabulary_size), 0)
+    feeds = random_inputs(np.random.default_rng(0), inputs, 4, 20, int(config.model.vocabulary_size), 0)
     got = ort.InferenceSession(str(tmp_path / "ptmkit.onnx"), providers=["CPUExecutionProvider"]).run(["logits"], feeds)[0]
     expected = np.asarray(model(feeds, training=False))
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)

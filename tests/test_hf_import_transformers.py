@@ -65,8 +65,8 @@ def ptmkit_embeddings(run: Path, texts: list[str]) -> tuple[list[list[int]], np.
     family = get_registry().family(manifest["family"])
     pad = family.special_tokens(tokenizer).pad
     length = int(pooling["max_sequence_length"])
-    vectors = embed_texts(model, tokenizer, texts, length, family.input_names, pad)
-    encoded = encode_texts(tokenizer, texts, length, family.input_names, pad)  # what fine-tuning feeds
+    vectors = embed_texts(model, tokenizer, texts, length, family.inputs, pad)
+    encoded = encode_texts(tokenizer, texts, length, family.inputs, pad)  # what fine-tuning feeds
     ids = [row[mask == 1].tolist() for row, mask in zip(encoded["token_ids"], encoded["padding_mask"], strict=True)]
     return ids, vectors, pad
 

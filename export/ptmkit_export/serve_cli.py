@@ -10,14 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024  # ptmkit_export.server.DEFAULT_MAX_BODY_BYTES
-SERVE_EXTRA = "pip install 'ptmkit-export[serve]'"
-
-
-def missing_extra_message(error: ImportError) -> str:
-    """One line naming the module that is missing and the install command that provides it."""
-    module = (error.name or "").split(".")[0]
-    return f"ptmkit serving needs the 'serve' extra{f' (missing module {module!r})' if module else ''}: {SERVE_EXTRA}"
+from ptmkit_export.serve_defaults import DEFAULT_MAX_BODY_BYTES, missing_extra_message
 
 
 def parser() -> argparse.ArgumentParser:

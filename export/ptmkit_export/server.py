@@ -50,7 +50,6 @@ import os
 import signal
 import socket
 import struct
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
@@ -63,7 +62,7 @@ from ptmkit_export.batching import BatcherClosed, DynamicBatcher
 from ptmkit_export.manifest import NAME_PATTERN, default_name
 from ptmkit_export.metrics import CONTENT_TYPE, ServerMetrics
 from ptmkit_export.predictor import Predictor, softmax
-from ptmkit_export.serve_cli import DEFAULT_MAX_BODY_BYTES, missing_extra_message
+from ptmkit_export.serve_defaults import DEFAULT_MAX_BODY_BYTES, missing_extra_message
 
 try:
     import orjson
@@ -904,14 +903,3 @@ def serve(
             signal.signal(number, handler)
     say(f"stopped serving {name}")
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``ptmkit-serve``: see :func:`ptmkit_export.serve_cli.main` (the script's entry point, which
-    also starts without the ``serve`` extra to say what to install)."""
-    from ptmkit_export.serve_cli import main as serve_main
-
-    return serve_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
