@@ -315,7 +315,7 @@ def test_ctrl_c_stops_training_with_exit_130_and_leaves_no_run(corpus: Path, tmp
         process.kill()
         raise AssertionError("training did not stop within 60 s of SIGINT") from None
     assert process.returncode == 130, "".join(lines) + rest
-    assert "interrupted; `ptmkit train ... --resume` continues a run that saved a checkpoint" in rest and time.monotonic() - started < 60
+    assert "interrupted; the same command with --resume continues a run that saved a checkpoint" in rest and time.monotonic() - started < 60
     assert not out.exists()
 
 
