@@ -103,7 +103,7 @@ def test_serve_errors_are_one_line_exit_2(tmp_path, tiny_export: TinyExport) -> 
 
 def test_ptmkit_serve_script_help() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "ptmkit_export.server", "--help"], capture_output=True, text=True, env=environment(), timeout=60, check=False
+        [sys.executable, "-m", "ptmkit_export.serve_cli", "--help"], capture_output=True, text=True, env=environment(), timeout=60, check=False
     )
     assert result.returncode == 0 and "--max-delay-ms" in result.stdout and "127.0.0.1" in result.stdout
     np.testing.assert_equal(result.stderr, "")
