@@ -257,7 +257,7 @@ def build_dataclass(cls: type, data: Any, where: str, source: str = "config") ->
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key not in fields:
-            raise ConfigError(f"{source}: unknown config key '{where}.{key}'{_suggest(key, fields)}")
+            raise ConfigError(f"{source}: unknown config key '{where}.{key}'{_suggest(key, fields, where)}")
         values[key] = _check_type(value, hints[key], f"{where}.{key}", source)
     obj = cls(**values)
     if hasattr(obj, "validate"):
@@ -268,9 +268,11 @@ def build_dataclass(cls: type, data: Any, where: str, source: str = "config") ->
     return obj
 
 
-def _suggest(key: str, choices: Any) -> str:
+def _suggest(key: str, choices: Any, section: str = "") -> str:
+    """A "did you mean" for an unknown ``key``, as the user types it (``section.key``), or the known keys."""
     close = difflib.get_close_matches(key, list(choices), n=1)
-    return f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(sorted(choices))})"
+    prefix = f"{section}." if section else ""
+    return f" (did you mean '{prefix}{close[0]}'?)" if close else f" (known keys: {', '.join(sorted(choices))})"
 
 
 def _check_type(value: Any, hint: Any, key: str, source: str) -> Any:

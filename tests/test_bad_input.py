@@ -217,7 +217,7 @@ def test_unknown_plugin_lists_the_installed_families(tiny_run: TinyRun, work: Pa
 @pytest.mark.parametrize(
     ("setting", "expected"),
     [
-        ("train.max_stpes=3", "error: --set: unknown config key 'train.max_stpes' (did you mean 'max_steps'?)"),
+        ("train.max_stpes=3", "error: --set: unknown config key 'train.max_stpes' (did you mean 'train.max_steps'?)"),
         ("train.max_steps=three", "error: --set: config key 'train.max_steps' must be int, got 'three' (str)"),
     ],
     ids=["unknown-key", "mistyped-value"],
@@ -231,7 +231,7 @@ def test_bad_set(tiny_run: TinyRun, work: Path, setting: str, expected: str) -> 
 @pytest.mark.parametrize(
     ("toml", "expected"),
     [
-        ("[train]\nmax_steps = 2\nlearning_rte = 0.001\n", "unknown config key 'train.learning_rte' (did you mean 'learning_rate'?)"),
+        ("[train]\nmax_steps = 2\nlearning_rte = 0.001\n", "unknown config key 'train.learning_rte' (did you mean 'train.learning_rate'?)"),
         ('[model]\nhidden_dim = "32"\n', "config key 'model.hidden_dim' must be int, got '32' (str)"),
         ("[train]\nmax_steps = 2\nbatch_size = \n", "invalid TOML"),
     ],

@@ -60,7 +60,7 @@ def test_config_prints_the_family_keys_with_overrides_and_refuses_unknown_ones(c
     assert "# noise words per example for negative sampling (0: off).\nnegative = 5\n" in out
     assert main(["config", "word2vec", "--set", "model.windw=3"]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == "error: --set: unknown config key 'model.windw' (did you mean 'window'?)"
+    assert err.strip() == "error: --set: unknown config key 'model.windw' (did you mean 'model.window'?)"
 
 
 def test_embed_with_only_blank_words_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
