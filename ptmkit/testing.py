@@ -250,3 +250,39 @@ def ptmkit_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
         return subprocess.run([sys.executable, "-m", "ptmkit.cli", *args], capture_output=True, text=True, env=environment, timeout=timeout)
 
     return run
+
+
+#: The core's stages a plugin's tests drive directly, reachable as ``from ptmkit.testing import
+#: NAME`` so that plugin tests, like plugin code, import one declared surface: the command line's
+#: ``main(argv) -> exit code``, the pre-training/fine-tuning/export/embedding stages and the
+#: word-vector readers, evaluators and ONNX export. Each is imported when first used.
+CORE_STAGES: dict[str, str] = {
+    "main": "ptmkit.cli",
+    "encode_texts": "ptmkit.data.tokenization",
+    "embed_texts": "ptmkit.embedding",
+    "load_embedder": "ptmkit.embedding",
+    "cosine": "ptmkit.exporting",
+    "export_run": "ptmkit.exporting",
+    "finetune": "ptmkit.training.finetune",
+    "load_backbone": "ptmkit.training.finetune",
+    "load_classifier": "ptmkit.training.finetune",
+    "load_labelled": "ptmkit.training.finetune",
+    "load_vectors": "ptmkit.wordvectors.commands",
+    "evaluate_analogies": "ptmkit.wordvectors.evaluation",
+    "evaluate_word_pairs": "ptmkit.wordvectors.evaluation",
+    "read_vectors": "ptmkit.wordvectors.formats",
+    "encode_words": "ptmkit.wordvectors.onnx",
+    "row_export": "ptmkit.wordvectors.row_export",
+}
+#: Names of :data:`CORE_STAGES` that are the module itself (tests patch its limits).
+CORE_MODULES = frozenset({"row_export"})
+
+
+def __getattr__(name: str) -> Any:
+    """A name of :data:`CORE_STAGES`, imported on first use (the stages import TensorFlow)."""
+    import importlib
+
+    if name not in CORE_STAGES:
+        raise AttributeError(f"module 'ptmkit.testing' has no attribute {name!r}")
+    module = importlib.import_module(CORE_STAGES[name])
+    return module if name in CORE_MODULES else getattr(module, name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from tinyconfig import DATA
 
-from ptmkit.data.tokenization import encode_texts
+from ptmkit.testing import encode_texts
 from ptmkit_bert import BertFamily
 from ptmkit_bert.tokenizer import SPECIALS, train_wordpiece
 

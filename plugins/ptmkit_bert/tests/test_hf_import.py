@@ -73,7 +73,7 @@ def reference() -> dict[str, np.ndarray]:
 
 def _hidden_states(run: Path, reference: dict[str, np.ndarray], **config_changes: object) -> np.ndarray:
     from ptmkit.api import RunDir, get_registry
-    from ptmkit.training.finetune import load_backbone
+    from ptmkit.testing import load_backbone
 
     registry = get_registry()
     backbone, config, _, _ = load_backbone(registry, RunDir(run))
@@ -118,7 +118,7 @@ def test_the_tanh_gelu_of_keras_hubs_backbone_would_not_match(imported: Path, re
 
 
 def test_sentence_embeddings_match_sentence_transformers(imported: Path, reference: dict[str, np.ndarray]) -> None:
-    from ptmkit.embedding import embed_texts, load_embedder
+    from ptmkit.testing import embed_texts, load_embedder
 
     model, tokenizer, pooling, _ = load_embedder(imported)
     texts = [str(t) for t in reference["texts"]]
@@ -134,7 +134,7 @@ def test_token_ids_match_the_checkpoints_tokenizer(imported: Path, checkpoint: P
     from tokenizers import Tokenizer
 
     from ptmkit.api import RunDir
-    from ptmkit.data.tokenization import encode_texts
+    from ptmkit.testing import encode_texts
 
     texts = _texts()
     assert len(texts) >= 290
@@ -150,8 +150,7 @@ def test_token_ids_match_the_checkpoints_tokenizer(imported: Path, checkpoint: P
 
 def test_onnx_export_of_the_imported_checkpoint(imported: Path, checkpoint: Path, tmp_path: Path) -> None:
     """fp32 ONNX embeddings vs Keras: cosine >= 0.99999; int8 vs fp32: mean cosine >= 0.99."""
-    from ptmkit.embedding import embed_texts, load_embedder
-    from ptmkit.exporting import cosine, export_run
+    from ptmkit.testing import cosine, embed_texts, export_run, load_embedder
     from ptmkit_export import Predictor
 
     dev = tmp_path / "dev.txt"

@@ -69,7 +69,7 @@ def test_a_tiny_checkpoint_imports_and_keeps_its_weights(tmp_path: Path) -> None
     from safetensors.numpy import load_file
 
     from ptmkit.api import RunDir, get_registry
-    from ptmkit.training.finetune import load_backbone
+    from ptmkit.testing import load_backbone
 
     checkpoint = write_checkpoint(tmp_path / "ckpt")
     result = run_import(checkpoint, tmp_path / "run")
@@ -167,7 +167,7 @@ def test_finetune_starts_from_the_imported_weights(tmp_path: Path) -> None:
     """With a learning rate of 0, the fine-tuned backbone is exactly the checkpoint's."""
     from safetensors.numpy import load_file
 
-    from ptmkit.training.finetune import finetune, load_classifier
+    from ptmkit.testing import finetune, load_classifier
     from ptmkit_bert.hf import import_hf
 
     repo = Path(__file__).resolve().parents[3]

@@ -13,7 +13,7 @@ import pytest
 from inplugins import in_tree_plugins, registered  # noqa: F401 - the fixture
 from tinyconfig import DATA, TEST_DATA
 
-from ptmkit.cli import main
+from ptmkit.testing import main
 
 gensim = pytest.importorskip("gensim")
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
@@ -57,7 +57,7 @@ def gensim_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_imported_vectors_equal_gensims_load_facebook_model(name: str, gensim_bin: Path, tmp_path: Path) -> None:
     from gensim.models.fasttext import load_facebook_model
 
-    from ptmkit.wordvectors.commands import load_vectors
+    from ptmkit.testing import load_vectors
 
     model_path = gensim_bin if name == "scripts" else GENSIM_DATA / name
     out = tmp_path / "run"
@@ -121,7 +121,7 @@ def test_trained_model_loads_like_gensim_would_compute_it(trained: Path) -> None
     """Our in-vocabulary and OOV vectors are fastText's mean of rows, computed here with gensim's hashing."""
     from gensim.models.fasttext import ft_ngram_hashes
 
-    from ptmkit.wordvectors.commands import load_vectors
+    from ptmkit.testing import load_vectors
 
     _, vectors = load_vectors(trained)
     matrix = np.load(trained / "vectors.npy")
@@ -135,8 +135,7 @@ def test_trained_model_loads_like_gensim_would_compute_it(trained: Path) -> None
 def test_onnx_export_computes_oov_vectors_from_ngram_ids(trained: Path, tmp_path: Path) -> None:
     import onnxruntime as ort
 
-    from ptmkit.wordvectors.commands import load_vectors
-    from ptmkit.wordvectors.onnx import encode_words
+    from ptmkit.testing import encode_words, load_vectors
 
     assert main(["export", str(trained), "--out", str(tmp_path / "export")]) == 0
     manifest = json.loads((tmp_path / "export" / "manifest.json").read_text())
@@ -318,7 +317,7 @@ def test_the_multilabel_case_keeps_dessert(tmp_path: Path) -> None:
     """Issue 15's multilabel.txt: "dessert" only ever comes second; fastText knows 3 labels, so
     does the run, and the lines labelled baking and dessert rank dessert above knives."""
     from ptmkit.api import DataError, read_labelled, read_multilabelled
-    from ptmkit.training.finetune import load_labelled
+    from ptmkit.testing import load_labelled
 
     texts, labels = read_multilabelled(MULTILABEL)
     assert len(texts) == 150 and sorted({label for ls in labels for label in ls}) == ["baking", "dessert", "knives"]

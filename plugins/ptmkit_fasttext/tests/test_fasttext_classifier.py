@@ -16,7 +16,7 @@ import pytest
 from inplugins import in_tree_plugins, registered  # noqa: F401 - the fixture
 from tinyconfig import DATA
 
-from ptmkit.cli import main
+from ptmkit.testing import main
 
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 CLASSIFY = DATA / "classify"
@@ -132,7 +132,7 @@ def test_finetune_from_fasttext_vectors(fasttext_run: Path, labelled: dict[str, 
     from gensim.models.fasttext import ft_ngram_hashes
     from sklearn.metrics import f1_score
 
-    from ptmkit.wordvectors.commands import load_vectors
+    from ptmkit.testing import load_vectors
     from ptmkit_export import Predictor
     from ptmkit_fasttext.supervised import load_row_classifier
 
@@ -181,7 +181,7 @@ def test_finetune_from_fasttext_vectors(fasttext_run: Path, labelled: dict[str, 
 def test_finetune_from_fasttext_word_vectors_only(fasttext_run: Path, labelled: dict[str, Path], tmp_path: Path) -> None:
     """``head.subwords=false``: fastText's ``-pretrainedVectors`` with a ``.vec``: word rows start
     as the run's word vectors (own row and n-gram rows averaged), no n-gram rows."""
-    from ptmkit.wordvectors.commands import load_vectors
+    from ptmkit.testing import load_vectors
     from ptmkit_export.bag_of_rows import BagOfRows
     from ptmkit_fasttext.supervised import load_row_classifier
 
@@ -244,7 +244,7 @@ def test_a_large_matrix_goes_to_external_data(supervised: Path, tmp_path: Path, 
     """Matrices over 1 GiB (fastText's 2M buckets at dim 300) are written beside the graph, as
     ONNX external data; the export still equals Keras and predicts."""
     from ptmkit.api import get_registry
-    from ptmkit.wordvectors import row_export
+    from ptmkit.testing import row_export
     from ptmkit_export import Predictor
 
     monkeypatch.setattr(row_export, "EXTERNAL_DATA_BYTES", 0)
@@ -259,7 +259,7 @@ def test_word_vector_exports_embed_through_the_lean_runtime(fasttext_run: Path, 
     """A word-vector export's featurizer gives each word the rows fastText averages: Predictor.embed
     of a word equals its vector (in and out of the vocabulary, several scripts); of a text, the
     mean of its words' rows; ``ptmkit embed EXPORT --text`` serves it."""
-    from ptmkit.wordvectors.commands import load_vectors
+    from ptmkit.testing import load_vectors
     from ptmkit_export import Predictor
 
     assert main(["export", str(fasttext_run), "--out", str(tmp_path / "export")]) == 0

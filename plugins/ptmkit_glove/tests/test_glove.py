@@ -14,7 +14,7 @@ from inplugins import in_tree_plugins  # noqa: F401 - the fixture
 from tinyconfig import DATA
 
 from ptmkit.api import build_vocabulary, encode_corpus, read_corpus
-from ptmkit.cli import main
+from ptmkit.testing import main
 
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 

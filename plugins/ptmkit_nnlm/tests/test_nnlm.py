@@ -13,7 +13,7 @@ import pytest
 from inplugins import in_tree_plugins  # noqa: F401 - the fixture
 from tinyconfig import DATA
 
-from ptmkit.cli import main
+from ptmkit.testing import main
 
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 

@@ -12,7 +12,7 @@ import pytest
 from inplugins import declared_entry_points, in_tree_plugins, registered  # noqa: F401 - the fixture
 from tinyconfig import DATA, REPO
 
-from ptmkit.cli import main
+from ptmkit.testing import main
 
 gensim = pytest.importorskip("gensim")
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
@@ -113,7 +113,7 @@ def test_evaluate_equals_gensims_numbers_on_the_same_vectors(centered: Path, cap
 
 def test_restrict_vocab_and_case_folding_match_gensim(centered: Path) -> None:
     from ptmkit.api import WordVectors
-    from ptmkit.wordvectors.evaluation import evaluate_analogies, evaluate_word_pairs
+    from ptmkit.testing import evaluate_analogies, evaluate_word_pairs
 
     kv = _kv(centered)
     # A cased duplicate after its lower-case form must not replace it (the most frequent casing wins).
@@ -136,7 +136,7 @@ def test_restrict_vocab_and_case_folding_match_gensim(centered: Path) -> None:
 def test_every_vector_format_loads_in_gensim_with_the_same_vectors(run: Path, tmp_path: Path, fmt: str, binary: bool, no_header: bool) -> None:
     from gensim.models import KeyedVectors
 
-    from ptmkit.wordvectors.formats import read_vectors
+    from ptmkit.testing import read_vectors
 
     output = tmp_path / f"vectors.{fmt}"
     assert main(["export", str(run), "--vectors", fmt, "--output", str(output)]) == 0
