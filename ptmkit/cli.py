@@ -638,6 +638,15 @@ def expand_multi_value_options(args: list[str], command: Any) -> list[str]:
     return out
 
 
+def _usage_error(exc: Exception) -> str:
+    """One line for a usage error (click prints three): ``error: <problem> (see 'ptmkit CMD --help')``."""
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    message = " ".join(message.split())
+    context = getattr(exc, "ctx", None)
+    command = context.command_path if context is not None else "ptmkit"
+    return f"error: {message} (see '{command} --help')"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ptmkit`` script; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -661,8 +670,8 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, Interrupted):
             _interrupt_note.append(str(exc))
         return _interrupted(args)
-    except typer.exceptions.TyperException as exc:  # usage errors: usage line and the problem, exit 2
-        exc.show()  # type: ignore[attr-defined]
+    except typer.exceptions.TyperException as exc:  # usage errors: the problem and where to look, one line, exit 2
+        console.print(_usage_error(exc), markup=False, highlight=False)
         return int(getattr(exc, "exit_code", 2))
     except PtmkitError as exc:
         if debug:

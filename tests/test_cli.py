@@ -18,9 +18,12 @@ from ptmkit.cli import main
     ],
 )
 def test_usage_errors_exit_2_with_clicks_message(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """One line (click prints three: usage, hint, error), which names the command's --help."""
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and "--debug" not in err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")
+    assert f"(see 'ptmkit {argv[0] + ' ' if argv[0] != 'nosuchcmd' else ''}--help')" in err
 
 
 def test_binary_corpus_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
