@@ -403,7 +403,11 @@ def predict(
 
     texts = _read_texts(text, file)
     if not texts:
-        raise PtmkitError("nothing to predict: give --text TEXT or --file FILE (--file - reads standard input)")
+        source = "standard input" if str(file) == "-" else str(file) if file is not None else None
+        raise PtmkitError(
+            f"{source}: no text in it, nothing to predict" if source else
+            "nothing to predict: give --text TEXT or --file FILE (--file - reads standard input)"
+        )
     directory = export_dir / "export" if (export_dir / "export" / "manifest.json").exists() else export_dir
     if (directory / "manifest.json").exists() and "stage" in (run_manifest := RunDir(directory).read_json("manifest.json")):
         classifier = run_manifest["stage"] == "finetune" or run_manifest.get("family") in _row_classifier_families()

@@ -143,3 +143,6 @@ def test_file_dash_reads_standard_input(tmp_path: Path, capsys: pytest.CaptureFi
     monkeypatch.setattr("sys.stdin", raw)
     assert _read_texts(None, Path("-")) == ["plain text", "\ufffd bad byte"]
     assert "standard input: 1 line(s) had invalid UTF-8" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    assert main(["predict", str(tmp_path), "--file", "-"]) == 2  # refused before the export is read
+    assert capsys.readouterr().err.strip() == "error: standard input: no text in it, nothing to predict"
