@@ -22,6 +22,8 @@ def output_error(path: str | os.PathLike[str], exc: OSError) -> OutputError:
     reason = exc.strerror or str(exc) or type(exc).__name__
     if exc.errno == errno.ENOENT and path.parent.is_dir():
         reason = f"{path.parent} does not accept new files"  # /proc, /sys: the directory exists
+    elif exc.errno in (errno.EEXIST, errno.ENOTDIR) and (file := next((p for p in path.parents if p.is_file()), None)):
+        reason = f"{file} is a file, not a directory"  # mkdir's "File exists" named no file
     elif exc.errno == errno.ENOENT:
         reason = f"{reason}: {next((str(p) for p in path.parents if not p.exists() and p.parent.exists()), path.parent)}"
     return OutputError(f"{path}: cannot write ({reason})")
