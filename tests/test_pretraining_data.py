@@ -98,3 +98,15 @@ def test_batches_are_a_function_of_seed_and_step(tokenized: tuple[Path, object])
     assert set(first[1]) == {"mlm", "nsp"}
     assert not np.array_equal(first[0]["token_ids"], other[0]["token_ids"])
     sampler.close()
+
+
+def test_heldout_lines_past_half_the_corpus_hold_out_a_tenth(tmp_path: Path, tiny_corpus: Path) -> None:
+    """train.heldout_lines = 200 on a 50-line corpus trained on one line, silently: now a tenth
+    is held out, with a warning that names the key."""
+    from ptmkit_bert.tokenizer import train_wordpiece
+
+    texts = tiny_corpus.read_text(encoding="utf-8").splitlines()[:50]
+    tokenizer = train_wordpiece(texts, 300, lowercase=True)
+    with pytest.warns(UserWarning, match=r"train.heldout_lines = 200 would hold out more than half of the corpus's 50 lines; holding out the last 5"):
+        summary = tokenize_corpus(iter(texts), tokenizer, tmp_path, len(texts), heldout_lines=200)
+    assert summary["train"]["lines"] == 45 and summary["heldout"]["lines"] == 5

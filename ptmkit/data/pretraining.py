@@ -19,6 +19,7 @@ from __future__ import annotations
 import array
 import dataclasses
 import os
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,20 @@ class TokenizedSplit:
         return int(np.searchsorted(self.offsets, position, side="right") - 1)
 
 
+def _heldout_share(heldout_lines: int, num_lines: int) -> int:
+    """``heldout_lines``, or a tenth of the corpus (at least one line, warned) when it would hold
+    out more than half: 200 held-out lines of a 50-line corpus left one line to train on."""
+    if 2 * heldout_lines <= num_lines:
+        return heldout_lines
+    share = max(1, num_lines // 10) if num_lines >= 2 else 0
+    warnings.warn(
+        f"train.heldout_lines = {heldout_lines:,} would hold out more than half of the corpus's {num_lines:,} lines; "
+        f"holding out the last {share:,} instead (--set train.heldout_lines=N to choose)",
+        stacklevel=3,
+    )
+    return share
+
+
 def tokenize_corpus(texts: Iterable[str], tokenizer: Any, out_dir: Path, num_lines: int, heldout_lines: int) -> dict[str, Any]:
     """Tokenize ``texts`` (without special tokens) into ``out_dir/{train,heldout}.bin``.
 
@@ -70,7 +85,7 @@ def tokenize_corpus(texts: Iterable[str], tokenizer: Any, out_dir: Path, num_lin
     out_dir.mkdir(parents=True, exist_ok=True)
     vocab = tokenizer.get_vocab_size()
     dtype = np.dtype(np.uint16 if vocab <= np.iinfo(np.uint16).max else np.uint32)
-    heldout_lines = min(heldout_lines, max(0, num_lines - 1))
+    heldout_lines = _heldout_share(heldout_lines, num_lines)
     first_heldout = num_lines - heldout_lines
     # Line offsets as 8-byte machine integers: a Python list of ints would cost ~36 bytes a line.
     counts = {"train": array.array("q", [0]), "heldout": array.array("q", [0])}
