@@ -94,26 +94,34 @@ BUDGETS = {
 class StageClock:
     """Announce each stage with its estimate and the time left, and measure it.
 
-    The time left is the estimates of the stages to come, scaled by the pace measured so far
-    (seconds taken / seconds estimated over the finished stages): on a busy machine it grows.
+    The time left is the estimates of the stages to come, scaled by the pace: seconds taken /
+    seconds estimated over the finished stages (on a busy machine it grows). Before any stage has
+    finished, the pace comes from the load average (:func:`load_pace`). A stage that took under
+    :data:`REUSED_SHARE` of its estimate was reused from an earlier run and does not count.
     """
 
-    def __init__(self, estimates: dict[str, float], console: Console) -> None:
+    #: A stage done in less than this share of its estimate was reused, not run.
+    REUSED_SHARE = 0.05
+
+    def __init__(self, estimates: dict[str, float], console: Console, start_pace: float | None = None) -> None:
         self.estimates, self.console = estimates, console
         self.done: dict[str, dict[str, float]] = {}
         self.names = list(estimates)
+        self.start_pace = load_pace() if start_pace is None else start_pace
 
     def pace(self) -> float:
-        estimated = sum(self.estimates[name] for name in self.done)
-        return sum(d["seconds"] for d in self.done.values()) / estimated if estimated else 1.0
+        ran = [name for name, d in self.done.items() if d["seconds"] >= self.REUSED_SHARE * self.estimates[name]]
+        estimated = sum(self.estimates[name] for name in ran)
+        return sum(self.done[name]["seconds"] for name in ran) / estimated if estimated else self.start_pace
 
     def start(self, name: str, title: str) -> None:
         number = self.names.index(name) + 1
-        left = sum(self.estimates[n] for n in self.names if n not in self.done) * self.pace()
+        pace = self.pace()
+        left = sum(self.estimates[n] for n in self.names if n not in self.done) * pace
         self.console.rule(f"{number}/{len(self.names)} {title}")
         self.console.print(
-            f"about {_minutes(self.estimates[name] * self.pace())} for this stage, {_minutes(left)} left in all "
-            f"(at {self.pace():.1f}x the pace of two quiet cores)",
+            f"about {_minutes(self.estimates[name] * pace)} for this stage, {_minutes(left)} left in all "
+            f"(at {pace:.1f}x the pace of two quiet cores)",
             markup=False,
             highlight=False,
         )
@@ -125,6 +133,16 @@ class StageClock:
             "cpu_seconds": round(_cpu_seconds() - self._cpu, 1),
             "load_average_1min": round(os.getloadavg()[0], 2),
         }
+
+
+def load_pace(load: float | None = None, cores: int | None = None) -> float:
+    """The pace expected before any stage is measured: the stages' estimates are for two quiet
+    cores, and other processes' load (the 1-minute load average, ``load``) shares the ``cores``
+    with the quickstart's two threads: ``max(1, (load + 2) / cores)``. With a load of 2 on two
+    cores, the first stage is announced at twice its quiet estimate."""
+    load = os.getloadavg()[0] if load is None else load
+    cores = (os.cpu_count() or 2) if cores is None else cores
+    return max(1.0, (load + 2) / max(cores, 1))
 
 
 def _cpu_seconds() -> float:
