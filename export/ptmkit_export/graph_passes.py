@@ -36,7 +36,7 @@ and returns how many subgraphs it rewrote. :func:`canonicalize` runs them all.
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
@@ -69,6 +69,21 @@ def _names_used(graph: onnx.GraphProto, used: set[str]) -> set[str]:
     return used
 
 
+class _FreshNames:
+    """Hands out names not in ``taken``: ``base``, else ``base_1``, ``base_2``, ...; each one handed out is taken."""
+
+    def __init__(self, taken: set[str]) -> None:
+        self.taken = taken
+
+    def __call__(self, base: str) -> str:
+        name, i = base, 0
+        while name in self.taken:
+            i += 1
+            name = f"{base}_{i}"
+        self.taken.add(name)
+        return name
+
+
 def rewrite_gemm_as_matmul(model: onnx.ModelProto) -> int:
     """Rewrite, in place, each top-level ``Gemm`` with a constant weight into ``MatMul`` (+ ``Add``).
 
@@ -87,29 +102,45 @@ def rewrite_gemm_as_matmul(model: onnx.ModelProto) -> int:
     Returns:
         How many ``Gemm`` nodes were rewritten.
     """
-    graph = model.graph
-    initializers = {init.name: init for init in graph.initializer}
-    graph_inputs = {value.name for value in graph.input}
-    taken = {init.name for init in graph.initializer} | graph_inputs
-    taken.update(name for node in graph.node for name in node.output)
-    taken.update(node.name for node in graph.node)
-
-    def fresh(base: str) -> str:
-        name, i = base, 0
-        while name in taken:
-            i += 1
-            name = f"{base}_{i}"
-        taken.add(name)
-        return name
-
-    new_weights: dict[tuple[str, int, float], str] = {}
+    rewriter = _GemmRewriter(model.graph)
     new_nodes: list[onnx.NodeProto] = []
-    replaced: set[str] = set()
     rewritten = 0
-    for node in graph.node:
-        if node.op_type != "Gemm" or node.domain not in ("", "ai.onnx"):
+    for node in model.graph.node:
+        replacement = rewriter.rewrite(node)
+        if replacement is None:
             new_nodes.append(node)
-            continue
+        else:
+            new_nodes.extend(replacement)
+            rewritten += 1
+    if rewritten:
+        rewriter.install(new_nodes)
+    return rewritten
+
+
+class _GemmRewriter:
+    """One :func:`rewrite_gemm_as_matmul` pass over ``graph``: the names taken, the ``(K, N)``
+    weights made so far (one per ``(B, transB, alpha)``, shared by the Gemms that read it) and the
+    initializers they replace."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self.graph = graph
+        self.initializers = {init.name: init for init in graph.initializer}
+        self.graph_inputs = {value.name for value in graph.input}
+        taken = {init.name for init in graph.initializer} | self.graph_inputs
+        taken.update(name for node in graph.node for name in node.output)
+        taken.update(node.name for node in graph.node)
+        self.fresh = _FreshNames(taken)
+        self.new_weights: dict[tuple[str, int, float], str] = {}
+        self.replaced: set[str] = set()
+
+    def _constant(self, name: str) -> bool:
+        """An initializer that is not also a graph input (so it cannot be overridden at run time)."""
+        return name in self.initializers and name not in self.graph_inputs
+
+    def rewrite(self, node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
+        """The ``MatMul`` (+ ``Add``) replacing ``node``; None when it is not a Gemm this pass rewrites."""
+        if node.op_type != "Gemm" or node.domain not in ("", "ai.onnx"):
+            return None
         alpha = float(_attr(node, "alpha", 1.0))
         beta = float(_attr(node, "beta", 1.0))
         trans_a = int(_attr(node, "transA", 0))
@@ -117,58 +148,55 @@ def rewrite_gemm_as_matmul(model: onnx.ModelProto) -> int:
         a_name, b_name = node.input[0], node.input[1]
         c_name = node.input[2] if len(node.input) > 2 else ""
         use_c = bool(c_name) and beta != 0.0
-        if (
-            trans_a
-            or b_name not in initializers
-            or b_name in graph_inputs
-            or (use_c and beta != 1.0 and (c_name not in initializers or c_name in graph_inputs))
-        ):
-            new_nodes.append(node)
-            continue
+        if trans_a or not self._constant(b_name) or (use_c and beta != 1.0 and not self._constant(c_name)):
+            return None
+        weight_name = self._matmul_weight(b_name, trans_b, alpha)
+        if c_name and not use_c:
+            self.replaced.add(c_name)  # beta == 0: C is ignored; drop it if nothing else reads it
+        base = node.name or node.output[0]
+        if use_c and beta != 1.0:
+            c_name = self._scaled_bias(c_name, beta)
+        matmul_out = self.fresh(f"{base}_matmul:0") if use_c else node.output[0]
+        nodes = [onnx.helper.make_node("MatMul", [a_name, weight_name], [matmul_out], name=self.fresh(f"{base}_MatMul"))]
+        if use_c:
+            nodes.append(onnx.helper.make_node("Add", [matmul_out, c_name], [node.output[0]], name=self.fresh(f"{base}_Add")))
+        return nodes
 
+    def _matmul_weight(self, b_name: str, trans_b: int, alpha: float) -> str:
+        """The initializer holding ``alpha * B'`` of shape ``(K, N)``: ``B`` itself when it already is."""
         key = (b_name, trans_b, alpha)
-        if key not in new_weights:
-            weight = numpy_helper.to_array(initializers[b_name])
+        if key not in self.new_weights:
+            weight = numpy_helper.to_array(self.initializers[b_name])
             if trans_b:
                 weight = weight.T
             if alpha != 1.0:
                 weight = weight * np.asarray(alpha, dtype=weight.dtype)
             if not trans_b and alpha == 1.0:
-                new_weights[key] = b_name  # already (K, N): reuse as is
+                self.new_weights[key] = b_name  # already (K, N): reuse as is
             else:
-                name = fresh(f"{b_name}_matmul_weight")
-                graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(weight), name))
-                new_weights[key] = name
-                replaced.add(b_name)
-        weight_name = new_weights[key]
+                name = self.fresh(f"{b_name}_matmul_weight")
+                self.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(weight), name))
+                self.new_weights[key] = name
+                self.replaced.add(b_name)
+        return self.new_weights[key]
 
-        if c_name and not use_c:
-            replaced.add(c_name)  # beta == 0: C is ignored; drop it if nothing else reads it
-        base = node.name or node.output[0]
-        if use_c and beta != 1.0:
-            bias = numpy_helper.to_array(initializers[c_name])
-            c_scaled = fresh(f"{c_name}_scaled")
-            graph.initializer.append(numpy_helper.from_array(bias * np.asarray(beta, dtype=bias.dtype), c_scaled))
-            replaced.add(c_name)
-            c_name = c_scaled
-        matmul_out = fresh(f"{base}_matmul:0") if use_c else node.output[0]
-        new_nodes.append(
-            onnx.helper.make_node("MatMul", [a_name, weight_name], [matmul_out], name=fresh(f"{base}_MatMul"))
-        )
-        if use_c:
-            new_nodes.append(
-                onnx.helper.make_node("Add", [matmul_out, c_name], [node.output[0]], name=fresh(f"{base}_Add"))
-            )
-        rewritten += 1
+    def _scaled_bias(self, c_name: str, beta: float) -> str:
+        """A new initializer holding ``beta * C``."""
+        bias = numpy_helper.to_array(self.initializers[c_name])
+        c_scaled = self.fresh(f"{c_name}_scaled")
+        self.graph.initializer.append(numpy_helper.from_array(bias * np.asarray(beta, dtype=bias.dtype), c_scaled))
+        self.replaced.add(c_name)
+        return c_scaled
 
-    if rewritten:
+    def install(self, new_nodes: list[onnx.NodeProto]) -> None:
+        """Make ``new_nodes`` the graph's nodes and drop the replaced initializers no node reads any more."""
+        graph = self.graph
         del graph.node[:]
         graph.node.extend(new_nodes)
         used = _names_used(graph, set())
-        keep = [init for init in graph.initializer if init.name not in replaced or init.name in used]
+        keep = [init for init in graph.initializer if init.name not in self.replaced or init.name in used]
         del graph.initializer[:]
         graph.initializer.extend(keep)
-    return rewritten
 
 
 class _Graph:
@@ -274,7 +302,7 @@ def fuse_layer_normalization(model: onnx.ModelProto) -> int:
     remove: list[onnx.NodeProto] = []
     add: list[tuple[onnx.NodeProto, onnx.NodeProto]] = []
     new_inits: list[onnx.TensorProto] = []
-    taken = {node.name for node in model.graph.node} | set(g.initializers)
+    fresh = _FreshNames({node.name for node in model.graph.node} | set(g.initializers))
     for out in model.graph.node:
         if out.op_type != "Add" or len(out.input) != 2:
             continue
@@ -287,11 +315,7 @@ def fuse_layer_normalization(model: onnx.ModelProto) -> int:
         base = out.name or out.output[0]
         names = []
         for suffix, value in (("gamma", gamma), ("beta", beta)):
-            name, i = f"{base}/layer_norm_{suffix}", 0
-            while name in taken:
-                i += 1
-                name = f"{base}/layer_norm_{suffix}_{i}"
-            taken.add(name)
+            name = fresh(f"{base}/layer_norm_{suffix}")
             names.append(name)
             new_inits.append(numpy_helper.from_array(np.ascontiguousarray(value.reshape(-1).astype(np.float32)), name))
         fused = helper.make_node(
@@ -551,124 +575,197 @@ def fuse_attention(model: onnx.ModelProto, num_heads: int, mask_input: str) -> i
         How many attention blocks were fused.
     """
     g = _Graph(model)
-    mask_ops = {"Cast", "Unsqueeze", "Not", "Mul", "Add", "Sub"}
-    remove: list[onnx.NodeProto] = []
+    matcher = _AttentionMatcher(g, mask_input)
+    fresh = _FreshNames({node.name for node in model.graph.node} | set(g.initializers) | {n for node in model.graph.node for n in node.output})
     add: list[tuple[onnx.NodeProto, onnx.NodeProto]] = []
     inits: list[onnx.TensorProto] = []
-    taken = {node.name for node in model.graph.node} | set(g.initializers) | {n for node in model.graph.node for n in node.output}
-
-    def fresh(base: str) -> str:
-        name, i = base, 0
-        while name in taken:
-            i += 1
-            name = f"{base}_{i}"
-        taken.add(name)
-        return name
-
-    def split_mask(node: onnx.NodeProto, op: str) -> tuple[onnx.NodeProto, str] | None:
-        """``(the non-mask parent of op type ``op``, the mask operand)`` of a binary node, or None."""
-        for i in (0, 1):
-            parent = g.parent(node, i, op)
-            if parent is not None and _ancestor_inputs(g, node.input[1 - i], mask_ops) == {mask_input}:
-                return parent, node.input[1 - i]
-        return None
-
-    def perm(node: onnx.NodeProto | None) -> list[int] | None:
-        if node is None or node.op_type != "Transpose":
-            return None
-        for attribute in node.attribute:
-            if attribute.name == "perm":
-                return list(attribute.ints)
-        return None
-
-    def only(name: str, op: str) -> onnx.NodeProto | None:
-        users = g.consumers.get(name, [])
-        return users[0] if len(users) == 1 and users[0].op_type == op else None
-
     for softmax in model.graph.node:
         if softmax.op_type != "Softmax":
             continue
-        # Before the softmax: Add(Mul(scores, m), masked constant)
+        block = matcher.match(softmax)
+        if block is None or block.hidden % num_heads or block.out_weight.shape[0] != block.hidden:
+            continue
+        attention, projection, weights = _attention_nodes(block, num_heads, mask_input, fresh)
+        inits += weights
+        add.append((attention, block.squeeze))
+        add.append((projection, block.squeeze))
+    if add:
+        _replace(model, [], add)
+        model.graph.initializer.extend(inits)
+        _ensure_domain(model, "com.microsoft")
+        _remove_dead_nodes(model)
+    return len(add) // 2
+
+
+class _AttentionBlock(NamedTuple):
+    """One multi-head attention :func:`fuse_attention` recognised, around ``softmax``."""
+
+    softmax: onnx.NodeProto
+    x: str  #: the input of the query, key and value projections
+    weights: np.ndarray  #: ``[W_q W_k W_v]``, float32 ``(H, 3 * N * D)``
+    biases: np.ndarray  #: ``[b_q b_k b_v]``, float32 ``(3 * N * D,)``
+    scale: float  #: the query scale
+    out_matmul: onnx.NodeProto  #: the output projection's ``MatMul``
+    out_weight: np.ndarray  #: its weight ``(N * D, H)``
+    squeeze: onnx.NodeProto  #: the end of the block, before the output bias
+
+    @property
+    def hidden(self) -> int:
+        return int(self.weights.shape[1] // 3)
+
+
+class _AttentionMatcher:
+    """The pattern matching of :func:`fuse_attention` on one graph (see its docstring for the pattern)."""
+
+    #: Op types allowed between the graph's mask input and the mask ``m``.
+    MASK_OPS = frozenset({"Cast", "Unsqueeze", "Not", "Mul", "Add", "Sub"})
+
+    def __init__(self, g: _Graph, mask_input: str) -> None:
+        self.g = g
+        self.mask_input = mask_input
+
+    def match(self, softmax: onnx.NodeProto) -> _AttentionBlock | None:
+        scores = self._scores(softmax)
+        if scores is None:
+            return None
+        q_t, k_t = scores
+        query = self._query_scale(q_t)
+        if query is None:
+            return None
+        scale, q_bias_name = query
+        output = self._output_chain(softmax)
+        if output is None:
+            return None
+        v_t, out_matmul, out_weight, squeeze = output
+        projections = [_match_projection(self.g, name) for name in (q_bias_name, k_t.input[0], v_t.input[0])]
+        if any(p is None for p in projections) or len({p[0] for p in projections if p is not None}) != 1:
+            return None
+        x = projections[0][0]  # type: ignore[index]
+        weights = np.concatenate([p[1] for p in projections if p is not None], axis=1).astype(np.float32)
+        biases = np.concatenate([p[2] for p in projections if p is not None]).astype(np.float32)
+        return _AttentionBlock(softmax, x, weights, biases, scale, out_matmul, out_weight, squeeze)
+
+    def _is_mask(self, name: str) -> bool:
+        """``name`` is computed from the graph's mask input alone (through :attr:`MASK_OPS`)."""
+        return _ancestor_inputs(self.g, name, set(self.MASK_OPS)) == {self.mask_input}
+
+    def _split_mask(self, node: onnx.NodeProto, op: str) -> tuple[onnx.NodeProto, str] | None:
+        """``(the non-mask parent of op type ``op``, the mask operand)`` of a binary node, or None."""
+        for i in (0, 1):
+            parent = self.g.parent(node, i, op)
+            if parent is not None and self._is_mask(node.input[1 - i]):
+                return parent, node.input[1 - i]
+        return None
+
+    def _only(self, name: str, op: str) -> onnx.NodeProto | None:
+        """The one node reading ``name``, when there is one and it is an ``op``."""
+        users = self.g.consumers.get(name, [])
+        return users[0] if len(users) == 1 and users[0].op_type == op else None
+
+    def _scores(self, softmax: onnx.NodeProto) -> tuple[onnx.NodeProto, onnx.NodeProto] | None:
+        """``(Transpose(q * scale), Transpose(k))`` of the masked scores the softmax reads.
+
+        Before the softmax: ``Add(Mul(scores, m), masked constant)``, ``scores`` being
+        ``Transpose(MatMul(Transpose(k), Transpose(q * scale)), [0, 1, 3, 2])``.
+        """
+        g = self.g
         masked_add = g.producer.get(softmax.input[0])
         if masked_add is None or masked_add.op_type != "Add":
-            continue
+            return None
         found = None
         for i in (0, 1):
             mul = g.parent(masked_add, i, "Mul")
-            if mul is not None and _ancestor_inputs(g, masked_add.input[1 - i], mask_ops) == {mask_input}:
-                found = split_mask(mul, "Transpose")
+            if mul is not None and self._is_mask(masked_add.input[1 - i]):
+                found = self._split_mask(mul, "Transpose")
                 if found is not None:
                     break
         if found is None:
-            continue
+            return None
         scores_t, _ = found
         scores = g.parent(scores_t, 0, "MatMul")
-        if perm(scores_t) != [0, 1, 3, 2] or scores is None:
-            continue
+        if _perm(scores_t) != [0, 1, 3, 2] or scores is None:
+            return None
         k_t, q_t = g.parent(scores, 0, "Transpose"), g.parent(scores, 1, "Transpose")
-        if perm(k_t) != [0, 2, 1, 3] or perm(q_t) != [0, 2, 3, 1]:
-            continue
+        if _perm(k_t) != [0, 2, 1, 3] or _perm(q_t) != [0, 2, 3, 1]:
+            return None
         assert k_t is not None and q_t is not None
-        q_scaled = g.parent(q_t, 0, "Mul")
+        return q_t, k_t
+
+    def _query_scale(self, q_t: onnx.NodeProto) -> tuple[float, str] | None:
+        """``(scale, the scaled query's name)`` of ``Transpose(q * scale)``, the scale a constant scalar."""
+        q_scaled = self.g.parent(q_t, 0, "Mul")
         if q_scaled is None:
-            continue
+            return None
         scale = q_bias_name = None
         for i in (0, 1):
-            value = g.scalar(q_scaled.input[1 - i])
+            value = self.g.scalar(q_scaled.input[1 - i])
             if value is not None:
                 scale, q_bias_name = value, q_scaled.input[i]
         if scale is None or q_bias_name is None:
-            continue
-        # After the softmax: Add(Mul(softmax, m), 0-term) -> MatMul(., Transpose(v)) -> Unsqueeze -> Transpose -> Reshape
-        # -> MatMul(W_o) -> Reshape -> Squeeze
+            return None
+        return scale, q_bias_name
+
+    def _output_chain(self, softmax: onnx.NodeProto) -> tuple[onnx.NodeProto, onnx.NodeProto, np.ndarray, onnx.NodeProto] | None:
+        """``(Transpose(v), the output MatMul, its weight W_o, the final Squeeze)`` after the softmax.
+
+        After the softmax: ``Add(Mul(softmax, m), 0-term)`` -> ``MatMul(., Transpose(v))`` ->
+        ``Unsqueeze`` -> ``Transpose`` -> ``Reshape`` -> ``MatMul(W_o)`` -> ``Reshape`` -> ``Squeeze``.
+        """
+        g, only = self.g, self._only
         post_mul = only(softmax.output[0], "Mul")
         post_add = only(post_mul.output[0], "Add") if post_mul is not None else None
         context = only(post_add.output[0], "MatMul") if post_add is not None else None
         if context is None or context.input[0] != post_add.output[0]:
-            continue
+            return None
         v_t = g.parent(context, 1, "Transpose")
         unsqueeze = only(context.output[0], "Unsqueeze")
-        if perm(v_t) != [0, 2, 1, 3] or unsqueeze is None:
-            continue
+        if _perm(v_t) != [0, 2, 1, 3] or unsqueeze is None:
+            return None
         assert v_t is not None
         axes = g.constant(unsqueeze.input[1]) if len(unsqueeze.input) > 1 else None
         heads_first = [c for c in g.consumers.get(unsqueeze.output[0], []) if c.op_type == "Transpose"]
-        if axes is None or axes.tolist() != [1] or len(heads_first) != 1 or perm(heads_first[0]) != [0, 3, 1, 2, 4]:
-            continue
+        if axes is None or axes.tolist() != [1] or len(heads_first) != 1 or _perm(heads_first[0]) != [0, 3, 1, 2, 4]:
+            return None
         flatten = only(heads_first[0].output[0], "Reshape")
         out_matmul = only(flatten.output[0], "MatMul") if flatten is not None else None
         out_weight = g.constant(out_matmul.input[1]) if out_matmul is not None else None
         unflatten = only(out_matmul.output[0], "Reshape") if out_matmul is not None else None
         squeeze = only(unflatten.output[0], "Squeeze") if unflatten is not None else None
         if out_weight is None or squeeze is None or out_weight.ndim != 2:
-            continue
+            return None
         assert out_matmul is not None
-        projections = [_match_projection(g, name) for name in (q_bias_name, k_t.input[0], v_t.input[0])]
-        if any(p is None for p in projections) or len({p[0] for p in projections if p is not None}) != 1:
-            continue
-        x = projections[0][0]  # type: ignore[index]
-        weights = np.concatenate([p[1] for p in projections if p is not None], axis=1).astype(np.float32)
-        biases = np.concatenate([p[2] for p in projections if p is not None]).astype(np.float32)
-        hidden = weights.shape[1] // 3
-        if hidden % num_heads or out_weight.shape[0] != hidden:
-            continue
-        base = softmax.name.rsplit("/", 2)[0] if "/" in softmax.name else softmax.name
-        w_name, b_name, ctx_name = fresh(f"{base}/attention_qkv_weight"), fresh(f"{base}/attention_qkv_bias"), fresh(f"{base}/attention_context")
-        inits += [numpy_helper.from_array(weights, w_name), numpy_helper.from_array(biases, b_name)]
-        attrs: dict[str, Any] = {"num_heads": num_heads}
-        if abs(scale - 1.0 / np.sqrt(hidden // num_heads)) > 1e-7:
-            attrs["scale"] = scale
-        attention = helper.make_node("Attention", [x, w_name, b_name, mask_input], [ctx_name], name=fresh(f"{base}/Attention"), domain="com.microsoft", **attrs)
-        projection = helper.make_node("MatMul", [ctx_name, out_matmul.input[1]], [squeeze.output[0]], name=fresh(f"{base}/attention_output_MatMul"))
-        squeeze.output[0] = fresh(f"{squeeze.output[0]}__replaced")  # the old chain is now dead
-        add.append((attention, squeeze))
-        add.append((projection, squeeze))
-    if add:
-        _replace(model, remove, add)
-        model.graph.initializer.extend(inits)
-        _ensure_domain(model, "com.microsoft")
-        _remove_dead_nodes(model)
-    return len(add) // 2
+        return v_t, out_matmul, out_weight, squeeze
+
+
+def _perm(node: onnx.NodeProto | None) -> list[int] | None:
+    """The ``perm`` of a ``Transpose`` node; None for anything else."""
+    if node is None or node.op_type != "Transpose":
+        return None
+    for attribute in node.attribute:
+        if attribute.name == "perm":
+            return list(attribute.ints)
+    return None
+
+
+def _attention_nodes(
+    block: _AttentionBlock, num_heads: int, mask_input: str, fresh: _FreshNames
+) -> tuple[onnx.NodeProto, onnx.NodeProto, list[onnx.TensorProto]]:
+    """``(Attention, output MatMul, [qkv weight, qkv bias])`` replacing ``block``.
+
+    The output ``MatMul`` takes over the block's output name; the ``Squeeze`` that wrote it gets a
+    fresh one, which leaves the old chain dead.
+    """
+    softmax, squeeze = block.softmax, block.squeeze
+    base = softmax.name.rsplit("/", 2)[0] if "/" in softmax.name else softmax.name
+    w_name, b_name, ctx_name = fresh(f"{base}/attention_qkv_weight"), fresh(f"{base}/attention_qkv_bias"), fresh(f"{base}/attention_context")
+    inits = [numpy_helper.from_array(block.weights, w_name), numpy_helper.from_array(block.biases, b_name)]
+    attrs: dict[str, Any] = {"num_heads": num_heads}
+    if abs(block.scale - 1.0 / np.sqrt(block.hidden // num_heads)) > 1e-7:
+        attrs["scale"] = block.scale
+    attention = helper.make_node("Attention", [block.x, w_name, b_name, mask_input], [ctx_name], name=fresh(f"{base}/Attention"), domain="com.microsoft", **attrs)
+    projection = helper.make_node("MatMul", [ctx_name, block.out_matmul.input[1]], [squeeze.output[0]], name=fresh(f"{base}/attention_output_MatMul"))
+    squeeze.output[0] = fresh(f"{squeeze.output[0]}__replaced")  # the old chain is now dead
+    return attention, projection, inits
 
 
 def fuse_embed_layer_normalization(model: onnx.ModelProto, ids_input: str, segment_input: str | None) -> int:

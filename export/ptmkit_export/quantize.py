@@ -13,7 +13,7 @@ import collections
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,53 +114,106 @@ def quantize_int8(
         FileNotFoundError: ``src`` or ``dst``'s directory does not exist.
         onnx.checker.ValidationError: the rewritten or quantized graph is invalid (a bug).
     """
-    from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic
+    from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    src, dst = Path(src), Path(dst)
-    if not src.is_file():
-        raise FileNotFoundError(f"{src}: ONNX model not found")
-    if not dst.parent.is_dir():
-        raise FileNotFoundError(f"{dst.parent}: output directory not found")
-    original = onnx.load(str(src))
-    bytes_before, nodes_before = src.stat().st_size, count_ops(original)
-
+    src, dst = _checked_paths(Path(src), Path(dst))
+    original, before = _load_measured(src)
     with tempfile.TemporaryDirectory(prefix="ptmkit-quantize-") as tmp:
         work = Path(tmp)
-        model, preprocess_error = original, None
-        if preprocess:
-            try:
-                del model  # one copy of the weights in memory at a time (each is the model's size)
-                quant_pre_process(str(src), str(work / "preprocessed.onnx"), skip_symbolic_shape=True)
-                model = onnx.load(str(work / "preprocessed.onnx"))
-            except Exception as error:  # any optimizer failure: quantize the raw graph instead
-                preprocess_error = _first_line(error)
-                model = original
-        del original
-        rewritten = rewrite_gemm_as_matmul(model)
-        _prune_opsets(model)
+        model, preprocess_error = _preprocessed(src, work) if preprocess else (None, None)
+        if model is None:  # not asked for, or the optimizer failed: quantize the raw graph
+            model = original
+        del original  # one copy of the weights in memory at a time (each is the model's size)
+        rewritten = _gemms_to_matmuls(model)
         onnx.checker.check_model(model)
         _check_excluded(model, exclude_nodes)
         onnx.save(model, str(work / "rewritten.onnx"))
-        del model
-        quantize_dynamic(
-            str(work / "rewritten.onnx"),
-            str(work / "int8.onnx"),
+        del model  # quantize_dynamic reads the file
+        quantized = _run_quantizer(
+            quantize_dynamic,
+            work / "rewritten.onnx",
+            work / "int8.onnx",
             per_channel=per_channel,
             reduce_range=reduce_range,
             weight_type=QuantType.QInt8,
             nodes_to_exclude=list(exclude_nodes),
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},  # contrib ops of an optimised graph
         )
-        quantized = onnx.load(str(work / "int8.onnx"))
-        onnx.checker.check_model(quantized)
         _write_atomically(work / "int8.onnx", dst)
+    return {
+        **_quantized_matmul_counts(rewritten, quantized),
+        **_size_summary(before, count_ops(quantized), dst, per_channel, reduce_range, exclude_nodes),
+        "preprocessed": preprocess and preprocess_error is None,
+        "preprocess_error": preprocess_error,
+    }
 
+
+def _checked_paths(src: Path, dst: Path) -> tuple[Path, Path]:
+    if not src.is_file():
+        raise FileNotFoundError(f"{src}: ONNX model not found")
+    if not dst.parent.is_dir():
+        raise FileNotFoundError(f"{dst.parent}: output directory not found")
+    return src, dst
+
+
+def _load_measured(src: Path) -> tuple[onnx.ModelProto, tuple[int, dict[str, int]]]:
+    """``(model, (file size in bytes, count_ops))`` of the ONNX file ``src``, read before anything is written."""
+    model = onnx.load(str(src))
+    return model, (src.stat().st_size, count_ops(model))
+
+
+def _preprocessed(src: Path, work: Path) -> tuple[onnx.ModelProto | None, str | None]:
+    """ONNX Runtime's ``quant_pre_process`` of ``src`` into ``work``: ``(model, None)``.
+
+    Basic graph optimization plus ONNX shape inference, symbolic shape inference skipped (see
+    :func:`quantize_int8`). When it fails: ``(None, the error's first line)``.
+    """
+    from onnxruntime.quantization import quant_pre_process
+
+    try:
+        quant_pre_process(str(src), str(work / "preprocessed.onnx"), skip_symbolic_shape=True)
+        return onnx.load(str(work / "preprocessed.onnx")), None
+    except Exception as error:  # any optimizer failure: the caller quantizes the raw graph instead
+        return None, _first_line(error)
+
+
+def _gemms_to_matmuls(model: onnx.ModelProto) -> int:
+    """:func:`rewrite_gemm_as_matmul` in place, then drop unused opset imports; the number of Gemms rewritten."""
+    rewritten = rewrite_gemm_as_matmul(model)
+    _prune_opsets(model)
+    return rewritten
+
+
+def _run_quantizer(quantize: Callable[..., object], model_in: Path, model_out: Path, **options: Any) -> onnx.ModelProto:
+    """``quantize(model_in, model_out, **options)`` (ONNX Runtime's quantizers work on files); the checked result."""
+    quantize(str(model_in), str(model_out), **options)
+    quantized = onnx.load(str(model_out))
+    onnx.checker.check_model(quantized)
+    return quantized
+
+
+def _quantized_matmul_counts(rewritten: int, quantized: onnx.ModelProto) -> dict[str, int]:
+    """The head of :func:`quantize_int8`'s summary: what became integer, what stayed float."""
     nodes_after = count_ops(quantized)
     return {
         "gemm_rewritten": rewritten,
         "quantized_matmul": sum(n for op, n in nodes_after.items() if op in QUANTIZED_MATMUL_OPS),
         "quantized_attention": nodes_after.get("QAttention", 0),
         "float_weight_matmul": count_float_weight_matmuls(quantized),
+    }
+
+
+def _size_summary(
+    before: tuple[int, dict[str, int]],
+    nodes_after: dict[str, int],
+    dst: Path,
+    per_channel: bool,
+    reduce_range: bool,
+    exclude_nodes: Sequence[str],
+) -> dict[str, Any]:
+    """The summary fields :func:`quantize_int8` and :func:`quantize_int8_static` share."""
+    bytes_before, nodes_before = before
+    return {
         "nodes_before": nodes_before,
         "nodes_after": nodes_after,
         "bytes_before": bytes_before,
@@ -169,8 +222,6 @@ def quantize_int8(
         "reduce_range": reduce_range,
         "weight_type": "QInt8",
         "excluded_nodes": list(exclude_nodes),
-        "preprocessed": preprocess and preprocess_error is None,
-        "preprocess_error": preprocess_error,
     }
 
 
@@ -300,60 +351,35 @@ def quantize_int8_static(
         UnknownNodeError: ``exclude_nodes`` names a node that is not in the graph.
         RuntimeError: the quantizer quantized no activation (a bug: it would be weight-only int8).
     """
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile}
-    if method not in methods:
-        raise ValueError(f"calibration method must be one of {', '.join(CALIBRATION_METHODS)}, got {method!r}")
+    calibrate_method = _calibration_method(method)
     batches = list(calibration)
     if not batches:
         raise ValueError("no calibration batches")
     src, dst = Path(src), Path(dst)
-    original = onnx.load(str(src))
-    nodes_before = count_ops(original)
-    model = fold_constants(original)
-    del original
-    rewrite_gemm_as_matmul(model)
-    _prune_opsets(model)
-    _check_excluded(model, exclude_nodes)
-    nodes = [name for name in quantizable_matmuls(model) if name not in set(exclude_nodes)]
-    _declare_float_types(model, nodes)
-
-    class Reader(CalibrationDataReader):  # type: ignore[misc]
-        def __init__(self) -> None:
-            self._iter = iter(batches)
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self._iter, None)
-
+    model, before, nodes = _static_quantization_graph(src, exclude_nodes)
     with tempfile.TemporaryDirectory(prefix="ptmkit-quantize-static-") as tmp:
         work = Path(tmp)
         onnx.save(model, str(work / "folded.onnx"))
         del model  # quantize_static reads the file
-        quantize_static(
-            str(work / "folded.onnx"),
-            str(work / "int8.onnx"),
-            Reader(),
+        quantized = _run_quantizer(
+            quantize_static,
+            work / "folded.onnx",
+            work / "int8.onnx",
+            calibration_data_reader=_calibration_reader(batches),
             quant_format=QuantFormat.QDQ,
             activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,
             per_channel=per_channel,
             reduce_range=reduce_range,
             nodes_to_quantize=nodes,
-            calibrate_method=methods[method],
+            calibrate_method=calibrate_method,
             # Not CalibMaxIntermediateOutputs: ONNX Runtime 1.32's MinMax calibrator drops (does not
             # fold) the activations it holds when that count is reached, so the ranges would come
             # from the last batches only.
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT, "CalibTensorRangeSymmetric": False},
         )
-        quantized = onnx.load(str(work / "int8.onnx"))
-        onnx.checker.check_model(quantized)
         after = count_ops(quantized)
         if nodes and not after.get("QuantizeLinear"):
             raise RuntimeError("static quantization quantized no activation (0 QuantizeLinear nodes); nothing written")
@@ -365,12 +391,50 @@ def quantize_int8_static(
         "quantize_linear": after.get("QuantizeLinear", 0),
         "dequantize_linear": after.get("DequantizeLinear", 0),
         "quantized_matmul": len(nodes),
-        "nodes_before": nodes_before,
-        "nodes_after": after,
-        "bytes_before": src.stat().st_size,
-        "bytes_after": dst.stat().st_size,
-        "per_channel": per_channel,
-        "reduce_range": reduce_range,
-        "weight_type": "QInt8",
-        "excluded_nodes": list(exclude_nodes),
+        **_size_summary(before, after, dst, per_channel, reduce_range, exclude_nodes),
     }
+
+
+def _static_quantization_graph(
+    src: Path, exclude_nodes: Sequence[str]
+) -> tuple[onnx.ModelProto, tuple[int, dict[str, int]], list[str]]:
+    """``src`` constant-folded, its Gemms as MatMuls, ready for ``quantize_static``.
+
+    Returns ``(model, (bytes, count_ops) of src, names of the MatMul nodes to quantize)``: the
+    quantizable MatMuls less ``exclude_nodes``, their activations declared float32.
+
+    Raises:
+        UnknownNodeError: ``exclude_nodes`` names a node that is not in the graph.
+    """
+    original, before = _load_measured(src)
+    model = fold_constants(original)
+    del original
+    _gemms_to_matmuls(model)
+    _check_excluded(model, exclude_nodes)
+    nodes = [name for name in quantizable_matmuls(model) if name not in set(exclude_nodes)]
+    _declare_float_types(model, nodes)
+    return model, before, nodes
+
+
+def _calibration_method(method: str) -> Any:
+    """ONNX Runtime's ``CalibrationMethod`` for a ``--method`` name; ``ValueError`` for an unknown one."""
+    from onnxruntime.quantization import CalibrationMethod
+
+    methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile}
+    if method not in methods:
+        raise ValueError(f"calibration method must be one of {', '.join(CALIBRATION_METHODS)}, got {method!r}")
+    return methods[method]
+
+
+def _calibration_reader(batches: Sequence[dict[str, np.ndarray]]) -> Any:
+    """An ONNX Runtime ``CalibrationDataReader`` that hands out ``batches`` once each, in order."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class Reader(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self._iter = iter(batches)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self._iter, None)
+
+    return Reader()

@@ -673,7 +673,8 @@ def create_app(
 
     Returns:
         A Starlette app; ``app.state.service`` (:class:`ModelService`), ``app.state.metrics``
-        (:class:`ptmkit_export.metrics.ServerMetrics`) and ``app.state.batcher`` are its parts.
+        (:class:`ptmkit_export.metrics.ServerMetrics`) and ``app.state.batcher`` are its parts;
+        ``app.state.serving`` (:class:`Serving`) holds them for the route handlers.
         The batcher starts and stops with the app's lifespan (uvicorn runs it).
     """
     service = ModelService(predictor, name, max_request_rows=max_request_rows)
@@ -682,62 +683,55 @@ def create_app(
     # inline_lone=False: the model (tokenization included) always runs in the batcher's worker
     # thread, never on the event loop, so that a long request cannot delay the others.
     batcher = DynamicBatcher(service.run_batch, max_batch=max_batch, max_delay_ms=max_delay_ms, on_batch=metrics.batch, inline_lone=False)
-    state = {"ready": False}
+    app = Starlette(routes=_routes(), lifespan=_lifespan, exception_handlers={HTTPException: _http_error})
+    app.state.service, app.state.metrics, app.state.batcher = service, metrics, batcher
+    app.state.serving = Serving(service, batcher, metrics, max_body_bytes)
+    return app
 
-    @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        batcher.start()
-        state["ready"] = True
-        try:
-            yield
-        finally:
-            state["ready"] = False
-            await batcher.close()  # uvicorn has already answered the requests in flight
 
-    def model_or_404(request: Request) -> None:
-        if request.path_params["name"] != name:
-            raise RequestError(404, f"unknown model {request.path_params['name']!r}; this server has {name!r}")
+class Serving:
+    """What the route handlers of :func:`create_app` share, as ``app.state.serving``.
+
+    Holds the :class:`ModelService`, its :class:`ptmkit_export.batching.DynamicBatcher` and
+    :class:`ptmkit_export.metrics.ServerMetrics`, the request body limit (bytes), and ``ready``:
+    true between the app's lifespan start and stop.
+    """
+
+    def __init__(self, service: ModelService, batcher: DynamicBatcher, metrics: ServerMetrics, max_body_bytes: int) -> None:
+        self.service = service
+        self.name = service.name
+        self.batcher = batcher
+        self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+        self.ready = False
+
+    def check_model(self, request: Request) -> None:
+        """``RequestError`` 404 when the path's model name or version is not this server's."""
+        if request.path_params["name"] != self.name:
+            raise RequestError(404, f"unknown model {request.path_params['name']!r}; this server has {self.name!r}")
         version = request.path_params.get("version")
         if version is not None and version != VERSION:
-            raise RequestError(404, f"model {name!r} has no version {version!r}; it has {VERSION!r}")
+            raise RequestError(404, f"model {self.name!r} has no version {version!r}; it has {VERSION!r}")
 
-    async def live(request: Request) -> Response:
-        return JSONResponse({"live": True})
+    async def answer(self, request: Request, endpoint: str, decode: Callable[[bytes], Prepared]) -> Response:
+        """Read the body, ``decode`` it, run it in a batch and encode the response; count it in the metrics.
 
-    async def ready(request: Request) -> Response:
-        return JSONResponse({"ready": state["ready"]}, status_code=200 if state["ready"] else 503)
-
-    async def server_metadata(request: Request) -> Response:
-        return JSONResponse({"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": ["binary_tensor_data"]})
-
-    async def model_metadata(request: Request) -> Response:
-        try:
-            model_or_404(request)
-        except RequestError as error:
-            return _error(error.status, str(error))
-        return JSONResponse(service.metadata())
-
-    async def model_ready(request: Request) -> Response:
-        try:
-            model_or_404(request)
-        except RequestError as error:
-            return _error(error.status, str(error))
-        return JSONResponse({"name": name, "ready": state["ready"]}, status_code=200 if state["ready"] else 503)
-
-    async def answer(request: Request, endpoint: str, decode: Callable[[bytes], Prepared]) -> Response:
+        Every failure is a one-line JSON error: the :class:`RequestError`'s status, 503 once the
+        batcher is closed, 500 for a bug.
+        """
         arrived = time.perf_counter()
-        metrics.started()
+        self.metrics.started()
         status = 500
         try:
-            with batcher.arriving():  # until queued: the batcher may wait for it to join a batch
-                body = await _read_body(request, max_body_bytes)
+            with self.batcher.arriving():  # until queued: the batcher may wait for it to join a batch
+                body = await _read_body(request, self.max_body_bytes)
                 # Decoding costs about the body's size: a large body is decoded in a thread, so
                 # that the loop goes on answering (health probes, other requests) meanwhile.
                 if len(body) <= INLINE_DECODE_BYTES:
                     kind, payload, rows, finish = decode(body)
                 else:
                     kind, payload, rows, finish = await run_in_threadpool(decode, body)
-            result = await run(kind, payload, rows, arrived)
+            result = await self.run(kind, payload, rows, arrived)
             if sum(array.size for array in result.values()) <= INLINE_ENCODE_ELEMENTS:
                 response = finish(result)
             else:
@@ -754,56 +748,114 @@ def create_app(
             status = 500
             return _error(500, f"internal error: {type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}")
         finally:
-            metrics.finished(endpoint, status, time.perf_counter() - arrived)
+            self.metrics.finished(endpoint, status, time.perf_counter() - arrived)
 
-    async def infer(request: Request) -> Response:
-        def decode(body: bytes) -> Prepared:
-            model_or_404(request)
-            decoded = service.decode_infer(body, request.headers.get("inference-header-content-length"))
-            return decoded.kind, decoded.payload, decoded.rows, lambda result: service.encode_infer(result, decoded.outputs, decoded.request_id)
-
-        return await answer(request, "infer", decode)
-
-    async def predict(request: Request) -> Response:
-        def decode(body: bytes) -> Prepared:
-            texts = service.decode_predict(body)
-            return TEXT_INPUT, texts, len(texts), lambda result: JSONResponse(service.encode_predict(result))
-
-        return await answer(request, "predict", decode)
-
-    async def run(kind: Hashable, payload: Any, rows: int, arrived: float) -> dict[str, np.ndarray]:
+    async def run(self, kind: Hashable, payload: Any, rows: int, arrived: float) -> dict[str, np.ndarray]:
+        """The batcher's result for one request; ONNX Runtime refusing its tensors is a 400."""
         try:
-            return await batcher.submit(kind, payload, rows, arrived)
+            return await self.batcher.submit(kind, payload, rows, arrived)
         except BatcherClosed:
             raise
         except Exception as error:  # ONNX Runtime refused this request's tensors
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise RequestError(400, f"inference failed on this request: {first}") from None
 
-    async def prometheus(request: Request) -> Response:
-        return Response(metrics.render(), media_type=CONTENT_TYPE)
 
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        messages = {404: f"no such path {request.url.path}", 405: f"method {request.method} not allowed on {request.url.path}"}
-        return _error(exc.status_code, messages.get(exc.status_code, str(exc.detail)))
+def _serving(request: Request) -> Serving:
+    serving: Serving = request.app.state.serving
+    return serving
 
-    routes = [
-        Route("/v2/health/live", live, methods=["GET"]),
-        Route("/v2/health/ready", ready, methods=["GET"]),
-        Route("/v2", server_metadata, methods=["GET"]),
-        Route("/v2/models/{name}", model_metadata, methods=["GET"]),
-        Route("/v2/models/{name}/versions/{version}", model_metadata, methods=["GET"]),
-        Route("/v2/models/{name}/ready", model_ready, methods=["GET"]),
-        Route("/v2/models/{name}/versions/{version}/ready", model_ready, methods=["GET"]),
-        Route("/v2/models/{name}/infer", infer, methods=["POST"]),
-        Route("/v2/models/{name}/versions/{version}/infer", infer, methods=["POST"]),
-        Route("/v1/predict", predict, methods=["POST"]),
-        Route("/metrics", prometheus, methods=["GET"]),
+
+@asynccontextmanager
+async def _lifespan(app: Starlette) -> AsyncIterator[None]:
+    serving: Serving = app.state.serving
+    serving.batcher.start()
+    serving.ready = True
+    try:
+        yield
+    finally:
+        serving.ready = False
+        await serving.batcher.close()  # uvicorn has already answered the requests in flight
+
+
+async def _live(request: Request) -> Response:
+    return JSONResponse({"live": True})
+
+
+async def _ready(request: Request) -> Response:
+    ready = _serving(request).ready
+    return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+
+
+async def _server_metadata(request: Request) -> Response:
+    return JSONResponse({"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": ["binary_tensor_data"]})
+
+
+async def _model_metadata(request: Request) -> Response:
+    serving = _serving(request)
+    try:
+        serving.check_model(request)
+    except RequestError as error:
+        return _error(error.status, str(error))
+    return JSONResponse(serving.service.metadata())
+
+
+async def _model_ready(request: Request) -> Response:
+    serving = _serving(request)
+    try:
+        serving.check_model(request)
+    except RequestError as error:
+        return _error(error.status, str(error))
+    return JSONResponse({"name": serving.name, "ready": serving.ready}, status_code=200 if serving.ready else 503)
+
+
+async def _infer(request: Request) -> Response:
+    serving = _serving(request)
+    service = serving.service
+
+    def decode(body: bytes) -> Prepared:
+        serving.check_model(request)
+        decoded = service.decode_infer(body, request.headers.get("inference-header-content-length"))
+        return decoded.kind, decoded.payload, decoded.rows, lambda result: service.encode_infer(result, decoded.outputs, decoded.request_id)
+
+    return await serving.answer(request, "infer", decode)
+
+
+async def _predict(request: Request) -> Response:
+    serving = _serving(request)
+    service = serving.service
+
+    def decode(body: bytes) -> Prepared:
+        texts = service.decode_predict(body)
+        return TEXT_INPUT, texts, len(texts), lambda result: JSONResponse(service.encode_predict(result))
+
+    return await serving.answer(request, "predict", decode)
+
+
+async def _prometheus(request: Request) -> Response:
+    return Response(_serving(request).metrics.render(), media_type=CONTENT_TYPE)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    messages = {404: f"no such path {request.url.path}", 405: f"method {request.method} not allowed on {request.url.path}"}
+    return _error(exc.status_code, messages.get(exc.status_code, str(exc.detail)))
+
+
+def _routes() -> list[Route]:
+    return [
+        Route("/v2/health/live", _live, methods=["GET"]),
+        Route("/v2/health/ready", _ready, methods=["GET"]),
+        Route("/v2", _server_metadata, methods=["GET"]),
+        Route("/v2/models/{name}", _model_metadata, methods=["GET"]),
+        Route("/v2/models/{name}/versions/{version}", _model_metadata, methods=["GET"]),
+        Route("/v2/models/{name}/ready", _model_ready, methods=["GET"]),
+        Route("/v2/models/{name}/versions/{version}/ready", _model_ready, methods=["GET"]),
+        Route("/v2/models/{name}/infer", _infer, methods=["POST"]),
+        Route("/v2/models/{name}/versions/{version}/infer", _infer, methods=["POST"]),
+        Route("/v1/predict", _predict, methods=["POST"]),
+        Route("/metrics", _prometheus, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
-    app.state.service, app.state.metrics, app.state.batcher = service, metrics, batcher
-    return app
 
 
 def uvicorn_config(app: Starlette, graceful_timeout_s: float = 30.0) -> uvicorn.Config:

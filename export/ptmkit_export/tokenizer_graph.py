@@ -364,6 +364,31 @@ def char_plan(normalizer_json: str, pre_tokenizer_json: str, placeholders: int) 
         TokenizerGraphError: a character whose normalised form the three character classes and
             the table cannot reproduce, or too few deletable private-use code points.
     """
+    normalize, pre_tokenizer = _normalizer_and_pre_tokenizer(normalizer_json, pre_tokenizer_json)
+    normalized = _normal_forms(normalize)
+    kinds = _pre_tokenizer_kinds(pre_tokenizer, list({ch for form in normalized.values() for ch in form}))
+    deleted, spaces, isolated, table = _classify(normalized, kinds)
+    reserved = [c for c in range(0xE000, 0xF900) if c in deleted][: placeholders + 2]
+    if len(reserved) < placeholders + 2:
+        raise TokenizerGraphError("normalizer: keeps private-use characters, so the graph has no placeholders for special tokens")
+    *names, boundary, marker = reserved
+    deleted -= set(reserved)  # step one of the graph turns them into U+FFFD, which is deleted
+    regex = _split_long_runs(table, {"deleted": deleted, "spaces": spaces, "isolated": isolated}, marker)
+    _check_char_plan(normalized, kinds, reserved, table, regex)
+    return CharPlan(
+        table=table,
+        deleted=frozenset(regex["deleted"]),
+        spaces=frozenset(regex["spaces"]),
+        isolated=frozenset(regex["isolated"]),
+        placeholders=tuple(names),
+        boundary=boundary,
+        marker=marker,
+        reordered=_reordered_marks(normalized, normalize),
+    )
+
+
+def _normalizer_and_pre_tokenizer(normalizer_json: str, pre_tokenizer_json: str) -> tuple[Callable[[str], str], Any]:
+    """tokenizers' normaliser (as a ``str -> str`` function; identity for ``"null"``) and pre-tokeniser."""
     from tokenizers import Tokenizer
 
     skeleton = {
@@ -375,7 +400,11 @@ def char_plan(normalizer_json: str, pre_tokenizer_json: str, placeholders: int) 
     tokenizer = Tokenizer.from_str(json.dumps(skeleton))
     normalizer, pre_tokenizer = tokenizer.normalizer, tokenizer.pre_tokenizer
     normalize: Callable[[str], str] = normalizer.normalize_str if normalizer is not None else (lambda s: s)
+    return normalize, pre_tokenizer
 
+
+def _normal_forms(normalize: Callable[[str], str]) -> dict[int, str]:
+    """``{code point: its normal form}`` for every code point but the surrogates."""
     code_points = [c for c in range(0x110000) if c not in _SURROGATES and chr(c) != _SEPARATOR]
     normalized: dict[int, str] = {}
     for start in range(0, len(code_points), 4096):
@@ -386,12 +415,20 @@ def char_plan(normalizer_json: str, pre_tokenizer_json: str, placeholders: int) 
         else:  # a character's normal form holds the separator: one at a time
             normalized.update((c, normalize(chr(c))) for c in chunk)
     normalized[ord(_SEPARATOR)] = normalize(_SEPARATOR)
+    return normalized
 
-    kinds = _pre_tokenizer_kinds(pre_tokenizer, list({ch for form in normalized.values() for ch in form}))
 
-    def spaced(text: str) -> str:
-        return "".join(" " if kinds[ch] == "space" else f" {ch} " if kinds[ch] == "isolated" else ch for ch in text)
+def _spaced(text: str, kinds: dict[str, str]) -> str:
+    """``text`` as the pre-tokeniser splits it: a space where it splits, spaces around an isolated character."""
+    return "".join(" " if kinds[ch] == "space" else f" {ch} " if kinds[ch] == "isolated" else ch for ch in text)
 
+
+def _classify(normalized: dict[int, str], kinds: dict[str, str]) -> tuple[set[int], set[int], set[int], dict[str, str]]:
+    """``(deleted, spaces, isolated, table)``: each code point by what normalisation and pre-tokenisation make of it.
+
+    Deleted (normal form empty), turned into a space, isolated (a word of its own), or else, when
+    the normaliser changes it, a ``table`` entry ``{character: its spaced normal form}``.
+    """
     deleted, spaces, isolated, table = set(), set(), set(), {}
     for c, form in normalized.items():
         ch = chr(c)
@@ -405,35 +442,39 @@ def char_plan(normalizer_json: str, pre_tokenizer_json: str, placeholders: int) 
         if form == "":
             deleted.add(c)
             continue
-        target = spaced(form)
+        target = _spaced(form, kinds)
         if target == f" {ch} ":  # e.g. CJK ideographs, which BertNormalizer surrounds with spaces
             isolated.add(c)
         elif _canon(target) == _canon(" "):
             spaces.add(c)
         else:
             table[ch] = target
+    return deleted, spaces, isolated, table
 
-    reserved = [c for c in range(0xE000, 0xF900) if c in deleted][: placeholders + 2]
-    if len(reserved) < placeholders + 2:
-        raise TokenizerGraphError("normalizer: keeps private-use characters, so the graph has no placeholders for special tokens")
-    *names, boundary, marker = reserved
-    deleted -= set(reserved)  # step one of the graph turns them into U+FFFD, which is deleted
-    # Short runs go into the table, long runs stay in the regular expressions.
+
+def _split_long_runs(table: dict[str, str], classes: dict[str, set[int]], marker: int) -> dict[str, set[int]]:
+    """The code points each class's regular expression keeps: runs of :data:`LARGE_RUN` or more.
+
+    Short runs go into ``table`` instead (updated in place): deleted characters map to ``marker``,
+    spaces to ``" "``, isolated characters to themselves between spaces. Tab and newline, which
+    cannot be table keys, always stay in the expressions; ``marker`` is always deleted.
+    """
     regex: dict[str, set[int]] = {"deleted": {marker}, "spaces": set(), "isolated": set()}
-    for name, members, replacement in (
-        ("deleted", deleted, lambda ch: chr(marker)),
-        ("spaces", spaces, lambda ch: " "),
-        ("isolated", isolated, lambda ch: f" {ch} "),
-    ):
-        for first, last in _runs(members):
+    replacements: dict[str, Callable[[str], str]] = {"deleted": lambda ch: chr(marker), "spaces": lambda ch: " ", "isolated": lambda ch: f" {ch} "}
+    for name in ("deleted", "spaces", "isolated"):
+        for first, last in _runs(classes[name]):
             for c in range(first, last + 1):
                 if last - first + 1 >= LARGE_RUN or chr(c) in "\t\n":  # tab and newline cannot be table keys
                     regex[name].add(c)
                 else:
-                    table[chr(c)] = replacement(chr(c))
+                    table[chr(c)] = replacements[name](chr(c))
+    return regex
 
-    # Check the plan on every code point: the table, then the three expressions, must give the
-    # pre-tokenised normal form.
+
+def _check_char_plan(normalized: dict[int, str], kinds: dict[str, str], reserved: list[int], table: dict[str, str], regex: dict[str, set[int]]) -> None:
+    """Check the plan on every code point: the table, then the three expressions, must give the
+    pre-tokenised normal form; ``TokenizerGraphError`` for the first that does not."""
+
     def after_table(text: str) -> str:
         return "".join(
             "" if ord(x) in regex["deleted"] else " " if ord(x) in regex["spaces"] else f" {x} " if ord(x) in regex["isolated"] else x
@@ -445,26 +486,19 @@ def char_plan(normalizer_json: str, pre_tokenizer_json: str, placeholders: int) 
         if c in reserved:
             continue
         got = after_table(table.get(ch, ch))
-        if got != form and _canon(got) != _canon(spaced(form)):
-            raise TokenizerGraphError(f"normalizer: U+{c:04X} becomes {spaced(form)!r}, which the graph would make {got!r}")
+        if got != form and _canon(got) != _canon(_spaced(form, kinds)):
+            raise TokenizerGraphError(f"normalizer: U+{c:04X} becomes {_spaced(form, kinds)!r}, which the graph would make {got!r}")
 
+
+def _reordered_marks(normalized: dict[int, str], normalize: Callable[[str], str]) -> frozenset[int]:
+    """The combining marks the normaliser keeps and reorders, if it does (see :attr:`CharPlan.reordered`)."""
     # NFD sorts runs of combining marks by combining class: the one rule that is not per character.
     marks = sorted((c for c, form in normalized.items() if form == chr(c) and unicodedata.combining(chr(c))), key=lambda c: unicodedata.combining(chr(c)))
-    reordered: frozenset[int] = frozenset()
     if marks and unicodedata.combining(chr(marks[0])) != unicodedata.combining(chr(marks[-1])):
         high, low = chr(marks[-1]), chr(marks[0])
         if normalize(f"a{high}{low}") != normalize("a") + high + low:
-            reordered = frozenset(marks)
-    return CharPlan(
-        table=table,
-        deleted=frozenset(regex["deleted"]),
-        spaces=frozenset(regex["spaces"]),
-        isolated=frozenset(regex["isolated"]),
-        placeholders=tuple(names),
-        boundary=boundary,
-        marker=marker,
-        reordered=reordered,
-    )
+            return frozenset(marks)
+    return frozenset()
 
 
 def _char_class(code_points: frozenset[int]) -> str:
@@ -536,6 +570,31 @@ def build_tokenizer_model(
     budget = max_sequence_length - len(spec.prefix_ids) - len(spec.suffix_ids)
     if budget < 1:
         raise TokenizerGraphError(f"max_sequence_length {max_sequence_length} leaves no room for text after {len(spec.prefix_ids) + len(spec.suffix_ids)} special tokens")
+    plan = _checked_char_plan(path, spec)
+    g = _Builder()
+    # Reserved private-use characters (the normaliser deletes them): one per special token, the
+    # boundary put between the texts of a batch (which run through the string operators as one
+    # string) and the table's deletion marker. Those already in the text become U+FFFD (deleted).
+    placeholders = [chr(c) for c in plan.placeholders]
+    words, word_text = _words(g, spec, plan, placeholders)
+    ids, splits = _wordpiece_ids(g, spec, words, placeholders)
+    zero, one, minus_one = g.const([0]), g.const([1]), g.const([-1])
+    ids, piece_text = _unknown_words_as_one_unk(g, spec.unk_id, ids, splits, word_text, zero, one, minus_one)
+    made = _pack_rows(g, spec, ids, piece_text, budget, pad_token_id, zero, one)
+    return _tokenizer_model(g, made, outputs, opset, ir_version)
+
+
+#: The attribute that puts a node in onnxruntime-extensions' operator domain.
+_CONTRIB: dict[str, Any] = {"domain": CUSTOM_DOMAIN}
+
+
+def _checked_char_plan(path: Path, spec: WordPieceSpec) -> CharPlan:
+    """The :class:`CharPlan` of the tokenizer.json at ``path``, refused where the graph would go wrong.
+
+    Raises:
+        TokenizerGraphError: a vocabulary token holds a combining mark the normaliser may reorder,
+            or the normaliser keeps U+0000 or U+FFFD (the runtime passes U+0000 as U+FFFD).
+    """
     data = json.loads(path.read_text(encoding="utf-8"))
     plan = char_plan(json.dumps(data.get("normalizer"), sort_keys=True), json.dumps(data.get("pre_tokenizer"), sort_keys=True), len(spec.specials))
     risky = sorted({token for token in spec.vocab if any(ord(ch) in plan.reordered for ch in token)})
@@ -544,32 +603,41 @@ def build_tokenizer_model(
     for ch in ("\x00", "\ufffd"):
         if not plan.deletes(ch):
             raise _refuse(path, "normalizer", f"keeps U+{ord(ch):04X}, which the runtime uses to pass U+0000 (needs clean_text)")
+    return plan
 
-    g = _Builder()
-    contrib: dict[str, Any] = {"domain": CUSTOM_DOMAIN}
-    # Reserved private-use characters (the normaliser deletes them): one per special token, the
-    # boundary put between the texts of a batch (which run through the string operators as one
-    # string) and the table's deletion marker. Those already in the text become U+FFFD (deleted).
-    placeholders, boundary = [chr(c) for c in plan.placeholders], chr(plan.boundary)
+
+def _words(g: _Builder, spec: WordPieceSpec, plan: CharPlan, placeholders: list[str]) -> tuple[str, str]:
+    """Normalise and pre-tokenise the ``text`` input: ``(words (W,) string, text row of each word (W,) int64)``.
+
+    The texts' special tokens become their placeholders, the batch is joined into one string with
+    the boundary between texts, each character goes through the plan's table then its three
+    regular expressions, and the result is split at spaces.
+    """
+    boundary = chr(plan.boundary)
     reserved = frozenset([*plan.placeholders, plan.boundary, plan.marker])
-    text = g.op("StringRegexReplace", [TEXT_INPUT, g.const([_char_class(reserved)], str), g.const(["\ufffd"], str)], **contrib)
+    text = g.op("StringRegexReplace", [TEXT_INPUT, g.const([_char_class(reserved)], str), g.const(["\ufffd"], str)], **_CONTRIB)
     for (content, _), placeholder in sorted(zip(spec.specials, placeholders, strict=True), key=lambda item: -len(item[0][0])):
-        text = g.op("StringRegexReplace", [text, g.const([re.escape(content)], str), g.const([f" {placeholder} "], str)], **contrib)
+        text = g.op("StringRegexReplace", [text, g.const([re.escape(content)], str), g.const([f" {placeholder} "], str)], **_CONTRIB)
     axis0 = g.const([0])
-    text = g.op("StringJoin", [text, g.const([f" {boundary} "], str), axis0], **contrib)  # (1,)
+    text = g.op("StringJoin", [text, g.const([f" {boundary} "], str), axis0], **_CONTRIB)  # (1,)
     every_char = g.const(["((?s).)"], str)
-    chars, _, _, _ = g.op("StringRegexSplitWithOffsets", [text, every_char, every_char], 4, **contrib)
+    chars, _, _, _ = g.op("StringRegexSplitWithOffsets", [text, every_char, every_char], 4, **_CONTRIB)
     table = "\n".join(f"{key}\t{value}" for key, value in sorted(plan.table.items()))
-    mapped = g.op("StringMapping", [chars], map=table, **contrib)
-    text = g.op("StringJoin", [mapped, g.const([""], str), axis0], **contrib)
+    mapped = g.op("StringMapping", [chars], map=table, **_CONTRIB)
+    text = g.op("StringJoin", [mapped, g.const([""], str), axis0], **_CONTRIB)
     for points, rewrite in ((plan.deleted, ""), (plan.spaces, " "), (plan.isolated, " \\0 ")):
         if points:
-            text = g.op("StringRegexReplace", [text, g.const([_char_class(points)], str), g.const([rewrite], str)], **contrib)
-    _, words, _ = g.op("StringSplit", [text, g.const([" "], str), g.const([True], np.bool_)], 3, **contrib)
+            text = g.op("StringRegexReplace", [text, g.const([_char_class(points)], str), g.const([rewrite], str)], **_CONTRIB)
+    _, words, _ = g.op("StringSplit", [text, g.const([" "], str), g.const([True], np.bool_)], 3, **_CONTRIB)
     is_boundary = g.op("LabelEncoder", [words], domain="ai.onnx.ml", keys_strings=[boundary], values_int64s=[1], default_int64=0)
     in_text = g.op("Not", [g.op("Cast", [is_boundary], to=TensorProto.BOOL)])
     word_text = g.op("Compress", [g.op("CumSum", [is_boundary, g.const(0)]), in_text])  # (W,) text row of each word
     words = g.op("Compress", [words, in_text])
+    return words, word_text
+
+
+def _wordpiece_ids(g: _Builder, spec: WordPieceSpec, words: str, placeholders: list[str]) -> tuple[str, str]:
+    """WordPiece over ``words``: ``(piece ids (P,) int64, piece splits (W + 1,) int64)``; a placeholder is its special token's id."""
     vocab = dict(spec.vocab)
     for (_, token_id), placeholder in zip(spec.specials, placeholders, strict=True):
         vocab[placeholder] = token_id
@@ -581,13 +649,22 @@ def build_tokenizer_model(
         suffix_indicator=spec.continuing_prefix,
         unknown_token=spec.unk_token,
         max_input_chars_per_word=spec.max_input_chars_per_word,
-        **contrib,
+        **_CONTRIB,
     )
     keys = list(vocab)
     ids = g.op("LabelEncoder", [pieces], domain="ai.onnx.ml", keys_strings=keys, values_int64s=[vocab[k] for k in keys], default_int64=spec.unk_id)
+    return ids, splits
 
-    zero, one, minus_one = g.const([0]), g.const([1]), g.const([-1])
-    unk = g.const(spec.unk_id)
+
+def _unknown_words_as_one_unk(
+    g: _Builder, unk_id: int, ids: str, splits: str, word_text: str, zero: str, one: str, minus_one: str
+) -> tuple[str, str]:
+    """A word whose greedy match failed ends in [UNK]; tokenizers makes the whole word one [UNK].
+
+    Returns ``(piece ids (P',) int64, text row of each piece (P',) int64)`` with such words cut to
+    their first piece, made [UNK].
+    """
+    unk = g.const(unk_id)
     # Word of each piece: a 1 where each word after the first starts, summed.
     starts = g.op("Slice", [splits, zero, minus_one])  # (W,) first piece of each word
     ends = g.op("Slice", [splits, one, g.const([np.iinfo(np.int64).max])])  # (W,) one past its last
@@ -598,15 +675,23 @@ def build_tokenizer_model(
     zeros = g.op("ConstantOfShape", [n_pieces], value=helper.make_tensor("value", TensorProto.INT64, [1], [0]))
     marks = g.op("ScatterElements", [zeros, later_starts, ones])
     piece_word = g.op("CumSum", [marks, g.const(0)])
-    # A word whose greedy match failed ends in [UNK] (tokenizers: the whole word is one [UNK]).
     word_failed = g.op("Equal", [g.op("Gather", [ids, g.op("Sub", [ends, one])]), unk])
     piece_failed = g.op("Gather", [word_failed, piece_word])
     first_piece = g.op("Equal", [piece_index, g.op("Gather", [starts, piece_word])])
     keep = g.op("Or", [g.op("Not", [piece_failed]), first_piece])
     ids = g.op("Compress", [g.op("Where", [piece_failed, unk, ids]), keep])
     piece_text = g.op("Compress", [g.op("Gather", [word_text, piece_word]), keep])
+    return ids, piece_text
 
-    # Per text: count, truncate, place after the prefix specials.
+
+def _pack_rows(
+    g: _Builder, spec: WordPieceSpec, ids: str, piece_text: str, budget: int, pad_token_id: int, zero: str, one: str
+) -> dict[str, str]:
+    """Per text: count the pieces, truncate to ``budget``, place them after the prefix specials.
+
+    Returns ``{"ids", "attention_mask", "type_ids"}``: int64 ``(batch, length)`` tensors, ``length``
+    the longest row's token count, specials included.
+    """
     batch = g.op("Shape", [TEXT_INPUT])
     rows = g.op("Range", [g.const(0), g.op("Squeeze", [batch, zero]), g.const(1)])
     same_text = g.op("Equal", [g.op("Unsqueeze", [piece_text, zero]), g.op("Unsqueeze", [rows, one])])  # (B, P)
@@ -633,8 +718,11 @@ def build_tokenizer_model(
         token_ids = g.op("ScatterND", [token_ids, at, g.op("Expand", [g.const(token_id), batch])])
     positions = g.op("Range", [g.const(0), g.op("Squeeze", [width, zero]), g.const(1)])
     mask = g.op("Less", [g.op("Unsqueeze", [positions, zero]), g.op("Unsqueeze", [totals, one])])
-    made = {"ids": token_ids, "attention_mask": g.op("Cast", [mask], to=TensorProto.INT64), "type_ids": g.op("Expand", [g.const(0), shape])}
+    return {"ids": token_ids, "attention_mask": g.op("Cast", [mask], to=TensorProto.INT64), "type_ids": g.op("Expand", [g.const(0), shape])}
 
+
+def _tokenizer_model(g: _Builder, made: dict[str, str], outputs: Sequence[dict[str, str]], opset: int, ir_version: int | None) -> onnx.ModelProto:
+    """The model of ``g``'s nodes: input ``text``, one output per manifest input (cast to its dtype)."""
     graph_outputs = []
     for spec_out in outputs:
         name, encoding, dtype = spec_out["name"], spec_out["encoding"], spec_out["dtype"]
@@ -725,6 +813,17 @@ def text_feed(texts: Sequence[str]) -> np.ndarray:
     return np.array([text.replace("\x00", "\ufffd") for text in texts], dtype=object)
 
 
+def _reference_tokenizer(tokenizer_json: str | os.PathLike[str], max_sequence_length: int, pad_token_id: int) -> Any:
+    """Hugging Face tokenizers set up as :class:`ptmkit_export.Predictor` sets it up: truncation to
+    ``max_sequence_length`` tokens, padding with ``pad_token_id`` to the longest text of a batch."""
+    from tokenizers import Tokenizer
+
+    reference = Tokenizer.from_file(str(tokenizer_json))
+    reference.enable_truncation(max_length=max_sequence_length)
+    reference.enable_padding(pad_id=pad_token_id, pad_token=reference.id_to_token(pad_token_id) or "[PAD]")
+    return reference
+
+
 def count_token_mismatches(
     tokenizer_model: onnx.ModelProto, tokenizer_json: str | os.PathLike[str], texts: Sequence[str], max_sequence_length: int, pad_token_id: int,
     outputs: Sequence[dict[str, str]], batch_sizes: Sequence[int] = (1, 16),
@@ -735,11 +834,7 @@ def count_token_mismatches(
         ``(mismatches, first)``: how many (text, batch size) pairs give other ``outputs`` arrays
         (ids, type ids or mask) than tokenizers, and a one-line description of the first, or None.
     """
-    from tokenizers import Tokenizer
-
-    reference = Tokenizer.from_file(str(tokenizer_json))
-    reference.enable_truncation(max_length=max_sequence_length)
-    reference.enable_padding(pad_id=pad_token_id, pad_token=reference.id_to_token(pad_token_id) or "[PAD]")
+    reference = _reference_tokenizer(tokenizer_json, max_sequence_length, pad_token_id)
     session = extensions_session(tokenizer_model)
     names = [PREFIX + spec["name"] for spec in outputs]
     mismatches, first = 0, None
@@ -823,10 +918,6 @@ def build_tokenizer_variants(
             is left in ``directory`` then).
         ExportDirError: onnxruntime-extensions is missing.
     """
-    from importlib.metadata import version
-
-    import onnxruntime as ort
-
     directory = Path(directory)
     texts = [*HARD_CASES, *check_texts]
     fp32 = onnx.load(str(directory / variants["fp32"]["file"]), load_external_data=False)
@@ -836,11 +927,7 @@ def build_tokenizer_variants(
     if mismatches:
         raise TokenizerGraphError(f"{tokenizer_json}: the tokenizer graph disagrees with tokenizers on {mismatches} text(s), e.g. {first}; nothing written")
 
-    from tokenizers import Tokenizer
-
-    reference = Tokenizer.from_file(str(tokenizer_json))
-    reference.enable_truncation(max_length=max_sequence_length)
-    reference.enable_padding(pad_id=pad_token_id, pad_token=reference.id_to_token(pad_token_id) or "[PAD]")
+    reference = _reference_tokenizer(tokenizer_json, max_sequence_length, pad_token_id)
     made: dict[str, dict[str, Any]] = {}
     written: list[Path] = []
     try:
@@ -850,36 +937,61 @@ def build_tokenizer_variants(
             out_path = Path(out_dir or directory) / file_name
             merge_tokenizer(onnx.ModelProto.FromString(tokenizer_model.SerializeToString()), directory / variants[base]["file"], out_path, inputs)
             written.append(out_path)
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = 1
-            two_step = ort.InferenceSession(str(directory / variants[base]["file"]), options, providers=["CPUExecutionProvider"])
+            two_step = _cpu_session(directory / variants[base]["file"])
             single = extensions_session(out_path)
-            worst = 0.0
-            for start in range(0, len(texts), 16):
-                chunk = texts[start : start + 16]
-                encodings = reference.encode_batch(chunk)
-                feeds = {spec["name"]: np.asarray([getattr(e, spec["encoding"]) for e in encodings], dtype=spec["dtype"]) for spec in inputs}
-                (expected,) = two_step.run([output_name], feeds)
-                (got,) = single.run([output_name], {TEXT_INPUT: text_feed(chunk)})
-                worst = max(worst, float(np.max(np.abs(np.asarray(expected) - np.asarray(got)))))
+            worst = _max_abs_diff_vs_two_step(single, two_step, reference, texts, inputs, output_name)
             if worst > OUTPUT_TOLERANCE:
                 raise TokenizerGraphError(f"{out_path}: outputs differ from the two-step path by {worst:.2e} > {OUTPUT_TOLERANCE:g}; nothing written")
-            (probe,) = single.run([output_name], {TEXT_INPUT: text_feed(PROBE_TEXTS)})
-            made[name] = {
-                "file": file_name,
-                "base": base,
-                "text_input": TEXT_INPUT,
-                "ok": bool(variants[base].get("ok", True)),
-                "requires": {"onnxruntime-extensions": version("onnxruntime-extensions"), "tokenizers": version("tokenizers")},
-                "check": {"texts": len(texts), "token_id_mismatches": 0, "max_abs_diff_vs_two_step": worst},
-                "probe": {"texts": PROBE_TEXTS, "outputs": np.asarray(probe, np.float64)[:, :PROBE_VALUES].round(7).tolist()},
-                "bytes": out_path.stat().st_size,
-            }
+            made[name] = _variant_entry(single, out_path, base, variants[base], len(texts), worst, output_name)
     except BaseException:
         for path in written:
             path.unlink(missing_ok=True)
         raise
     return made
+
+
+def _cpu_session(model_path: Path) -> Any:
+    """A one-thread CPU ONNX Runtime session of ``model_path``."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+
+
+def _max_abs_diff_vs_two_step(
+    single: Any, two_step: Any, reference: Any, texts: Sequence[str], inputs: Sequence[dict[str, str]], output_name: str
+) -> float:
+    """Largest absolute difference of ``output_name`` between the ``single``-file session on
+    ``texts`` and the two-step path (``reference`` tokenizers, then the ``two_step`` session), in batches of 16."""
+    worst = 0.0
+    for start in range(0, len(texts), 16):
+        chunk = texts[start : start + 16]
+        encodings = reference.encode_batch(chunk)
+        feeds = {spec["name"]: np.asarray([getattr(e, spec["encoding"]) for e in encodings], dtype=spec["dtype"]) for spec in inputs}
+        (expected,) = two_step.run([output_name], feeds)
+        (got,) = single.run([output_name], {TEXT_INPUT: text_feed(chunk)})
+        worst = max(worst, float(np.max(np.abs(np.asarray(expected) - np.asarray(got)))))
+    return worst
+
+
+def _variant_entry(
+    single: Any, out_path: Path, base: str, base_entry: dict[str, Any], texts: int, worst: float, output_name: str
+) -> dict[str, Any]:
+    """The manifest entry of a checked single-file variant, with its probe outputs (see :func:`check_probe`)."""
+    from importlib.metadata import version
+
+    (probe,) = single.run([output_name], {TEXT_INPUT: text_feed(PROBE_TEXTS)})
+    return {
+        "file": out_path.name,
+        "base": base,
+        "text_input": TEXT_INPUT,
+        "ok": bool(base_entry.get("ok", True)),
+        "requires": {"onnxruntime-extensions": version("onnxruntime-extensions"), "tokenizers": version("tokenizers")},
+        "check": {"texts": texts, "token_id_mismatches": 0, "max_abs_diff_vs_two_step": worst},
+        "probe": {"texts": PROBE_TEXTS, "outputs": np.asarray(probe, np.float64)[:, :PROBE_VALUES].round(7).tolist()},
+        "bytes": out_path.stat().st_size,
+    }
 
 
 def add_tokenizer_variants(export_dir: str | os.PathLike[str], check_texts: Sequence[str] = ()) -> dict[str, dict[str, Any]]:

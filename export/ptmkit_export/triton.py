@@ -159,18 +159,9 @@ def write_triton_repository(
     """
     export_dir = Path(export_dir)
     manifest = read_manifest(export_dir)
-    model_path = variant_path(export_dir, manifest, variant)
-    if manifest["variants"][variant].get("text_input"):
-        raise ExportDirError(
-            f"{model_path}: variant {variant!r} tokenizes inside the graph with onnxruntime-extensions' operators, which a Triton "
-            f"repository would need as a custom op library on the server; write the {manifest['variants'][variant].get('base', 'fp32')} variant"
-        )
+    model_path = _servable_variant(export_dir, manifest, variant)
     name = name or default_name(export_dir)
-    try:
-        session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    except Exception as error:  # onnxruntime raises its own exception types
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ExportDirError(f"{model_path}: cannot load ONNX model ({first})") from error
+    session = _load_session(model_path)
     is_classifier = manifest.get("task") != "embedding" and bool(manifest["labels"])
     label_output = manifest["outputs"][0]["name"] if is_classifier else None
     config = triton_config(session, name, max_batch_size, max_queue_delay_us, instance_count, kind, label_output)
@@ -184,29 +175,60 @@ def write_triton_repository(
         raise DestinationExistsError(target)
     staging = Path(tempfile.mkdtemp(dir=repo, prefix=f".{name}.", suffix=".partial"))
     try:
-        (staging / "1").mkdir()
-        shutil.copyfile(model_path, staging / "1" / "model.onnx")
-        external = model_path.with_name(model_path.name + ".data")  # ONNX external weights, when any
-        if external.is_file():
-            shutil.copyfile(external, staging / "1" / external.name)
-        if "featurizer" in manifest:
-            spec = dict(manifest["featurizer"])
-            shutil.copyfile(export_dir / spec["vocabulary"], staging / "vocabulary.txt")
-            (staging / "featurizer.json").write_text(json.dumps({**spec, "vocabulary": "vocabulary.txt"}, indent=2) + "\n", encoding="utf-8")
-        else:
-            shutil.copyfile(export_dir / manifest["tokenizer"], staging / "tokenizer.json")
-        if is_classifier:
-            (staging / "labels.txt").write_text("".join(f"{label}\n" for label in manifest["labels"]), encoding="utf-8")
+        _fill_model_folder(staging, export_dir, manifest, model_path, is_classifier)
         (staging / "config.pbtxt").write_text(config, encoding="utf-8")
         os.chmod(staging, 0o755)
-        if target.exists():
-            old = Path(tempfile.mkdtemp(dir=repo, prefix=f".{name}.", suffix=".old"))
-            os.replace(target, old / name)
-            os.replace(staging, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, target)
+        _move_into_place(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+def _servable_variant(export_dir: Path, manifest: dict[str, Any], variant: str) -> Path:
+    """The model file of ``variant``; ``ExportDirError`` for one that tokenizes inside the graph."""
+    model_path = variant_path(export_dir, manifest, variant)
+    if manifest["variants"][variant].get("text_input"):
+        raise ExportDirError(
+            f"{model_path}: variant {variant!r} tokenizes inside the graph with onnxruntime-extensions' operators, which a Triton "
+            f"repository would need as a custom op library on the server; write the {manifest['variants'][variant].get('base', 'fp32')} variant"
+        )
+    return model_path
+
+
+def _load_session(model_path: Path) -> ort.InferenceSession:
+    """A CPU ONNX Runtime session of ``model_path``; ``ExportDirError`` when it cannot load."""
+    try:
+        return ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime raises its own exception types
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ExportDirError(f"{model_path}: cannot load ONNX model ({first})") from error
+
+
+def _fill_model_folder(staging: Path, export_dir: Path, manifest: dict[str, Any], model_path: Path, is_classifier: bool) -> None:
+    """Copy into ``staging`` the model (``1/model.onnx`` and its external weights), the tokenizer
+    (or featurizer and vocabulary) and, for a classifier, ``labels.txt``."""
+    (staging / "1").mkdir()
+    shutil.copyfile(model_path, staging / "1" / "model.onnx")
+    external = model_path.with_name(model_path.name + ".data")  # ONNX external weights, when any
+    if external.is_file():
+        shutil.copyfile(external, staging / "1" / external.name)
+    if "featurizer" in manifest:
+        spec = dict(manifest["featurizer"])
+        shutil.copyfile(export_dir / spec["vocabulary"], staging / "vocabulary.txt")
+        (staging / "featurizer.json").write_text(json.dumps({**spec, "vocabulary": "vocabulary.txt"}, indent=2) + "\n", encoding="utf-8")
+    else:
+        shutil.copyfile(export_dir / manifest["tokenizer"], staging / "tokenizer.json")
+    if is_classifier:
+        (staging / "labels.txt").write_text("".join(f"{label}\n" for label in manifest["labels"]), encoding="utf-8")
+
+
+def _move_into_place(staging: Path, target: Path) -> None:
+    """Rename ``staging`` to ``target``; an existing ``target`` is moved aside first, then removed."""
+    if target.exists():
+        old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old"))
+        os.replace(target, old / target.name)
+        os.replace(staging, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staging, target)
