@@ -22,11 +22,14 @@ from ptmkit.api import (
     VOCABULARY_FILE,
     DataError,
     EncodedCorpus,
+    EpochCheckpoints,
+    ResumableEpochs,
     Vocabulary,
     build_vocabulary,
     encode_corpus,
     read_corpus,
     save_matrix,
+    tokens_sha1,
 )
 from ptmkit_nnlm.config import NNLMConfig
 from ptmkit_nnlm.model import build_nnlm
@@ -89,13 +92,48 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
     from ptmkit.api import atomic_save, quiet_tensorflow, seed_everything
 
     quiet_tensorflow()
-    import keras
-
-    from ptmkit.api import AdamW
-
     seed_everything(config.seed)
-    # The held-out lines are the last ``heldout_lines`` non-blank lines; the vocabulary is counted
-    # on the training lines only, so a word seen only in held-out text is <unk> there.
+    lines, heldout = _heldout_lines(corpus, config)
+    counted, vocabulary = _vocabulary(corpus, config, lines - heldout)
+    end_id, unk_id, start_id = (len(counted.words) + i for i in range(3))
+    tokens = encode_corpus(read_corpus(corpus), vocabulary, run_dir / "tokens", config.lowercase, unknown=unk_id, end=end_id)
+    split = int(tokens.offsets[len(tokens.offsets) - 1 - heldout])
+    heldout_unknown = int(np.count_nonzero(np.asarray(tokens.ids[split:]) == unk_id))
+    console.print(
+        f"vocabulary: {len(vocabulary.words):,} entries ({len(counted):,} words with count >= {config.min_count} in the training lines, {', '.join(SPECIALS)}); "
+        f"{split:,} training and {len(tokens.ids) - split:,} held-out targets ({heldout_unknown:,} of them <unk>)"
+    )
+    model = _compiled_model(len(vocabulary.words), config)
+    checkpoints = EpochCheckpoints.of_run(run_dir, config.checkpoint_seconds, resume)
+    epochs, loss = _train_epochs(model, len(vocabulary.words), tokens, split, start_id, config, checkpoints, console)
+    seconds = epochs.seconds()
+    metrics: dict[str, Any] = {
+        "vocabulary_size": len(vocabulary.words),
+        "tokens": counted.tokens_seen,
+        "training_targets": split,
+        "final_train_loss": round(loss, 4),
+        "parameters": int(model.count_params()),
+        "train_seconds": round(seconds, 2),
+        **epochs.stats(seconds),
+    }
+    if split < len(tokens.ids):
+        metrics.update(_heldout_metrics(model, tokens, split, start_id, config, heldout, heldout_unknown))
+        console.print(f"held-out perplexity {metrics['heldout_perplexity']} on {metrics['heldout_targets']:,} targets of the last {heldout} lines")
+    vocabulary.save(run_dir / VOCABULARY_FILE)
+    save_matrix(run_dir / VECTORS_FILE, model.get_layer("C").get_weights()[0])
+    atomic_save(run_dir / "nnlm.weights.h5", lambda tmp: model.save_weights(str(tmp)))
+    shutil.rmtree(run_dir / "tokens", ignore_errors=True)
+    shutil.rmtree(checkpoints.directory, ignore_errors=True)
+    return metrics
+
+
+def _heldout_lines(corpus: Path, config: NNLMConfig) -> tuple[int, int]:
+    """``(non-blank lines, held-out lines)``: the held-out lines are the last ``heldout_lines``
+    non-blank lines (fewer when the corpus has fewer than ``heldout_lines + 1``).
+
+    Raises:
+        DataError: ``heldout_lines`` more than half the corpus's non-blank lines.
+    """
     lines = sum(1 for text in read_corpus(corpus) if text.split())
     if lines and config.heldout_lines and 2 * config.heldout_lines > lines:
         suggestion = f"e.g. --set model.heldout_lines={lines // 10}" if lines >= 10 else "--set model.heldout_lines=0 trains on every line, without a perplexity"
@@ -103,33 +141,50 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
             f"{corpus}: {lines:,} line{'' if lines == 1 else 's'}, and model.heldout_lines = {config.heldout_lines:,} would hold out more than half of them; "
             f"lower it ({suggestion}) or give a longer corpus"
         )
-    heldout = min(config.heldout_lines, max(lines - 1, 0))
-    counted = build_vocabulary(corpus, _first_lines(read_corpus(corpus), lines - heldout), config.min_count, config.max_vocab, config.lowercase)
+    return lines, min(config.heldout_lines, max(lines - 1, 0))
+
+
+def _vocabulary(corpus: Path, config: NNLMConfig, training_lines: int) -> tuple[Vocabulary, Vocabulary]:
+    """``(counted, vocabulary)``: the words of the first ``training_lines`` non-blank lines (so
+    that a word seen only in held-out text is ``<unk>`` there), and the model's vocabulary, those
+    words then :data:`SPECIALS` (``</s>`` counted once a line, ``<unk>`` once a dropped token)."""
+    counted = build_vocabulary(corpus, _first_lines(read_corpus(corpus), training_lines), config.min_count, config.max_vocab, config.lowercase)
     words = counted.words + list(SPECIALS)
-    end_id, unk_id, start_id = (len(counted.words) + i for i in range(3))
     counts = np.concatenate([counted.counts, [counted.lines, counted.tokens_seen - counted.kept_tokens, 0]]).astype(np.int64)
-    vocabulary = Vocabulary(words, counts, counted.tokens_seen, counted.unique_words, counted.lines)
-    tokens = encode_corpus(read_corpus(corpus), vocabulary, run_dir / "tokens", config.lowercase, unknown=unk_id, end=end_id)
-    split = int(tokens.offsets[len(tokens.offsets) - 1 - heldout])
-    heldout_unknown = int(np.count_nonzero(np.asarray(tokens.ids[split:]) == unk_id))
-    console.print(
-        f"vocabulary: {len(words):,} entries ({len(counted):,} words with count >= {config.min_count} in the training lines, {', '.join(SPECIALS)}); "
-        f"{split:,} training and {len(tokens.ids) - split:,} held-out targets ({heldout_unknown:,} of them <unk>)"
-    )
-    model = build_nnlm(len(words), config.context, config.vector_size, config.hidden, config.direct)
+    return counted, Vocabulary(words, counts, counted.tokens_seen, counted.unique_words, counted.lines)
+
+
+def _compiled_model(vocabulary_size: int, config: NNLMConfig) -> Any:
+    """The NNLM (:func:`ptmkit_nnlm.model.build_nnlm`), compiled with sparse cross-entropy on
+    logits and Adam, its optimizer's variables built (so that a checkpoint can restore them)."""
+    import keras
+
+    from ptmkit.api import AdamW
+
+    model = build_nnlm(vocabulary_size, config.context, config.vector_size, config.hidden, config.direct)
     model.compile(
         # ptmkit's AdamW without decay is Adam that sums the repeated rows of C in a batch first
         optimizer=AdamW(learning_rate=config.learning_rate, weight_decay=0.0, epsilon=1e-7),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
     )
-    from ptmkit.api import EpochCheckpoints, ResumableEpochs, tokens_sha1
-
     model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def _train_epochs(
+    model: Any, vocabulary_size: int, tokens: EncodedCorpus, split: int, start_id: int, config: NNLMConfig, checkpoints: EpochCheckpoints, console: Console
+) -> tuple[ResumableEpochs, float]:
+    """Train on the n-grams of token positions ``0 .. split - 1`` through the shared epoch loop,
+    resuming from ``checkpoints`` when they say so (weights and Adam's state).
+
+    Returns:
+        ``(epochs, loss)``: the loop (its seconds and stats) and the last epoch's mean loss
+        (NaN when no epoch ran).
+    """
     variables = {f"weight_{i}": v for i, v in enumerate(model.weights)} | {f"optimizer_{i}": v for i, v in enumerate(model.optimizer.variables)}
     settings = {k: v for k, v in dataclasses.asdict(config).items() if k != "checkpoint_seconds"}
-    checkpoints = EpochCheckpoints.of_run(run_dir, config.checkpoint_seconds, resume)
-    fingerprint = lambda: {"vocabulary": len(words), "tokens_sha1": tokens_sha1(tokens), "config": settings}  # noqa: E731
+    fingerprint = lambda: {"vocabulary": vocabulary_size, "tokens_sha1": tokens_sha1(tokens), "config": settings}  # noqa: E731
     epochs = ResumableEpochs(config.epochs, config.seed, checkpoints, fingerprint, console.print)
     state = epochs.resume({name: tuple(v.shape) for name, v in variables.items()}, {name: np.dtype(v.dtype) for name, v in variables.items()})
     if state is not None:
@@ -144,32 +199,20 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
             seen += len(y)
         loss = total / max(seen, 1)
         console.print(f"epoch {epoch + 1}/{config.epochs}: loss {loss:.4f} (training perplexity {math.exp(loss):.1f})")
-    seconds = epochs.seconds()
-    metrics: dict[str, Any] = {
-        "vocabulary_size": len(words),
-        "tokens": counted.tokens_seen,
-        "training_targets": split,
-        "final_train_loss": round(loss, 4),
-        "parameters": int(model.count_params()),
-        "train_seconds": round(seconds, 2),
-        **epochs.stats(seconds),
+    return epochs, loss
+
+
+def _heldout_metrics(model: Any, tokens: EncodedCorpus, split: int, start_id: int, config: NNLMConfig, heldout: int, unknown: int) -> dict[str, Any]:
+    """Cross-entropy (nats), perplexity and accuracy on the n-grams of token positions
+    ``split ..``: the last ``heldout`` lines, ``unknown`` of whose targets are ``<unk>``."""
+    positions = np.arange(split, len(tokens.ids))
+    x, y = ngrams(tokens, positions, config.context, start_id)
+    result = model.evaluate(x, y, batch_size=1024, verbose=0, return_dict=True)
+    return {
+        "heldout_lines": heldout,
+        "heldout_targets": len(positions),
+        "heldout_unknown_targets": unknown,
+        "heldout_cross_entropy": round(float(result["loss"]), 4),
+        "heldout_perplexity": round(math.exp(float(result["loss"])), 2),
+        "heldout_accuracy": round(float(result["accuracy"]), 4),
     }
-    if split < len(tokens.ids):
-        positions = np.arange(split, len(tokens.ids))
-        x, y = ngrams(tokens, positions, config.context, start_id)
-        result = model.evaluate(x, y, batch_size=1024, verbose=0, return_dict=True)
-        metrics.update({
-            "heldout_lines": heldout,
-            "heldout_targets": len(positions),
-            "heldout_unknown_targets": heldout_unknown,
-            "heldout_cross_entropy": round(float(result["loss"]), 4),
-            "heldout_perplexity": round(math.exp(float(result["loss"])), 2),
-            "heldout_accuracy": round(float(result["accuracy"]), 4),
-        })
-        console.print(f"held-out perplexity {metrics['heldout_perplexity']} on {len(positions):,} targets of the last {heldout} lines")
-    vocabulary.save(run_dir / VOCABULARY_FILE)
-    save_matrix(run_dir / VECTORS_FILE, model.get_layer("C").get_weights()[0])
-    atomic_save(run_dir / "nnlm.weights.h5", lambda tmp: model.save_weights(str(tmp)))
-    shutil.rmtree(run_dir / "tokens", ignore_errors=True)
-    shutil.rmtree(checkpoints.directory, ignore_errors=True)
-    return metrics

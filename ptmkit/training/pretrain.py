@@ -282,27 +282,9 @@ def pretrain(
     if trains_itself and resume and not isinstance(family, Resumable):
         raise ConfigError(f"--resume: the {family_name} family trains in one pass without checkpoints; drop --resume (and delete an interrupted run directory)")
     run = RunDir(out)
-    stored: dict[str, Any] | None = None
-    if run.path.exists() and not run.path.is_dir():
-        raise RunDirError(f"{run.path}: exists and is not a directory; choose another --out")
-    if (run / "manifest.json").exists():
-        hint = "" if trains_itself else " (or raise train.max_steps in a new run)"
-        raise RunDirError(f"{run.path}: already holds a finished run; choose another --out{hint}")
-    if resume:
-        if not (run / CONFIG).exists():
-            raise RunDirError(f"{run.path}: nothing to resume (no {CONFIG}); start the run without --resume")
-        stored = read_toml(run / CONFIG)
-        if stored.get("family") != family_name:
-            raise PluginError(f"{run / CONFIG}: the run is a {stored.get('family')!r} run, not {family_name!r}")
-    elif run.path.exists() and any(run.path.iterdir()):
-        raise RunDirError(f"{run.path}: exists and is not empty; use --resume to continue it, or another --out")
-
+    stored = _stored_config(run, family_name, trains_itself, resume)
     extra = [f"train.objectives={','.join(objectives)}"] if objectives else []
-    if stored is not None:  # the command retyped with --resume: its flags must say what the run says
-        check_resume_flags(registry, family_name, run / CONFIG, stored, config_path, (overrides or []) + extra)
-        config = resolve_config(registry, family_name, None, None, base=stored)
-    else:
-        config = resolve_config(registry, family_name, config_path, (overrides or []) + extra)
+    config = _run_config(registry, family_name, run, stored, config_path, (overrides or []) + extra)
     if not Path(corpus).exists():
         raise DataError(f"{corpus}: no such corpus file or directory")
     if trains_itself:
@@ -311,6 +293,52 @@ def pretrain(
         if _read_tokenizer(Path(tokenizer)).to_str() != run.load_tokenizer().to_str():
             raise ConfigError(f"--resume: --tokenizer {tokenizer} differs from the run's {run / TOKENIZER}; drop --tokenizer")
         tokenizer = None  # the run's own, the same
+    trained = _prepare_run(run, family, config, corpus, tokenizer, console)
+    return _fit(registry, config, family, trained, run, corpus, console)
+
+
+def _stored_config(run: RunDir, family_name: str, trains_itself: bool, resume: bool) -> dict[str, Any] | None:
+    """The run's stored ``config.toml`` when resuming (None otherwise), after checking that
+    ``run`` may be started or resumed.
+
+    Raises:
+        RunDirError: ``run`` is a file, holds a finished run, is not empty (without ``resume``)
+            or has nothing to resume.
+        PluginError: the run to resume is another family's.
+    """
+    if run.path.exists() and not run.path.is_dir():
+        raise RunDirError(f"{run.path}: exists and is not a directory; choose another --out")
+    if (run / "manifest.json").exists():
+        hint = "" if trains_itself else " (or raise train.max_steps in a new run)"
+        raise RunDirError(f"{run.path}: already holds a finished run; choose another --out{hint}")
+    if not resume:
+        if run.path.exists() and any(run.path.iterdir()):
+            raise RunDirError(f"{run.path}: exists and is not empty; use --resume to continue it, or another --out")
+        return None
+    if not (run / CONFIG).exists():
+        raise RunDirError(f"{run.path}: nothing to resume (no {CONFIG}); start the run without --resume")
+    stored = read_toml(run / CONFIG)
+    if stored.get("family") != family_name:
+        raise PluginError(f"{run / CONFIG}: the run is a {stored.get('family')!r} run, not {family_name!r}")
+    return stored
+
+
+def _run_config(
+    registry: Registry, family_name: str, run: RunDir, stored: dict[str, Any] | None, config_path: str | Path | None, overrides: list[str]
+) -> RunConfig:
+    """The run's config: the ``stored`` one of a resumed run (the command retyped with
+    ``--resume``: its flags must say what the run says, :func:`check_resume_flags`), else
+    ``config_path`` with ``overrides``."""
+    if stored is None:
+        return resolve_config(registry, family_name, config_path, overrides)
+    check_resume_flags(registry, family_name, run / CONFIG, stored, config_path, overrides)
+    return resolve_config(registry, family_name, None, None, base=stored)
+
+
+def _prepare_run(run: RunDir, family: Any, config: RunConfig, corpus: str | Path, tokenizer: str | Path | None, console: Console) -> Any:
+    """Write the run's ``config.toml``, its tokenizer (``tokenizer``'s file, or one trained;
+    kept when the run has one) and ``tokens/``; return the tokenizer. A run directory this call
+    created is removed again when a step fails (nothing was trained yet)."""
     created = not run.path.exists()
     try:
         run.path.mkdir(parents=True, exist_ok=True)
@@ -319,13 +347,13 @@ def pretrain(
             loaded = _read_tokenizer(Path(tokenizer))
             family.special_tokens(loaded)  # refuse a vocabulary without the family's specials
             atomic_save(run / TOKENIZER, lambda tmp: loaded.save(str(tmp)))
-        tokenizer, num_lines = _tokenizer(run, family, config, corpus, console)
+        trained, num_lines = _tokenizer(run, family, config, corpus, console)
         tokens_dir = run / "tokens"
         if not (tokens_dir / "tokens.json").exists():
             from ptmkit.data.pretraining import tokenize_corpus
 
             with console.status("tokenizing the corpus"):
-                summary = tokenize_corpus(read_corpus(corpus), tokenizer, tokens_dir, num_lines, config.train.heldout_lines)
+                summary = tokenize_corpus(read_corpus(corpus), trained, tokens_dir, num_lines, config.train.heldout_lines)
             console.print(
                 f"tokenized {summary['train']['lines']:,} lines ({summary['train']['tokens']:,} tokens) for training, "
                 f"{summary['heldout']['lines']:,} held out ({summary['heldout']['tokens']:,} tokens)"
@@ -334,7 +362,7 @@ def pretrain(
         if created:  # nothing was trained yet: leave no half-made run directory behind
             shutil.rmtree(run.path, ignore_errors=True)
         raise
-    return _fit(registry, config, family, tokenizer, run, corpus, console)
+    return trained
 
 
 def check_resume_flags(

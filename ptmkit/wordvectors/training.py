@@ -508,43 +508,19 @@ def train_word_prediction(
     _one_thread_per_step()
     # Hashing the corpus is a pass over it: done only when a checkpoint is read or written.
     loop = ResumableEpochs(schedule.epochs, schedule.seed, checkpoints, functools.partial(run_fingerprint, tokens, counts, input_matrix, output, schedule), report)
-    output_matrix = None
-    state = loop.resume({"input": input_matrix.shape, "output": (output.rows, input_matrix.shape[1])})
-    if state is not None:
-        input_matrix, output_matrix = state["input"], state["output"]
+    step = _resumed_step(loop, input_matrix, output, schedule)
     start_epoch = loop.start_epoch
-    step = WordPredictionStep(input_matrix, output.rows, schedule.jit_compile, grouped=schedule.windows, output_matrix=output_matrix)
     # The producer thread makes each call's arrays and their tensors.
     calls = ((step.feeds(batch, lrs), epoch, words, updates) for batch, lrs, epoch, words, updates in _calls(tokens, counts, make, output, schedule, start_epoch))
     produced = _produced(calls)
     loop.start()
-    steps = 0
-    losses: list[float] = []
-    first_words = tokens.raw_tokens * start_epoch
-    current_epoch, words = start_epoch, first_words
-    try:
-        for feeds, epoch, words, updates in produced:
-            if epoch != current_epoch:  # every call of the epochs before ``epoch`` has run
-                if report is not None:
-                    report(_line(current_epoch, schedule.epochs, losses, words - first_words, loop.seconds()))
-                losses = []
-                loop.end_epoch(epoch, lambda: {"input": step.input_vectors(), "output": step.output_vectors()})
-            current_epoch = epoch
-            losses.append(step.run(feeds))
-            steps += updates
-    finally:
-        produced.close()
+    steps, losses, last_epoch = _run_calls(step, produced, loop, tokens.raw_tokens * start_epoch, report)
     seconds = loop.seconds()
     if not steps:
-        from ptmkit.errors import DataError
-
-        raise DataError(
-            f"{source}: no training example in {schedule.epochs - start_epoch} epoch(s): sub-sampling (model.sample = {schedule.sample:g}) and the window left no pair of words "
-            f"in {len(tokens.ids):,} tokens; on a corpus this small set --set model.sample=0"
-        )
+        raise _no_example_error(source, tokens, schedule, start_epoch)
     raw_words = tokens.raw_tokens * (schedule.epochs - start_epoch)
     if report is not None:
-        report(_line(current_epoch, schedule.epochs, losses, raw_words, seconds))
+        report(_line(last_epoch, schedule.epochs, losses, raw_words, seconds))
     stats: dict[str, Any] = {
         "train_seconds": round(seconds, 2),
         "words_per_second": round(raw_words / max(seconds, 1e-9), 1),
@@ -554,6 +530,53 @@ def train_word_prediction(
         **loop.stats(seconds),
     }
     return step, stats
+
+
+def _resumed_step(loop: ResumableEpochs, input_matrix: np.ndarray, output: OutputLayer, schedule: SGDSchedule) -> WordPredictionStep:
+    """The step on ``input_matrix`` and a zero output matrix, or on the checkpoint's matrices
+    when ``loop`` resumes one (:meth:`ResumableEpochs.resume`, which sets its ``start_epoch``)."""
+    output_matrix = None
+    state = loop.resume({"input": input_matrix.shape, "output": (output.rows, input_matrix.shape[1])})
+    if state is not None:
+        input_matrix, output_matrix = state["input"], state["output"]
+    return WordPredictionStep(input_matrix, output.rows, schedule.jit_compile, grouped=schedule.windows, output_matrix=output_matrix)
+
+
+def _run_calls(
+    step: WordPredictionStep, produced: Generator[tuple[Any, int, int, int], None, None], loop: ResumableEpochs, first_words: int, report: Callable[[str], Any] | None
+) -> tuple[int, list[float], int]:
+    """Run the ``produced`` calls ``(feeds, epoch, words, updates)``; when an epoch ends, report
+    its line and let ``loop`` save the matrices (:meth:`ResumableEpochs.end_epoch`).
+
+    Returns:
+        ``(updates made, the last epoch's losses, the last epoch)``.
+    """
+    steps = 0
+    losses: list[float] = []
+    current_epoch = loop.start_epoch
+    try:
+        for feeds, epoch, words, updates in produced:
+            if epoch != current_epoch:  # every call of the epochs before ``epoch`` has run
+                if report is not None:
+                    report(_line(current_epoch, loop.epochs, losses, words - first_words, loop.seconds()))
+                losses = []
+                loop.end_epoch(epoch, lambda: {"input": step.input_vectors(), "output": step.output_vectors()})
+            current_epoch = epoch
+            losses.append(step.run(feeds))
+            steps += updates
+    finally:
+        produced.close()
+    return steps, losses, current_epoch
+
+
+def _no_example_error(source: str, tokens: EncodedCorpus, schedule: SGDSchedule, start_epoch: int) -> Exception:
+    """The :class:`~ptmkit.errors.DataError` of a run that made no example."""
+    from ptmkit.errors import DataError
+
+    return DataError(
+        f"{source}: no training example in {schedule.epochs - start_epoch} epoch(s): sub-sampling (model.sample = {schedule.sample:g}) and the window left no pair of words "
+        f"in {len(tokens.ids):,} tokens; on a corpus this small set --set model.sample=0"
+    )
 
 
 def _one_thread_per_step() -> None:

@@ -179,79 +179,124 @@ def make_batch(
     growth and training diverges. With ``hot_limit > 0`` a row occurring ``n > hot_limit`` times
     gets ``hot_limit / n`` of each of its updates.
     """
-    count, size = len(examples), batch_examples * (updates or 1)
-    bag_lengths = np.bincount(examples.bag_example, minlength=count)
-    # Bags in steps of half the pad width up to 16 rows: a word2vec CBOW window (2 x window
-    # context words, 10 by default) is not padded to 12.
-    bag_width = _width(bag_lengths, max(1, pad_width // 2), steps=8)
-    bag_row, bag_weight = _dense(examples.bag_example, examples.bag_row.astype(np.int32), size, bag_width)
-    rows, labels, weights, hs = [], [], [], []
-    owner = examples.owners()
-    targets = examples.target.astype(np.int64)
+    size = batch_examples * (updates or 1)
+    bag_row, bag_weight = _bags(examples, size, pad_width)
+    owner, targets = examples.owners(), examples.target.astype(np.int64)
+    parts = []
     if output.negative and shared_negatives and examples.target_example is not None:
-        assert output.noise is not None
-        k = output.negative
-        negatives = output.noise[rng.integers(0, len(output.noise), size=(count, k))].astype(np.int64)
-        # A noise word counts once for each target of its example that it differs from.
-        same = np.zeros((count, k), np.float64)
-        np.add.at(same, owner, (negatives[owner] == targets[:, None]).astype(np.float64))
-        per_example = np.bincount(owner, minlength=count).astype(np.float64)[:, None]
-        item_owner = np.concatenate([owner, np.repeat(np.arange(count, dtype=np.int64), k)])
-        order = np.argsort(item_owner, kind="stable")
-        item_owner = item_owner[order]
-        values = np.concatenate([targets, negatives.ravel()])[order]
-        label = np.concatenate([np.ones(len(targets), np.float32), np.zeros(count * k, np.float32)])[order]
-        weight = np.concatenate([np.ones(len(targets), np.float32), (per_example - same).ravel().astype(np.float32)])[order]
-        width = _width(np.bincount(item_owner, minlength=count), pad_width)
-        row, mask = _dense(item_owner, values.astype(np.int32), size, width)
-        rows.append(row)
-        labels.append(_dense(item_owner, label, size, width)[0])
-        weights.append(_dense(item_owner, weight, size, width)[0] * mask)
-        hs.append(np.zeros((size, width), np.float32))
+        parts.append(_shared_negative_items(owner, targets, len(examples), size, output, rng, pad_width))
     elif output.negative:
-        assert output.noise is not None
-        k = output.negative
-        negatives = output.noise[rng.integers(0, len(output.noise), size=(len(targets), k))]
-        pairs = np.concatenate([targets[:, None], negatives], axis=1)
-        label = np.zeros(pairs.shape, np.float32)
-        label[:, 0] = 1.0
-        weight = np.ones(pairs.shape, np.float32)
-        weight[:, 1:] = negatives != targets[:, None]
-        item_owner = np.repeat(owner, k + 1)
-        width = _width(np.bincount(item_owner, minlength=count), pad_width)
-        row, mask = _dense(item_owner, pairs.ravel().astype(np.int32), size, width)
-        rows.append(row)
-        labels.append(_dense(item_owner, label.ravel(), size, width)[0])
-        weights.append(_dense(item_owner, weight.ravel(), size, width)[0] * mask)
-        hs.append(np.zeros((size, width), np.float32))
+        pairs = _negative_pairs(targets, output, rng)
+        parts.append(_dense_items(np.repeat(owner, output.negative + 1), pairs, len(examples), size, pad_width))
     if output.huffman is not None:
-        huffman = output.huffman
-        starts = huffman.offsets[targets]
-        lengths = huffman.offsets[targets + 1] - starts
-        target_index = np.repeat(np.arange(len(targets), dtype=np.int64), lengths)
-        position = starts[target_index] + (np.arange(len(target_index)) - np.repeat(np.cumsum(lengths) - lengths, lengths))
-        item_owner = owner[target_index]
-        shift = output.vocabulary_size if output.negative else 0
-        width = _width(np.bincount(item_owner, minlength=count), pad_width, steps=8)
-        point, mask = _dense(item_owner, huffman.points[position] + np.int32(shift), size, width)
-        code, _ = _dense(item_owner, huffman.codes[position].astype(np.float32), size, width)
-        rows.append(point)
-        labels.append((1.0 - code) * mask)
-        weights.append(mask)
-        hs.append(np.ones((size, width), np.float32))
-    item_row = np.concatenate(rows, axis=1).astype(np.int32)
-    item_weight = np.concatenate(weights, axis=1)
+        parts.append(_huffman_items(owner, targets, len(examples), size, output, pad_width))
+    items = _Items.concatenate(parts)
     groups = updates or 1
     return _split({
         "bag_row": bag_row,
         "bag_weight": bag_weight,
         "bag_scale": _hot_scale(bag_row, bag_weight, hot_limit, groups=groups),
-        "item_row": item_row,
-        "item_label": np.concatenate(labels, axis=1),
-        "item_weight": item_weight,
-        "item_hs": np.concatenate(hs, axis=1),
-        "item_scale": _hot_scale(item_row, item_weight, hot_limit, item_weight if shared_negatives else None, groups=groups),
+        **items.arrays(),
+        "item_scale": _hot_scale(items.row, items.weight, hot_limit, items.weight if shared_negatives else None, groups=groups),
     }, updates)
+
+
+@dataclasses.dataclass
+class _Items:
+    """Output items, ``(examples, items)`` each: ``row`` (output-matrix rows), ``label``,
+    ``weight`` (0 for padding and skipped items) and ``hs`` (1 for hierarchical softmax)."""
+
+    row: np.ndarray
+    label: np.ndarray
+    weight: np.ndarray
+    hs: np.ndarray
+
+    @staticmethod
+    def concatenate(parts: list[_Items]) -> _Items:
+        """The parts side by side (negative sampling's items, then hierarchical softmax's); rows int32."""
+        return _Items(
+            np.concatenate([p.row for p in parts], axis=1).astype(np.int32),
+            np.concatenate([p.label for p in parts], axis=1),
+            np.concatenate([p.weight for p in parts], axis=1),
+            np.concatenate([p.hs for p in parts], axis=1),
+        )
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The step's ``item_row``, ``item_label``, ``item_weight`` and ``item_hs``."""
+        return {"item_row": self.row, "item_label": self.label, "item_weight": self.weight, "item_hs": self.hs}
+
+
+def _bags(examples: Examples, size: int, pad_width: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(bag_row, bag_weight)`` ``(size, Lb)``: each example's input rows, padded."""
+    bag_lengths = np.bincount(examples.bag_example, minlength=len(examples))
+    # Bags in steps of half the pad width up to 16 rows: a word2vec CBOW window (2 x window
+    # context words, 10 by default) is not padded to 12.
+    bag_width = _width(bag_lengths, max(1, pad_width // 2), steps=8)
+    return _dense(examples.bag_example, examples.bag_row.astype(np.int32), size, bag_width)
+
+
+def _draw_negatives(output: OutputLayer, rng: np.random.Generator, count: int) -> np.ndarray:
+    """``(count, k)`` int64 noise words from the unigram^0.75 table."""
+    assert output.noise is not None
+    return output.noise[rng.integers(0, len(output.noise), size=(count, output.negative))].astype(np.int64)
+
+
+def _negative_pairs(targets: np.ndarray, output: OutputLayer, rng: np.random.Generator) -> _Items:
+    """Negative sampling's items of each target, ``(T, 1 + k)``: the target (label 1), then ``k``
+    noise words (label 0; weight 0 for a noise word equal to the target, as in word2vec.c)."""
+    negatives = _draw_negatives(output, rng, len(targets))
+    row = np.concatenate([targets[:, None], negatives], axis=1)
+    label = np.zeros(row.shape, np.float32)
+    label[:, 0] = 1.0
+    weight = np.ones(row.shape, np.float32)
+    weight[:, 1:] = negatives != targets[:, None]
+    return _Items(row, label, weight, np.zeros(row.shape, np.float32))
+
+
+def _dense_items(item_owner: np.ndarray, items: _Items, count: int, size: int, pad_width: int) -> _Items:
+    """Ragged negative-sampling ``items`` (flattened in ``item_owner`` order) as ``(size, Li)``."""
+    width = _width(np.bincount(item_owner, minlength=count), pad_width)
+    row, mask = _dense(item_owner, items.row.ravel().astype(np.int32), size, width)
+    label = _dense(item_owner, items.label.ravel(), size, width)[0]
+    weight = _dense(item_owner, items.weight.ravel(), size, width)[0] * mask
+    return _Items(row, label, weight, np.zeros((size, width), np.float32))
+
+
+def _shared_negative_items(
+    owner: np.ndarray, targets: np.ndarray, count: int, size: int, output: OutputLayer, rng: np.random.Generator, pad_width: int
+) -> _Items:
+    """Negative sampling with ``k`` noise words per example (``make_batch``'s shared negatives):
+    the example's targets (label 1), then its noise words, each weighted by the number of the
+    example's targets it differs from."""
+    k = output.negative
+    negatives = _draw_negatives(output, rng, count)
+    same = np.zeros((count, k), np.float64)
+    np.add.at(same, owner, (negatives[owner] == targets[:, None]).astype(np.float64))
+    per_example = np.bincount(owner, minlength=count).astype(np.float64)[:, None]
+    item_owner = np.concatenate([owner, np.repeat(np.arange(count, dtype=np.int64), k)])
+    order = np.argsort(item_owner, kind="stable")
+    row = np.concatenate([targets, negatives.ravel()])[order]
+    label = np.concatenate([np.ones(len(targets), np.float32), np.zeros(count * k, np.float32)])[order]
+    weight = np.concatenate([np.ones(len(targets), np.float32), (per_example - same).ravel().astype(np.float32)])[order]
+    return _dense_items(item_owner[order], _Items(row, label, weight, np.zeros_like(label)), count, size, pad_width)
+
+
+def _huffman_items(owner: np.ndarray, targets: np.ndarray, count: int, size: int, output: OutputLayer, pad_width: int) -> _Items:
+    """Hierarchical softmax's items ``(size, Li)``: the inner nodes on each target's Huffman path
+    (output rows ``V + point`` after negative sampling's), label ``1 - code``; ``owner`` is each
+    target's example."""
+    huffman = output.huffman
+    assert huffman is not None
+    starts = huffman.offsets[targets]
+    lengths = huffman.offsets[targets + 1] - starts
+    target_index = np.repeat(np.arange(len(targets), dtype=np.int64), lengths)
+    position = starts[target_index] + (np.arange(len(target_index)) - np.repeat(np.cumsum(lengths) - lengths, lengths))
+    item_owner = owner[target_index]
+    shift = output.vocabulary_size if output.negative else 0
+    width = _width(np.bincount(item_owner, minlength=count), pad_width, steps=8)
+    point, mask = _dense(item_owner, huffman.points[position] + np.int32(shift), size, width)
+    code, _ = _dense(item_owner, huffman.codes[position].astype(np.float32), size, width)
+    return _Items(point, (1.0 - code) * mask, mask, np.ones((size, width), np.float32))
 
 
 def _split(batch: dict[str, np.ndarray], updates: int | None) -> dict[str, np.ndarray]:
@@ -352,78 +397,104 @@ def make_window_batch(
         raise ValueError("window batches need one target per example")
     steps_per_call = updates or 1
     lengths = np.bincount(examples.bag_example, minlength=len(examples))
-    if window is None:
-        widest = max(2, -(-int(lengths.max() if len(lengths) else 1) // 2) * 2)
-        groups: tuple[tuple[int, int], ...] = ((widest, batch_examples),)
-    else:
-        groups = slot_groups(window, batch_examples)
+    groups = _window_groups(lengths, batch_examples, window)
+    placement = _place_windows(lengths, groups, steps_per_call)
+    # Items of the taken windows, (count, I), in corpus order.
+    targets = examples.target[: placement.count].astype(np.int64)
+    parts = [_negative_pairs(targets, output, rng)] if output.negative else []
+    if output.huffman is not None:
+        parts.append(_huffman_items(np.arange(len(targets), dtype=np.int64), targets, len(targets), len(targets), output, pad_width))
+    arrays = _window_arrays(examples, lengths, groups, placement, _Items.concatenate(parts), steps_per_call)
+    _window_hot_scales(arrays, len(groups), steps_per_call, hot_limit)
+    return WindowBatch(_split(arrays, updates), placement.count, placement.steps)
+
+
+def _window_groups(lengths: np.ndarray, batch_examples: int, window: int | None) -> tuple[tuple[int, int], ...]:
+    """``(slot width, windows per step)`` of each slot group: :func:`slot_groups` of ``window``;
+    without it, one group of ``batch_examples`` windows as wide as the widest (rounded up to even)."""
+    if window is not None:
+        return slot_groups(window, batch_examples)
+    widest = max(2, -(-int(lengths.max() if len(lengths) else 1) // 2) * 2)
+    return ((widest, batch_examples),)
+
+
+@dataclasses.dataclass
+class _Placement:
+    """Where :func:`_place_windows` puts the first ``count`` windows.
+
+    Attributes:
+        count: windows taken.
+        group: ``(count,)`` int64 slot group of each window.
+        members: per group, its windows in corpus order.
+        dense_row: ``(count,)`` int64 each window's row in its group's ``(K W_g, ...)`` arrays.
+        steps: steps holding windows.
+    """
+
+    count: int
+    group: np.ndarray
+    members: list[np.ndarray]
+    dense_row: np.ndarray
+    steps: int
+
+
+def _place_windows(lengths: np.ndarray, groups: tuple[tuple[int, int], ...], steps_per_call: int) -> _Placement:
+    """Put the longest prefix of windows (``lengths`` context words each) that fits into the slot
+    ``groups`` of ``steps_per_call`` steps: the widest windows first, each into the narrowest
+    group with room.
+
+    Raises:
+        ValueError: a window wider than the widest group.
+    """
     widths = np.array([width for width, _ in groups])
     capacity = np.array([per_step for _, per_step in groups]) * steps_per_call
     group_of = np.searchsorted(widths, lengths)  # the narrowest group a window fits
     if len(lengths) and group_of.max() >= len(widths):
         raise ValueError(f"a window of {int(lengths.max())} context words is wider than the widest slot group ({int(widths[-1])})")
-    # The longest prefix that fits: for every g, the windows needing group g or wider fit in
-    # those groups (filling the widest first then places every window).
-    count = min(len(lengths), int(capacity.sum()))
-    for g in range(len(widths)):
+    count = _windows_that_fit(group_of, capacity)
+    order = np.argsort(-group_of[:count], kind="stable")  # widest first
+    placed = np.empty(count, np.int64)
+    placed[order] = len(widths) - 1 - np.searchsorted(np.cumsum(capacity[::-1]), np.arange(count), side="right")
+    members = [np.flatnonzero(placed == g) for g in range(len(widths))]  # corpus order
+    steps, dense_row = _spread_over_steps(members, capacity // steps_per_call, count)
+    return _Placement(count, placed, members, dense_row, steps)
+
+
+def _windows_that_fit(group_of: np.ndarray, capacity: np.ndarray) -> int:
+    """The longest prefix of windows that fits: for every g, the windows needing group g or
+    wider fit in those groups (filling the widest first then places every window)."""
+    count = min(len(group_of), int(capacity.sum()))
+    for g in range(len(capacity)):
         wide = np.flatnonzero(group_of[:count] >= g)
         room = int(capacity[g:].sum())
         if len(wide) > room:
             count = int(wide[room])
-    group_of = group_of[:count]
-    order = np.argsort(-group_of, kind="stable")  # widest first
-    placed = np.empty(count, np.int64)
-    placed[order] = len(widths) - 1 - np.searchsorted(np.cumsum(capacity[::-1]), np.arange(count), side="right")
-    members = [np.flatnonzero(placed == g) for g in range(len(widths))]  # corpus order
-    # Steps used: every group's windows spread evenly over them, each step within its room.
-    per_step = capacity // steps_per_call
+    return count
+
+
+def _spread_over_steps(members: list[np.ndarray], per_step: np.ndarray, count: int) -> tuple[int, np.ndarray]:
+    """``(steps, dense_row)``: the steps used, every group's windows spread evenly over them, each
+    step within its room (``per_step`` windows of each group); and each of the ``count`` windows'
+    row in its group's ``(K W_g, ...)`` arrays."""
     steps = max(-(-len(m) // int(c)) for m, c in zip(members, per_step, strict=True))
-    dense_row = np.zeros(count, np.int64)  # the window's row in its group's (K W_g, ...) arrays
+    dense_row = np.zeros(count, np.int64)
     for m, c in zip(members, per_step, strict=True):
         t = np.arange(len(m))
         step_of = t * steps // max(len(m), 1)
         dense_row[m] = step_of * c + t - (step_of * len(m) + steps - 1) // steps
+    return steps, dense_row
 
-    # Items of the taken windows, (count, I), in corpus order.
-    targets = examples.target[:count].astype(np.int64)
-    rows, labels, weights, hs = [], [], [], []
-    if output.negative:
-        assert output.noise is not None
-        k = output.negative
-        negatives = output.noise[rng.integers(0, len(output.noise), size=(count, k))].astype(np.int64)
-        rows.append(np.concatenate([targets[:, None], negatives], axis=1))
-        label = np.zeros((count, 1 + k), np.float32)
-        label[:, 0] = 1.0
-        labels.append(label)
-        weights.append(np.concatenate([np.ones((count, 1), bool), negatives != targets[:, None]], axis=1).astype(np.float32))
-        hs.append(np.zeros((count, 1 + k), np.float32))
-    if output.huffman is not None:
-        huffman = output.huffman
-        starts = huffman.offsets[targets]
-        path = huffman.offsets[targets + 1] - starts
-        owner = np.repeat(np.arange(count, dtype=np.int64), path)
-        position = starts[owner] + (np.arange(len(owner)) - np.repeat(np.cumsum(path) - path, path))
-        width = _width(path, pad_width, steps=8)
-        shift = output.vocabulary_size if output.negative else 0
-        point, mask = _dense(owner, huffman.points[position].astype(np.int64) + shift, count, width)
-        code, _ = _dense(owner, huffman.codes[position].astype(np.float32), count, width)
-        rows.append(point)
-        labels.append((1.0 - code) * mask)
-        weights.append(mask)
-        hs.append(np.ones((count, width), np.float32))
-    items = {
-        "item_row": np.concatenate(rows, axis=1).astype(np.int32),
-        "item_label": np.concatenate(labels, axis=1),
-        "item_weight": np.concatenate(weights, axis=1),
-        "item_hs": np.concatenate(hs, axis=1),
-    }
 
-    # Slots: each taken window's context rows in its group's rows.
+def _window_arrays(
+    examples: Examples, lengths: np.ndarray, groups: tuple[tuple[int, int], ...], placement: _Placement, items: _Items, steps_per_call: int
+) -> dict[str, np.ndarray]:
+    """Each group's ``slot_row_g``, ``slot_weight_g`` (the taken windows' context rows) and
+    ``item_*_g`` (their ``items``, ``(count, I)`` in corpus order), ``(K W_g, ...)``."""
+    count, placed, dense_row = placement.count, placement.group, placement.dense_row
     lo = int(np.searchsorted(examples.bag_example, count))
     owner = examples.bag_example[:lo]
     within = np.arange(lo) - (np.cumsum(lengths[:count]) - lengths[:count])[owner]
     arrays: dict[str, np.ndarray] = {}
-    for g, ((width, c), m) in enumerate(zip(groups, members, strict=True)):
+    for g, ((width, c), m) in enumerate(zip(groups, placement.members, strict=True)):
         size = steps_per_call * c
         slot_row = np.zeros((size, width), np.int32)
         slot_weight = np.zeros((size, width), np.float32)
@@ -431,14 +502,11 @@ def make_window_batch(
         slot_row[dense_row[owner[mine]], within[mine]] = examples.bag_row[:lo][mine]
         slot_weight[dense_row[owner[mine]], within[mine]] = 1.0
         arrays[f"slot_row_{g}"], arrays[f"slot_weight_{g}"] = slot_row, slot_weight
-        for name, value in items.items():
+        for name, value in items.arrays().items():
             grouped = np.zeros((size, value.shape[1]), value.dtype)
             grouped[dense_row[m]] = value[m]
             arrays[f"{name}_{g}"] = grouped
-    _window_hot_scales(arrays, len(groups), steps_per_call, hot_limit)
-    if updates is not None:
-        arrays = {name: value.reshape(updates, -1, value.shape[1]) for name, value in arrays.items()}
-    return WindowBatch(arrays, count, steps)
+    return arrays
 
 
 def _window_hot_scales(arrays: dict[str, np.ndarray], groups: int, steps: int, hot_limit: float) -> None:
