@@ -230,7 +230,7 @@ CALIBRATION_TEXTS = 256  # texts of --calibration used for static int8
 CALIBRATION_BATCH = 16
 #: Variant names and files, in the order they are built and shown.
 VARIANT_FILES = {"fp32": "model.onnx", "optimized": "model.opt.onnx", "int8": "model.int8.onnx", "fp16": "model.fp16.onnx"}
-#: The single-file models of ``--with-tokenizer`` (:mod:`ptmkit.tokenizer_export`).
+#: The single-file models of ``--with-tokenizer`` (:mod:`ptmkit.exporting.variants`).
 TOKENIZER_VARIANT_FILES = ("model.with_tokenizer.onnx", "model.int8.with_tokenizer.onnx")
 
 
@@ -297,7 +297,7 @@ def export_run(
     with ``ptmkit import-hf``) exports sentence ``embeddings`` with the run's pooling
     (:mod:`ptmkit.embedding`). A run of a family providing
     :class:`~ptmkit.contract.ClassifiesRows` (a bag-of-rows classifier) goes to
-    :func:`ptmkit.wordvectors.row_export.export_row_classifier` (fp32 only).
+    :func:`ptmkit.exporting.rows.export_row_classifier` (fp32 only).
 
     Args:
         run_dir: a run directory.
@@ -315,7 +315,7 @@ def export_run(
         fp16: also write ``model.fp16.onnx`` (for GPUs).
         with_tokenizer: also write single-file models that tokenize inside the graph
             (``model.with_tokenizer.onnx``, variant ``fp32+tokenizer``, and ``int8+tokenizer``
-            with ``int8``; :mod:`ptmkit.tokenizer_export`).
+            with ``int8``; :mod:`ptmkit.exporting.variants`).
 
     Returns:
         the export manifest, with ``directory`` and a ``summary`` of the measured numbers.
@@ -345,7 +345,7 @@ def export_run(
                 f"{run.path}: {', '.join(given)}: a {family.name} run is a bag-of-rows classifier (a row gather, a mean, one matrix "
                 "product) and is exported as fp32 ONNX only; drop the option"
             )
-        from ptmkit.wordvectors.row_export import export_row_classifier
+        from ptmkit.exporting.rows import export_row_classifier
 
         return export_row_classifier(family.load_row_classifier(run.path), run.path, family.name, out, dev, console)
     task_manifest: dict[str, Any]
@@ -527,7 +527,7 @@ def export_run(
         print_gate_table(gate_table, console)
         shutil.copyfile(run.require("tokenizer.json"), tmp / "tokenizer.json")
         if with_tokenizer:
-            from ptmkit.tokenizer_export import dev_texts, tokenizer_variants
+            from ptmkit.exporting.variants import dev_texts, tokenizer_variants
 
             variants.update(tokenizer_variants(
                 tmp, variants, tmp / "tokenizer.json", family.inputs, output, sequence_length, specials.padding_id,

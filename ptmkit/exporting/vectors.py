@@ -1,5 +1,5 @@
 """ONNX export of word vectors: a graph that maps each word's matrix rows to its vector, written
-with ``onnx.helper`` (:func:`ptmkit.wordvectors.row_export.write_onnx`; tf2onnx ran out of memory on fastText's
+with ``onnx.helper`` (:func:`ptmkit.exporting.rows.write_onnx`; tf2onnx ran out of memory on fastText's
 2,000,000 bucket rows) and checked against the same lookup in Keras.
 
 The graph takes ``row_ids`` ``(batch, rows)`` int32 and ``row_mask`` ``(batch, rows)`` float32 (1
@@ -81,7 +81,7 @@ def export_onnx(
     """
     import onnxruntime as ort
 
-    from ptmkit.wordvectors.row_export import write_onnx
+    from ptmkit.exporting.rows import write_onnx
 
     target = Path(target)
     model = build_lookup_model(vectors.matrix)
