@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
+from ptmkit.exporting.convert import release_memory
 from ptmkit.exporting.parity import cosine, length_batches, random_inputs, run_batches
 from ptmkit.exporting.source import ExportSource
 
@@ -126,8 +127,6 @@ class Gate:
         Returns:
             its manifest entry: ``ok``, ``problems``, the agreement, the timings, ``bytes``.
         """
-        from ptmkit.exporting.convert import release_memory
-
         release_memory()  # what building the variant freed (ONNX Runtime's optimizer, the quantizer)
         assert self.fp32_out is not None
         source, dev_file = self.source, self.source.dev_file

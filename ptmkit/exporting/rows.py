@@ -1,5 +1,7 @@
 """``ptmkit export RUN_DIR`` for bag-of-rows text classifiers (families providing
-:class:`ptmkit.contract.ClassifiesRows`, e.g. fastText's supervised model, Joulin et al. 2017).
+:class:`ptmkit.contract.ClassifiesRows`, e.g. fastText's supervised model, Joulin et al. 2017):
+the transformer export's stages in one module, without variants or a gate (convert:
+:func:`write_onnx`; check parity: :func:`parity`; write: :func:`ptmkit.exporting.write.install`).
 
 1. Write the classifier (:meth:`ptmkit.contract.ClassifiesRows.load_row_classifier`) as an ONNX
    graph built from its two matrices (:func:`write_onnx`): inputs ``row_ids`` ``(batch, rows)``
