@@ -400,7 +400,7 @@ class ProvidesWordVectors(Protocol):
 @runtime_checkable
 class ClassifiesRows(Protocol):
     """A family whose runs are bag-of-rows text classifiers; ``ptmkit export`` writes their ONNX
-    model and featurizer (:mod:`ptmkit.wordvectors.row_export`)."""
+    model and featurizer (:mod:`ptmkit.exporting.rows`)."""
 
     def load_row_classifier(self, run_dir: Path) -> RowClassifier:
         """The trained classifier of a finished run, weights loaded.

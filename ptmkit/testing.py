@@ -271,8 +271,8 @@ CORE_STAGES: dict[str, str] = {
     "evaluate_analogies": "ptmkit.wordvectors.evaluation",
     "evaluate_word_pairs": "ptmkit.wordvectors.evaluation",
     "read_vectors": "ptmkit.wordvectors.formats",
-    "encode_words": "ptmkit.wordvectors.onnx",
-    "row_export": "ptmkit.wordvectors.row_export",
+    "encode_words": "ptmkit.exporting.vectors",
+    "row_export": "ptmkit.exporting.rows",
 }
 #: Names of :data:`CORE_STAGES` that are the module itself (tests patch its limits).
 CORE_MODULES = frozenset({"row_export"})

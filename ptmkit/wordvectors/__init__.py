@@ -4,7 +4,7 @@ functions that evaluate, write and export them without knowing the family.
 A :class:`WordVectors` holds a lookup *matrix* and, for each word, the rows whose mean is its
 vector: one row for word2vec, GloVe and NNLM; the word's row and its hashed character n-gram rows
 for fastText, which is also how fastText builds vectors of out-of-vocabulary words. The ONNX
-export (:mod:`ptmkit.wordvectors.onnx`) is that mean over gathered rows.
+export (:mod:`ptmkit.exporting.vectors`) is that mean over gathered rows.
 """
 
 from __future__ import annotations

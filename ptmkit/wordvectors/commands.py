@@ -183,8 +183,8 @@ def export(source: str | Path, fmt: str | None, output: Path | None, onnx_dir: P
             raise PtmkitError(f"--output {output}: is a directory; give a file name")
         write_vectors(output, vectors.words, vectors.vectors, fmt)
         return {"file": str(output), "format": fmt, "words": len(vectors), "dim": vectors.dim}
+    from ptmkit.exporting.vectors import export_onnx
     from ptmkit.training.setup import quiet_tensorflow
-    from ptmkit.wordvectors.onnx import export_onnx
 
     quiet_tensorflow()
     extra: dict[str, Any] = getattr(vectors, "export_metadata", dict)()

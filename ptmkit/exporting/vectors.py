@@ -1,6 +1,8 @@
-"""ONNX export of word vectors: a graph that maps each word's matrix rows to its vector, written
-with ``onnx.helper`` (:func:`ptmkit.wordvectors.row_export.write_onnx`; tf2onnx ran out of memory on fastText's
-2,000,000 bucket rows) and checked against the same lookup in Keras.
+"""``ptmkit export RUN --onnx`` of a word-vector run: a graph that maps each word's matrix rows to
+its vector, written with ``onnx.helper`` (:func:`ptmkit.exporting.rows.write_onnx`; tf2onnx ran out
+of memory on fastText's 2,000,000 bucket rows), checked against the same lookup in Keras, and
+written with its vocabulary and manifest. The transformer export's stages in one module: convert
+(:func:`build_lookup_model`, ``write_onnx``), check parity, write; no variants, no gate.
 
 The graph takes ``row_ids`` ``(batch, rows)`` int32 and ``row_mask`` ``(batch, rows)`` float32 (1
 for a real row, 0 for padding) and returns ``vectors`` ``(batch, dim)`` float32, the masked mean
@@ -12,7 +14,6 @@ character n-gram rows for fastText (an out-of-vocabulary word: its n-gram rows o
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,9 @@ def export_onnx(
     """
     import onnxruntime as ort
 
-    from ptmkit.wordvectors.row_export import write_onnx
+    from ptmkit.exporting.rows import row_inputs, write_onnx
+    from ptmkit.exporting.write import FORMAT, install
+    from ptmkit_export.bag_of_rows import BagOfRows
 
     target = Path(target)
     model = build_lookup_model(vectors.matrix)
@@ -92,34 +95,16 @@ def export_onnx(
             write_onnx(vectors.matrix, None, path)
         except PtmkitError as exc:
             raise VectorExportError(str(exc)) from exc
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        words = vectors.words[:200] + list(probe or [])
-        feeds, _ = encode_words(vectors, words)
-        rng = np.random.default_rng(0)
-        random_ids = rng.integers(0, len(vectors.matrix), size=(7, 5)).astype(np.int32)
-        random_mask = (rng.random((7, 5)) < 0.7).astype(np.float32)
-        random_mask[:, 0] = 1.0
-        worst = 0.0
-        for feed in (feeds, {"row_ids": random_ids, "row_mask": random_mask}):
-            expected = np.asarray(model(feed, training=False))
-            actual = session.run(["vectors"], feed)[0]
-            worst = max(worst, float(np.max(np.abs(expected - actual))))
-        if worst > PARITY_TOLERANCE:
-            raise VectorExportError(f"ONNX output differs from Keras by {worst:.2e} > {PARITY_TOLERANCE:g}; nothing written")
+        worst = _check_parity(vectors, model, ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]), probe)
         with open(tmp / "vocabulary.txt", "w", encoding="utf-8") as handle:
             handle.writelines(f"{w}\n" for w in vectors.words)
-        from ptmkit_export.bag_of_rows import BagOfRows
-
         subwords = (extra or {}).get("subwords") or {}
         featurizer = BagOfRows(vectors.words, lowercase, int(subwords.get("minn", 0)), int(subwords.get("maxn", 0)), int(subwords.get("bucket", 0)))
         manifest = {
-            "format": "ptmkit-export/1",
+            "format": FORMAT,
             "family": family,
             "task": "word-vectors",
-            "inputs": [
-                {"name": "row_ids", "dtype": "int32", "encoding": "row_ids", "shape": ["batch", "rows"]},
-                {"name": "row_mask", "dtype": "float32", "encoding": "row_mask", "shape": ["batch", "rows"]},
-            ],
+            "inputs": row_inputs(),
             "outputs": [{"name": "vectors", "dtype": "float32", "shape": ["batch", vectors.dim]}],
             "labels": [],
             "vocabulary": "vocabulary.txt",
@@ -130,10 +115,28 @@ def export_onnx(
             **(extra or {}),
         }
         atomic_write_json(tmp / "manifest.json", manifest)
-        target.mkdir(parents=True, exist_ok=True)
-        if (target / "manifest.json").exists():
-            (target / "manifest.json").unlink()
-        for name in ("model.onnx", "vocabulary.txt", "manifest.json"):
-            os.replace(tmp / name, target / name)
-        shutil.rmtree(tmp, ignore_errors=True)
+        install(tmp, target, ["model.onnx", "vocabulary.txt"])
     return {**manifest, "directory": str(target)}
+
+
+def _check_parity(vectors: WordVectors, model: Any, session: Any, probe: list[str] | None) -> float:
+    """The largest absolute difference of ONNX Runtime's vectors from Keras' (``model``) on the
+    first 200 words, the ``probe`` words and 7 random padded rows of 5.
+
+    Raises:
+        VectorExportError: over :data:`PARITY_TOLERANCE`.
+    """
+    words = vectors.words[:200] + list(probe or [])
+    feeds, _ = encode_words(vectors, words)
+    rng = np.random.default_rng(0)
+    random_ids = rng.integers(0, len(vectors.matrix), size=(7, 5)).astype(np.int32)
+    random_mask = (rng.random((7, 5)) < 0.7).astype(np.float32)
+    random_mask[:, 0] = 1.0
+    worst = 0.0
+    for feed in (feeds, {"row_ids": random_ids, "row_mask": random_mask}):
+        expected = np.asarray(model(feed, training=False))
+        actual = session.run(["vectors"], feed)[0]
+        worst = max(worst, float(np.max(np.abs(expected - actual))))
+    if worst > PARITY_TOLERANCE:
+        raise VectorExportError(f"ONNX output differs from Keras by {worst:.2e} > {PARITY_TOLERANCE:g}; nothing written")
+    return worst

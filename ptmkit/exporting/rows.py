@@ -1,5 +1,7 @@
 """``ptmkit export RUN_DIR`` for bag-of-rows text classifiers (families providing
-:class:`ptmkit.contract.ClassifiesRows`, e.g. fastText's supervised model, Joulin et al. 2017).
+:class:`ptmkit.contract.ClassifiesRows`, e.g. fastText's supervised model, Joulin et al. 2017):
+the transformer export's stages in one module, without variants or a gate (convert:
+:func:`write_onnx`; check parity: :func:`parity`; write: :func:`ptmkit.exporting.write.install`).
 
 1. Write the classifier (:meth:`ptmkit.contract.ClassifiesRows.load_row_classifier`) as an ONNX
    graph built from its two matrices (:func:`write_onnx`): inputs ``row_ids`` ``(batch, rows)``
@@ -25,8 +27,6 @@ gather, a mean and one matrix product.
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ import numpy as np
 from rich.console import Console
 
 from ptmkit.contract import RowClassifier
-from ptmkit.errors import PtmkitError
+from ptmkit.errors import ExportError, PtmkitError
 from ptmkit.io import staging_directory
 
 PARITY_TOLERANCE = 1e-6
@@ -143,6 +143,31 @@ def parity(model: Any, session: Any, batches: list[dict[str, np.ndarray]]) -> tu
     return found, np.concatenate(outputs)
 
 
+ROW_INPUTS = (
+    {"name": "row_ids", "dtype": "int32", "encoding": "row_ids", "shape": ["batch", "rows"]},
+    {"name": "row_mask", "dtype": "float32", "encoding": "row_mask", "shape": ["batch", "rows"]},
+)
+
+
+def row_inputs() -> list[dict[str, Any]]:
+    """The manifest's ``inputs`` of a bag-of-rows graph (:func:`write_onnx`), a fresh copy."""
+    return [dict(spec, shape=list(spec["shape"])) for spec in ROW_INPUTS]
+
+
+def check_row_options(run_path: Path, family: str, *, int8: bool, optimize: int, fp16: bool, with_tokenizer: bool) -> None:
+    """Refuse the transformer export's options for a bag-of-rows classifier.
+
+    Raises:
+        ExportError: ``--int8``, ``--optimize N``, ``--fp16`` or ``--with-tokenizer`` given.
+    """
+    given = [flag for flag, on in (("--int8", int8), (f"--optimize {optimize}", optimize > 0), ("--fp16", fp16), ("--with-tokenizer", with_tokenizer)) if on]
+    if given:
+        raise ExportError(
+            f"{run_path}: {', '.join(given)}: a {family} run is a bag-of-rows classifier (a row gather, a mean, one matrix "
+            "product) and is exported as fp32 ONNX only; drop the option"
+        )
+
+
 def export_row_classifier(
     classifier: RowClassifier, run_dir: str | Path, family: str, out: str | Path | None = None, dev: str | Path | None = None, console: Console | None = None
 ) -> dict[str, Any]:
@@ -166,10 +191,9 @@ def export_row_classifier(
     import onnxruntime as ort
 
     from ptmkit.console import default_console
-    from ptmkit.data.readers import is_labelled, read_records
+    from ptmkit.exporting.write import FORMAT, install
     from ptmkit.io import atomic_write_json, atomic_write_text
-    from ptmkit.training.finetune import macro_f1, top1_gold
-    from ptmkit_export.bag_of_rows import BagOfRows, pad_rows
+    from ptmkit_export.bag_of_rows import BagOfRows
 
     console = console or default_console()
     dev_file = dev or classifier.dev
@@ -180,58 +204,24 @@ def export_row_classifier(
     rows_total = int(classifier.input_matrix.shape[0])
     if rows_total != featurizer.rows_total:
         raise RowExportError(f"{run_dir}: the model has {rows_total:,} rows but {len(classifier.words):,} words + bucket {featurizer.bucket:,} = {featurizer.rows_total:,}")
-    records = list(read_records(dev_file, labelled=is_labelled(dev_file), multi_label=True))
+    records = _dev_records(dev_file)
     texts = [r.text for r in records]
-    if not texts:
-        raise RowExportError(f"{dev_file}: no texts for the ONNX-vs-Keras check")
     target = Path(out) if out is not None else Path(run_dir) / "export"
     with staging_directory(target, ".export-") as tmp_name:
         tmp = Path(tmp_name)
         with console.status("writing the ONNX graph"):
             files = write_onnx(classifier.input_matrix, classifier.output_matrix, tmp / "model.onnx")
         session = ort.InferenceSession(str(tmp / "model.onnx"), providers=["CPUExecutionProvider"])
-        batches = [featurizer.encode(texts[i : i + PARITY_BATCH]) for i in range(0, len(texts), PARITY_BATCH)]
-        rng = np.random.default_rng(0)
-        random_rows = [rng.integers(0, featurizer.rows_total, size=rng.integers(0, 40)).tolist() for _ in range(16)]
-        checks = {
-            "dev_batches": parity(classifier.model, session, batches),
-            "dev_batch_1": parity(classifier.model, session, [featurizer.encode([t]) for t in texts[:50]]),
-            "random_rows": parity(classifier.model, session, [pad_rows(random_rows)]),
-        }
-        diffs = {name: found["abs"] for name, (found, _) in checks.items()}
-        scaled = max(found["scaled"] for found, _ in checks.values())
-        probabilities = max(found["probabilities"] for found, _ in checks.values())
-        largest = max(found["max_abs_logit"] for found, _ in checks.values())
-        worst = max(diffs.values())
-        console.print(
-            f"ONNX vs Keras: logits max abs difference {worst:.2e} (" + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items())
-            + f"; logits up to {largest:.1f}), relative to the text's largest logit {scaled:.2e}, probabilities {probabilities:.2e}; {len(texts):,} dev texts"
-        )
-        if scaled > PARITY_TOLERANCE or probabilities > PARITY_TOLERANCE:
-            raise RowExportError(
-                f"ONNX output differs from Keras: logits by {scaled:.2e} of max(1, the text's largest |logit|), probabilities by {probabilities:.2e} "
-                f"(> {PARITY_TOLERANCE:g}; absolute {diffs}); nothing written"
-            )
-        fp32: dict[str, Any] = {
-            "file": "model.onnx", "ok": True, "problems": [], "parity_max_abs_diff": diffs, "parity_max_scaled_diff": scaled,
-            "parity_max_probability_diff": probabilities, "max_abs_logit": largest, "dev_file": str(dev_file), "dev_texts": len(texts),
-        }
-        predicted = np.argmax(checks["dev_batches"][1], axis=1)
-        gold = top1_gold(predicted, [r.all_labels() for r in records], list(classifier.labels))  # precision at 1 on several labels
-        known = gold >= 0
-        if known.any():
-            fp32["dev_accuracy"] = round(float(np.mean(predicted[known] == gold[known])), 4)
-            fp32["dev_macro_f1"] = round(macro_f1(gold[known], predicted[known], len(classifier.labels)), 4)
+        fp32, logits = _check_parity(classifier, session, featurizer, texts, console)
+        fp32["dev_file"], fp32["dev_texts"] = str(dev_file), len(texts)
+        fp32 |= _dev_scores(classifier, records, logits)
         atomic_write_text(tmp / "vocabulary.txt", "".join(f"{w}\n" for w in classifier.words))
         manifest = {
-            "format": "ptmkit-export/1",
+            "format": FORMAT,
             "family": family,
             "task": "classification",
             "run": str(Path(run_dir).resolve()),
-            "inputs": [
-                {"name": "row_ids", "dtype": "int32", "encoding": "row_ids", "shape": ["batch", "rows"]},
-                {"name": "row_mask", "dtype": "float32", "encoding": "row_mask", "shape": ["batch", "rows"]},
-            ],
+            "inputs": row_inputs(),
             "outputs": [{"name": "logits", "dtype": "float32", "shape": ["batch", len(classifier.labels)]}],
             "labels": list(classifier.labels),
             "featurizer": featurizer.spec("vocabulary.txt"),
@@ -239,16 +229,87 @@ def export_row_classifier(
             "variants": {"fp32": fp32},
         }
         atomic_write_json(tmp / "manifest.json", manifest)
-        target.mkdir(parents=True, exist_ok=True)
-        if (target / "manifest.json").exists():
-            (target / "manifest.json").unlink()  # the directory is not a valid export while files are swapped
-        (target / "model.onnx.data").unlink(missing_ok=True)  # a larger model's external data is stale
-        for name in [*files, "vocabulary.txt", "manifest.json"]:
-            os.replace(tmp / name, target / name)
-        shutil.rmtree(tmp, ignore_errors=True)
+        install(tmp, target, [*files, "vocabulary.txt"], stale=["model.onnx.data"])  # a larger model's external data is stale
+    return {**manifest, "directory": str(target), "summary": _summary(fp32, featurizer.rows_total, len(classifier.labels))}
+
+
+def _dev_records(dev_file: str | Path) -> list[Any]:
+    """The dev file's records (labels kept when it is labelled).
+
+    Raises:
+        RowExportError: no text in it.
+    """
+    from ptmkit.data.readers import is_labelled, read_records
+
+    records = list(read_records(dev_file, labelled=is_labelled(dev_file), multi_label=True))
+    if not records:
+        raise RowExportError(f"{dev_file}: no texts for the ONNX-vs-Keras check")
+    return records
+
+
+def _check_parity(classifier: RowClassifier, session: Any, featurizer: Any, texts: list[str], console: Console) -> tuple[dict[str, Any], np.ndarray]:
+    """:func:`parity` on the dev texts in batches of :data:`PARITY_BATCH`, one by one (the first
+    50) and on random padded rows; print the differences.
+
+    Returns:
+        ``(fp32's manifest entry with the differences, ONNX Runtime's logits of the dev batches)``.
+
+    Raises:
+        RowExportError: a difference over :data:`PARITY_TOLERANCE`.
+    """
+    from ptmkit_export.bag_of_rows import pad_rows
+
+    batches = [featurizer.encode(texts[i : i + PARITY_BATCH]) for i in range(0, len(texts), PARITY_BATCH)]
+    rng = np.random.default_rng(0)
+    random_rows = [rng.integers(0, featurizer.rows_total, size=rng.integers(0, 40)).tolist() for _ in range(16)]
+    checks = {
+        "dev_batches": parity(classifier.model, session, batches),
+        "dev_batch_1": parity(classifier.model, session, [featurizer.encode([t]) for t in texts[:50]]),
+        "random_rows": parity(classifier.model, session, [pad_rows(random_rows)]),
+    }
+    diffs = {name: found["abs"] for name, (found, _) in checks.items()}
+    scaled = max(found["scaled"] for found, _ in checks.values())
+    probabilities = max(found["probabilities"] for found, _ in checks.values())
+    largest = max(found["max_abs_logit"] for found, _ in checks.values())
+    worst = max(diffs.values())
+    console.print(
+        f"ONNX vs Keras: logits max abs difference {worst:.2e} (" + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items())
+        + f"; logits up to {largest:.1f}), relative to the text's largest logit {scaled:.2e}, probabilities {probabilities:.2e}; {len(texts):,} dev texts"
+    )
+    if scaled > PARITY_TOLERANCE or probabilities > PARITY_TOLERANCE:
+        raise RowExportError(
+            f"ONNX output differs from Keras: logits by {scaled:.2e} of max(1, the text's largest |logit|), probabilities by {probabilities:.2e} "
+            f"(> {PARITY_TOLERANCE:g}; absolute {diffs}); nothing written"
+        )
+    fp32: dict[str, Any] = {
+        "file": "model.onnx", "ok": True, "problems": [], "parity_max_abs_diff": diffs, "parity_max_scaled_diff": scaled,
+        "parity_max_probability_diff": probabilities, "max_abs_logit": largest,
+    }
+    return fp32, checks["dev_batches"][1]
+
+
+def _dev_scores(classifier: RowClassifier, records: list[Any], logits: np.ndarray) -> dict[str, float]:
+    """Dev accuracy (precision at 1 on several labels) and macro F1 of ONNX Runtime's ``logits``
+    over the records with a known label; nothing when none has one."""
+    from ptmkit.training.finetune import macro_f1, top1_gold
+
+    predicted = np.argmax(logits, axis=1)
+    gold = top1_gold(predicted, [r.all_labels() for r in records], list(classifier.labels))
+    known = gold >= 0
+    if not known.any():
+        return {}
+    return {
+        "dev_accuracy": round(float(np.mean(predicted[known] == gold[known])), 4),
+        "dev_macro_f1": round(macro_f1(gold[known], predicted[known], len(classifier.labels)), 4),
+    }
+
+
+def _summary(fp32: dict[str, Any], rows: int, labels: int) -> dict[str, Any]:
+    """The numbers ``ptmkit export`` prints for a bag-of-rows export."""
     summary = {
-        "onnx_parity_max_abs_diff": f"{worst:.2e}", "onnx_parity_max_scaled_diff": f"{scaled:.2e}", "onnx_parity_max_probability_diff": f"{probabilities:.2e}",
-        "max_abs_logit": round(largest, 2), "rows": featurizer.rows_total, "labels": len(classifier.labels),
+        "onnx_parity_max_abs_diff": f"{max(fp32['parity_max_abs_diff'].values()):.2e}", "onnx_parity_max_scaled_diff": f"{fp32['parity_max_scaled_diff']:.2e}",
+        "onnx_parity_max_probability_diff": f"{fp32['parity_max_probability_diff']:.2e}", "max_abs_logit": round(fp32["max_abs_logit"], 2), "rows": rows,
+        "labels": labels,
     }
     summary |= {f"fp32_{key}": fp32[key] for key in ("dev_accuracy", "dev_macro_f1") if key in fp32}
-    return {**manifest, "directory": str(target), "summary": summary}
+    return summary

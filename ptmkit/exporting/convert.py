@@ -1,0 +1,155 @@
+"""Stage 1 of ``ptmkit export``, convert: the run's Keras model to one self-contained ONNX file.
+
+tf2onnx as Keras' ``model.export(format="onnx")`` drives it, in less memory
+(:func:`convert_to_onnx`: 2.2 GB peak for all-MiniLM-L6-v2 where ``model.export`` took 5.9 GB),
+inputs as the family declares them (:class:`ptmkit.contract.InputSpec`) with their named axes
+symbolic, the output renamed ``logits`` (a fine-tuned head) or ``embeddings`` (a run without a
+head: the backbone with its sentence pooling, :mod:`ptmkit.embedding`). :func:`release_memory`
+hands what a stage freed back to the OS before the next one starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ptmkit.contract import InputSpec
+from ptmkit.errors import ExportError
+from ptmkit.exporting.source import ExportSource
+
+
+def convert_to_onnx(model: Any, path: Path, inputs: Sequence[InputSpec], output_name: str = "logits") -> None:
+    """Export ``model`` to ONNX at ``path``: one graph input per declared input (its dtype, its
+    named axes as symbolic dimensions, fixed sizes kept) and one output named ``output_name``
+    with a symbolic ``batch`` axis.
+
+    tf2onnx (``from_function``, as Keras' ``model.export(format="onnx")`` calls it) in its
+    ``large_model`` mode: the weights are frozen straight into NumPy values, not run through a
+    TensorFlow graph and grappler (for all-MiniLM-L6-v2 that step alone took 1.8 GB), then put
+    back into one self-contained file. tf2onnx's graph optimizers run as in its default mode (each
+    on a copy of the graph; one that fails is skipped), with the garbage of each collected before
+    the next (:func:`_collecting_tf2onnx_optimizers`): left to Python's collector, those copies
+    held 3.7 GB. Peak memory for all-MiniLM-L6-v2 (22M parameters): 5.9 GB before, about 2.2 GB
+    now, of which 1.05 GB is TensorFlow and the loaded model, and about 0.6 GB one optimizer pass
+    (the graph, its copy and tf2onnx's shape inference) (benchmarks/export_memory.py).
+    """
+    import onnx
+    import tensorflow as tf
+    import tf2onnx
+
+    signature = [{s.name: tf.TensorSpec((None, *s.shape), tf.as_dtype(s.dtype), name=s.name) for s in inputs}]
+    function = tf.function(lambda inputs: model(inputs, training=False), input_signature=signature)
+    with warnings.catch_warnings(), _collecting_tf2onnx_optimizers():
+        warnings.simplefilter("ignore", FutureWarning)  # tf2onnx probes np.object
+        try:
+            from keras.src.export.tf2onnx_lib import patch_tf2onnx
+
+            patch_tf2onnx()  # what model.export does: tf2onnx 1.17 on NumPy 2
+        except ImportError:  # a Keras that no longer needs it
+            pass
+        graph_model, storage = tf2onnx.convert.from_function(function, signature, large_model=True)
+    del function
+    _inline_external_tensors(graph_model, storage.name_to_tensor_data)
+    del storage
+    graph = graph_model.graph
+    axes = {s.name: s.axes for s in inputs}
+    for value in graph.input:
+        for dim, axis in zip(value.type.tensor_type.shape.dim, axes[value.name], strict=True):
+            if not dim.HasField("dim_value"):
+                dim.dim_param = axis
+    (output,) = graph.output
+    old = output.name
+    for node in graph.node:
+        node.output[:] = [output_name if name == old else name for name in node.output]
+    output.name = output_name
+    output.type.tensor_type.shape.dim[0].dim_param = "batch"
+    onnx.checker.check_model(graph_model)
+    onnx.save(graph_model, str(path))
+    del graph_model
+    release_memory()
+
+
+def _inline_external_tensors(graph_model: Any, data: dict[str, bytes]) -> None:
+    """Move tf2onnx's ``large_model`` tensors (``data``: location -> raw bytes) into the graph, so
+    the model is one file (all-MiniLM-L6-v2: 101 MB, far below protobuf's 2 GB)."""
+    from onnx import TensorProto, external_data_helper
+
+    for tensor in external_data_helper._get_all_tensors(graph_model):
+        if tensor.data_location == TensorProto.EXTERNAL:
+            location = next(entry.value for entry in tensor.external_data if entry.key == "location")
+            tensor.raw_data = data.pop(location)
+            del tensor.external_data[:]
+            tensor.data_location = TensorProto.DEFAULT
+
+
+@contextlib.contextmanager
+def _collecting_tf2onnx_optimizers() -> Iterator[None]:
+    """Within the block, tf2onnx's ONNX optimizers run each on a copy of the graph (its default
+    mode, which ``large_model`` turns off: optimising in place kept 3 GB alive) and the garbage of
+    each pass (reference cycles holding NumPy copies of the weights) is collected before the next."""
+    import tf2onnx.optimizer as optimizer
+
+    original = optimizer.optimize_graph
+    passes = getattr(optimizer, "_optimizers", None)
+    if passes is None:  # another tf2onnx layout: convert as it is
+        yield
+        return
+
+    def collected(factory: Any) -> Any:
+        def make() -> Any:
+            gc.collect()
+            return factory()
+
+        return make
+
+    def optimize_graph(graph: Any, catch_errors: bool = True, optimizers: Any = None) -> Any:
+        wrapped = {name: collected(factory) for name, factory in (optimizers or passes).items()}
+        return original(graph, True, optimizers=wrapped)
+
+    optimizer.optimize_graph = optimize_graph
+    try:
+        yield
+    finally:
+        optimizer.optimize_graph = original
+        gc.collect()
+
+
+def release_memory() -> None:
+    """Collect Python's garbage and hand freed heap memory back to the OS (glibc's
+    ``malloc_trim``; elsewhere only the collection): after a stage that freed gigabytes, the next
+    one then starts from what is really in use, not from the stage's peak."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+def release_keras() -> None:
+    """Drop Keras' global state (layer name counters, cached graphs) once no model is needed."""
+    import keras
+
+    keras.backend.clear_session()
+    release_memory()
+
+
+def convert_run(model: Any, path: Path, source: ExportSource, console: Console) -> None:
+    """:func:`convert_to_onnx` of the run's ``model`` to ``path`` (fp32), under a status line.
+
+    Raises:
+        ExportError: the conversion or the ONNX checker failed, naming the run and the error's
+            first line.
+    """
+    release_memory()  # loading the weights left freed buffers behind
+    with console.status("converting to ONNX (tf2onnx)"):
+        try:
+            convert_to_onnx(model, path, source.family.inputs, source.output)
+        except Exception as exc:
+            raise ExportError(f"ONNX conversion of {source.run.path} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
