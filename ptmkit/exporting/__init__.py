@@ -187,15 +187,22 @@ def _built_and_gated(
         ``{variant: manifest entry}`` in that order.
     """
     variants: dict[str, Any] = {}
-    base, base_name = tmp / VARIANT_FILES["fp32"], "fp32"
+    fp32 = base = tmp / VARIANT_FILES["fp32"]
+    base_name = "fp32"
     if optimize > 0:
         path = tmp / VARIANT_FILES["optimized"]
-        variants["optimized"] = gate.check("optimized", path, optimized_variant(source, base, path, optimize, console))
+        with gate.set_aside(fp32):
+            built = optimized_variant(source, base, path, optimize, console)
+        variants["optimized"] = gate.check("optimized", path, built)
         base, base_name = path, "optimized"
     if int8 is not None:
         path = tmp / VARIANT_FILES["int8"]
-        variants["int8"] = gate.check("int8", path, int8_variant(source, base, path, base_name, int8, console))
+        with gate.set_aside(fp32):
+            built = int8_variant(source, base, path, base_name, int8, console)
+        variants["int8"] = gate.check("int8", path, built)
     if fp16:
         path = tmp / VARIANT_FILES["fp16"]
-        variants["fp16"] = gate.check("fp16", path, fp16_variant(base, path, base_name, console))
+        with gate.set_aside(fp32):
+            built = fp16_variant(base, path, base_name, console)
+        variants["fp16"] = gate.check("fp16", path, built)
     return variants
