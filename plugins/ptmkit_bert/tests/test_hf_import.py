@@ -148,6 +148,7 @@ def test_token_ids_match_the_checkpoints_tokenizer(imported: Path, checkpoint: P
     assert ours["padding_mask"].tolist() == [e.attention_mask for e in expected]
 
 
+@pytest.mark.slow  # 170-350 s; benchmarks/minilm_parity.py and tokenizer_in_graph.py measure the same, and test_quickstart exports MiniLM
 def test_onnx_export_of_the_imported_checkpoint(imported: Path, checkpoint: Path, tmp_path: Path) -> None:
     """fp32 ONNX embeddings vs Keras: cosine >= 0.99999; int8 vs fp32: mean cosine >= 0.99."""
     from ptmkit.testing import cosine, embed_texts, export_run, load_embedder
