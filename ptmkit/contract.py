@@ -231,6 +231,9 @@ class RowClassifier(NamedTuple):
         featurizer: the keyword arguments of :class:`ptmkit_export.bag_of_rows.BagOfRows` besides
             ``words``: ``lowercase``, ``minn``, ``maxn``, ``bucket``, ``word_ngrams``.
         dev: the labelled dev file the run was measured on, or None.
+        activation: how the logits become probabilities: ``"softmax"`` over the labels (one
+            label per text; the default) or ``"sigmoid"`` of each logit (independent labels,
+            e.g. a one-vs-all loss); written to the export's manifest as ``activation``.
     """
 
     model: Any
@@ -240,6 +243,7 @@ class RowClassifier(NamedTuple):
     labels: list[str]
     featurizer: dict[str, Any]
     dev: str | None
+    activation: str = "softmax"
 
 
 class ModelFamily:

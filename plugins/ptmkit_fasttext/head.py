@@ -42,6 +42,8 @@ class FastTextHeadConfig:
         subwords: use the vectors' character n-gram rows (fastText runs); false: word rows only,
             as ``-pretrainedVectors`` with a ``.vec`` file.
         seed: initialisation of new rows and the example order.
+        loss: fastText's ``-loss``: ``softmax`` or ``ova`` (one-vs-all: a sigmoid per label;
+            see :class:`ptmkit_fasttext.supervised.FastTextClassifierConfig`).
     """
 
     word_ngrams: int = 1
@@ -53,8 +55,13 @@ class FastTextHeadConfig:
     lowercase: bool = False
     subwords: bool = True
     seed: int = 1
+    loss: str = "softmax"
 
     def validate(self) -> None:
+        from ptmkit_fasttext.supervised import LOSS_ACTIVATIONS
+
+        if self.loss not in LOSS_ACTIVATIONS:
+            raise ConfigError(f"config key 'head.loss' = {self.loss!r}: expected one of {', '.join(map(repr, LOSS_ACTIVATIONS))} (fastText's -loss)")
         for name in ("word_ngrams", "bucket", "min_count", "epochs", "learning_rate", "batch_size"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key 'head.{name}' must be > 0, got {getattr(self, name)}")
@@ -86,6 +93,7 @@ class FastTextHead(Head):
         model_config = FastTextClassifierConfig(
             vector_size=vectors.dim, word_ngrams=config.word_ngrams, minn=minn if maxn else 0, maxn=maxn, bucket=bucket, min_count=config.min_count,
             epochs=config.epochs, learning_rate=config.learning_rate, batch_size=config.batch_size, lowercase=lowercase, seed=config.seed,
+            loss=config.loss,
         )
         model_config.validate()
 
