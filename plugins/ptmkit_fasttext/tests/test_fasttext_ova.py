@@ -199,12 +199,14 @@ def test_an_ova_bin_reads_with_fasttexts_probabilities(tmp_path: Path, word_ngra
         assert np.max(np.abs(probabilities(logits[None], "sigmoid")[0] - expected)) <= 16 / 512 * 0.25 + 1e-5
 
 
-def test_ova_run_exports_and_predicts_with_a_sigmoid_per_label(tmp_path: Path) -> None:
+def test_ova_run_exports_and_predicts_with_a_sigmoid_per_label(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``model.loss = "ova"`` on issue 15's multilabel.txt: the export's manifest says
     ``"activation": "sigmoid"``; the lean runtime's probabilities are the sigmoid of its logits
-    (not a distribution: the lines labelled baking and dessert get both over 0.5, all but a few
-    of them, knives under);
-    dev precision and recall at 0.5 are recorded. A softmax run's manifest says ``softmax``."""
+    (not a distribution: on the lines labelled baking and dessert, baking is over 0.9 on all,
+    dessert over 0.5 on all but a few, knives under 0.1);
+    dev precision and recall at 0.5 are recorded; ``ptmkit predict --threshold 0.5`` prints the
+    labels over 0.5 (fastText's ``predict -k -1 -th 0.5``). A softmax run's manifest says
+    ``softmax``."""
     from ptmkit.api import read_multilabelled
     from ptmkit_export import Predictor
 
@@ -230,3 +232,9 @@ def test_ova_run_exports_and_predicts_with_a_sigmoid_per_label(tmp_path: Path) -
     # measured: baking 0.985-0.995, knives 0.005-0.015, dessert over 0.5 on 48 of the 50 lines (10 epochs)
     assert len(both) == 50 and (p[:, 0] > 0.9).all() and (p[:, 2] < 0.1).all() and np.sum(p[:, 1] > 0.5) >= 45
     assert all(x.label == manifest["labels"][int(np.argmax(row))] for x, row in zip(predictions, p, strict=True))
+    capsys.readouterr()
+    assert main(["predict", str(runs["ova"]), "--text", both[0], "--text", "blade slice chop", "--threshold", "0.5"]) == 0
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    over = {name: q for name, q in zip(manifest["labels"], p[0], strict=True) if q >= 0.5}
+    assert list(printed[0]["probabilities"]) == sorted(over, key=lambda name: -over[name]) == ["baking", "dessert"]
+    assert list(printed[1]["probabilities"]) == ["knives"] and printed[1]["label"] == "knives"
