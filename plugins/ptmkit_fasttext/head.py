@@ -97,7 +97,7 @@ class FastTextHead(Head):
         )
         model_config.validate()
 
-        split = [(t.lower() if lowercase else t).split() for t in texts]
+        split = [model_config.tokens(t) for t in texts]  # ova: ending with fastText's </s>
         counts = Counter(w for words in split for w in words)
         new = sorted(((w, c) for w, c in counts.items() if c >= config.min_count and w not in vectors.index), key=lambda item: -item[1])
         words = list(vectors.words) + [w for w, _ in new]
@@ -130,7 +130,7 @@ class FastTextHead(Head):
         atomic_save(run_dir / "classifier.weights.h5", lambda tmp: model.save_weights(str(tmp)))
 
         def logits(batch: list[str]) -> np.ndarray:
-            rows = [text_rows((t.lower() if lowercase else t).split(), index, model_config.word_ngrams, bucket, model_config.minn, maxn) for t in batch]
+            rows = [text_rows(model_config.tokens(t), index, model_config.word_ngrams, bucket, model_config.minn, maxn) for t in batch]
             return np.asarray(model.predict(pad_rows(rows), batch_size=256, verbose=0), np.float32)
 
         console.print(f"final training loss {loss:.4f}")
