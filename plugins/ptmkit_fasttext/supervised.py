@@ -59,6 +59,10 @@ class FastTextClassifierConfig:
             on one drawn per epoch) or ``ova`` (one-vs-all, ``Loss::OneVsAllLoss``: a sigmoid per
             label and binary cross-entropy summed over all labels, every label of a line a
             positive: multi-label; probabilities are per-label sigmoids).
+        eos: end every text with fastText's end-of-line word ``</s>``, as fastText reads every
+            line (its row is in every text's mean); ``ova`` always does (:attr:`end_of_line`).
+            Off by default for ``softmax``, as runs before the key were trained; on for models
+            imported from a fastText ``.bin``.
     """
 
     vector_size: int = 100
@@ -74,6 +78,7 @@ class FastTextClassifierConfig:
     lowercase: bool = False
     seed: int = 1
     loss: str = "softmax"
+    eos: bool = False
 
     def validate(self) -> None:
         if self.loss not in LOSS_ACTIVATIONS:
@@ -93,9 +98,9 @@ class FastTextClassifierConfig:
         """Whether texts end with fastText's ``</s>`` word: for ``ova``, as fastText reads every
         line (its row is then shared by all texts, a learned bias of each label, which one-vs-all
         needs: without it, ptmkit's ova reached 0.35 dev accuracy where fastText reached 0.43 on
-        WordNet supersenses, 43 labels; with it 0.46). ``softmax`` runs keep texts without it,
-        as before."""
-        return self.loss == "ova"
+        WordNet supersenses, 43 labels; with it 0.46). ``softmax`` runs with ``eos`` only, as
+        runs before the key were trained."""
+        return self.eos or self.loss == "ova"
 
     def tokens(self, text: str) -> list[str]:
         """The words of ``text`` as training and serving read them: lower-cased when configured,
@@ -403,3 +408,45 @@ def load_row_classifier(run_dir: Path) -> Any:
     input_matrix = model.get_layer("input_rows").get_weights()[0]
     output_matrix = model.get_layer("output").get_weights()[0]
     return RowClassifier(model, input_matrix, output_matrix, vocabulary.words, labels, featurizer_arguments(config), dev, LOSS_ACTIVATIONS[config.loss])
+
+
+def save_imported_classifier(model: Any, source: Path, out: Path) -> dict[str, Any]:
+    """Write a fastText supervised ``.bin`` (:class:`ptmkit_fasttext.binfile.FastTextModel`) as a
+    ``fasttext-supervised`` run in the existing empty directory ``out``: ``vocabulary.tsv`` (its
+    words, ``</s>`` included), ``labels.json`` (its labels in output-row order, without
+    ``__label__``), ``config.toml`` (``[model]``: its dim, n-gram settings and loss, ``eos =
+    true``: fastText reads every line's end as ``</s>``) and ``classifier.weights.h5`` (its input
+    matrix and output matrix, transposed). Predictions then equal ``fasttext predict``'s: a
+    softmax, or for ``-loss ova`` a sigmoid per label (fastText's own looks the sigmoid up in a
+    512-entry table, up to 0.0078 away).
+
+    Raises:
+        DataError: a loss other than softmax or ova (``hs``, ``ns``), or word n-grams
+            (``wordNgrams > 1``: fastText sign-extends 32-bit word hashes into its 64-bit n-gram
+            hash; ptmkit's rows do not, so about half of the bigrams would read other rows).
+    """
+    from ptmkit.api import Vocabulary, atomic_save, atomic_write_json, atomic_write_text
+
+    args = model.args
+    if args["loss"] not in LOSS_ACTIVATIONS:
+        raise DataError(f"{source}: a -loss {args['loss']} classifier; ptmkit serves fastText classifiers trained with -loss {' or '.join(LOSS_ACTIVATIONS)}")
+    if int(args["word_ngrams"]) > 1:
+        raise DataError(
+            f"{source}: wordNgrams {args['word_ngrams']}: fastText sign-extends 32-bit word hashes into its word n-gram hash and ptmkit's "
+            "featurizer does not yet, so its bigram rows would differ; only wordNgrams 1 models import as classifiers"
+        )
+    minn, maxn, bucket = int(args["minn"]), int(args["maxn"]), int(args["bucket"])
+    config = FastTextClassifierConfig(vector_size=int(args["dim"]), minn=minn if maxn else 0, maxn=maxn, bucket=bucket if maxn else 0, loss=str(args["loss"]), eos=True)
+    config.validate()
+    rows = len(model.words) + config.buckets
+    input_matrix = model.input[:rows]  # without n-grams fastText may keep bucket rows nothing reads
+    labels = [label.removeprefix("__label__") for label in model.labels]
+    keras_model = build_classifier(rows, config.vector_size, len(labels), np.asarray(input_matrix, np.float32))
+    keras_model.get_layer("output").set_weights([np.ascontiguousarray(model.output.T, np.float32)])
+    Vocabulary(model.words, model.counts, model.ntokens, len(model.words), 0).save(out / "vocabulary.tsv")
+    atomic_write_json(out / "labels.json", labels)
+    atomic_save(out / "classifier.weights.h5", lambda tmp: keras_model.save_weights(str(tmp)))
+    values = {k: v for k, v in dataclasses.asdict(config).items() if k not in ("dev",)}
+    body = "".join(f"{k} = {str(v).lower() if isinstance(v, bool) else repr(v) if isinstance(v, str) else v}\n" for k, v in values.items())
+    atomic_write_text(out / "config.toml", f'family = "fasttext-supervised"\n# imported from {source.resolve()}\n\n[model]\n{body}')
+    return {"words": len(model.words), "labels": len(labels), "dim": config.vector_size, "loss": config.loss, "minn": config.minn, "maxn": maxn, "bucket": config.buckets}

@@ -251,3 +251,45 @@ def test_ova_run_exports_and_predicts_with_a_sigmoid_per_label(tmp_path: Path, c
     over = {name: q for name, q in zip(manifest["labels"], p[0], strict=True) if q >= 0.5}
     assert list(printed[0]["probabilities"]) == sorted(over, key=lambda name: -over[name]) == ["baking", "dessert"]
     assert list(printed[1]["probabilities"]) == ["knives"] and printed[1]["label"] == "knives"
+
+
+@pytest.mark.parametrize("loss", ["ova", "softmax"])
+def test_an_imported_supervised_bin_predicts_as_fasttext(tmp_path: Path, loss: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``ptmkit import-fasttext`` on a supervised ``.bin`` (character 2-4-grams) gives a
+    ``fasttext-supervised`` run; exported (``--dev``) it predicts what ``fasttext predict -k -1``
+    prints: softmax probabilities within 1e-5 (fastText prints ``exp(log(p + 1e-5))``), and for
+    ova the sigmoid of logits whose table sigmoid (fastText's rule) is within 1e-5 of fastText's,
+    the exact one within 0.0078. ``wordNgrams 2`` and ``-loss hs`` are refused in one line."""
+    fasttext = pytest.importorskip("fasttext")
+    from ptmkit_export import Predictor
+    from ptmkit_export.predictor import probabilities
+
+    train = multilabel_corpus(tmp_path / "train.txt", 200, 3)
+    reference = fasttext.train_supervised(str(train), loss=loss, dim=8, epoch=15, lr=0.5, minn=2, maxn=4, bucket=1000, thread=1, verbose=0)
+    reference.save_model(str(tmp_path / "model.bin"))
+    run = tmp_path / "run"
+    assert main(["import-fasttext", str(tmp_path / "model.bin"), "--out", str(run)]) == 0
+    assert json.loads((run / "manifest.json").read_text())["family"] == "fasttext-supervised"
+    assert main(["export", str(run), "--dev", str(train)]) == 0
+    predictor = Predictor(run / "export")
+    assert predictor.activation == ("sigmoid" if loss == "ova" else "softmax") and predictor.featurizer is not None and predictor.featurizer.end_of_line
+    texts = ["flour sugar knife the", "soil and seed with water", "chocolate custard", "unknownword of blade", "plant bloom cream steel edge the a"]
+    logits = predictor.logits(texts)
+    got = [p.probabilities for p in predictor.predict(texts)]
+    for text, row, p in zip(texts, logits, got, strict=True):
+        printed = {label.removeprefix("__label__"): q for q, label in reference.f.predict(text + "\n", -1, 0.0, "strict")}
+        expected = np.asarray([printed[label] for label in predictor.labels])
+        ours = np.asarray([p[label] for label in predictor.labels])
+        if loss == "ova":
+            np.testing.assert_allclose(fasttext_table_sigmoid(row) + 1e-5, expected, atol=1e-5)
+            assert np.max(np.abs(ours - expected)) <= 16 / 512 * 0.25 + 1e-5
+            np.testing.assert_allclose(ours, probabilities(row, "sigmoid"), rtol=1e-6)
+        else:
+            np.testing.assert_allclose(ours + 1e-5, expected, atol=1e-5)
+    for kwargs, message in (({"wordNgrams": 2, "bucket": 1000}, "wordNgrams 2: fastText sign-extends"), ({"loss": "hs"}, "a -loss hs classifier")):
+        refused = fasttext.train_supervised(str(train), **({"loss": loss} | kwargs), dim=4, epoch=1, thread=1, verbose=0)
+        refused.save_model(str(tmp_path / "refused.bin"))
+        capsys.readouterr()
+        assert main(["import-fasttext", str(tmp_path / "refused.bin"), "--out", str(tmp_path / "refused")]) == 2
+        error = capsys.readouterr().err.strip()
+        assert message in error and len(error.splitlines()) == 1 and not (tmp_path / "refused").exists()
