@@ -392,6 +392,7 @@ def predict(
     variant: Annotated[str | None, typer.Option(help="fp32, int8, or fp32+tokenizer / int8+tokenizer (the single-file model of --with-tokenizer) (default: int8 when it passed its checks).")] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="ONNX Runtime intra-op threads.")] = None,
     top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="Print only the K most probable labels, most probable first (default: every label, in the export's order).")] = None,
+    threshold: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Print only the labels whose probability is >= P, most probable first (fastText's predict -th; with a one-vs-all export, e.g. -loss ova, every label over 0.5: --threshold 0.5).")] = None,
     echo: Annotated[bool, typer.Option("--echo", help=f"Print each whole text in its JSON line (default: its first {ECHO_CHARS} characters, then an ellipsis, and its index).")] = False,
 ) -> None:
     """Classify texts with ONNX Runtime: one JSON line per text (its index, the text or its start, the
@@ -425,15 +426,18 @@ def predict(
         raise PtmkitError(f"{directory}: is an embedding export (no labels); `ptmkit embed {directory} --text ...` gives its embeddings")
     for index, (item, prediction) in enumerate(zip(texts, predictor.predict(texts), strict=True)):
         shown = item if echo or len(item) <= ECHO_CHARS else item[:ECHO_CHARS] + "\u2026"
-        stdout.print_json(json.dumps({"index": index, "text": shown, **_prediction_json(prediction, top_k)}), indent=None)
+        stdout.print_json(json.dumps({"index": index, "text": shown, **_prediction_json(prediction, top_k, threshold)}), indent=None)
 
 
-def _prediction_json(prediction: Any, top_k: int | None) -> dict[str, Any]:
+def _prediction_json(prediction: Any, top_k: int | None, threshold: float | None = None) -> dict[str, Any]:
     """``{"label", "probabilities"}`` of a :class:`ptmkit_export.Prediction`: every label in the
-    export's order, or the ``top_k`` most probable (ties in the export's order); probabilities to
-    :data:`PROBABILITY_DIGITS` significant digits."""
+    export's order, or the ``top_k`` most probable (ties in the export's order) among those with a
+    probability ``>= threshold`` (fastText's ``predict -k K -th P``; none may pass), most probable
+    first; probabilities to :data:`PROBABILITY_DIGITS` significant digits."""
     items = list(prediction.probabilities.items())
-    if top_k is not None:
+    if threshold is not None:
+        items = [item for item in items if item[1] >= threshold]
+    if top_k is not None or threshold is not None:
         items = sorted(items, key=lambda item: -item[1])[:top_k]
     return {"label": prediction.label, "probabilities": {label: float(f"{p:.{PROBABILITY_DIGITS}g}") for label, p in items}}
 

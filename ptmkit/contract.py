@@ -229,8 +229,12 @@ class RowClassifier(NamedTuple):
         words: the vocabulary; ``words[i]`` owns row ``i``; hashed rows follow.
         labels: label names, index = logit column.
         featurizer: the keyword arguments of :class:`ptmkit_export.bag_of_rows.BagOfRows` besides
-            ``words``: ``lowercase``, ``minn``, ``maxn``, ``bucket``, ``word_ngrams``.
+            ``words``: ``lowercase``, ``minn``, ``maxn``, ``bucket``, ``word_ngrams`` and
+            optionally ``end_of_line`` (texts end with fastText's ``</s>`` word).
         dev: the labelled dev file the run was measured on, or None.
+        activation: how the logits become probabilities: ``"softmax"`` over the labels (one
+            label per text; the default) or ``"sigmoid"`` of each logit (independent labels,
+            e.g. a one-vs-all loss); written to the export's manifest as ``activation``.
     """
 
     model: Any
@@ -240,6 +244,7 @@ class RowClassifier(NamedTuple):
     labels: list[str]
     featurizer: dict[str, Any]
     dev: str | None
+    activation: str = "softmax"
 
 
 class ModelFamily:

@@ -84,6 +84,29 @@ def test_rows_equal_the_training_codes(lowercase: bool, minn: int, maxn: int, bu
     assert feeds["row_mask"][-1].sum() == 0  # a blank text: all padding, the model's mean is 0
 
 
+@pytest.mark.parametrize(("minn", "maxn", "bucket", "word_ngrams"), [(0, 0, 0, 1), (2, 4, 10_007, 2), (0, 0, 5003, 3)])
+def test_end_of_line_rows_equal_the_training_codes(minn: int, maxn: int, bucket: int, word_ngrams: int) -> None:
+    """``end_of_line``: the text's tokens then fastText's ``</s>`` (an ova run's
+    ``FastTextClassifierConfig.tokens``): its own row (no character n-grams) and the word n-grams
+    ending with it, as ``supervised.text_rows`` gives them; a blank text is ``</s>``'s row alone."""
+    from ptmkit_fasttext.supervised import FastTextClassifierConfig, text_rows
+
+    texts = real_texts()
+    words = ["</s>", *vocabulary(texts, True)]
+    index = {w: i for i, w in enumerate(words)}
+    config = FastTextClassifierConfig(lowercase=True, minn=minn, maxn=maxn, bucket=bucket or 1, word_ngrams=word_ngrams, loss="ova")
+    featurizer = BagOfRows(words, True, minn, maxn, bucket, word_ngrams, end_of_line=True)
+    plain = BagOfRows(words, True, minn, maxn, bucket, word_ngrams)
+    for text in texts:
+        expected = text_rows(config.tokens(text), index, word_ngrams, bucket, minn, maxn)
+        assert featurizer.rows(text) == expected, text
+        if word_ngrams == 1:
+            assert expected == [*plain.rows(text), 0]
+        else:  # one more n-gram of each length that ends with </s>
+            assert len(expected) == len(plain.rows(text)) + 1 + min(word_ngrams - 1, len(text.split())), text
+    assert featurizer.rows("") == [0] and featurizer.spec("v.txt")["end_of_line"] is True
+
+
 def test_a_known_words_rows_are_subword_vectors_rows() -> None:
     """A one-word text has the rows fastText averages into that word's vector."""
     from ptmkit_fasttext.subwords import SubwordVectors
@@ -121,6 +144,7 @@ GOOD = {"kind": "bag-of-rows", "vocabulary": "vocabulary.txt", "lowercase": True
         ({"bucket": 0}, "key 'featurizer': character or word n-grams need bucket > 0"),
         ({"vocabulary": "missing.txt"}, "missing.txt: vocabulary file not found"),
         ({"word_ngrams": None}, "key 'featurizer.word_ngrams' must be int"),
+        ({"end_of_line": "yes"}, "key 'featurizer.end_of_line' must be bool"),
     ],
 )
 def test_bad_featurizer_objects_are_one_line_errors(tmp_path: Path, change: dict[str, object], message: str) -> None:

@@ -83,13 +83,19 @@ class BagOfRows:
         minn, maxn: character n-gram lengths (``maxn = 0``: no character n-grams).
         bucket: hash rows after the word rows (0: no hashed rows).
         word_ngrams: longest word n-gram (1: words only).
+        end_of_line: end each text with fastText's end-of-line word ``</s>`` (``Dictionary::getLine``
+            reads a line's end as that word: its row when the vocabulary has it, no character
+            n-grams, and the word n-grams that end with it), as fastText's ``predict`` and
+            training read every line; False: the text's words only.
 
     Raises:
         ValueError: negative or inconsistent parameters (``minn`` outside ``1 .. maxn`` while
             ``maxn > 0``; character or word n-grams with ``bucket = 0``), duplicate words.
     """
 
-    def __init__(self, words: Sequence[str], lowercase: bool = False, minn: int = 0, maxn: int = 0, bucket: int = 0, word_ngrams: int = 1) -> None:
+    def __init__(
+        self, words: Sequence[str], lowercase: bool = False, minn: int = 0, maxn: int = 0, bucket: int = 0, word_ngrams: int = 1, end_of_line: bool = False
+    ) -> None:
         if min(minn, maxn, bucket) < 0 or word_ngrams < 1:
             raise ValueError(f"minn {minn}, maxn {maxn}, bucket {bucket} must be >= 0 and word_ngrams {word_ngrams} >= 1")
         if maxn > 0 and not 1 <= minn <= maxn:
@@ -101,6 +107,7 @@ class BagOfRows:
         if len(self.index) != len(self.words):
             raise ValueError("duplicate words in the vocabulary")
         self.lowercase, self.minn, self.maxn, self.bucket, self.word_ngrams = lowercase, minn, maxn, bucket, word_ngrams
+        self.end_of_line = bool(end_of_line)
         self.word_rows = functools.lru_cache(maxsize=1 << 16)(self._word_rows)
 
     @property
@@ -124,6 +131,8 @@ class BagOfRows:
             hashed rows (e.g. an empty text).
         """
         tokens = (text.lower() if self.lowercase else text).split()
+        if self.end_of_line:
+            tokens.append(EOS)
         rows = [r for token in tokens for r in self.word_rows(token)]
         if self.word_ngrams > 1:
             hashes = [fasttext_hash(token.encode("utf-8")) for token in tokens]
@@ -149,11 +158,12 @@ class BagOfRows:
     def spec(self, vocabulary: str) -> dict[str, Any]:
         """The manifest's ``featurizer`` object, naming the vocabulary file ``vocabulary``."""
         return {"kind": KIND, "vocabulary": vocabulary, "lowercase": self.lowercase, "minn": self.minn, "maxn": self.maxn,
-                "bucket": self.bucket, "word_ngrams": self.word_ngrams, "hash": "fasttext-fnv1a-signed-char", "eos": EOS}
+                "bucket": self.bucket, "word_ngrams": self.word_ngrams, "hash": "fasttext-fnv1a-signed-char", "eos": EOS,
+                "end_of_line": self.end_of_line}
 
     def __repr__(self) -> str:
         return (f"BagOfRows({len(self.words):,} words, lowercase={self.lowercase}, minn={self.minn}, maxn={self.maxn}, "
-                f"bucket={self.bucket:,}, word_ngrams={self.word_ngrams})")
+                f"bucket={self.bucket:,}, word_ngrams={self.word_ngrams}, end_of_line={self.end_of_line})")
 
 
 def pad_rows(items: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
@@ -168,7 +178,8 @@ def pad_rows(items: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
     return {"row_ids": ids, "row_mask": mask}
 
 
-#: Keys of a manifest's ``featurizer`` object and the JSON types they hold.
+#: Keys of a manifest's ``featurizer`` object and the JSON types they hold (``end_of_line``, bool,
+#: is optional: exports before it have none, and read texts without ``</s>``).
 SPEC_KEYS: dict[str, type] = {"kind": str, "vocabulary": str, "lowercase": bool, "minn": int, "maxn": int, "bucket": int, "word_ngrams": int}
 
 
@@ -188,6 +199,8 @@ def validate_spec(spec: Any, where: str) -> None:
         value = spec[key]
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise ExportDirError(f"{where}: key 'featurizer.{key}' must be {kind.__name__}, got {value!r}")
+    if not isinstance(spec.get("end_of_line", False), bool):
+        raise ExportDirError(f"{where}: key 'featurizer.end_of_line' must be bool, got {spec['end_of_line']!r}")
     if spec["kind"] != KIND:
         raise ExportDirError(f"{where}: key 'featurizer.kind' is {spec['kind']!r}; this runtime reads {KIND!r}")
     try:
@@ -221,7 +234,7 @@ def load(export_dir: str | os.PathLike[str], spec: Mapping[str, Any], rows: int 
     if words and words[-1] == "":
         words.pop()
     try:
-        featurizer = BagOfRows(words, spec["lowercase"], spec["minn"], spec["maxn"], spec["bucket"], spec["word_ngrams"])
+        featurizer = BagOfRows(words, spec["lowercase"], spec["minn"], spec["maxn"], spec["bucket"], spec["word_ngrams"], spec.get("end_of_line", False))
     except ValueError as exc:
         raise ExportDirError(f"{path}: {exc}") from None
     if rows is not None and rows != featurizer.rows_total:

@@ -55,6 +55,10 @@ EMBEDDER_OUTPUTS = {EMBEDDING_TASK: "embeddings", WORD_VECTORS_TASK: "vectors"}
 #: ``encoding`` values an input may name: the fields :mod:`ptmkit_export.fields` derives from a
 #: ``tokenizers.Encoding`` (``char_ids`` needs the fixed size of its last axis in ``shape``).
 ENCODINGS = ("ids", "type_ids", "attention_mask", "char_ids")
+
+#: ``activation`` values of a classifier's manifest (optional; ``softmax`` when absent): how its
+#: logits become probabilities (:func:`ptmkit_export.predictor.probabilities`).
+ACTIVATIONS = ("softmax", "sigmoid")
 INPUT_DTYPES = ("int32", "int64")
 #: ``encoding`` and ``dtype`` of the inputs a ``featurizer`` makes (:func:`ptmkit_export.bag_of_rows.BagOfRows.encode`).
 FEATURIZER_INPUTS = {"row_ids": "int32", "row_mask": "float32"}
@@ -102,6 +106,8 @@ def _validate(manifest: Any, path: Path) -> None:
             raise _fail(path, f"a {manifest['task']} export's first output must be named {output!r}")
     elif not manifest["labels"] or not all(isinstance(label, str) for label in manifest["labels"]):
         raise _fail(path, "'labels' must be a non-empty list of strings")
+    if manifest.get("activation", "softmax") not in ACTIVATIONS:
+        raise _fail(path, f"'activation' must be one of {', '.join(map(repr, ACTIVATIONS))}, got {manifest['activation']!r}")
     if featurized:
         from ptmkit_export.bag_of_rows import validate_spec
 
@@ -128,7 +134,8 @@ def read_manifest(export_dir: str | os.PathLike[str]) -> dict[str, Any]:
         (``{"fp32": {"file": ...}, ...}``); then either ``max_sequence_length`` (int, in tokens),
         ``pad_token_id`` (int) and ``tokenizer`` (file name), or ``featurizer`` (a bag-of-rows
         object: ``kind``, ``vocabulary`` file, ``lowercase``, ``minn``, ``maxn``, ``bucket``,
-        ``word_ngrams``; inputs ``row_ids`` int32 and ``row_mask`` float32).
+        ``word_ngrams``; inputs ``row_ids`` int32 and ``row_mask`` float32). Optional:
+        ``activation``, ``softmax`` (the default) or ``sigmoid`` (independent labels).
 
     Raises:
         ExportDirError: the directory, ``manifest.json``, the tokenizer (or featurizer vocabulary)

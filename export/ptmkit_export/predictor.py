@@ -29,7 +29,8 @@ class Prediction(NamedTuple):
     Attributes:
         label: the most probable label (ties go to the label listed first in the manifest).
         probabilities: ``{label: probability}`` for every label, in manifest order; floats in
-            ``[0, 1]`` summing to 1.
+            ``[0, 1]``: summing to 1 under the manifest's ``activation`` ``softmax`` (the
+            default), each label's own probability under ``sigmoid`` (one-vs-all, multi-label).
     """
 
     label: str
@@ -54,6 +55,41 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     z = z - z.max(axis=-1, keepdims=True)
     e = np.exp(z)
     return e / e.sum(axis=-1, keepdims=True)
+
+
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    """The logistic function of each logit (one-vs-all / multi-label classifiers, e.g. fastText's
+    ``-loss ova``: ``Loss::OneVsAllLoss``).
+
+    Args:
+        logits: float array of any shape.
+
+    Returns:
+        float64 array of the same shape, in ``[0, 1]``; huge logits do not overflow.
+    """
+    z = np.asarray(logits, dtype=np.float64)
+    e = np.exp(-np.abs(z))
+    return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+#: The manifest's ``activation`` values: how logits become probabilities.
+ACTIVATIONS = {"softmax": softmax, "sigmoid": sigmoid}
+
+
+def probabilities(logits: np.ndarray, activation: str = "softmax") -> np.ndarray:
+    """Probabilities of ``logits`` ``(..., labels)`` under the manifest's ``activation``:
+    ``softmax`` over the labels (one label per text; the default, and that of manifests without
+    the field) or ``sigmoid`` of each logit (independent labels).
+
+    Returns:
+        float64 array of the same shape.
+
+    Raises:
+        ValueError: an unknown activation.
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; expected one of {', '.join(ACTIVATIONS)}")
+    return ACTIVATIONS[activation](logits)
 
 
 #: Variants :func:`default_variant` considers on CPU, most preferred first.
@@ -201,6 +237,7 @@ class Predictor:
                 )
         self.variant: str = variant
         self.labels: list[str] = list(self.manifest["labels"])
+        self.activation: str = str(self.manifest.get("activation", "softmax"))
         model_path = variant_path(self.export_dir, self.manifest, self.variant)
 
         self._inputs = [(spec["name"], spec["encoding"], np.dtype(spec["dtype"])) for spec in self.manifest["inputs"]]
@@ -427,19 +464,20 @@ class Predictor:
 
         Returns:
             One :class:`Prediction` per text, in order; probabilities are the softmax of
-            :meth:`logits`.
+            :meth:`logits`, or their sigmoid when the manifest's ``activation`` is ``sigmoid``
+            (:func:`probabilities`); the label is the most probable one either way.
 
         Raises:
             ValueError: ``texts`` is empty.
             TypeError: ``texts`` is a single str, or holds a non-str.
         """
-        probabilities = softmax(self.logits(texts))
+        scores = probabilities(self.logits(texts), self.activation)
         return [
             Prediction(
                 label=self.labels[int(np.argmax(row))],
                 probabilities={label: float(p) for label, p in zip(self.labels, row, strict=True)},
             )
-            for row in probabilities
+            for row in scores
         ]
 
     def __repr__(self) -> str:

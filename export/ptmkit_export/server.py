@@ -19,7 +19,7 @@ https://github.com/triton-inference-server/server/blob/main/docs/protocol/extens
   ``segment_ids``, ``padding_mask``: datatype as the manifest says, ``INT32`` by default, shape
   ``[n, length]``, ``1 <= length <= max_sequence_length``). Outputs for ``text``: a classifier
   gives ``logits`` (FP32 ``[n, labels]``), ``probabilities`` (FP32 ``[n, labels]``, softmax of the
-  logits) and ``labels`` (BYTES ``[n]``, the most probable label); an embedding export gives
+  logits, or their sigmoid when the manifest's ``activation`` is ``sigmoid``) and ``labels`` (BYTES ``[n]``, the most probable label); an embedding export gives
   ``embeddings`` (FP32 ``[n, dim]``). For raw tensors the outputs are the ONNX model's own
   (``logits`` or ``embeddings``). ``"outputs": [{"name": ...}]`` picks some; ``"parameters":
   {"binary_data": true}`` on an output (or ``"binary_data_output": true`` on the request) returns it
@@ -61,7 +61,7 @@ import numpy as np
 from ptmkit_export.batching import BatcherClosed, DynamicBatcher
 from ptmkit_export.manifest import NAME_PATTERN, default_name
 from ptmkit_export.metrics import CONTENT_TYPE, ServerMetrics
-from ptmkit_export.predictor import Predictor, softmax
+from ptmkit_export.predictor import Predictor, probabilities
 from ptmkit_export.serve_defaults import DEFAULT_MAX_BODY_BYTES, missing_extra_message
 
 try:
@@ -256,9 +256,9 @@ class ModelService:
         if self.predictor.is_embedder:
             return {"embeddings": values}
         logits = values
-        probabilities = softmax(logits).astype(np.float32)
-        labels = np.array([self.labels[i] for i in probabilities.argmax(axis=1)], dtype=object)
-        return {"logits": logits, "probabilities": probabilities, "labels": labels}
+        scores = probabilities(logits, self.predictor.activation).astype(np.float32)
+        labels = np.array([self.labels[i] for i in scores.argmax(axis=1)], dtype=object)
+        return {"logits": logits, "probabilities": scores, "labels": labels}
 
     def _run_tensors(self, payloads: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         length = max(next(iter(p.values())).shape[1] for p in payloads)

@@ -66,17 +66,20 @@ class FastTextClassifierFamily(ModelFamily):
 
 
 def import_fasttext(model: Path, out: Path) -> dict[str, Any]:
-    """Turn a Facebook fastText ``.bin`` into a ptmkit run directory (see :func:`ptmkit_fasttext.binfile.read_bin`).
+    """Turn a Facebook fastText ``.bin`` into a ptmkit run directory (see :func:`ptmkit_fasttext.binfile.read_bin`):
+    a ``fasttext`` word-vector run, or for a supervised model (``./fasttext supervised``) a
+    ``fasttext-supervised`` classifier run that ``ptmkit export --dev FILE`` and ``ptmkit predict``
+    serve (:func:`ptmkit_fasttext.supervised.save_imported_classifier`).
 
     Raises:
-        DataError: an unreadable, quantized or inconsistent model.
+        DataError: an unreadable, quantized or inconsistent model; a classifier ptmkit cannot
+            serve exactly (``-loss hs`` / ``ns``, ``wordNgrams > 1``).
         RunDirError: ``out`` exists and is not empty.
     """
     import shutil
 
-    from ptmkit.api import RunDir, RunDirError, Vocabulary, atomic_write_text, get_registry
+    from ptmkit.api import RunDir, RunDirError, get_registry
     from ptmkit_fasttext.binfile import read_bin
-    from ptmkit_fasttext.train import save_run
 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise RunDirError(f"{out}: exists and is not an empty directory; choose another --out")
@@ -84,22 +87,38 @@ def import_fasttext(model: Path, out: Path) -> dict[str, Any]:
     if not fasttext.words:
         raise RunDirError(f"{model}: a model without words (a supervised classifier?) has no word vectors to import")
     args = fasttext.args
+    family = "fasttext-supervised" if args["model"] == "supervised" else "fasttext"
     out.mkdir(parents=True, exist_ok=True)
     try:
-        vocabulary = Vocabulary(fasttext.words, fasttext.counts, fasttext.ntokens, len(fasttext.words), 0)
-        save_run(out, vocabulary, fasttext.input, int(args["minn"]), int(args["maxn"]), int(args["bucket"]), source=str(model.resolve()), args=args)
-        atomic_write_text(out / "config.toml", f'family = "fasttext"\n# imported from {model.resolve()}\n')
+        if family == "fasttext-supervised":
+            from ptmkit_fasttext.supervised import save_imported_classifier
+
+            summary = save_imported_classifier(fasttext, model, out)
+        else:
+            summary = _save_word_vectors(fasttext, model, out)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
-    plugin = get_registry().owner("family", "fasttext")
+    plugin = get_registry().owner("family", family)
     RunDir(out).write_manifest(
         stage="import",
-        family="fasttext",
+        family=family,
         plugin={"name": plugin.name, "distribution": plugin.distribution, "version": plugin.version},
         source=str(model.resolve()),
         fasttext_args=args,
     )
+    return summary
+
+
+def _save_word_vectors(fasttext: Any, model: Path, out: Path) -> dict[str, Any]:
+    """The run files of an unsupervised fastText model (see :func:`import_fasttext`)."""
+    from ptmkit.api import Vocabulary, atomic_write_text
+    from ptmkit_fasttext.train import save_run
+
+    args = fasttext.args
+    vocabulary = Vocabulary(fasttext.words, fasttext.counts, fasttext.ntokens, len(fasttext.words), 0)
+    save_run(out, vocabulary, fasttext.input, int(args["minn"]), int(args["maxn"]), int(args["bucket"]), source=str(model.resolve()), args=args)
+    atomic_write_text(out / "config.toml", f'family = "fasttext"\n# imported from {model.resolve()}\n')
     return {"words": len(fasttext.words), "labels": len(fasttext.labels), "dim": int(args["dim"]), "minn": args["minn"], "maxn": args["maxn"], "bucket": args["bucket"]}
 
 
@@ -124,6 +143,7 @@ def ptmkit_register_commands(cli: Any) -> None:
         out: Annotated[Path, typer.Option(help="Run directory to create.")],
     ) -> None:
         """Import a Facebook fastText .bin (vocabulary, n-gram buckets, input matrix) as a run:
-        vectors, including out-of-vocabulary ones, equal fastText's."""
+        vectors, including out-of-vocabulary ones, equal fastText's. A supervised model becomes a
+        classifier run (softmax or -loss ova; export it with --dev FILE)."""
         summary = import_fasttext(model, out)
         print(f"imported {model} -> {out}: " + ", ".join(f"{k} {v}" for k, v in summary.items()))

@@ -42,6 +42,8 @@ class FastTextHeadConfig:
         subwords: use the vectors' character n-gram rows (fastText runs); false: word rows only,
             as ``-pretrainedVectors`` with a ``.vec`` file.
         seed: initialisation of new rows and the example order.
+        loss: fastText's ``-loss``: ``softmax`` or ``ova`` (one-vs-all: a sigmoid per label;
+            see :class:`ptmkit_fasttext.supervised.FastTextClassifierConfig`).
     """
 
     word_ngrams: int = 1
@@ -53,8 +55,13 @@ class FastTextHeadConfig:
     lowercase: bool = False
     subwords: bool = True
     seed: int = 1
+    loss: str = "softmax"
 
     def validate(self) -> None:
+        from ptmkit_fasttext.supervised import LOSS_ACTIVATIONS
+
+        if self.loss not in LOSS_ACTIVATIONS:
+            raise ConfigError(f"config key 'head.loss' = {self.loss!r}: expected one of {', '.join(map(repr, LOSS_ACTIVATIONS))} (fastText's -loss)")
         for name in ("word_ngrams", "bucket", "min_count", "epochs", "learning_rate", "batch_size"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key 'head.{name}' must be > 0, got {getattr(self, name)}")
@@ -86,10 +93,11 @@ class FastTextHead(Head):
         model_config = FastTextClassifierConfig(
             vector_size=vectors.dim, word_ngrams=config.word_ngrams, minn=minn if maxn else 0, maxn=maxn, bucket=bucket, min_count=config.min_count,
             epochs=config.epochs, learning_rate=config.learning_rate, batch_size=config.batch_size, lowercase=lowercase, seed=config.seed,
+            loss=config.loss,
         )
         model_config.validate()
 
-        split = [(t.lower() if lowercase else t).split() for t in texts]
+        split = [model_config.tokens(t) for t in texts]  # ova: ending with fastText's </s>
         counts = Counter(w for words in split for w in words)
         new = sorted(((w, c) for w, c in counts.items() if c >= config.min_count and w not in vectors.index), key=lambda item: -item[1])
         words = list(vectors.words) + [w for w, _ in new]
@@ -122,7 +130,7 @@ class FastTextHead(Head):
         atomic_save(run_dir / "classifier.weights.h5", lambda tmp: model.save_weights(str(tmp)))
 
         def logits(batch: list[str]) -> np.ndarray:
-            rows = [text_rows((t.lower() if lowercase else t).split(), index, model_config.word_ngrams, bucket, model_config.minn, maxn) for t in batch]
+            rows = [text_rows(model_config.tokens(t), index, model_config.word_ngrams, bucket, model_config.minn, maxn) for t in batch]
             return np.asarray(model.predict(pad_rows(rows), batch_size=256, verbose=0), np.float32)
 
         console.print(f"final training loss {loss:.4f}")

@@ -17,7 +17,8 @@ the transformer export's stages in one module, without variants or a gate (conve
    recorded too.
    Dev accuracy through ONNX Runtime is recorded.
 3. Write ``model.onnx``, ``vocabulary.txt`` (one word a line, line ``i`` owns row ``i``) and
-   ``manifest.json`` (``featurizer`` object instead of ``tokenizer``); built in a temporary
+   ``manifest.json`` (``featurizer`` object instead of ``tokenizer``; ``activation``, the
+   classifier's declared ``softmax`` or ``sigmoid``, which the lean runtime applies to the logits); built in a temporary
    directory beside the target and moved in only when every check passed.
 
 ``--int8`` is refused: ONNX Runtime's dynamic int8 would quantize the row matrix's ``Gather`` (4x
@@ -113,21 +114,21 @@ def write_onnx(input_matrix: np.ndarray, output_matrix: np.ndarray | None, path:
     return files
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    z = np.asarray(logits, np.float64)
-    e = np.exp(z - z.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def parity(model: Any, session: Any, batches: list[dict[str, np.ndarray]]) -> tuple[dict[str, float], np.ndarray]:
+def parity(model: Any, session: Any, batches: list[dict[str, np.ndarray]], activation: str = "softmax") -> tuple[dict[str, float], np.ndarray]:
     """ONNX Runtime's logits against Keras' over ``batches``.
+
+    Args:
+        activation: the classifier's ``softmax`` or ``sigmoid`` (:attr:`RowClassifier.activation`),
+            applied to both before comparing probabilities.
 
     Returns:
         ``({"abs": largest absolute difference of the logits, "scaled": largest ``|onnx - keras| /
         max(1, largest |keras logit| of the text)``, "probabilities": largest absolute difference
-        of their softmax, "max_abs_logit": largest |logit|}, ONNX Runtime's logits (examples,
-        labels) float32)``.
+        of their probabilities, "max_abs_logit": largest |logit|}, ONNX Runtime's logits
+        (examples, labels) float32)``.
     """
+    from ptmkit_export.predictor import probabilities
+
     found = {"abs": 0.0, "scaled": 0.0, "probabilities": 0.0, "max_abs_logit": 0.0}
     outputs = []
     for feeds in batches:
@@ -137,7 +138,7 @@ def parity(model: Any, session: Any, batches: list[dict[str, np.ndarray]]) -> tu
         found["abs"] = max(found["abs"], float(np.max(difference)))
         scale = np.maximum(1.0, np.max(np.abs(expected), axis=-1, keepdims=True))
         found["scaled"] = max(found["scaled"], float(np.max(difference / scale)))
-        found["probabilities"] = max(found["probabilities"], float(np.max(np.abs(softmax(expected) - softmax(actual)))))
+        found["probabilities"] = max(found["probabilities"], float(np.max(np.abs(probabilities(expected, activation) - probabilities(actual, activation)))))
         found["max_abs_logit"] = max(found["max_abs_logit"], float(np.max(np.abs(expected))))
         outputs.append(actual)
     return found, np.concatenate(outputs)
@@ -194,12 +195,15 @@ def export_row_classifier(
     from ptmkit.exporting.write import FORMAT, install
     from ptmkit.io import atomic_write_json, atomic_write_text
     from ptmkit_export.bag_of_rows import BagOfRows
+    from ptmkit_export.manifest import ACTIVATIONS
 
     console = console or default_console()
     dev_file = dev or classifier.dev
     if not dev_file or not Path(dev_file).is_file():
         recorded = f"the run's dev file {dev_file} is missing" if dev_file else "no dev file is recorded in the run"
         raise RowExportError(f"{run_dir}: {recorded}; pass --dev FILE (labelled, or texts one per line) for the ONNX-vs-Keras check")
+    if classifier.activation not in ACTIVATIONS:
+        raise RowExportError(f"{run_dir}: the classifier's activation {classifier.activation!r} is not one of {', '.join(ACTIVATIONS)} (a plugin bug)")
     featurizer = BagOfRows(classifier.words, **classifier.featurizer)
     rows_total = int(classifier.input_matrix.shape[0])
     if rows_total != featurizer.rows_total:
@@ -224,6 +228,7 @@ def export_row_classifier(
             "inputs": row_inputs(),
             "outputs": [{"name": "logits", "dtype": "float32", "shape": ["batch", len(classifier.labels)]}],
             "labels": list(classifier.labels),
+            "activation": classifier.activation,
             "featurizer": featurizer.spec("vocabulary.txt"),
             "rows": featurizer.rows_total,
             "variants": {"fp32": fp32},
@@ -263,9 +268,9 @@ def _check_parity(classifier: RowClassifier, session: Any, featurizer: Any, text
     rng = np.random.default_rng(0)
     random_rows = [rng.integers(0, featurizer.rows_total, size=rng.integers(0, 40)).tolist() for _ in range(16)]
     checks = {
-        "dev_batches": parity(classifier.model, session, batches),
-        "dev_batch_1": parity(classifier.model, session, [featurizer.encode([t]) for t in texts[:50]]),
-        "random_rows": parity(classifier.model, session, [pad_rows(random_rows)]),
+        "dev_batches": parity(classifier.model, session, batches, classifier.activation),
+        "dev_batch_1": parity(classifier.model, session, [featurizer.encode([t]) for t in texts[:50]], classifier.activation),
+        "random_rows": parity(classifier.model, session, [pad_rows(random_rows)], classifier.activation),
     }
     diffs = {name: found["abs"] for name, (found, _) in checks.items()}
     scaled = max(found["scaled"] for found, _ in checks.values())

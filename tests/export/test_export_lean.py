@@ -152,3 +152,40 @@ def test_fresh_virtual_environment_serves_without_tensorflow(tmp_path: Path, tin
     finally:
         if server.poll() is None:
             server.kill()
+
+
+def test_manifest_activation_picks_softmax_or_sigmoid(tmp_path: Path, tiny_export: TinyExport) -> None:
+    """A classifier's ``"activation"``: absent (exports before the field) or ``softmax``, the
+    probabilities are the softmax of the logits; ``sigmoid`` (one-vs-all, e.g. fastText's
+    ``-loss ova``), ``1 / (1 + exp(-logit))`` of each, in ``predict`` and in the server's
+    ``probabilities``; the label is the largest either way. Another value is refused, naming
+    the key."""
+    import numpy as np
+    import pytest
+
+    from ptmkit_export import Predictor, server
+    from ptmkit_export.errors import ExportDirError
+
+    texts = ["a gorgeous , witty movie .", "tedious ."]
+    directory = tmp_path / "export"
+    shutil.copytree(tiny_export.directory, directory)
+    original = json.loads((directory / "manifest.json").read_text())
+    assert "activation" not in original
+    found = {}
+    for activation in (None, "softmax", "sigmoid"):
+        manifest = original if activation is None else {**original, "activation": activation}
+        (directory / "manifest.json").write_text(json.dumps(manifest))
+        predictor = Predictor(directory, variant="fp32")
+        logits = predictor.logits(texts).astype(np.float64)
+        expected = 1 / (1 + np.exp(-logits)) if activation == "sigmoid" else np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+        predictions = predictor.predict(texts)
+        got = np.asarray([list(p.probabilities.values()) for p in predictions])
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+        assert [p.label for p in predictions] == [predictor.labels[i] for i in logits.argmax(axis=1)]
+        served = server.create_app(predictor, "tiny").state.service.run_batch("text", [texts])[0]
+        np.testing.assert_allclose(served["probabilities"], expected, rtol=1e-6)
+        found[activation] = got
+    assert abs(found["sigmoid"].sum(axis=1) - 1).max() > 1e-3 and np.allclose(found[None], found["softmax"])
+    (directory / "manifest.json").write_text(json.dumps({**original, "activation": "tanh"}))
+    with pytest.raises(ExportDirError, match=r"manifest.json: 'activation' must be one of 'softmax', 'sigmoid', got 'tanh'"):
+        Predictor(directory, variant="fp32")
