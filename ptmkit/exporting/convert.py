@@ -36,10 +36,10 @@ def convert_to_onnx(model: Any, path: Path, inputs: Sequence[InputSpec], output_
     back into one self-contained file. tf2onnx's graph optimizers run as in its default mode (each
     on a copy of the graph; one that fails is skipped), with the garbage of each collected before
     the next (:func:`_collecting_tf2onnx_optimizers`): left to Python's collector, those copies
-    held 3.7 GB. Peak memory for all-MiniLM-L6-v2 (22M parameters): 5.9 GB before, about 2.2 GB
-    now, of which 1.05 GB is TensorFlow and the loaded model, and about 0.6 GB one optimizer pass
-    (the graph, its copy and tf2onnx's shape inference); the copies share the weights
-    (:func:`_weights_shared_by_graph_copies`) (benchmarks/export_memory.py).
+    held 3.7 GB. The copies share the weights (:func:`_weights_shared_by_graph_copies`), and the
+    frozen weights go once converted (:func:`_frozen_weights_dropped_once_converted`). Peak memory
+    for all-MiniLM-L6-v2 (22M parameters): 5.9 GB at first, 1.9 GB now, of which 1.05 GB is
+    TensorFlow and the loaded model (benchmarks/export_memory.py).
     """
     import onnx
     import tensorflow as tf
