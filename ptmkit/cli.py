@@ -547,7 +547,7 @@ def config_command(
 def quickstart(
     out: Annotated[Path, typer.Option(help="Where the runs go.")] = Path("runs/quickstart"),
     data: Annotated[Path | None, typer.Option(help="The data directory (default: the repository's data/).")] = None,
-    budget: Annotated[str, typer.Option(help="full: the whole tour (about 8 minutes on two quiet cores); small: a shorter one (about 3).")] = "full",
+    budget: Annotated[str, typer.Option(help="full: the whole tour (about 10 minutes on two quiet cores); small: a shorter one (about 5).")] = "full",
 ) -> None:
     """The main job end to end on data shipped in the repository: pre-train a small BERT from
     scratch on Wikipedia paragraphs and fine-tune it on WordNet supersenses; import the real

@@ -10,8 +10,8 @@
    the same polarity split, export it to ONNX fp32 and int8.
 5. Predict a few texts through ONNX Runtime, the fine-tuned MiniLM last.
 
-``budget="full"`` is the whole tour (about eight minutes on two quiet CPU cores); ``"small"`` a
-shorter one (about three): fewer pre-training steps and supersense examples, no from-scratch
+``budget="full"`` is the whole tour (about ten minutes on two quiet CPU cores); ``"small"`` a
+shorter one (about five): fewer pre-training steps and supersense examples, no from-scratch
 polarity. Each stage announces its estimated time and the time left at the machine's measured
 pace; training stages show a progress bar with their own time left. The summary (with each
 stage's seconds, CPU seconds and load average) goes to ``OUT/summary.json``.
@@ -82,15 +82,15 @@ class Budget:
     estimates: dict[str, float]
 
 
-#: The estimates (seconds on two quiet cores): pre-training's from a quiet run (5,243 tokens/s,
-#: 0.78 s a step of 32 x 128 tokens, plus about 12 s of tokenizer training and tokenizing); the
-#: others from the CPU seconds each stage took in a ``small`` run on a busy machine (30 Nov 2026,
-#: load 5.7-7.9 on 2 cores: pre-training 122.6, supersense 59.3, MiniLM import + fine-tuning +
-#: export 169.7), at the ratio of quiet wall seconds to CPU seconds that pre-training showed (0.49),
-#: and for ``full`` scaled by steps. ``full`` comes to about 8 minutes, ``small`` to about 3.
+#: The estimates (seconds on two quiet cores), from a quiet run of ``full`` from a fresh clone
+#: (1 Dec 2026, at 300 pre-training steps and 3 supersense epochs: pre-training 242 s, 0.78 s a
+#: step of 32 x 128 tokens plus 12 s of tokenizer training and tokenizing; supersense 214 s, about
+#: 45 s an epoch and 80 s of export; polarity 24 s; MiniLM import + fine-tuning + export 179 s;
+#: 11 min in all), scaled to the steps below: ``full`` comes to about 9.5 minutes, ``small`` to
+#: about 5 (the MiniLM stage alone takes 3).
 BUDGETS = {
-    "full": Budget(300, 4000, 3, True, True, {"pretrain": 250, "supersense": 130, "polarity": 20, "minilm": 85, "predict": 2}),
-    "small": Budget(60, 1000, 1, False, False, {"pretrain": 60, "supersense": 30, "minilm": 85, "predict": 2}),
+    "full": Budget(250, 4000, 2, True, True, {"pretrain": 205, "supersense": 170, "polarity": 24, "minilm": 180, "predict": 3}),
+    "small": Budget(60, 1000, 1, False, False, {"pretrain": 60, "supersense": 50, "minilm": 180, "predict": 3}),
 }
 
 
@@ -99,7 +99,7 @@ class StageClock:
 
     The time left is the estimates of the stages to come, scaled by the pace: seconds taken /
     seconds estimated over the finished stages (on a busy machine it grows). Before any stage has
-    finished, the pace comes from the load average (:func:`load_pace`). A stage that took under
+    finished, the pace comes from the processes running (:func:`load_pace`). A stage that took under
     :data:`REUSED_SHARE` of its estimate was reused from an earlier run and does not count.
     """
 
@@ -138,14 +138,26 @@ class StageClock:
         }
 
 
-def load_pace(load: float | None = None, cores: int | None = None) -> float:
+def load_pace(others: float | None = None, cores: int | None = None) -> float:
     """The pace expected before any stage is measured: the stages' estimates are for two quiet
-    cores, and other processes' load (the 1-minute load average, ``load``) shares the ``cores``
-    with the quickstart's two threads: ``max(1, (load + 2) / cores)``. With a load of 2 on two
+    cores, and ``others`` processes running now (:func:`running_others`) share the ``cores`` with
+    the quickstart's two threads: ``max(1, (others + 2) / cores)``. With two busy processes on two
     cores, the first stage is announced at twice its quiet estimate."""
-    load = os.getloadavg()[0] if load is None else load
+    others = running_others() if others is None else others
     cores = (os.cpu_count() or 2) if cores is None else cores
-    return max(1.0, (load + 2) / max(cores, 1))
+    return max(1.0, (others + 2) / max(cores, 1))
+
+
+def running_others() -> float:
+    """Processes other than this one running or runnable now (``/proc/loadavg``'s fourth field,
+    less this process), not the load average: that one still counts work which ended a minute ago
+    (a quiet machine just after ``pip install`` read 0.94, and the first stage was announced at
+    1.5x). The 1-minute load average where ``/proc`` is missing."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as handle:
+            return max(0, int(handle.read().split()[3].split("/")[0]) - 1)
+    except (OSError, ValueError, IndexError):
+        return os.getloadavg()[0]
 
 
 def _cpu_seconds() -> float:

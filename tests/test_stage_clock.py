@@ -27,9 +27,20 @@ def test_reused_stages_do_not_set_the_pace() -> None:
     assert "about 25s for this stage, 25s left in all (at 2.5x" in announce(clock, "predict")
 
 
-def test_the_first_estimate_follows_the_load() -> None:
-    assert load_pace(load=2.0, cores=2) == 2.0  # two busy processes beside the quickstart's two threads
-    assert load_pace(load=0.0, cores=2) == 1.0
-    assert load_pace(load=3.0, cores=16) == 1.0  # never faster than the two quiet cores the estimates are for
-    clock = StageClock({"pretrain": 60}, Console(file=io.StringIO(), width=200), start_pace=load_pace(load=4.0, cores=2))
+def test_the_first_estimate_follows_the_processes_running() -> None:
+    assert load_pace(others=2.0, cores=2) == 2.0  # two busy processes beside the quickstart's two threads
+    assert load_pace(others=0.0, cores=2) == 1.0
+    assert load_pace(others=3.0, cores=16) == 1.0  # never faster than the two quiet cores the estimates are for
+    clock = StageClock({"pretrain": 60}, Console(file=io.StringIO(), width=200), start_pace=load_pace(others=4.0, cores=2))
     assert "about 3m00s for this stage, 3m00s left in all (at 3.0x" in announce(clock, "pretrain")
+
+
+def test_running_others_reads_the_runnable_count(monkeypatch) -> None:
+    import builtins
+    import io as _io
+
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: _io.StringIO("0.94 1.06 1.29 3/345 1234\n") if path == "/proc/loadavg" else real_open(path, *a, **k))
+    from ptmkit.quickstart import running_others
+
+    assert running_others() == 2  # three runnable, this one among them
