@@ -148,13 +148,13 @@ def load_pace(others: float | None = None, cores: int | None = None) -> float:
     return max(1.0, (others + 2) / max(cores, 1))
 
 
-def running_others() -> float:
+def running_others(loadavg: str = "/proc/loadavg") -> float:
     """Processes other than this one running or runnable now (``/proc/loadavg``'s fourth field,
     less this process), not the load average: that one still counts work which ended a minute ago
     (a quiet machine just after ``pip install`` read 0.94, and the first stage was announced at
     1.5x). The 1-minute load average where ``/proc`` is missing."""
     try:
-        with open("/proc/loadavg", encoding="ascii") as handle:
+        with open(loadavg, encoding="ascii") as handle:
             return max(0, int(handle.read().split()[3].split("/")[0]) - 1)
     except (OSError, ValueError, IndexError):
         return os.getloadavg()[0]

@@ -35,12 +35,9 @@ def test_the_first_estimate_follows_the_processes_running() -> None:
     assert "about 3m00s for this stage, 3m00s left in all (at 3.0x" in announce(clock, "pretrain")
 
 
-def test_running_others_reads_the_runnable_count(monkeypatch) -> None:
-    import builtins
-    import io as _io
-
-    real_open = builtins.open
-    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: _io.StringIO("0.94 1.06 1.29 3/345 1234\n") if path == "/proc/loadavg" else real_open(path, *a, **k))
+def test_running_others_reads_the_runnable_count(tmp_path) -> None:
     from ptmkit.quickstart import running_others
 
-    assert running_others() == 2  # three runnable, this one among them
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text("0.94 1.06 1.29 3/345 1234\n", encoding="ascii")
+    assert running_others(str(loadavg)) == 2  # three runnable, this one among them
