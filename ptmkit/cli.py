@@ -502,6 +502,21 @@ def neighbors(
 
 
 @app.command()
+def report(
+    runs: Annotated[list[Path], typer.Argument(help="One run directory, or several to draw side by side.")],
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="The HTML file (default: RUN/report.html for one run, ./report.html for several).")] = None,
+    words: Annotated[list[str] | None, typer.Option("--words", help="Word-vector runs: words whose nearest neighbours to list (default: the 5 most frequent). " + WORDS_HELP)] = None,
+) -> None:
+    """Write one self-contained HTML file (figures inlined, opens offline): training curves per step
+    (loss, metrics, learning rate, tokens/s), dev accuracy per epoch, held-out metrics, the export's
+    variants (agreement, latency), parameters per block; for word vectors, nearest neighbours and a
+    PCA projection. Several runs share each figure's axes."""
+    from ptmkit.report import write_report
+
+    write_report(runs, output, list(words or []), console)
+
+
+@app.command()
 def plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
     """List installed plugins: distribution, version, families, objectives, heads; broken ones, and
     names two distributions provide (a clash: only those names are unusable)."""
@@ -598,7 +613,7 @@ INTERRUPTED_TRAIN = "; the same command with --resume continues a run that saved
 
 #: Options that take several values the way gensim and fastText users type them
 #: (``--words king queen``), by command; also ``--words king --words queen``.
-MULTI_VALUE_OPTIONS = {"embed": ("--words",), "neighbors": ("--words", "--positive", "--negative")}
+MULTI_VALUE_OPTIONS = {"embed": ("--words",), "neighbors": ("--words", "--positive", "--negative"), "report": ("--words",)}
 
 
 def expand_multi_value_options(args: list[str], command: Any) -> list[str]:

@@ -27,7 +27,7 @@ from ptmkit.contract import ClassifiesRows, ProvidesWordVectors, TrainsOnWordVec
 from ptmkit.errors import ConfigError, DataError, RunDirError
 from ptmkit.io import atomic_save, atomic_write_text
 from ptmkit.plugins import Registry, get_registry
-from ptmkit.rundir import CONFIG, LABELS, METRICS, MODEL_WEIGHTS, TOKENIZER, RunDir, load_weights
+from ptmkit.rundir import CONFIG, DEV_LOG, LABELS, METRICS, MODEL_WEIGHTS, STEP_LOG, TOKENIZER, RunDir, load_weights
 
 #: What a fine-tuning run read (parent run, train and dev files), for --resume to compare.
 INPUTS = "inputs.json"
@@ -355,8 +355,8 @@ def _fit_classifier(
                 verbose=0,
                 callbacks=[
                     CheckpointCallback(checkpoints, start, total, every, epoch_steps=steps_per_epoch),
-                    ProgressCallback("fine-tuning", start, total, ft.batch_size * ft.sequence_length, console),
-                    DevAccuracyCallback(x_dev, y_dev, start, steps_per_epoch, console),
+                    ProgressCallback("fine-tuning", start, total, ft.batch_size * ft.sequence_length, console, step_log=target / STEP_LOG),
+                    DevAccuracyCallback(x_dev, y_dev, start, steps_per_epoch, console, dev_log=target / DEV_LOG),
                     keras.callbacks.TensorBoard(log_dir=str(target / "logs")),
                 ],
             )

@@ -38,7 +38,7 @@ from ptmkit.data.readers import read_corpus
 from ptmkit.errors import ConfigError, DataError, PluginError, PtmkitError, RunDirError
 from ptmkit.io import atomic_save, atomic_write_text
 from ptmkit.plugins import Registry, get_registry
-from ptmkit.rundir import BACKBONE_WEIGHTS, CONFIG, METRICS, TOKENIZER, RunDir
+from ptmkit.rundir import BACKBONE_WEIGHTS, CONFIG, METRICS, STEP_LOG, TOKENIZER, RunDir
 
 
 def resolve_config(
@@ -506,7 +506,7 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
     if start:
         console.print(f"resuming from step {start} ({checkpoints})")
     tokens_per_step = train.batch_size * train.sequence_length
-    progress = ProgressCallback("pre-training", start, train.max_steps, tokens_per_step, console, reset_metrics=True)
+    progress = ProgressCallback("pre-training", start, train.max_steps, tokens_per_step, console, reset_metrics=True, step_log=run / STEP_LOG)
     started = time.perf_counter()
     if start < train.max_steps:
         # Objectives that do not use the pooler (masked LM alone) leave it without gradients.
