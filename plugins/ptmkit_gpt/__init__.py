@@ -84,3 +84,11 @@ def ptmkit_model_families() -> list[ModelFamily]:
 def ptmkit_objectives() -> list[Objective]:
     """The causal-LM objective ``clm``."""
     return [CausalLM()]
+
+
+@hookimpl
+def ptmkit_register_commands(cli: Any) -> None:
+    """``ptmkit generate RUN --prompt TEXT ...`` (:mod:`ptmkit_gpt.generate`)."""
+    from ptmkit_gpt.generate import register
+
+    register(cli)
