@@ -171,8 +171,6 @@ def register(cli: Any) -> None:
         """Continue each prompt with a decoder run: greedy, sampling (temperature, top-k, top-p) or beam search."""
         import json
 
-        from ptmkit.api import default_console
-
         settings = GenerationSettings(max_new_tokens, strategy, temperature, top_k, top_p, num_beams, 1.0, seed)
         problems = settings.problems()
         if problems:
@@ -182,9 +180,5 @@ def register(cli: Any) -> None:
             raise DataError("nothing to generate from: give --prompt TEXT or --file FILE")
         generator = TextGenerator(run_dir)
         texts = generator.generate(prompts, settings, stop or [], truncate)
-        console = default_console()
-        for source, text in zip(prompts, texts, strict=True):
-            if as_json:
-                console.print(json.dumps({"prompt": source, "text": text}, ensure_ascii=False), markup=False, highlight=False, soft_wrap=True)
-            else:
-                console.print(source + text, markup=False, highlight=False, soft_wrap=True)
+        for source, text in zip(prompts, texts, strict=True):  # results on stdout, one line (JSON) or block a prompt
+            print(json.dumps({"prompt": source, "text": text}, ensure_ascii=False) if as_json else source + text)
