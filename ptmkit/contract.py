@@ -271,6 +271,9 @@ class ModelFamily:
         provides: frozenset of further capability names (``token_embedding``: the backbone
             exposes its embedding layer for tied output heads).
         default_objectives: tuple of objective names used when the user names none.
+        hf_model_types: frozenset of Hugging Face ``config.json`` ``model_type`` values whose
+            checkpoints this family's :meth:`ImportsCheckpoints.import_checkpoint` reads;
+            ``ptmkit import-hf DIR`` hands a checkpoint to the family that declares its type.
     """
 
     name: ClassVar[str]
@@ -281,6 +284,7 @@ class ModelFamily:
     special_token_names: ClassVar[Mapping[str, str]] = {}
     provides: ClassVar[frozenset[str]] = frozenset()
     default_objectives: ClassVar[tuple[str, ...]] = ()
+    hf_model_types: ClassVar[frozenset[str]] = frozenset()
 
     @property
     def input_names(self) -> tuple[str, ...]:
