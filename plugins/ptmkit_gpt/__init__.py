@@ -10,6 +10,7 @@ of such a family.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from ptmkit.api import (
@@ -45,6 +46,7 @@ class GPTFamily(ModelFamily):
     special_token_names = {"pad": END_OF_TEXT, "bos": END_OF_TEXT, "eos": END_OF_TEXT}
     provides = frozenset({TOKEN_EMBEDDING, CAUSAL_SEQUENCE_OUTPUT})
     default_objectives = ("clm",)
+    hf_model_types = frozenset({"gpt2"})
 
     def limits(self, config: GPTConfig) -> Limits:
         """``max_sequence_length`` position embeddings, ``vocabulary_size`` token embeddings."""
@@ -62,6 +64,13 @@ class GPTFamily(ModelFamily):
         from ptmkit_gpt.tokenizer import train_byte_level_bpe
 
         return train_byte_level_bpe(texts, config.vocabulary_size, config.min_frequency)
+
+    def import_checkpoint(self, directory: Path, out: Path, console: Any) -> dict[str, Any]:
+        """A Hugging Face GPT-2 checkpoint as a pre-trained run (:func:`ptmkit_gpt.hf.import_hf`;
+        ``ptmkit import-hf`` calls it for ``model_type: gpt2``)."""
+        from ptmkit_gpt.hf import import_hf
+
+        return import_hf(directory, out, console=console)
 
     def num_special_tokens(self, pair: bool) -> int:
         return 1
