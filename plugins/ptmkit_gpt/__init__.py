@@ -16,6 +16,7 @@ from typing import Any
 from ptmkit.api import (
     TOKEN_EMBEDDING,
     GraphOptimizer,
+    Head,
     InputSpec,
     Limits,
     ModelFamily,
@@ -93,6 +94,14 @@ def ptmkit_model_families() -> list[ModelFamily]:
 def ptmkit_objectives() -> list[Objective]:
     """The causal-LM objective ``clm``."""
     return [CausalLM()]
+
+
+@hookimpl
+def ptmkit_heads() -> list[Head]:
+    """Classification from the last token (:mod:`ptmkit_gpt.heads`)."""
+    from ptmkit_gpt.heads import LastTokenClassification
+
+    return [LastTokenClassification()]
 
 
 @hookimpl

@@ -5,7 +5,8 @@ Text is read as UTF-8 bytes, each byte mapped to a printable character (GPT-2's 
 with BPE; every string is then encodable without an unknown token. The one special token,
 ``<|endoftext|>``, separates documents and starts every pre-training window. The trained
 ``tokenizer.json`` has GPT-2's layout (``ByteLevel`` pre-tokeniser, post-processor and decoder,
-``add_prefix_space`` false), so Hugging Face's ``GPT2TokenizerFast`` and ``ptmkit_export`` read it.
+``add_prefix_space`` false), so Hugging Face's ``GPT2TokenizerFast`` and ``ptmkit_export`` read it;
+encoding with special tokens (fine-tuning) puts ``<|endoftext|>`` before and after a text.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def train_byte_level_bpe(texts: Iterable[str], vocabulary_size: int, min_frequen
     Raises:
         DataError: the texts held no character to learn from.
     """
-    from tokenizers import models, pre_tokenizers, trainers
+    from tokenizers import models, pre_tokenizers, processors, trainers
 
     tokenizer = byte_level_tokenizer(models.BPE())
     trainer = trainers.BpeTrainer(
@@ -59,4 +60,11 @@ def train_byte_level_bpe(texts: Iterable[str], vocabulary_size: int, min_frequen
     tokenizer.train_from_iterator(counted(), trainer)
     if seen["texts"] == 0:
         raise DataError("the corpus gave no text to build a vocabulary from")
+    end = tokenizer.token_to_id(END_OF_TEXT)
+    # GPT-1's fine-tuning input (Radford et al. 2018, section 3.3): a start and an extract token
+    # around the text; the last-token head reads the extract token's state.
+    tokenizer.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single=f"{END_OF_TEXT} $A {END_OF_TEXT}", special_tokens=[(END_OF_TEXT, end)]),
+    ])
     return tokenizer
