@@ -42,19 +42,21 @@ class TextGenerator:
         run_dir: the run directory (``ptmkit train`` or ``ptmkit import-hf``).
 
     Raises:
-        RunDirError: not a finished run, or a run whose family cannot generate (an encoder, a
-            word-vector model) or that was fine-tuned into a classifier.
+        RunDirError: not a finished run, an ONNX export (not yet), or a run whose family cannot
+            generate (an encoder, a word-vector model) or that was fine-tuned into a classifier.
     """
 
     def __init__(self, run_dir: str | Path) -> None:
         run = RunDir(run_dir)
+        if str(run.read_json("manifest.json").get("format", "")).startswith("ptmkit-export/"):
+            raise RunDirError(f"{run.path}: an ONNX export; generation from exports (with a key/value cache) is not there yet: give the run directory it came from")
         manifest = run.manifest()
         registry = get_registry()
         family = registry.family(manifest["family"])
         if not {CAUSAL_SEQUENCE_OUTPUT, TOKEN_EMBEDDING} <= capabilities(family):
             raise RunDirError(f"{run.path}: a {family.name} run cannot generate text (its backbone has no causal sequence output); generate needs a decoder run such as gpt")
         if manifest.get("stage") != "pretrain":
-            raise RunDirError(f"{run.path}: a fine-tuned {manifest.get('stage')} run (a classifier) does not generate; give its pre-trained run")
+            raise RunDirError(f"{run.path}: a fine-tuned run (stage {manifest.get('stage')!r}: a classifier) does not generate; give its pre-trained run")
         self.config = resolve_config(registry, manifest["family"], None, None, base=read_toml(run.require(CONFIG))).model
         self.family = family
         self.backbone = family.build_backbone(self.config)

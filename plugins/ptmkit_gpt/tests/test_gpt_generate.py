@@ -140,3 +140,11 @@ def test_generate_refuses_non_utf8_files_and_encoder_runs(gpt_run, tiny_pretrain
     assert f"{bad}:2: not valid UTF-8" in capsys.readouterr().err
     assert main(["generate", str(tiny_pretrained), "--prompt", "x"]) == 2
     assert "cannot generate text" in capsys.readouterr().err
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    (tuned / "manifest.json").write_text('{"family": "gpt", "stage": "finetune"}')
+    assert main(["generate", str(tuned), "--prompt", "x"]) == 2
+    assert "a fine-tuned run (stage 'finetune': a classifier) does not generate" in capsys.readouterr().err
+    (tuned / "manifest.json").write_text('{"format": "ptmkit-export/1", "family": "gpt"}')
+    assert main(["generate", str(tuned), "--prompt", "x"]) == 2
+    assert "an ONNX export; generation from exports" in capsys.readouterr().err
