@@ -12,36 +12,7 @@ import numpy as np
 import pytest
 from inplugins import in_tree_plugins  # noqa: F401 - the fixture
 
-from ptmkit.testing import tiny_pretrain, write_tiny_corpus
-
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
-
-#: A GPT small enough to pre-train in seconds; every line of the tiny corpus fits one window.
-TINY_GPT = [
-    "model.num_layers=2",
-    "model.hidden_dim=32",
-    "model.num_heads=2",
-    "model.intermediate_dim=64",
-    "model.vocabulary_size=400",
-    "model.max_sequence_length=64",
-    "model.dropout=0.0",
-    "train.sequence_length=64",
-    "train.batch_size=8",
-    "train.max_steps=6",
-    "train.heldout_lines=12",
-]
-
-
-@pytest.fixture(scope="module")
-def gpt_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
-    """``(run, corpus, metrics)`` of a tiny pre-trained gpt run."""
-    from inplugins import registered
-
-    work = tmp_path_factory.mktemp("gpt")
-    corpus = write_tiny_corpus(work / "corpus.txt", lines=120)
-    with registered():
-        metrics = tiny_pretrain("gpt", corpus, work / "run", TINY_GPT)
-    return work / "run", corpus, metrics
 
 
 def keras_hub_twin(backbone):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from inplugins import in_tree_plugins  # noqa: F401 - the fixture
-from test_gpt import TINY_GPT, gpt_run, keras_hub_twin  # noqa: F401 - gpt_run: the fixture
+from test_gpt import keras_hub_twin
 
 from ptmkit_export.generation import GenerationSettings, filter_logits, generate_ids
 
@@ -84,7 +84,7 @@ def test_top_k_and_top_p_keep_huggingfaces_sets() -> None:
     np.testing.assert_allclose(probs[0], np.sqrt([0.5, 0.2, 0.15, 0.1, 0.05]) / np.sqrt([0.5, 0.2, 0.15, 0.1, 0.05]).sum())
 
 
-def test_generate_command(gpt_run, tmp_path, capsys) -> None:  # noqa: F811 - the fixture
+def test_generate_command(gpt_run, tmp_path, capsys) -> None:
     import json
 
     from ptmkit.testing import main
@@ -102,6 +102,12 @@ def test_generate_command(gpt_run, tmp_path, capsys) -> None:  # noqa: F811 - th
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [row["prompt"] for row in rows] == ["", "the cat saw", "a dog"]  # --prompt first, then the file's lines
     assert [row["text"] for row in rows] == [texts[2], texts[0], texts[1]]
+    long = "the cat saw the bridge " * 20  # more tokens than the 64 positions
+    with pytest.warns(UserWarning, match="cut from the left to the last 63"):
+        ids = generator.prompt_ids([long], truncate="left")[0]
+    assert ids == generator.tokenizer.encode(long, add_special_tokens=False).ids[-63:]
+    (new,) = generate_ids(generator.next_logits, [ids], GenerationSettings(max_new_tokens=6), 0, None, generator.max_length)
+    assert len(new) == 1  # the last of the 64 positions
     stop = texts[0][2:4]
     cut = generator.generate(["the cat saw"], GenerationSettings(max_new_tokens=6), stop=[stop])[0]
     assert cut == texts[0][: texts[0].index(stop)]
@@ -119,7 +125,7 @@ def test_generate_command(gpt_run, tmp_path, capsys) -> None:  # noqa: F811 - th
         (["--prompt", "word " * 80], "--truncate left"),
     ],
 )
-def test_generate_refuses_bad_input(gpt_run, capsys, args: list[str], message: str) -> None:  # noqa: F811 - the fixture
+def test_generate_refuses_bad_input(gpt_run, capsys, args: list[str], message: str) -> None:
     from ptmkit.testing import main
 
     run, _, _ = gpt_run
@@ -130,7 +136,7 @@ def test_generate_refuses_bad_input(gpt_run, capsys, args: list[str], message: s
     assert len(output.splitlines()) == 1 and message in output, output
 
 
-def test_generate_refuses_non_utf8_files_and_encoder_runs(gpt_run, tiny_pretrained, tmp_path, capsys) -> None:  # noqa: F811
+def test_generate_refuses_non_utf8_files_and_encoder_runs(gpt_run, tiny_pretrained, tmp_path, capsys) -> None:
     from ptmkit.testing import main
 
     run, _, _ = gpt_run

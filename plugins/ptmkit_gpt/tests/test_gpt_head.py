@@ -9,14 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from inplugins import in_tree_plugins  # noqa: F401 - the fixture
-from test_gpt import gpt_run  # noqa: F401 - the fixture
 
 from ptmkit.testing import write_tiny_labelled
 
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 
 
-def test_finetune_picks_the_last_token_head(gpt_run, tmp_path: Path) -> None:  # noqa: F811 - the fixture
+def test_finetune_picks_the_last_token_head(gpt_run, tmp_path: Path) -> None:
     from ptmkit.testing import finetune, load_classifier
 
     run, _, _ = gpt_run

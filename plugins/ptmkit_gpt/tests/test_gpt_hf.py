@@ -74,12 +74,16 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     for module in ("torch", "transformers"):
         if importlib.util.find_spec(module) is None:
             pytest.skip(f"the test extra installs {module}")
+    from tokenizers import processors
+
     from ptmkit_gpt.tokenizer import train_byte_level_bpe
 
     work = tmp_path_factory.mktemp("gpt2-hf")
     corpus = write_tiny_corpus(work / "corpus.txt", lines=200)
     texts = corpus.read_text(encoding="utf-8").splitlines() + SENTENCES  # its bytes and some merges of them
-    train_byte_level_bpe(texts, 500, 1).save(str(work / "tokenizer.json"))
+    tokenizer = train_byte_level_bpe(texts, 500, 1)
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)  # GPT-2's: no specials around a text
+    tokenizer.save(str(work / "tokenizer.json"))
     job = {"checkpoint": str(work / "ckpt"), "tokenizer": str(work / "tokenizer.json"), "shapes": SHAPES, "prompts": PROMPTS, "sentences": SENTENCES}
     result = subprocess.run([sys.executable, "-c", REFERENCE_SCRIPT], input=json.dumps(job), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
