@@ -537,7 +537,7 @@ def import_hf(
     `ptmkit finetune`, `ptmkit embed`, `ptmkit export` then read it."""
     family = _hf_importer(directory)
     family.import_checkpoint(directory, out, console)
-    console.print(f"imported {directory} as a {family.name} run: {out}", markup=False, highlight=False)
+    console.print(f"{out}: a pre-trained {family.name} run, imported from {directory}", markup=False, highlight=False)
 
 
 @app.command()

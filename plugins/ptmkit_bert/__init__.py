@@ -86,7 +86,6 @@ class BertFamily(ModelFamily):
                 + ("" if weights["pooler"] else "; no pooler in the checkpoint (initialised randomly)"),
                 markup=False, highlight=False,
             )
-            console.print(f"next: ptmkit embed {out} --text \"...\"  |  ptmkit finetune {out} --train FILE --dev FILE --out RUN_DIR", markup=False, highlight=False)
         return manifest
 
     def pack(
