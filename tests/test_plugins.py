@@ -109,7 +109,7 @@ def test_builtin_plugins_are_listed_with_what_they_provide() -> None:
     assert set(info["ptmkit"].readers) == {"text", "fasttext", "tsv", "csv", "jsonl"}
     # ptmkit_bert comes in through its entry point, exactly like a third-party plugin.
     assert info["bert"].families == ["bert"] and info["bert"].distribution == "ptmkit"
-    assert info["bert"].hooks == ["ptmkit_model_families", "ptmkit_register_commands"]  # import-hf
+    assert info["bert"].hooks == ["ptmkit_model_families"]  # import-hf is the core's, handed to the family by hf_model_types
     assert registry.objectives_for(registry.family("bert")) == ["mlm", "nsp"]
     assert registry.heads_for(registry.family("bert")) == ["classification"]
 

@@ -114,6 +114,25 @@ def load_backbone(registry: Registry, run: RunDir) -> tuple[Any, RunConfig, Any,
     return backbone, config, run.load_tokenizer(), manifest
 
 
+def _head_base(parent_config: dict[str, Any], config_path: str | Path | None, overrides: list[str]) -> dict[str, Any]:
+    """The parent run's config as the base of a fine-tuning config: its ``[head]`` section holds the
+    keys of the parent's ``finetune.head`` (a pre-training run records the default head's), so it
+    is dropped when another head is chosen (by ``--set finetune.head``, ``--config`` or
+    :func:`~ptmkit.config.choose_head`)."""
+    chosen = None
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.strip() == "finetune.head":
+            chosen = value.strip().strip('"')
+    if chosen is None and config_path is not None:
+        section = read_toml(config_path).get("finetune")
+        chosen = section.get("head") if isinstance(section, dict) else None
+    parent_head = (parent_config.get("finetune") or {}).get("head")
+    if chosen is None or chosen == parent_head:
+        return parent_config
+    return {key: value for key, value in parent_config.items() if key != "head"}
+
+
 def build_classifier(registry: Registry, config: RunConfig, backbone: Any, num_labels: int) -> Any:
     """The head model of ``config.finetune.head`` on ``backbone``."""
     return registry.head(config.finetune.head).build(backbone, num_labels, config.head)
@@ -201,7 +220,7 @@ def finetune(
     if config_path is not None:
         _refuse_changed_pretraining_keys(read_toml(config_path), parent_config, str(config_path))
     overrides = choose_head(registry, family, config_path, list(overrides or []))
-    config = resolve_config(registry, manifest["family"], config_path, overrides, base=parent_config)
+    config = resolve_config(registry, manifest["family"], config_path, overrides, base=_head_base(parent_config, config_path, overrides))
     head = registry.head(config.finetune.head)
     if isinstance(head, TrainsOnWordVectors):
         if resume:

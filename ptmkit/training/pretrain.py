@@ -33,7 +33,7 @@ from ptmkit.config import (
     to_toml,
 )
 from ptmkit.console import default_console
-from ptmkit.contract import InputSpec, Resumable, TrainsItself, TrainsOnWordVectors
+from ptmkit.contract import HeldoutLines, InputSpec, Resumable, ScoresHeldoutLines, TrainsItself, TrainsOnWordVectors
 from ptmkit.data.readers import read_corpus
 from ptmkit.errors import ConfigError, DataError, PluginError, PtmkitError, RunDirError
 from ptmkit.io import atomic_save, atomic_write_text
@@ -535,6 +535,7 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
         "parameters": int(backbone.count_params()),
     }
     metrics.update(evaluate_heldout(model, run, family, specials, objectives, config, vocabulary_size, characters=characters))
+    metrics.update(score_heldout_lines(backbone, run, family, tokenizer, specials, objectives, config, corpus, vocabulary_size))
     atomic_save(run / BACKBONE_WEIGHTS, lambda tmp: backbone.save_weights(str(tmp)))
     run.write_json(METRICS, metrics)
     plugin = registry.owner("family", config.family)
@@ -588,3 +589,34 @@ def evaluate_heldout(
     out["heldout_sequences"] = len(starts)
     return out
 
+
+
+def score_heldout_lines(
+    backbone: Any, run: RunDir, family: Any, tokenizer: Any, specials: Any, objectives: dict[str, Any], config: RunConfig,
+    corpus: str | Path, vocabulary_size: int,
+) -> dict[str, Any]:
+    """What each objective that :class:`~ptmkit.contract.ScoresHeldoutLines` measures on the
+    held-out lines (the last lines of ``corpus``, as many as the run's held-out split holds)."""
+    scorers = [(objective, objective_config) for objective, objective_config in objectives.values() if isinstance(objective, ScoresHeldoutLines)]
+    if not scorers:
+        return {}
+    import collections
+
+    import numpy as np
+
+    from ptmkit.data.pretraining import load_token_file
+
+    count = len(load_token_file(run / "tokens", "heldout").offsets) - 1
+    if count == 0:
+        return {}
+    texts = list(collections.deque(read_corpus(corpus), maxlen=count))
+    train = load_token_file(run / "tokens", "train")
+    token_counts = np.zeros(vocabulary_size, np.int64)
+    ids = np.memmap(train.path, dtype=train.dtype, mode="r") if train.num_tokens else np.zeros(0, np.int32)
+    for start in range(0, len(ids), 1 << 22):  # in chunks: memory stays flat however large the corpus
+        token_counts += np.bincount(ids[start : start + (1 << 22)], minlength=vocabulary_size)[:vocabulary_size]
+    heldout = HeldoutLines(texts, tokenizer, specials, tuple(family.inputs), config.train.sequence_length, config.train.batch_size, token_counts)
+    metrics: dict[str, Any] = {}
+    for objective, objective_config in scorers:
+        metrics.update(objective.score_lines(backbone, heldout, objective_config))
+    return metrics
