@@ -225,6 +225,17 @@ def masked_lm_head(backbone: Any, sequence_output: Any, mask_positions: Any, nam
     return head(sequence_output, mask_positions=mask_positions)
 
 
+def prediction_loss() -> Any:
+    """Cross-entropy averaged over the real predictions: ``sum(w * nll) / sum(w)``, as BERT's
+    ``get_masked_lm_output`` (``numerator / denominator``). Keras' default reduction divides by
+    every slot of the ``(batch, max_predictions)`` list, padding slots included, which reported a
+    loss lower by the share of empty slots (20% at ``sequence_length = 32``: 4 predictions in 5
+    slots) and made losses of objectives that fill the list differently incomparable."""
+    import keras
+
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight")
+
+
 def require_mask_token(objective: str, specials: SpecialTokens) -> None:
     """Raises ConfigError when the tokenizer has no mask token."""
     if "mask" not in specials:
@@ -263,6 +274,6 @@ class MaskedLM(Objective):
 
         mask_positions = keras.Input(shape=(None,), dtype="int32", name="mask_positions")
         logits = masked_lm_head(backbone, backbone(inputs)["sequence_output"], mask_positions, "mlm")
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        loss = prediction_loss()
         metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         return {"mask_positions": mask_positions}, {"mlm": logits}, {"mlm": loss}, {"mlm": metrics}

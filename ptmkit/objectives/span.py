@@ -33,6 +33,7 @@ from ptmkit.objectives.mlm import (
     check_replacement_rates,
     masked_lm_head,
     prediction_count,
+    prediction_loss,
     require_mask_token,
     row_generators,
     word_groups,
@@ -244,6 +245,6 @@ class SpanMasking(Objective):
                 name="sbo",
             )
             outputs["sbo"] = head(sequence_output, extra["boundary_left"], extra["boundary_right"], extra["span_offsets"])
-        losses = {name: keras.losses.SparseCategoricalCrossentropy(from_logits=True) for name in outputs}
+        losses = {name: prediction_loss() for name in outputs}
         metrics = {name: [keras.metrics.SparseCategoricalAccuracy(name="accuracy")] for name in outputs}
         return extra, outputs, losses, metrics

@@ -33,7 +33,7 @@ from ptmkit.config import (
     to_toml,
 )
 from ptmkit.console import default_console
-from ptmkit.contract import InputSpec, Resumable, TrainsItself, TrainsOnWordVectors
+from ptmkit.contract import InputSpec, Resumable, TrainsItself, TrainsOnWordVectors, capabilities
 from ptmkit.data.readers import read_corpus
 from ptmkit.errors import ConfigError, DataError, PluginError, PtmkitError, RunDirError
 from ptmkit.io import atomic_save, atomic_write_text
@@ -95,7 +95,8 @@ def resolve_config(
         if name not in registry.objectives_for(family):
             raise ConfigError(
                 f"{source}: objective {name!r} needs {sorted(registry.objective(name).requires)}, which the "
-                f"{family_name} backbone does not provide; it supports {registry.objectives_for(family)}"
+                f"{family_name} backbone does not provide (it provides {sorted(capabilities(family))}); "
+                f"it supports {registry.objectives_for(family)}"
             )
     _refuse_clashing_objectives(registry, names, source)
     return config
