@@ -12,8 +12,11 @@ Instances follow RoBERTa's FULL-SENTENCES packing (Liu et al. 2019): a window of
 from a random offset, across paragraph boundaries. With next-sentence prediction, the window is
 split at a random point into A and B; B is replaced, with probability ``random_next_rate``, by text
 from a random offset in another line (document). With sentence-order prediction (ALBERT, Lan et
-al. 2020), the window stays within one line, so that A and B are consecutive segments of one
-document, and the pair is packed as ``B, A`` with probability ``swap_rate``.
+al. 2020), A and B are always the consecutive text of the window, packed as ``B, A`` with
+probability ``swap_rate``. Like NSP's true continuations, they may cross a line (paragraph)
+boundary: ALBERT takes them from one document, and the shipped corpus's lines are paragraphs in
+article order (98% of its line ends continue the same article), while windows kept within one
+line left 48% of every sequence as padding.
 """
 
 from __future__ import annotations
@@ -146,8 +149,8 @@ class InstanceSampler:
         segment_pairs: build ``A, B`` pairs with an ``is_random_next`` flag (next-sentence
             prediction) instead of single windows.
         random_next_rate: probability that B comes from another line.
-        swap_rate: probability that a pair is packed in reversed order ``B, A`` (flag
-            ``is_swapped``); above 0, windows stay within one line (document).
+        swap_rate: probability that a pair of consecutive segments is packed in reversed order
+            ``B, A`` (flag ``is_swapped``; sentence-order prediction).
         word_starts: ``(vocabulary_size,)`` bool, True for tokens that begin a word
             (:func:`ptmkit.data.tokenization.word_start_table`); batches then carry
             ``word_start``.
@@ -184,21 +187,6 @@ class InstanceSampler:
         count = max(0, min(count, self.tokens.num_tokens - start))
         return self.tokens.read(self._fd, start, count).tolist()
 
-    def _within_line(self, start: int) -> tuple[int, int]:
-        """``(start, budget)`` of a pair window kept inside one line: from ``start`` to the end of
-        its line at most, or from the next line's start when fewer than two tokens are left
-        there; across lines only when the next line is that short too."""
-        total = self.tokens.num_tokens
-        start = min(start, max(0, total - 2))
-        end = int(self.tokens.offsets[self.tokens.line_of(start) + 1])
-        if end - start < 2:
-            following = int(self.tokens.offsets[self.tokens.line_of(end) + 1]) if end < total else end
-            if following - end >= 2:
-                start, end = end, following
-            else:
-                end = min(total, start + self.budget)
-        return start, max(2, min(self.budget, end - start))
-
     def instance(self, rng: np.random.Generator, start: int | None = None) -> tuple[list[int], list[int], int, int]:
         """One packed instance: ``(token_ids, segment_ids, is_random_next, is_swapped)``."""
         total = self.tokens.num_tokens
@@ -207,10 +195,10 @@ class InstanceSampler:
         if not self.segment_pairs:
             token_ids, segment_ids = self.family.pack(self._window(start, self.budget), None, self.sequence_length, self.specials)
             return token_ids, segment_ids, 0, 0
-        if self.swap_rate > 0:
-            start, budget = self._within_line(start)
-            first_length = int(rng.integers(1, budget))
-            first, second = self._window(start, first_length), self._window(start + first_length, budget - first_length)
+        if self.swap_rate > 0:  # a full window near the corpus's end too: both segments hold text
+            start = min(start, max(0, total - self.budget))
+            first_length = int(rng.integers(1, self.budget))
+            first, second = self._window(start, first_length), self._window(start + first_length, self.budget - first_length)
             if rng.random() < self.swap_rate and second:
                 token_ids, segment_ids = self.family.pack(second, first, self.sequence_length, self.specials)
                 return token_ids, segment_ids, 0, 1

@@ -1,7 +1,9 @@
 """Sentence-order prediction (ALBERT, Lan et al. 2020, section 3.1 "inter-sentence coherence loss").
 
-Each instance is two consecutive segments of one document, ``[CLS] A [SEP] B [SEP]``; in 50% of
-instances they are swapped, ``[CLS] B [SEP] A [SEP]``. A binary classifier on the pooled
+Each instance is two consecutive segments of text, ``[CLS] A [SEP] B [SEP]``; in 50% of instances
+they are swapped, ``[CLS] B [SEP] A [SEP]`` (:class:`ptmkit.data.pretraining.InstanceSampler`
+builds the pairs: a window of contiguous text split at a random point, as NSP's true
+continuations). A binary classifier on the pooled
 ``[CLS]`` state predicts which (label 1: swapped). Unlike next-sentence prediction, both orders
 hold text of one topic, so the task cannot be solved by topic alone; ALBERT found that it
 improves downstream results where NSP does not (its table 5).
