@@ -253,6 +253,13 @@ def test_span_boundary_head_shapes_and_tied_output() -> None:
         x = (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + norm.epsilon) * gamma + beta
     expected = x @ keras.ops.convert_to_numpy(embedding.embeddings).T + keras.ops.convert_to_numpy(head._bias)
     np.testing.assert_allclose(logits[0], expected, atol=1e-4)
+    # get_config holds every __init__ argument: the layer comes back from it, weights and all.
+    clone = SpanBoundaryHead.from_config(head.get_config())
+    clone.token_embedding.build((None, None))
+    clone(sequence, left, right, offsets)
+    clone.token_embedding.set_weights(embedding.get_weights())
+    clone.set_weights(head.get_weights())
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(clone(sequence, left, right, offsets)), logits, atol=1e-6)
 
 
 # -- ALBERT's sentence-order prediction --------------------------------------------------------------

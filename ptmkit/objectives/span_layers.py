@@ -93,8 +93,17 @@ class SpanBoundaryHead(keras.layers.Layer):
         config: dict[str, Any] = super().get_config()
         config.update(
             vocabulary_size=self.vocabulary_size,
+            token_embedding=keras.layers.serialize(self.token_embedding),
             max_positions=self.max_positions,
             layer_norm_epsilon=self.layer_norm_epsilon,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
         )
         return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> SpanBoundaryHead:
+        """The layer from :meth:`get_config`; the token embedding is rebuilt from its config (as
+        keras-hub's ``MaskedLMHead``: a fresh, untied layer unless the caller ties it)."""
+        config = dict(config)
+        config["token_embedding"] = keras.layers.deserialize(config["token_embedding"])
+        return cls(**config)
