@@ -459,10 +459,12 @@ class Objective:
         needs_segment_pairs: bool. True when instances must be segment pairs, ``A`` then ``B``
             (next-sentence and sentence-order prediction). The pairs' construction follows the
             objective's config: ``random_next_rate`` (B from another line, flag
-            ``is_random_next``) and ``swap_rate`` (A and B consecutive in one line, swapped, flag
+            ``is_random_next``) and ``swap_rate`` (A and B consecutive, swapped, flag
             ``is_swapped``); at most one such objective per run.
         corrupts_token_ids: bool. True when :meth:`prepare` replaces the batch's ``token_ids``
-            (masked LM, span masking); at most one such objective per run.
+            (masked LM, span masking); at most one such objective per run. A config with
+            ``masking = "static"`` makes the sampler draw fixed windows (BERT's instances, made
+            once; :func:`ptmkit.data.pretraining.sampler_options`).
         token_level_lm: bool. True when its loss is the mean negative log-likelihood (nats) of
             the tokens it predicts (masked LM, causal LM): ``exp(loss)`` is then reported as the
             held-out perplexity.

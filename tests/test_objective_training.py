@@ -3,7 +3,7 @@
 An untrained masked-LM head predicts about uniformly over the 600-token vocabulary (loss
 ``ln 600 = 6.40``, the mean over real predictions); 40 steps at a learning rate of 3e-3 bring the
 held-out loss of every token-level objective 0.4-0.6 below that (measured: span 5.97, SBO 5.97,
-MLM beside SOP 6.07, whole-word static MLM 5.80), so the bound ``ln 600 - 0.25`` says it fell.
+MLM beside SOP 6.07, whole-word static MLM 5.79), so the bound ``ln 600 - 0.25`` says it fell.
 """
 
 from __future__ import annotations

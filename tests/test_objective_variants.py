@@ -309,3 +309,48 @@ def test_sentence_order_pairs_are_consecutive_segments_swapped_half_the_time(tmp
 
 def batch_length(ids: np.ndarray) -> slice:
     return slice(0, int(np.flatnonzero(ids != SPECIALS.pad)[-1]) + 1)
+
+
+def _range_corpus(directory: Path, lengths: list[int]) -> Path:
+    """A tokenized corpus whose token at offset ``i`` has id ``5 + i`` (after BERT's five specials)."""
+    from ptmkit.data.pretraining import tokenize_corpus
+
+    lines, start = [], 5
+    for count in lengths:
+        lines.append(f"{start} {count}")
+        start += count
+    tokenize_corpus(lines, _RangeTokenizer(), directory, len(lines), 0)
+    return directory
+
+
+@pytest.mark.parametrize("masking", ["static", "dynamic"])
+def test_a_sequence_drawn_again_keeps_its_static_mask_and_gets_a_new_dynamic_one(tmp_path: Path, masking: str) -> None:
+    """Through the training pipeline (sampler + make_step): static masking draws BERT's fixed
+    instances (the corpus tiled into 30-token windows) with fixed masks; dynamic masking re-masks
+    an instance drawn again (here forced onto the same fixed windows, to meet it twice)."""
+    from ptmkit.data.pretraining import InstanceSampler, load_token_file, make_step, sampler_options, step_rng
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.pretrain import resolve_config, selected_objectives
+    from ptmkit_bert import BertFamily
+
+    registry = get_registry()
+    config = resolve_config(registry, "bert", None, [f"objectives.mlm.masking={masking}", "objectives.mlm.dupe_factor=1"])
+    objectives = selected_objectives(registry, config)
+    options = sampler_options(objectives)
+    assert options["fixed_windows"] == (masking == "static")
+    tokens = load_token_file(_range_corpus(tmp_path, [20] * 40), "train")
+    sampler = InstanceSampler(tokens, BertFamily(), SPECIALS, 32, **{**options, "fixed_windows": True})
+    sightings: dict[bytes, list[bytes]] = {}
+    for step in range(20):
+        x, y, w = make_step(sampler, objectives, step_rng(1, step), 16, 60_000, BertFamily.inputs)
+        for row in range(16):
+            chosen = x["mask_positions"][row, w["mlm"][row] == 1]
+            original = x["token_ids"][row].copy()
+            original[chosen] = y["mlm"][row, w["mlm"][row] == 1]
+            assert (original[1] - 5) % 30 == 0  # a tile's start
+            sightings.setdefault(original.tobytes(), []).append(chosen.tobytes() + x["token_ids"][row].tobytes())
+    sampler.close()
+    repeated = [masks for masks in sightings.values() if len(masks) > 1]
+    assert len(sightings) <= 26 and len(repeated) >= 20  # 320 draws of 26 tiles
+    same = [len(set(masks)) == 1 for masks in repeated]
+    assert all(same) if masking == "static" else not any(same)

@@ -151,6 +151,10 @@ class InstanceSampler:
         random_next_rate: probability that B comes from another line.
         swap_rate: probability that a pair of consecutive segments is packed in reversed order
             ``B, A`` (flag ``is_swapped``; sentence-order prediction).
+        fixed_windows: draw instances from a fixed set, as BERT's ``create_pretraining_data.py``
+            made them once (static masking): the corpus tiled into windows of the text budget,
+            each tile's segment pairs drawn from a generator seeded by the tile's index, so an
+            instance recurs whole, about once per pass over the corpus.
         word_starts: ``(vocabulary_size,)`` bool, True for tokens that begin a word
             (:func:`ptmkit.data.tokenization.word_start_table`); batches then carry
             ``word_start``.
@@ -166,6 +170,7 @@ class InstanceSampler:
         random_next_rate: float = 0.5,
         swap_rate: float = 0.0,
         word_starts: np.ndarray | None = None,
+        fixed_windows: bool = False,
     ) -> None:
         self.tokens = tokens
         self.family = family
@@ -175,6 +180,7 @@ class InstanceSampler:
         self.random_next_rate = random_next_rate
         self.swap_rate = swap_rate
         self.word_starts = word_starts
+        self.fixed_windows = fixed_windows
         self.budget = sequence_length - family.num_special_tokens(segment_pairs)
         if self.budget < (2 if segment_pairs else 1):
             raise DataError(f"sequence_length {sequence_length} leaves no room for text after the special tokens")
@@ -234,8 +240,13 @@ class InstanceSampler:
         padding_mask = np.zeros((batch_size, length), np.int32)
         is_random_next = np.zeros((batch_size,), np.int32)
         is_swapped = np.zeros((batch_size,), np.int32)
+        tiles = max(1, (self.tokens.num_tokens - self.budget) // self.budget + 1)
         for row in range(batch_size):
-            ids, segments, is_random, swapped = self.instance(rng, None if starts is None else starts[row])
+            if starts is None and self.fixed_windows:
+                tile = int(rng.integers(0, tiles))
+                ids, segments, is_random, swapped = self.instance(np.random.default_rng(tile), tile * self.budget)
+            else:
+                ids, segments, is_random, swapped = self.instance(rng, None if starts is None else starts[row])
             token_ids[row, : len(ids)] = ids
             segment_ids[row, : len(ids)] = segments
             padding_mask[row, : len(ids)] = 1
@@ -257,7 +268,8 @@ def sampler_options(objectives: Mapping[str, tuple[Objective, Any]], word_starts
     """The :class:`InstanceSampler` keyword arguments the selected ``objectives`` ask for:
     ``segment_pairs`` when one :attr:`~ptmkit.contract.Objective.needs_segment_pairs`, with its
     config's ``random_next_rate`` and ``swap_rate`` (0 when it has none), and ``word_starts``
-    when one :meth:`~ptmkit.contract.Objective.needs_word_starts`."""
+    when one :meth:`~ptmkit.contract.Objective.needs_word_starts`; ``fixed_windows`` when one's
+    config has ``masking = "static"`` (BERT's instances, made once and masked once per copy)."""
     pair_configs = [config for objective, config in objectives.values() if objective.needs_segment_pairs]
     words = any(objective.needs_word_starts(config) for objective, config in objectives.values())
     return {
@@ -265,6 +277,7 @@ def sampler_options(objectives: Mapping[str, tuple[Objective, Any]], word_starts
         "random_next_rate": sum(float(getattr(c, "random_next_rate", 0.0)) for c in pair_configs),
         "swap_rate": sum(float(getattr(c, "swap_rate", 0.0)) for c in pair_configs),
         "word_starts": word_starts if words else None,
+        "fixed_windows": any(getattr(config, "masking", "dynamic") == "static" for _, config in objectives.values()),
     }
 
 

@@ -9,11 +9,13 @@ Variants (section ``[objectives.mlm]``):
 
 - **dynamic masking** (the default; RoBERTa, Liu et al. 2019, section 4.1): every time a sequence
   is drawn it gets new masks, from the step's generator;
-- **static masking** (BERT's ``create_pretraining_data.py``): masks are fixed per sequence.
-  BERT masked its data once, ``dupe_factor`` = 10 times with different masks, and trained on the
-  copies; here a sequence's mask is a function of its tokens and of a copy index drawn in
-  ``[0, dupe_factor)``, so the same sequence drawn again gets one of the same ``dupe_factor``
-  masks (with ``dupe_factor = 1``, always the same);
+- **static masking** (BERT's ``create_pretraining_data.py``): instances and masks are fixed.
+  BERT cut its data into instances once and masked them ``dupe_factor`` = 10 times with
+  different masks, then trained on the copies. Here the sampler then draws fixed windows (the
+  corpus tiled, :class:`~ptmkit.data.pretraining.InstanceSampler`'s ``fixed_windows``), and a
+  sequence's mask is a function of its tokens and of a copy index drawn in ``[0, dupe_factor)``,
+  so a sequence drawn again gets one of the same ``dupe_factor`` masks (with ``dupe_factor = 1``,
+  always the same). The masks do not depend on ``train.seed``; which copies are drawn does;
 - **whole-word masking** (Google's BERT release of 2019-05-31, ``--do_whole_word_mask``): words,
   not word pieces, are selected: a word's continuation pieces (WordPiece ``##x``) are masked with
   it, each piece then replaced 80/10/10 on its own as in that implementation.
@@ -71,9 +73,10 @@ class MaskedLMConfig:
         random_token_rate: of the selected, the fraction replaced by a uniformly random token
             (BERT: 0.1; the rest, 0.1, are kept).
         max_predictions: predictions per sequence (0: ``ceil(mask_rate * sequence_length)``).
-        masking: ``"dynamic"``: new masks each time a sequence is drawn (RoBERTa, Liu et al. 2019;
-            ptmkit's behaviour from the start); ``"static"``: masks fixed per sequence, one of
-            ``dupe_factor`` copies (BERT's create_pretraining_data.py).
+        masking: ``"dynamic"``: random windows, new masks each time a sequence is drawn (RoBERTa,
+            Liu et al. 2019; ptmkit's behaviour from the start); ``"static"``: fixed windows (the
+            corpus tiled), each masked as one of ``dupe_factor`` fixed copies (BERT's
+            create_pretraining_data.py).
         dupe_factor: with static masking, how many differently masked copies of each sequence
             there are (BERT: 10); ignored with dynamic masking.
         whole_word: select whole words: every piece of a word is masked with it (BERT's whole-word

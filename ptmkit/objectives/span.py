@@ -57,8 +57,8 @@ class SpanMaskingConfig:
         boundary_positions: relative positions the SBO head embeds; a token further than this
             into a (merged) span gets no SBO prediction, only the masked-LM one.
         masking: ``"dynamic"`` (new masks each time a sequence is drawn; SpanBERT, like RoBERTa)
-            or ``"static"`` (fixed per sequence, one of ``dupe_factor`` copies; see
-            ``[objectives.mlm]``).
+            or ``"static"`` (fixed windows, each masked as one of ``dupe_factor`` fixed copies;
+            see ``[objectives.mlm]``).
         dupe_factor: with static masking, differently masked copies of each sequence.
     """
 
