@@ -48,7 +48,16 @@ def test_pretraining_with_each_objective(tiny_corpus: Path, tmp_path: Path, obje
         assert 3.0 < metrics[f"heldout_{name}_loss"] < UNTRAINED - 0.25, (name, metrics)
         assert 0.0 <= metrics[f"heldout_{name}_accuracy"] <= 1.0
     assert metrics[f"heldout_{objectives[0]}_perplexity"] == pytest.approx(math.exp(metrics[f"heldout_{objectives[0]}_loss"]), rel=1e-2)
-    if "sop" in objectives:  # two classes: about ln 2 after eight steps
+    # The run's last checkpoint loads into the training model its config builds (what --resume does).
+    from ptmkit.config import read_toml
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.checkpoint import restore_state
+    from ptmkit.training.pretrain import build_pretraining_model
+
+    registry = get_registry()
+    _, model, _ = build_pretraining_model(registry, resolve_config(registry, "bert", base=read_toml(out / "config.toml")))
+    assert restore_state(model, out / "checkpoints") == 40
+    if "sop" in objectives:  # two classes: about ln 2 after forty steps
         assert 0.5 < metrics["heldout_sop_loss"] < 0.9 and 0.0 <= metrics["heldout_sop_accuracy"] <= 1.0
 
 
