@@ -460,8 +460,15 @@ class Objective:
         description: str.
         requires: frozenset of backbone capabilities it needs.
         config_class: dataclass of its hyper-parameters (section ``[objectives.NAME]``).
-        needs_segment_pairs: bool. True when instances must be segment pairs with an
-            ``is_random_next`` flag (next-sentence prediction).
+        needs_segment_pairs: bool. True when instances must be segment pairs, ``A`` then ``B``
+            (next-sentence and sentence-order prediction). The pairs' construction follows the
+            objective's config: ``random_next_rate`` (B from another line, flag
+            ``is_random_next``) and ``swap_rate`` (A and B consecutive, swapped, flag
+            ``is_swapped``); at most one such objective per run.
+        corrupts_token_ids: bool. True when :meth:`prepare` replaces the batch's ``token_ids``
+            (masked LM, span masking); at most one such objective per run. A config with
+            ``masking = "static"`` makes the sampler draw fixed windows (BERT's instances, made
+            once; :func:`ptmkit.data.pretraining.sampler_options`).
         token_level_lm: bool. True when its loss is the mean negative log-likelihood (nats) of
             the tokens it predicts (masked LM, causal LM): ``exp(loss)`` is then reported as the
             held-out perplexity.
@@ -472,7 +479,13 @@ class Objective:
     requires: ClassVar[frozenset[str]] = frozenset()
     config_class: ClassVar[type]
     needs_segment_pairs: ClassVar[bool] = False
+    corrupts_token_ids: ClassVar[bool] = False
     token_level_lm: ClassVar[bool] = False
+
+    def needs_word_starts(self, config: Any) -> bool:
+        """Whether :meth:`prepare` reads the batch's ``word_start`` with ``config`` (whole-word and
+        span masking); a tokenizer that cannot mark word starts is then refused before training."""
+        return False
 
     def prepare(
         self,
@@ -485,7 +498,9 @@ class Objective:
         """Return ``(inputs, targets, sample_weights)`` this objective adds to a packed batch.
 
         ``batch`` holds ``token_ids``, ``segment_ids``, ``padding_mask`` (``(batch, sequence)``
-        int32) and ``is_random_next`` (``(batch,)`` int32), whatever the family's inputs.
+        int32), ``is_random_next`` and ``is_swapped`` (``(batch,)`` int32), whatever the family's
+        inputs, and ``word_start`` (``(batch, sequence)`` int32, 1 where a token begins a word)
+        when :meth:`needs_word_starts`.
         Returned ``inputs`` are keyed by token field names, ``token_ids`` replacing the batch's
         ids (masked LM corrupts them; the core then derives the family's declared inputs, e.g.
         ``char_ids``, from the corrupted ids), or by extra input names (``mask_positions``);
