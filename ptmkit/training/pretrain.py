@@ -74,7 +74,7 @@ def resolve_config(
         return build_run_config(
             data,
             family_config=family.config_class,
-            objective_configs={n: registry.objective(n).config_class for n in registry.objectives_for(family)},  # only what its backbone serves
+            objective_configs={n: o.config_class for n, o in registry.objectives.items()},
             head_configs={n: h.config_class for n, h in registry.heads.items()},
             source=source,
         )
