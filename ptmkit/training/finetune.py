@@ -201,7 +201,6 @@ def finetune(
     from ptmkit.training.pretrain import resolve_config
     from ptmkit.training.setup import quiet_tensorflow
 
-    quiet_tensorflow()
     console = console or default_console()
     registry = registry or get_registry()
     parent, target = RunDir(run_dir), RunDir(out)
@@ -209,6 +208,7 @@ def finetune(
     manifest = parent.manifest()
     if manifest["stage"] not in ("pretrain", "import"):
         raise RunDirError(f"{parent.path}: is a {manifest['stage']} run; fine-tune a pre-training run")
+    quiet_tensorflow()  # after the checks above: a wrong path is refused without importing TensorFlow
     for override in overrides or []:
         section = override.partition("=")[0].strip().split(".")[0]
         if section not in ("finetune", "head"):

@@ -290,7 +290,6 @@ def pretrain(
     """
     from ptmkit.training.setup import quiet_tensorflow
 
-    quiet_tensorflow()
     console = console or default_console()
     registry = registry or get_registry()
     family = registry.family(family_name)
@@ -305,6 +304,7 @@ def pretrain(
     config = _run_config(registry, family_name, run, stored, config_path, (overrides or []) + extra)
     if not Path(corpus).exists():
         raise DataError(f"{corpus}: no such corpus file or directory")
+    quiet_tensorflow()  # after the checks above: a wrong path or key is refused without importing TensorFlow
     if trains_itself:
         return _train_family(registry, family, config, Path(corpus), run, console, resume)
     if tokenizer is not None and resume and (run / TOKENIZER).exists():
