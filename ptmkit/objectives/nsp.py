@@ -32,32 +32,45 @@ class NextSentenceConfig:
             raise ConfigError(f"config key 'objectives.nsp.random_next_rate' must be in [0, 1], got {self.random_next_rate}")
 
 
-class NextSentencePrediction(Objective):
-    """Binary classification of segment pairs: is B the continuation of A?"""
+class SegmentPairClassification(Objective):
+    """A binary label per packed segment pair, from the pooled output through one dense layer
+    (BERT's NSP head): the base of :class:`NextSentencePrediction` and ALBERT's sentence-order
+    prediction (:class:`ptmkit.objectives.sop.SentenceOrderPrediction`).
 
-    name = "nsp"
-    description = "next-sentence prediction: 50% true next segment, 50% from another document (BERT)"
+    Attributes:
+        label_field: the batch field holding the 0/1 label of each pair (the sampler fills it).
+    """
+
     requires = frozenset({POOLED_OUTPUT})
-    config_class = NextSentenceConfig
     needs_segment_pairs = True
+    label_field = ""
 
     def prepare(
         self,
         batch: Mapping[str, np.ndarray],
         rng: np.random.Generator,
-        config: NextSentenceConfig,
+        config: Any,
         specials: SpecialTokens,
         vocabulary_size: int,
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
-        labels = batch["is_random_next"].astype(np.int32)
-        return {}, {"nsp": labels}, {"nsp": np.ones(labels.shape, np.float32)}
+        labels = batch[self.label_field].astype(np.int32)
+        return {}, {self.name: labels}, {self.name: np.ones(labels.shape, np.float32)}
 
-    def build(self, backbone: Any, inputs: dict[str, Any], config: NextSentenceConfig) -> tuple[dict, dict, dict, dict]:
+    def build(self, backbone: Any, inputs: dict[str, Any], config: Any) -> tuple[dict, dict, dict, dict]:
         import keras
 
         pooled = backbone(inputs)["pooled_output"]
         logits = keras.layers.Dense(
-            2, kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02), dtype="float32", name="nsp"
+            2, kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02), dtype="float32", name=self.name
         )(pooled)
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        return {}, {"nsp": logits}, {"nsp": loss}, {"nsp": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
+        return {}, {self.name: logits}, {self.name: loss}, {self.name: [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
+
+
+class NextSentencePrediction(SegmentPairClassification):
+    """Binary classification of segment pairs: is B the continuation of A?"""
+
+    name = "nsp"
+    description = "next-sentence prediction: 50% true next segment, 50% from another document (BERT)"
+    config_class = NextSentenceConfig
+    label_field = "is_random_next"

@@ -12,13 +12,9 @@ improves downstream results where NSP does not (its table 5).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
-import numpy as np
-
-from ptmkit.contract import POOLED_OUTPUT, Objective, SpecialTokens
 from ptmkit.errors import ConfigError
+from ptmkit.objectives.nsp import SegmentPairClassification
 
 
 @dataclasses.dataclass
@@ -36,32 +32,10 @@ class SentenceOrderConfig:
             raise ConfigError(f"config key 'objectives.sop.swap_rate' must be in (0, 1), got {self.swap_rate}")
 
 
-class SentenceOrderPrediction(Objective):
+class SentenceOrderPrediction(SegmentPairClassification):
     """Binary classification of consecutive segment pairs: are A and B swapped?"""
 
     name = "sop"
     description = "sentence-order prediction: consecutive segments, 50% swapped (ALBERT)"
-    requires = frozenset({POOLED_OUTPUT})
     config_class = SentenceOrderConfig
-    needs_segment_pairs = True
-
-    def prepare(
-        self,
-        batch: Mapping[str, np.ndarray],
-        rng: np.random.Generator,
-        config: SentenceOrderConfig,
-        specials: SpecialTokens,
-        vocabulary_size: int,
-    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
-        labels = batch["is_swapped"].astype(np.int32)
-        return {}, {"sop": labels}, {"sop": np.ones(labels.shape, np.float32)}
-
-    def build(self, backbone: Any, inputs: dict[str, Any], config: SentenceOrderConfig) -> tuple[dict, dict, dict, dict]:
-        import keras
-
-        pooled = backbone(inputs)["pooled_output"]
-        logits = keras.layers.Dense(
-            2, kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02), dtype="float32", name="sop"
-        )(pooled)
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        return {}, {"sop": logits}, {"sop": loss}, {"sop": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
+    label_field = "is_swapped"
