@@ -30,7 +30,7 @@ from typing import Any
 from rich.console import Console
 
 from ptmkit.console import default_console
-from ptmkit.contract import ClassifiesRows
+from ptmkit.contract import ClassifiesRows, WritesOwnExport
 from ptmkit.errors import ExportError
 from ptmkit.exporting.convert import convert_to_onnx, release_memory
 from ptmkit.exporting.gate import LATENCY_REPEATS, LATENCY_THREADS, Gate, open_session, print_gate_table
@@ -108,7 +108,9 @@ def export_run(
     with ``ptmkit import-hf``) exports sentence ``embeddings`` with the run's pooling
     (:mod:`ptmkit.embedding`). A run of a family providing
     :class:`~ptmkit.contract.ClassifiesRows` (a bag-of-rows classifier) goes to
-    :func:`ptmkit.exporting.rows.export_row_classifier` (fp32 only).
+    :func:`ptmkit.exporting.rows.export_row_classifier` (fp32 only). A family providing
+    :class:`~ptmkit.contract.WritesOwnExport` is asked first and writes the export itself unless
+    it declines that run.
 
     Args:
         run_dir: a run directory.
@@ -150,6 +152,13 @@ def export_run(
     if isinstance(family, ClassifiesRows):
         check_row_options(run.path, family.name, int8=int8, optimize=optimize, fp16=fp16, with_tokenizer=with_tokenizer)
         return export_row_classifier(family.load_row_classifier(run.path), run.path, family.name, out, dev, console)
+    if isinstance(family, WritesOwnExport):
+        options = {"int8": int8, "dev": dev, "optimize": optimize, "per_channel": per_channel, "reduce_range": reduce_range,
+                   "exclude_nodes": tuple(exclude_nodes), "static": static, "calibration": calibration, "method": method, "fp16": fp16,
+                   "with_tokenizer": with_tokenizer}
+        own = family.export_own(run.path, Path(out) if out is not None else run.path / "export", options, console)
+        if own is not None:
+            return own
     wanted = [name for name, on in (("optimized", optimize > 0), ("int8", int8), ("fp16", fp16)) if on]
     source = read_run(run_dir, registry, dev, optimize, wanted)  # 0. read the run (no TensorFlow)
     target = Path(out) if out is not None else run.path / "export"
