@@ -3,7 +3,9 @@
 ``Predictor.generate`` and ``ptmkit generate EXPORT_DIR``.
 
 The export directory holds ``model.onnx``, ``tokenizer.json`` and ``manifest.json`` (``task``
-``generation``, a ``decoder`` object describing the cache; :mod:`ptmkit_export.decoding`). It is
+``generation``, a ``decoder`` object describing the cache; :mod:`ptmkit_export.decoding`), and with
+``--int8 --dev PROMPTS`` ``model.int8.onnx`` gated on greedy-token agreement
+(:mod:`ptmkit_gpt.onnx_int8`). It is
 built in a staging directory beside the target and moved in only when the parity check passed.
 
 Parity: on left-padded random batches, the logits of every real position with an empty cache,
@@ -23,9 +25,11 @@ import numpy as np
 from ptmkit.api import ExportError, atomic_write_json, staging_directory
 
 PARITY_TOLERANCE = 1e-4
+#: The int8 gate's figures copied into the manifest's ``gate`` (and ``ptmkit export``'s summary).
+GATE_KEYS = ("ok", "greedy_token_agreement_with_fp32", "identical_continuations", "latency_ms_per_token_b1", "fp32_paired_latency_ms_per_token_b1")
 FORMAT = "ptmkit-export/1"
 #: ``ptmkit export`` options this export does not honour yet, with the value meaning "not given".
-UNSUPPORTED = {"int8": False, "optimize": 0, "fp16": False, "static": False, "with_tokenizer": False, "dev": None, "calibration": None}
+UNSUPPORTED = {"optimize": 0, "fp16": False, "static": False, "with_tokenizer": False, "calibration": None, "exclude_nodes": ()}
 
 
 def keras_logits(generator: Any, token_ids: np.ndarray, padding_mask: np.ndarray) -> np.ndarray:
@@ -99,19 +103,26 @@ def export_decoder(run_dir: Path, out: Path, options: dict[str, Any], console: A
         the manifest, with ``directory`` and ``summary``.
 
     Raises:
-        ExportError: an option not supported yet (``--int8``, ``--optimize``, ``--fp16``,
-            ``--with-tokenizer``, ``--dev``); the parity check failed (nothing written).
+        ExportError: an option not supported yet (``--optimize``, ``--fp16``, ``--static``,
+            ``--with-tokenizer``, ``--exclude-nodes``); ``--int8`` without ``--dev`` (or the
+            reverse); the parity check failed (nothing written).
+        DataError: a ``--dev`` file that is missing, not UTF-8 or empty.
         RunDirError: not a finished pre-training run.
     """
     import onnxruntime as ort
 
     from ptmkit_gpt.generate import TextGenerator
     from ptmkit_gpt.onnx_graph import build_decoder_graph
+    from ptmkit_gpt.onnx_int8 import gate_prompts, int8_variant
 
-    given = [f"--{name.replace('_', '-')}" for name, default in UNSUPPORTED.items() if options.get(name, default) not in (default, ())]
+    given = [f"--{name.replace('_', '-')}" for name, default in UNSUPPORTED.items() if options.get(name, default) not in (default, None)]
     if given:
-        raise ExportError(f"{', '.join(given)}: not supported yet for a decoder export (key/value cache, fp32 only)")
+        raise ExportError(f"{', '.join(given)}: not supported yet for a decoder export (key/value cache: fp32, and --int8 dynamic)")
+    int8, dev = bool(options.get("int8")), options.get("dev")
+    if int8 != (dev is not None):
+        raise ExportError("--int8 on a decoder export needs --dev FILE (prompts, one a line, for its greedy-token gate), and --dev needs --int8")
     generator = TextGenerator(run_dir)
+    prompts = gate_prompts(generator, Path(dev)) if dev is not None else []
     model = build_decoder_graph(generator.backbone)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     parity = check_parity(generator, session)
@@ -120,10 +131,19 @@ def export_decoder(run_dir: Path, out: Path, options: dict[str, Any], console: A
     with staging_directory(out, ".export-") as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "model.onnx").write_bytes(model.SerializeToString())
+        if int8:
+            entry = int8_variant(tmp / "model.onnx", tmp / "model.int8.onnx", manifest["decoder"], prompts, manifest["pad_token_id"], options)
+            manifest["variants"]["int8"] = entry
+            manifest["gate"] = {"int8": {key: entry[key] for key in GATE_KEYS}}
+            console.print(f"int8: greedy-token agreement with fp32 {entry['greedy_token_agreement_with_fp32']:.4f}, "
+                          f"{entry['latency_ms_per_token_b1']:.3f} vs {entry['fp32_paired_latency_ms_per_token_b1']:.3f} ms/token: "
+                          f"{'ok' if entry['ok'] else 'not ok (' + '; '.join(entry['problems']) + ')'}")
         (tmp / "tokenizer.json").write_bytes((Path(run_dir) / "tokenizer.json").read_bytes())
         atomic_write_json(tmp / "manifest.json", manifest)
         out.mkdir(parents=True, exist_ok=True)
         (out / "manifest.json").unlink(missing_ok=True)  # not a valid export while files are swapped
-        for name in ("model.onnx", "tokenizer.json", "manifest.json"):
+        (out / "model.int8.onnx").unlink(missing_ok=True)  # an earlier export's variant
+        for name in [entry["file"] for entry in manifest["variants"].values()] + ["tokenizer.json", "manifest.json"]:
             os.replace(tmp / name, out / name)
-    return {**manifest, "directory": str(out), "summary": {"parity_max_abs_diff": parity, "variants": ["fp32"]}}
+    summary = {"parity_max_abs_diff": parity} | {f"int8_{key}": value for key, value in manifest["gate"].get("int8", {}).items()}
+    return {**manifest, "directory": str(out), "summary": summary}

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -128,3 +129,36 @@ def test_runtime_generation_never_imports_tensorflow(gpt_run, gpt_export) -> Non
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["heavy"] == []
     assert result["texts"] == predictor.generate(prompts, max_new_tokens=6)
+
+
+def test_int8_variant_is_gated_on_greedy_token_agreement(gpt_run, gpt_export, tmp_path, capsys) -> None:
+    """The manifest's agreement is what the two variants' greedy tokens give, recomputed here."""
+    from ptmkit.testing import main
+    from ptmkit_export import Predictor
+    from ptmkit_gpt.onnx_int8 import AGREEMENT_THRESHOLD, gate_prompts
+
+    run, corpus, _ = gpt_run
+    _, _, _, generator = gpt_export
+    out = tmp_path / "int8"
+    assert main(["export", str(run), "--out", str(out), "--int8"]) == 2
+    assert "--int8 on a decoder export needs --dev FILE" in capsys.readouterr().err and not out.exists()
+    assert main(["export", str(run), "--out", str(out), "--int8", "--dev", str(corpus)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    entry = manifest["variants"]["int8"]
+    assert (out / "model.int8.onnx").stat().st_size < (out / "model.onnx").stat().st_size
+    assert entry["quantization"]["mode"] == "dynamic" and entry["gate_prompts"] == 64
+    assert entry["ok"] == (not entry["problems"]) and manifest["gate"]["int8"]["ok"] == entry["ok"]
+    assert (entry["greedy_token_agreement_with_fp32"] >= AGREEMENT_THRESHOLD) == ("agreement" not in " ".join(entry["problems"]))
+    prompts = gate_prompts(generator, corpus)
+    with pytest.warns() if not entry["ok"] else nullcontext():
+        int8 = Predictor(out, variant="int8", threads=1)
+    fp32 = Predictor(out, variant="fp32", threads=1)
+    settings = GenerationSettings(max_new_tokens=entry["gate_new_tokens"])
+    rows = [
+        [generate_ids(p.decoder.next_logits, prompts[s : s + 16], settings, generator.specials.padding_id, None) for s in range(0, 64, 16)]
+        for p in (fp32, int8)
+    ]
+    reference, quantized = (sum(batches, []) for batches in rows)
+    matched = sum(a == b for ref, got in zip(reference, quantized, strict=True) for a, b in zip(ref, got, strict=False))
+    assert entry["greedy_token_agreement_with_fp32"] == pytest.approx(matched / sum(map(len, reference)))
+    assert entry["identical_continuations"] == pytest.approx(np.mean([a == b for a, b in zip(reference, quantized, strict=True)]))
