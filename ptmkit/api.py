@@ -18,7 +18,7 @@ Contract types (:mod:`ptmkit.contract`)
     tokens (:class:`SpecialTokens`, roles of :data:`SPECIAL_TOKEN_ROLES`), its :class:`Limits`
     and its ONNX Runtime :class:`GraphOptimizer`. What it can do, as ``typing.Protocol``\ s
     checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
-    :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`ImportsCheckpoints` (families), :class:`TrainsOnWordVectors`
+    :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`ImportsCheckpoints`, :class:`WritesOwnExport` (families), :class:`TrainsOnWordVectors`
     (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`); :func:`capabilities` lists what a family offers objectives and heads
     (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`).
 
@@ -111,6 +111,7 @@ from ptmkit.contract import (
     TrainedHead,
     TrainsItself,
     TrainsOnWordVectors,
+    WritesOwnExport,
     capabilities,
 )
 from ptmkit.data.readers import is_labelled, read_corpus, read_labelled, read_multilabelled
@@ -172,6 +173,7 @@ __all__ = [
     "WORD_VECTORS",
     "ClassifiesRows",
     "ImportsCheckpoints",
+    "WritesOwnExport",
     "CorpusReader",
     "GraphOptimizer",
     "Head",

@@ -37,7 +37,7 @@ UTF-8 bytes, see :mod:`ptmkit_export.fields`), or a family's own featurizer (``r
 
 **Capabilities.** What a family or head can do beyond building a backbone is a small
 :class:`typing.Protocol`, checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
-:class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`TrainsOnWordVectors`,
+:class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`WritesOwnExport`, :class:`TrainsOnWordVectors`,
 :class:`ScoresHeldoutLines` (objectives). A family has the capability by defining the protocol's methods; there is no flag to keep in step.
 
 **Matching.** Objectives and heads list the backbone capabilities they ``require`` (e.g.
@@ -416,6 +416,33 @@ class ClassifiesRows(Protocol):
 
         Raises:
             RunDirError: missing or corrupted files.
+        """
+        ...
+
+
+@runtime_checkable
+class WritesOwnExport(Protocol):
+    """A family that writes the ONNX export of some of its runs itself (e.g. a graph with inputs
+    and outputs the standard Keras -> tf2onnx path does not give, such as a decoder's key/value
+    cache). ``ptmkit export`` asks it first; a family that declines (returns None) gets the
+    standard export."""
+
+    def export_own(self, run_dir: Path, out: Path, options: dict[str, Any], console: Console) -> dict[str, Any] | None:
+        """Write the export of the run in ``run_dir`` into ``out``, or decline.
+
+        Args:
+            run_dir: a finished run of this family.
+            out: the export directory to write (atomically: nothing there on failure).
+            options: ``ptmkit export``'s options by keyword (``int8``, ``optimize``, ``fp16``,
+                ``dev``, ...); refuse those it cannot honour with an ``ExportError``.
+            console: where to report progress.
+
+        Returns:
+            the export's manifest with ``directory`` and ``summary`` added, or None when this
+            run takes the standard export.
+
+        Raises:
+            ExportError: an option it cannot honour; the graph failed a check.
         """
         ...
 

@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 
 from ptmkit_export.bag_of_rows import BagOfRows
 from ptmkit_export.clip import clip_text, plain_copy
+from ptmkit_export.decoding import GENERATION_TASK, CachedDecoder, cache_names, cut_at_stops, encode_prompts
 from ptmkit_export.errors import ExportDirError
 from ptmkit_export.manifest import EMBEDDER_OUTPUTS, read_manifest, variant_path
 
@@ -282,6 +283,10 @@ class Predictor:
                 RuntimeWarning,
                 stacklevel=2,
             )
+        self.decoder: CachedDecoder | None = None
+        if self.is_generator:
+            spec = self.manifest["decoder"]
+            self.decoder = CachedDecoder(self.session, spec["layers"], spec["heads"], spec["head_dim"])
         self._check_session(model_path)
         if self.text_input is not None:
             from ptmkit_export.tokenizer_graph import check_probe
@@ -304,6 +309,8 @@ class Predictor:
     def _check_session(self, model_path: Path) -> None:
         model_inputs = {value.name for value in self.session.get_inputs()}
         wanted = {self.text_input} if self.text_input is not None else {name for name, _, _ in self._inputs}
+        if self.is_generator:
+            wanted |= set(cache_names(self.manifest["decoder"]["layers"], "past"))
         if model_inputs != wanted:
             raise ExportDirError(
                 f"{model_path}: model inputs {sorted(model_inputs)} do not match the manifest's {sorted(wanted)}"
@@ -314,7 +321,7 @@ class Predictor:
                 f"{model_path}: model has no output {self._output!r} (has {', '.join(sorted(outputs))})"
             )
         width = outputs[self._output].shape[-1] if outputs[self._output].shape else None
-        if isinstance(width, int) and width != len(self.labels) and not self.is_embedder:
+        if isinstance(width, int) and width != len(self.labels) and not self.is_embedder and not self.is_generator:
             raise ExportDirError(
                 f"{model_path}: output {self._output!r} has {width} columns but the manifest lists {len(self.labels)} labels"
             )
@@ -380,6 +387,62 @@ class Predictor:
         """True for an export of sentence embeddings (``task == "embedding"``) or of word vectors
         (``task == "word-vectors"``), False for a classifier."""
         return self.manifest.get("task") in EMBEDDER_OUTPUTS
+
+    @property
+    def is_generator(self) -> bool:
+        """True for a decoder export with a key/value cache (``task == "generation"``)."""
+        return self.manifest.get("task") == GENERATION_TASK
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        max_new_tokens: int = 32,
+        strategy: str = "greedy",
+        *,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        num_beams: int = 4,
+        length_penalty: float = 1.0,
+        seed: int = 0,
+        stop: Sequence[str] = (),
+        truncate: str = "error",
+    ) -> list[str]:
+        """The continuation of each prompt (the prompt not repeated), decoded with the export's
+        key/value cache by :func:`ptmkit_export.generation.generate_ids` (greedy, sampling with
+        temperature/top-k/top-p, or beam search with length normalisation; see
+        :class:`~ptmkit_export.generation.GenerationSettings`). Prompts run as one left-padded
+        batch; a row ends at the end-of-text token, at a ``stop`` string (cut before it) or after
+        ``max_new_tokens``. An empty prompt starts from the beginning-of-text token.
+
+        Raises:
+            TypeError: ``prompts`` is a single str.
+            ValueError: not a generation export; no prompt; unusable settings; a prompt longer
+                than the model's positions with ``truncate="error"`` (``"left"`` cuts it).
+        """
+        from ptmkit_export.generation import GenerationSettings, generate_ids
+
+        if self.decoder is None or self.tokenizer is None:
+            raise ValueError(f"{self.export_dir}: a {self.manifest.get('task')!r} export does not generate text; export a decoder run (e.g. gpt)")
+        if isinstance(prompts, str):
+            raise TypeError("prompts must be a list of strings, not a single str; wrap it: [prompt]")
+        settings = GenerationSettings(max_new_tokens, strategy, temperature, top_k, top_p, num_beams, length_penalty, seed)
+        problems = settings.problems()
+        if problems:
+            raise ValueError(problems[0])
+        if not prompts:
+            raise ValueError("nothing to generate from: give at least one prompt")
+        spec, plain = self.manifest["decoder"], self._plain_tokenizer
+        max_length = int(self.manifest["max_sequence_length"])
+        ids = encode_prompts(plain, list(prompts), spec["bos_token_id"], spec["prepend_bos"], max_length, truncate)
+        stops = [s for s in stop if s]
+
+        def stopped(row: int, new: list[int]) -> bool:
+            return any(s in plain.decode(new) for s in stops)
+
+        self.decoder.reset()
+        new = generate_ids(self.decoder.next_logits, ids, settings, int(self.manifest["pad_token_id"]), spec["eos_token_id"], max_length, stopped if stops else None)
+        return [cut_at_stops(plain.decode(row), stops) for row in new]
 
     def _outputs(self, texts: list[str]) -> np.ndarray:
         chunks = []

@@ -73,6 +73,18 @@ class GPTFamily(ModelFamily):
 
         return import_hf(directory, out, console=console)
 
+    def export_own(self, run_dir: Path, out: Path, options: dict[str, Any], console: Any) -> dict[str, Any] | None:
+        """A pre-trained run exports as a decoder with a key/value cache
+        (:func:`ptmkit_gpt.onnx_export.export_decoder`); a fine-tuned one (a classifier) takes the
+        standard export."""
+        from ptmkit.api import RunDir
+
+        if RunDir(run_dir).manifest().get("stage") != "pretrain":
+            return None
+        from ptmkit_gpt.onnx_export import export_decoder
+
+        return export_decoder(Path(run_dir), Path(out), options, console)
+
     def num_special_tokens(self, pair: bool) -> int:
         return 1
 

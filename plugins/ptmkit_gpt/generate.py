@@ -1,8 +1,9 @@
 """``ptmkit generate``: text from a pre-trained run of a family with a causal sequence output,
 decoded by the runtime's search loop (:mod:`ptmkit_export.generation`) on the Keras backbone.
 
-The backbone recomputes the whole prefix at each step (no key/value cache yet): right for the
-small models ptmkit trains, slow for long outputs of large ones.
+On a run, the Keras backbone recomputes the whole prefix at each step: right for the small models
+ptmkit trains, slow for long outputs of large ones. On an ONNX export (``ptmkit export RUN``) the
+lean runtime decodes with a key/value cache (:mod:`ptmkit_export.decoding`), without TensorFlow.
 """
 
 from __future__ import annotations
@@ -42,14 +43,14 @@ class TextGenerator:
         run_dir: the run directory (``ptmkit train`` or ``ptmkit import-hf``).
 
     Raises:
-        RunDirError: not a finished run, an ONNX export (not yet), or a run whose family cannot
+        RunDirError: not a finished run, an ONNX export (:func:`generate_from_export`), or a run whose family cannot
             generate (an encoder, a word-vector model) or that was fine-tuned into a classifier.
     """
 
     def __init__(self, run_dir: str | Path) -> None:
         run = RunDir(run_dir)
         if str(run.read_json("manifest.json").get("format", "")).startswith("ptmkit-export/"):
-            raise RunDirError(f"{run.path}: an ONNX export; generation from exports (with a key/value cache) is not there yet: give the run directory it came from")
+            raise RunDirError(f"{run.path}: an ONNX export; ptmkit generate runs it, or Predictor(EXPORT_DIR).generate")
         manifest = run.manifest()
         registry = get_registry()
         family = registry.family(manifest["family"])
@@ -132,6 +133,41 @@ class TextGenerator:
         return texts
 
 
+def is_export(directory: Path) -> bool:
+    """True when ``directory`` holds an ONNX export's manifest (``format`` ``ptmkit-export/...``)."""
+    import json
+
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(manifest, dict) and str(manifest.get("format", "")).startswith("ptmkit-export/")
+
+
+def generate_from_export(export_dir: Path, prompts: list[str], settings: GenerationSettings, stop: Sequence[str], truncate: str) -> list[str]:
+    """:meth:`ptmkit_export.Predictor.generate` on a decoder export (key/value cache, no TensorFlow).
+
+    Raises:
+        RunDirError: a broken export, or one that does not generate (a classifier, embeddings).
+        ConfigError: unusable settings, a prompt too long with ``truncate="error"``.
+    """
+    import dataclasses
+
+    from ptmkit_export import Predictor
+    from ptmkit_export.errors import ExportDirError
+
+    try:
+        predictor = Predictor(export_dir)
+    except ExportDirError as exc:
+        raise RunDirError(str(exc)) from None
+    if not predictor.is_generator:
+        raise RunDirError(f"{export_dir}: a {predictor.manifest.get('task')!r} export does not generate text; export a pre-trained decoder run (ptmkit export RUN)")
+    try:
+        return predictor.generate(prompts, **dataclasses.asdict(settings), stop=stop, truncate=truncate)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def read_prompt_file(file: Path) -> list[str]:
     """The non-blank lines of ``file``, strictly UTF-8.
 
@@ -156,7 +192,7 @@ def register(cli: Any) -> None:
 
     @cli.command("generate")
     def generate_command(
-        run_dir: Annotated[Path, typer.Argument(help="A pre-trained decoder run (ptmkit train gpt, or import-hf of a GPT-2).", show_default=False)],
+        run_dir: Annotated[Path, typer.Argument(help="A pre-trained decoder run (ptmkit train gpt, or import-hf of a GPT-2), or its ONNX export (ptmkit export RUN: key/value cache, no TensorFlow).", show_default=False)],
         prompt: Annotated[list[str] | None, typer.Option("--prompt", help="A prompt; repeat for several (one batch, left-padded). An empty prompt starts from <|endoftext|>.", show_default=False)] = None,
         file: Annotated[Path | None, typer.Option("--file", help="UTF-8 file of prompts, one a line.", show_default=False)] = None,
         max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="The most tokens to add to each prompt.")] = 32,
@@ -180,7 +216,9 @@ def register(cli: Any) -> None:
         prompts = list(prompt or []) + (read_prompt_file(file) if file is not None else [])
         if not prompts:
             raise DataError("nothing to generate from: give --prompt TEXT or --file FILE")
-        generator = TextGenerator(run_dir)
-        texts = generator.generate(prompts, settings, stop or [], truncate)
+        if is_export(run_dir):
+            texts = generate_from_export(run_dir, prompts, settings, stop or [], truncate)
+        else:
+            texts = TextGenerator(run_dir).generate(prompts, settings, stop or [], truncate)
         for source, text in zip(prompts, texts, strict=True):  # results on stdout, one line (JSON) or block a prompt
             print(json.dumps({"prompt": source, "text": text}, ensure_ascii=False) if as_json else source + text)

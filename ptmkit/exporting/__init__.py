@@ -30,7 +30,7 @@ from typing import Any
 from rich.console import Console
 
 from ptmkit.console import default_console
-from ptmkit.contract import ClassifiesRows
+from ptmkit.contract import ClassifiesRows, ModelFamily, WritesOwnExport
 from ptmkit.errors import ExportError
 from ptmkit.exporting.convert import convert_to_onnx, release_memory
 from ptmkit.exporting.gate import LATENCY_REPEATS, LATENCY_THREADS, Gate, open_session, print_gate_table
@@ -108,7 +108,8 @@ def export_run(
     with ``ptmkit import-hf``) exports sentence ``embeddings`` with the run's pooling
     (:mod:`ptmkit.embedding`). A run of a family providing
     :class:`~ptmkit.contract.ClassifiesRows` (a bag-of-rows classifier) goes to
-    :func:`ptmkit.exporting.rows.export_row_classifier` (fp32 only).
+    :func:`ptmkit.exporting.rows.export_row_classifier` (fp32 only); one providing
+    :class:`~ptmkit.contract.WritesOwnExport` writes it itself unless it declines the run.
 
     Args:
         run_dir: a run directory.
@@ -147,9 +148,10 @@ def export_run(
     registry = get_registry()
     run = RunDir(run_dir)
     family = registry.family(run.manifest()["family"])
-    if isinstance(family, ClassifiesRows):
-        check_row_options(run.path, family.name, int8=int8, optimize=optimize, fp16=fp16, with_tokenizer=with_tokenizer)
-        return export_row_classifier(family.load_row_classifier(run.path), run.path, family.name, out, dev, console)
+    options = {"int8": int8, "dev": dev, "optimize": optimize, "per_channel": per_channel, "reduce_range": reduce_range, "static": static,
+               "exclude_nodes": tuple(exclude_nodes), "calibration": calibration, "method": method, "fp16": fp16, "with_tokenizer": with_tokenizer}
+    if (special := _family_export(family, run.path, out, options, console)) is not None:
+        return special
     wanted = [name for name, on in (("optimized", optimize > 0), ("int8", int8), ("fp16", fp16)) if on]
     source = read_run(run_dir, registry, dev, optimize, wanted)  # 0. read the run (no TensorFlow)
     target = Path(out) if out is not None else run.path / "export"
@@ -174,6 +176,19 @@ def export_run(
         manifest = export_manifest(source, variants, gate_table)  # 5. write
         write_export(tmp, target, manifest)
     return {**manifest, "directory": str(target), "summary": summarize(worst, variants)}
+
+
+def _family_export(family: ModelFamily, run_dir: Path, out: str | Path | None, options: dict[str, Any], console: Console) -> dict[str, Any] | None:
+    """The export of a family that makes its own: a bag-of-rows classifier
+    (:func:`~ptmkit.exporting.rows.export_row_classifier`), or one that
+    :class:`~ptmkit.contract.WritesOwnExport` and accepts this run; None for the standard export."""
+    if isinstance(family, ClassifiesRows):
+        check_row_options(run_dir, family.name, int8=options["int8"], optimize=options["optimize"], fp16=options["fp16"],
+                          with_tokenizer=options["with_tokenizer"])
+        return export_row_classifier(family.load_row_classifier(run_dir), run_dir, family.name, out, options["dev"], console)
+    if isinstance(family, WritesOwnExport):
+        return family.export_own(run_dir, Path(out) if out is not None else run_dir / "export", options, console)
+    return None
 
 
 def _built_and_gated(

@@ -1,0 +1,189 @@
+"""The GPT decoder as an ONNX graph with a key/value cache, written with ``onnx.helper`` from the
+backbone's weights (as :mod:`ptmkit.exporting.rows` writes its graphs), no TensorFlow in the graph.
+
+Inputs (named axes ``batch``, ``past_sequence``, ``sequence``; ``total = past_sequence + sequence``):
+
+- ``token_ids`` ``(batch, sequence)`` int32: the new tokens;
+- ``padding_mask`` ``(batch, total)`` int32: 1 on real tokens, past ones included (left padding 0);
+- ``past_key_{i}``, ``past_value_{i}`` ``(batch, num_heads, past_sequence, head_dim)`` float32
+  for each layer ``i``: the keys and values of the earlier positions (``past_sequence`` 0 at
+  the first step).
+
+Outputs: ``logits`` ``(batch, sequence, vocabulary)`` float32 (through the tied token embedding)
+and ``present_key_{i}``, ``present_value_{i}`` ``(batch, num_heads, total, head_dim)``: the
+cache to feed back. This is the layout of Hugging Face optimum's decoder exports
+(``past_key_values.{i}.key``/``present.{i}.key``), with the full padding mask.
+
+The computation is :class:`~ptmkit_gpt.backbone.GPTBackbone`'s: positions are
+``max(cumsum(padding_mask) - 1, 0)`` over the whole mask (the new tokens take the last
+``sequence`` of them); each block is keras-hub's ``TransformerDecoder`` (pre-LN for GPT-2, post-LN
+for GPT-1), attention ``softmax(q k^T / sqrt(head_dim) + bias) v`` with ``bias`` -1e9 on future and
+padded keys (Keras' masked softmax), GELU in its tanh form (keras-hub's ``gelu_approximate``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+OPSET = 17
+MASKED = -1e9
+
+
+class _Graph:
+    """Nodes and initializers being collected."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Any] = []
+        self.initializers: list[Any] = []
+        self._count = 0
+        self._names: set[str] = set()
+
+    def const(self, name: str, value: Any, dtype: Any = np.float32) -> str:
+        from onnx import numpy_helper
+
+        if name in self._names:
+            return name
+        self._names.add(name)
+        self.initializers.append(numpy_helper.from_array(np.asarray(value, dtype), name))
+        return name
+
+    def op(self, kind: str, inputs: list[str], output: str | None = None, **attributes: Any) -> str:
+        from onnx import helper
+
+        self._count += 1
+        output = output or f"{kind.lower()}_{self._count}"
+        self.nodes.append(helper.make_node(kind, inputs, [output], name=f"{kind}_{self._count}", **attributes))
+        return output
+
+
+def _weights(layer: Any) -> dict[str, np.ndarray]:
+    """A keras-hub ``TransformerDecoder``'s weights as 2-D matrices and 1-D vectors."""
+    attention = layer._self_attention_layer
+    hidden = int(attention._query_dense.kernel.shape[0])
+    out: dict[str, np.ndarray] = {}
+    for name in ("query", "key", "value"):
+        dense = getattr(attention, f"_{name}_dense")
+        out[f"{name}_kernel"] = np.asarray(dense.kernel).reshape(hidden, -1)
+        out[f"{name}_bias"] = np.asarray(dense.bias).reshape(-1)
+    out["output_kernel"] = np.asarray(attention._output_dense.kernel).reshape(-1, hidden)
+    out["output_bias"] = np.asarray(attention._output_dense.bias)
+    for name, dense in (("intermediate", layer._feedforward_intermediate_dense), ("ffn_output", layer._feedforward_output_dense)):
+        out[f"{name}_kernel"], out[f"{name}_bias"] = np.asarray(dense.kernel), np.asarray(dense.bias)
+    for name, norm in (("attention_norm", layer._self_attention_layer_norm), ("ffn_norm", layer._feedforward_layer_norm)):
+        out[f"{name}_gamma"], out[f"{name}_beta"] = np.asarray(norm.gamma), np.asarray(norm.beta)
+    return out
+
+
+def _layer_norm(g: _Graph, x: str, prefix: str, gamma: np.ndarray, beta: np.ndarray, epsilon: float) -> str:
+    return g.op("LayerNormalization", [x, g.const(f"{prefix}.gamma", gamma), g.const(f"{prefix}.beta", beta)], axis=-1, epsilon=epsilon)
+
+
+def _dense(g: _Graph, x: str, prefix: str, kernel: np.ndarray, bias: np.ndarray) -> str:
+    return g.op("Add", [g.op("MatMul", [x, g.const(f"{prefix}.kernel", kernel)]), g.const(f"{prefix}.bias", bias)])
+
+
+def _gelu_tanh(g: _Graph, x: str) -> str:
+    """``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
+    cube = g.op("Mul", [g.op("Mul", [x, x]), x])
+    inner = g.op("Mul", [g.op("Add", [x, g.op("Mul", [cube, "c_0.044715"])]), "c_sqrt_2_over_pi"])
+    return g.op("Mul", [g.op("Mul", [x, "c_0.5"]), g.op("Add", [g.op("Tanh", [inner]), "c_1"])])
+
+
+def _split_heads(g: _Graph, x: str, heads: int, head_dim: int) -> str:
+    """``(batch, sequence, hidden)`` -> ``(batch, heads, sequence, head_dim)``."""
+    shaped = g.op("Reshape", [x, g.const(f"shape_heads_{heads}_{head_dim}", [0, 0, heads, head_dim], np.int64)])
+    return g.op("Transpose", [shaped], perm=[0, 2, 1, 3])
+
+
+def _attention(g: _Graph, x: str, i: int, w: dict[str, np.ndarray], heads: int, bias: str) -> str:
+    """Self-attention of block ``i`` with its cache: present = concat(past, new) on the sequence axis."""
+    head_dim = w["query_kernel"].shape[1] // heads
+    q, k, v = (_split_heads(g, _dense(g, x, f"layer{i}.{n}", w[f"{n}_kernel"], w[f"{n}_bias"]), heads, head_dim) for n in ("query", "key", "value"))
+    keys = g.op("Concat", [f"past_key_{i}", k], f"present_key_{i}", axis=2)
+    values = g.op("Concat", [f"past_value_{i}", v], f"present_value_{i}", axis=2)
+    scaled = g.op("Mul", [q, g.const(f"scale_{head_dim}", 1.0 / np.sqrt(head_dim))])
+    scores = g.op("Add", [g.op("MatMul", [scaled, g.op("Transpose", [keys], perm=[0, 1, 3, 2])]), bias])
+    context = g.op("MatMul", [g.op("Softmax", [scores], axis=-1), values])
+    merged = g.op("Reshape", [g.op("Transpose", [context], perm=[0, 2, 1, 3]), g.const("shape_merge", [0, 0, -1], np.int64)])
+    return _dense(g, merged, f"layer{i}.output", w["output_kernel"], w["output_bias"])
+
+
+def _block(g: _Graph, x: str, i: int, layer: Any, heads: int, bias: str, pre_norm: bool, epsilon: float) -> str:
+    """keras-hub's ``TransformerDecoder.call`` without dropout or cross-attention."""
+    w = _weights(layer)
+    h = _layer_norm(g, x, f"layer{i}.attention_norm", w["attention_norm_gamma"], w["attention_norm_beta"], epsilon) if pre_norm else x
+    x = g.op("Add", [_attention(g, h, i, w, heads, bias), x])
+    if not pre_norm:
+        x = _layer_norm(g, x, f"layer{i}.attention_norm", w["attention_norm_gamma"], w["attention_norm_beta"], epsilon)
+    h = _layer_norm(g, x, f"layer{i}.ffn_norm", w["ffn_norm_gamma"], w["ffn_norm_beta"], epsilon) if pre_norm else x
+    h = _dense(g, _gelu_tanh(g, _dense(g, h, f"layer{i}.intermediate", w["intermediate_kernel"], w["intermediate_bias"])),
+               f"layer{i}.ffn_output", w["ffn_output_kernel"], w["ffn_output_bias"])
+    x = g.op("Add", [h, x])
+    if not pre_norm:
+        x = _layer_norm(g, x, f"layer{i}.ffn_norm", w["ffn_norm_gamma"], w["ffn_norm_beta"], epsilon)
+    return x
+
+
+def _embeddings_and_bias(g: _Graph, backbone: Any) -> tuple[str, str]:
+    """The summed token and position embeddings of the new tokens, and the attention bias
+    ``(batch, 1, sequence, total)``: 0 where query ``s`` (absolute position ``total - sequence +
+    s``) may see key ``t`` (``t`` not after it and not padding), -1e9 elsewhere."""
+    for name, value in (("c_0.044715", 0.044715), ("c_sqrt_2_over_pi", np.sqrt(2 / np.pi)), ("c_0.5", 0.5), ("c_1", 1.0), ("c_masked", MASKED), ("c_0", 0.0)):
+        g.const(name, value)
+    g.const("i_0", [0], np.int64)
+    g.const("i_1", [1], np.int64)
+    g.const("axes_1", [1], np.int64)
+    mask = g.op("Cast", ["padding_mask"], to=7)  # int64
+    positions = g.op("Max", [g.op("Sub", [g.op("CumSum", [mask, g.const("axis_1", 1, np.int64)]), "i_1"]), "i_0"])
+    total = g.op("Gather", [g.op("Shape", ["padding_mask"]), "i_1"])  # [total]
+    sequence = g.op("Gather", [g.op("Shape", ["token_ids"]), "i_1"])  # [sequence]
+    past = g.op("Sub", [total, sequence])
+    new_positions = g.op("Slice", [positions, past, total, "axes_1"])
+    tokens = g.op("Gather", [g.const("token_embedding", np.asarray(backbone.token_embedding.embeddings)), "token_ids"], axis=0)
+    places = g.op("Gather", [g.const("position_embedding", np.asarray(backbone.position_embedding.position_embeddings)), new_positions], axis=0)
+    x = g.op("Add", [tokens, places])
+    scalar = g.const("shape_scalar", np.zeros(0), np.int64)
+    queries = g.op("Range", [g.op("Reshape", [past, scalar]), g.op("Reshape", [total, scalar]), g.const("step_1", 1, np.int64)])
+    keys = g.op("Range", [g.const("start_0", 0, np.int64), g.op("Reshape", [total, scalar]), "step_1"])
+    causal = g.op("LessOrEqual", [g.op("Unsqueeze", [keys, "i_0"]), g.op("Unsqueeze", [queries, "i_1"])])  # (sequence, total)
+    real = g.op("Unsqueeze", [g.op("Cast", ["padding_mask"], to=9), g.const("axes_1_2", [1, 2], np.int64)])  # (batch, 1, 1, total)
+    bias = g.op("Where", [g.op("And", [causal, real]), "c_0", "c_masked"], "attention_bias")
+    return x, bias
+
+
+def build_decoder_graph(backbone: Any) -> Any:
+    """The ``onnx.ModelProto`` of ``backbone`` (a :class:`~ptmkit_gpt.backbone.GPTBackbone`) with
+    a key/value cache; see the module docstring.
+
+    Raises:
+        onnx.checker.ValidationError: the graph is not valid ONNX (a bug).
+    """
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = _Graph()
+    heads, layers = backbone.num_heads, backbone.num_layers
+    head_dim = backbone.hidden_dim // heads
+    x, bias = _embeddings_and_bias(g, backbone)
+    for i, layer in enumerate(backbone.transformer_layers):
+        x = _block(g, x, i, layer, heads, bias, backbone.normalize_first, backbone.layer_norm_epsilon)
+    if backbone.layer_norm is not None:
+        x = _layer_norm(g, x, "final_norm", np.asarray(backbone.layer_norm.gamma), np.asarray(backbone.layer_norm.beta), backbone.layer_norm_epsilon)
+    g.op("MatMul", [x, g.const("output_embedding", np.asarray(backbone.token_embedding.embeddings).T)], "logits")
+    cache = ["batch", heads, "past_sequence", head_dim]
+    present = ["batch", heads, "total_sequence", head_dim]
+    inputs = [
+        helper.make_tensor_value_info("token_ids", TensorProto.INT32, ["batch", "sequence"]),
+        helper.make_tensor_value_info("padding_mask", TensorProto.INT32, ["batch", "total_sequence"]),
+    ]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "sequence", backbone.vocabulary_size])]
+    for i in range(layers):
+        for kind in ("key", "value"):
+            inputs.append(helper.make_tensor_value_info(f"past_{kind}_{i}", TensorProto.FLOAT, cache))
+            outputs.append(helper.make_tensor_value_info(f"present_{kind}_{i}", TensorProto.FLOAT, present))
+    graph = helper.make_graph(g.nodes, "gpt_decoder_with_cache", inputs, outputs, g.initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="ptmkit_gpt")
+    onnx.checker.check_model(model)
+    return model

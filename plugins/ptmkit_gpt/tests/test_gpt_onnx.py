@@ -1,0 +1,164 @@
+"""ONNX decoding with a key/value cache: ``ptmkit export`` of a pre-trained gpt run, the lean
+runtime's ``Predictor.generate`` and ``ptmkit generate EXPORT_DIR``, against the Keras run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from contextlib import nullcontext
+
+import numpy as np
+import pytest
+from inplugins import in_tree_plugins  # noqa: F401 - the fixture
+
+from ptmkit_export.generation import GenerationSettings, generate_ids
+
+pytestmark = pytest.mark.usefixtures("in_tree_plugins")
+
+
+@pytest.fixture(scope="module")
+def gpt_export(gpt_run, tmp_path_factory):
+    """``(run, export_dir, predictor, keras generator)``: the session run exported by the CLI."""
+    from ptmkit.testing import main
+    from ptmkit_export import Predictor
+    from ptmkit_gpt.generate import TextGenerator
+
+    run, _, _ = gpt_run
+    out = tmp_path_factory.mktemp("gpt-export") / "export"
+    assert main(["export", str(run), "--out", str(out)]) == 0
+    return run, out, Predictor(out), TextGenerator(run)
+
+
+def _prompts(corpus, count: int = 32) -> list[str]:
+    """``count`` prompts of mixed length (1 to 12 words, and one empty) from the corpus."""
+    lines = [line.split() for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [""] + [" ".join(lines[i % len(lines)][: 1 + (7 * i) % 12]) for i in range(count - 1)]
+
+
+def test_export_is_a_cached_decoder_with_named_axes(gpt_export) -> None:
+    _, out, predictor, generator = gpt_export
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["task"] == "generation" and manifest["decoder"]["layers"] == 2 and manifest["decoder"]["heads"] == 2
+    assert manifest["variants"]["fp32"]["parity_max_abs_diff"] <= 1e-4
+    shapes = {value.name: value.shape for value in predictor.session.get_inputs()}
+    assert shapes["token_ids"] == ["batch", "sequence"] and shapes["padding_mask"] == ["batch", "total_sequence"]
+    assert shapes["past_key_1"] == ["batch", 2, "past_sequence", 16] and shapes["past_value_0"] == ["batch", 2, "past_sequence", 16]
+    outputs = {value.name: value.shape for value in predictor.session.get_outputs()}
+    assert outputs["logits"] == ["batch", "sequence", generator.config.vocabulary_size]
+    assert outputs["present_key_0"] == ["batch", 2, "total_sequence", 16]
+
+
+def test_cached_next_token_logits_equal_full_recomputation(gpt_export) -> None:
+    """Feeding a left-padded prefix, then one token at a time through the cache, gives the logits
+    of recomputing the whole prefix: in ONNX without a cache and in Keras (within 1e-4)."""
+    from ptmkit_gpt.onnx_export import keras_logits
+
+    _, _, predictor, generator = gpt_export
+    rng = np.random.default_rng(11)
+    token_ids = rng.integers(0, generator.config.vocabulary_size, (5, 20)).astype(np.int32)
+    mask = np.ones_like(token_ids)
+    for row, pad in enumerate([0, 3, 7, 1, 9]):
+        mask[row, :pad] = 0
+    reference = keras_logits(generator, token_ids, mask)
+    decoder = predictor.decoder
+    decoder.reset()
+    before = decoder.cached_steps
+    for end in range(10, 21):
+        cached = decoder.next_logits(token_ids[:, :end], mask[:, :end])
+        recomputed = decoder.run(token_ids[:, :end], mask[:, :end])[0][:, -1]
+        assert np.abs(cached - recomputed).max() <= 1e-4
+        assert np.abs(cached - reference[:, end - 1]).max() <= 1e-4
+    assert decoder.cached_steps - before == 10  # every step after the first came from the cache
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "sample", "beam"])
+def test_tokens_identical_to_keras_batched_and_single(gpt_run, gpt_export, strategy: str) -> None:
+    """32 prompts of mixed length: the export's tokens (one left-padded batch, and each prompt
+    alone) are Keras' (the run's ``next_logits``, recomputing the prefix)."""
+    _, corpus, _ = gpt_run
+    _, _, predictor, generator = gpt_export
+    prompts = generator.prompt_ids(_prompts(corpus))
+    assert len(prompts) >= 30 and len({len(p) for p in prompts}) >= 8
+    settings = GenerationSettings(max_new_tokens=10, strategy=strategy, temperature=1.0, num_beams=2, seed=5)
+    chosen = prompts if strategy == "greedy" else prompts[:6]  # Keras recomputes the prefix per beam: a few prompts
+    pad, eos, positions = generator.specials.padding_id, None, generator.max_length
+    keras = generate_ids(generator.next_logits, chosen, settings, pad, eos, positions)
+    batched = generate_ids(predictor.decoder.next_logits, chosen, settings, pad, eos, positions)
+    single = [generate_ids(predictor.decoder.next_logits, [p], settings, pad, eos, positions)[0] for p in chosen]
+    assert batched == keras
+    assert single == keras if strategy != "sample" else single[0] == keras[0]  # a sample's row seed is its index
+    assert len({tuple(row) for row in keras}) > 1
+
+
+def test_generate_command_on_the_export_is_the_runs(gpt_run, gpt_export, capsys) -> None:
+    from ptmkit.testing import main
+
+    _, corpus, _ = gpt_run
+    run, out, predictor, _ = gpt_export
+    prompts = _prompts(corpus, 6)
+    args = [arg for prompt in prompts for arg in ("--prompt", prompt)] + ["--max-new-tokens", "8", "--json"]
+    assert main(["generate", str(run), *args]) == 0
+    from_run = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert main(["generate", str(out), *args]) == 0
+    from_export = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert from_export == from_run and len(from_run) == 6
+    assert [row["text"] for row in from_export] == predictor.generate(prompts, max_new_tokens=8)
+    assert main(["generate", str(out), "--prompt", "word " * 80]) == 2
+    assert "--truncate left" in capsys.readouterr().err
+    assert main(["export", str(run), "--out", str(out.parent / "int8"), "--fp16"]) == 2
+    assert "--fp16: not supported yet" in capsys.readouterr().err
+    assert not (out.parent / "int8").exists()
+
+
+def test_runtime_generation_never_imports_tensorflow(gpt_run, gpt_export) -> None:
+    _, corpus, _ = gpt_run
+    _, out, predictor, _ = gpt_export
+    prompts = _prompts(corpus, 4)
+    code = (
+        "import json, sys\n"
+        "from ptmkit_export import Predictor\n"
+        f"texts = Predictor({str(out)!r}).generate({prompts!r}, max_new_tokens=6)\n"
+        "heavy = sorted(m for m in ('tensorflow', 'keras', 'keras_hub', 'tf2onnx') if m in sys.modules)\n"
+        "print(json.dumps({'texts': texts, 'heavy': heavy}))\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env = {**os.environ, "PYTHONPATH": os.path.join(root, "export")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["heavy"] == []
+    assert result["texts"] == predictor.generate(prompts, max_new_tokens=6)
+
+
+def test_int8_variant_is_gated_on_greedy_token_agreement(gpt_run, gpt_export, tmp_path, capsys) -> None:
+    """The manifest's agreement is what the two variants' greedy tokens give, recomputed here."""
+    from ptmkit.testing import main
+    from ptmkit_export import Predictor
+    from ptmkit_gpt.onnx_int8 import AGREEMENT_THRESHOLD, gate_prompts
+
+    run, corpus, _ = gpt_run
+    _, _, _, generator = gpt_export
+    out = tmp_path / "int8"
+    assert main(["export", str(run), "--out", str(out), "--int8"]) == 2
+    assert "--int8 on a decoder export needs --dev FILE" in capsys.readouterr().err and not out.exists()
+    assert main(["export", str(run), "--out", str(out), "--int8", "--dev", str(corpus)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    entry = manifest["variants"]["int8"]
+    assert (out / "model.int8.onnx").stat().st_size < (out / "model.onnx").stat().st_size
+    assert entry["quantization"]["mode"] == "dynamic" and entry["gate_prompts"] == 64
+    assert entry["ok"] == (not entry["problems"]) and manifest["gate"]["int8"]["ok"] == entry["ok"]
+    assert (entry["greedy_token_agreement_with_fp32"] >= AGREEMENT_THRESHOLD) == ("agreement" not in " ".join(entry["problems"]))
+    prompts = gate_prompts(generator, corpus)
+    with pytest.warns() if not entry["ok"] else nullcontext():
+        int8 = Predictor(out, variant="int8", threads=1)
+    fp32 = Predictor(out, variant="fp32", threads=1)
+    settings = GenerationSettings(max_new_tokens=entry["gate_new_tokens"])
+    rows = [
+        [generate_ids(p.decoder.next_logits, prompts[s : s + 16], settings, generator.specials.padding_id, None) for s in range(0, 64, 16)]
+        for p in (fp32, int8)
+    ]
+    reference, quantized = (sum(batches, []) for batches in rows)
+    matched = sum(a == b for ref, got in zip(reference, quantized, strict=True) for a, b in zip(ref, got, strict=False))
+    assert entry["greedy_token_agreement_with_fp32"] == pytest.approx(matched / sum(map(len, reference)))
+    assert entry["identical_continuations"] == pytest.approx(np.mean([a == b for a, b in zip(reference, quantized, strict=True)]))
