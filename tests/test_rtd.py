@@ -184,6 +184,14 @@ def test_train_then_finetune_an_rtd_run(tiny_corpus: Path, tmp_path: Path) -> No
         file.visititems(lambda name, item: sizes.append(item.size) if isinstance(item, h5py.Dataset) else None)
     assert sum(sizes) == backbone.count_params() == metrics["parameters"]
     backbone.load_weights(out / "backbone.weights.h5")
+    # The training checkpoint keeps the generator: it loads into the training model (--resume).
+    from ptmkit.training.checkpoint import restore_state
+    from ptmkit.training.pretrain import build_pretraining_model
+
+    _, model, _ = build_pretraining_model(registry, config)
+    assert restore_state(model, out / "checkpoints") == 30
+    generator = model.get_layer("rtd_generator_backbone")
+    assert generator.get_layer("token_embedding").output_dim == 8  # a quarter of the discriminator's 32
     tuned = tmp_path / "tuned"
     settings = ["finetune.epochs=1", "finetune.batch_size=16", "finetune.sequence_length=32", "finetune.learning_rate=1e-3"]
     code = main(["finetune", str(out), "--train", str(POLARITY_TRAIN), "--dev", str(POLARITY_DEV), "--out", str(tuned), *sum((["--set", o] for o in settings), [])])
