@@ -219,3 +219,17 @@ def test_bad_generator_ratio_is_refused(tiny_corpus: Path, tmp_path: Path, capsy
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
     assert "objectives.rtd.generator_hidden_ratio' must be in (0, 1], got 0" in err
+
+
+def test_a_family_that_cannot_scale_its_config_gets_a_generator_of_its_size() -> None:
+    from ptmkit.contract import ModelFamily
+    from ptmkit.objectives.rtd import generator_config
+    from ptmkit_bert import BertConfig, BertFamily
+
+    class Fixed(ModelFamily):  # scale_config is the contract's default: None
+        name = "fixed"
+
+    config = BertConfig(hidden_dim=64, num_heads=2, intermediate_dim=128)
+    assert generator_config(Fixed(), config, 0.25) is config
+    assert generator_config(BertFamily(), config, 1.0) is config
+    assert generator_config(BertFamily(), config, 0.5).hidden_dim == 32
