@@ -305,6 +305,13 @@ class ModelFamily:
         --optimize 2``/``3`` then refuse, and ``--optimize 1`` runs ptmkit's portable passes only."""
         return None
 
+    def scale_config(self, config: Any, width_ratio: float) -> Any | None:
+        """A config of this family ``width_ratio`` times as wide as ``config`` (hidden size,
+        feed-forward size and heads scaled, vocabulary and positions kept), for a companion model
+        such as ELECTRA's generator (:mod:`ptmkit.objectives.rtd`); None (the default) when the
+        family cannot scale its config, and the companion then has ``config``'s size."""
+        return None
+
     def build_backbone(self, config: Any) -> keras.Model:
         """Build the backbone (a functional ``keras.Model`` with :attr:`inputs` as a dict of
         inputs and :attr:`outputs` as a dict of outputs) from ``config``."""
@@ -496,6 +503,8 @@ class Objective:
             (masked LM, span masking); at most one such objective per run. A config with
             ``masking = "static"`` makes the sampler draw fixed windows (BERT's instances, made
             once; :func:`ptmkit.data.pretraining.sampler_options`).
+        trains_alone: bool. True when no other objective can share its runs (replaced-token
+            detection: its backbone reads the generator's corrupted ids, not the batch's).
         token_level_lm: bool. True when its loss is the mean negative log-likelihood (nats) of
             the tokens it predicts (masked LM, causal LM): ``exp(loss)`` is then reported as the
             held-out perplexity.
@@ -507,6 +516,7 @@ class Objective:
     config_class: ClassVar[type]
     needs_segment_pairs: ClassVar[bool] = False
     corrupts_token_ids: ClassVar[bool] = False
+    trains_alone: ClassVar[bool] = False
     token_level_lm: ClassVar[bool] = False
 
     def needs_word_starts(self, config: Any) -> bool:
@@ -545,6 +555,20 @@ class Objective:
         ``outputs``, ``losses`` and ``metrics`` are keyed by output name.
         """
         raise NotImplementedError
+
+
+@runtime_checkable
+class BuildsOnFamily(Protocol):
+    """An objective that builds more than heads on the backbone: a companion model of the run's
+    own family (ELECTRA's generator, built through :meth:`ModelFamily.build_backbone` from
+    :meth:`ModelFamily.scale_config`). The core calls :meth:`build_on_family` instead of
+    :meth:`Objective.build`; the companion is trained with the run and not saved as its backbone."""
+
+    def build_on_family(
+        self, family: ModelFamily, model_config: Any, backbone: keras.Model, inputs: dict[str, Any], config: Any
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, list[Any]]]:
+        """As :meth:`Objective.build`, with the run's ``family`` and its ``[model]`` config."""
+        ...
 
 
 class HeldoutLines(NamedTuple):

@@ -33,7 +33,16 @@ from ptmkit.config import (
     to_toml,
 )
 from ptmkit.console import default_console
-from ptmkit.contract import HeldoutLines, InputSpec, Resumable, ScoresHeldoutLines, TrainsItself, TrainsOnWordVectors, capabilities
+from ptmkit.contract import (
+    BuildsOnFamily,
+    HeldoutLines,
+    InputSpec,
+    Resumable,
+    ScoresHeldoutLines,
+    TrainsItself,
+    TrainsOnWordVectors,
+    capabilities,
+)
 from ptmkit.data.readers import read_corpus
 from ptmkit.errors import ConfigError, DataError, PluginError, PtmkitError, RunDirError
 from ptmkit.io import atomic_save, atomic_write_text
@@ -104,7 +113,11 @@ def resolve_config(
 
 def _refuse_clashing_objectives(registry: Registry, names: list[str], source: str) -> None:
     """Two objectives that both corrupt the token ids (mlm and span), or both build segment pairs
-    (nsp and sop), cannot share a batch."""
+    (nsp and sop), cannot share a batch; an objective that trains alone (rtd) shares it with none."""
+    alone = [name for name in names if registry.objective(name).trains_alone]
+    if alone and len(names) > 1:
+        others = ", ".join(repr(name) for name in names if name != alone[0])
+        raise ConfigError(f"{source}: objective {alone[0]!r} trains alone (its backbone reads the corrupted tokens it makes); drop {others} from 'train.objectives'")
     for attribute, what in (("corrupts_token_ids", "corrupt the input tokens"), ("needs_segment_pairs", "build the segment pairs")):
         clashing = [name for name in names if getattr(registry.objective(name), attribute)]
         if len(clashing) > 1:
@@ -200,7 +213,10 @@ def build_pretraining_model(registry: Registry, config: RunConfig) -> tuple[Any,
     inputs = keras_inputs(family.inputs)
     all_inputs, outputs, losses, metrics = dict(inputs), {}, {}, {}
     for objective, objective_config in objectives.values():
-        extra, out, loss, metric = objective.build(backbone, inputs, objective_config)
+        if isinstance(objective, BuildsOnFamily):  # a companion model of the family (ELECTRA's generator)
+            extra, out, loss, metric = objective.build_on_family(family, config.model, backbone, inputs, objective_config)
+        else:
+            extra, out, loss, metric = objective.build(backbone, inputs, objective_config)
         all_inputs.update(extra)
         outputs.update(out)
         losses.update(loss)
