@@ -49,7 +49,8 @@ def _collector_skips_what_earlier_modules_left() -> None:
     every test's imports): 32 s of a tiny BERT's 43 s export (fp32 + int8), 10 s in all with the
     freeze. The collections still run and still free each pass's garbage (made after the freeze);
     only the scan of older, live objects is skipped. The cost: an object frozen here that becomes
-    cyclic garbage later is freed only when the process ends (the whole suite peaked at 3.6 GB).
+    cyclic garbage later is freed only when the process ends (in a whole run, the largest process,
+    this one or a child, peaked at 3.6 GB).
     """
     gc.collect()
     gc.freeze()
