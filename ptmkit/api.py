@@ -19,7 +19,7 @@ Contract types (:mod:`ptmkit.contract`)
     and its ONNX Runtime :class:`GraphOptimizer`. What it can do, as ``typing.Protocol``\ s
     checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
     :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`ImportsCheckpoints` (families), :class:`TrainsOnWordVectors`
-    (heads); :func:`capabilities` lists what a family offers objectives and heads
+    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`); :func:`capabilities` lists what a family offers objectives and heads
     (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`).
 
 Errors (:mod:`ptmkit.errors`)
@@ -47,7 +47,8 @@ IO and console (:mod:`ptmkit.io`, :mod:`ptmkit.console`)
 
 Data and training glue (:mod:`ptmkit.data.readers`, :mod:`ptmkit.training`)
     :func:`read_corpus`, :func:`read_labelled`, :func:`read_multilabelled`, :func:`is_labelled`
-    (every installed corpus format); :func:`quiet_tensorflow`, :func:`seed_everything`;
+    (every installed corpus format); :func:`derive_inputs` (a family's declared inputs from
+    token ids, segment ids and a padding mask); :func:`quiet_tensorflow`, :func:`seed_everything`;
     :func:`macro_f1`, :func:`top1_gold` (precision at 1 on lines with several labels);
     :class:`AdamW` (loaded lazily: it imports Keras).
 
@@ -94,6 +95,7 @@ from ptmkit.contract import (
     CorpusReader,
     GraphOptimizer,
     Head,
+    HeldoutLines,
     ImportsCheckpoints,
     InputSpec,
     Limits,
@@ -104,6 +106,7 @@ from ptmkit.contract import (
     Record,
     Resumable,
     RowClassifier,
+    ScoresHeldoutLines,
     SpecialTokens,
     TrainedHead,
     TrainsItself,
@@ -111,6 +114,7 @@ from ptmkit.contract import (
     capabilities,
 )
 from ptmkit.data.readers import is_labelled, read_corpus, read_labelled, read_multilabelled
+from ptmkit.data.tokenization import derive_inputs
 from ptmkit.errors import ConfigError, DataError, ExportError, PluginError, PtmkitError, RunDirError
 from ptmkit.io import atomic_path, atomic_save, atomic_write_json, atomic_write_text, staging_directory
 from ptmkit.plugins import get_registry
@@ -171,6 +175,7 @@ __all__ = [
     "CorpusReader",
     "GraphOptimizer",
     "Head",
+    "HeldoutLines",
     "InputSpec",
     "Limits",
     "ModelFamily",
@@ -180,6 +185,7 @@ __all__ = [
     "Record",
     "Resumable",
     "RowClassifier",
+    "ScoresHeldoutLines",
     "SpecialTokens",
     "TrainedHead",
     "TrainsItself",
@@ -230,6 +236,7 @@ __all__ = [
     "top1_gold",
     "quiet_tensorflow",
     "read_corpus",
+    "derive_inputs",
     "is_labelled",
     "read_labelled",
     "read_multilabelled",

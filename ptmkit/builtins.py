@@ -9,11 +9,14 @@ from ptmkit.contract import CorpusReader, Head, Objective
 
 @hookimpl
 def ptmkit_objectives() -> list[Objective]:
-    """Masked LM and next-sentence prediction."""
+    """Masked LM (static/dynamic, whole-word), SpanBERT's span masking with its boundary
+    objective, next-sentence and sentence-order prediction."""
     from ptmkit.objectives.mlm import MaskedLM
     from ptmkit.objectives.nsp import NextSentencePrediction
+    from ptmkit.objectives.sop import SentenceOrderPrediction
+    from ptmkit.objectives.span import SpanMasking
 
-    return [MaskedLM(), NextSentencePrediction()]
+    return [MaskedLM(), NextSentencePrediction(), SentenceOrderPrediction(), SpanMasking()]
 
 
 @hookimpl

@@ -501,6 +501,60 @@ def neighbors(
         console.print(f"warning: {len(missing)} of {len(records)} word(s) have no vector in {source} (out of vocabulary, or no n-gram), e.g. {missing[0]!r}: \"neighbors\": null", markup=False, highlight=False)
 
 
+def _hf_importer(directory: Path) -> Any:
+    """The installed family that imports the Hugging Face checkpoint in ``directory``: the one
+    declaring its ``config.json`` ``model_type`` in ``hf_model_types``.
+
+    Raises:
+        PtmkitError: no such directory, no readable ``config.json``, or a model type no installed
+            family imports (naming those that are).
+    """
+    from ptmkit.contract import ImportsCheckpoints
+    from ptmkit.plugins import get_registry
+
+    if not directory.is_dir():
+        raise PtmkitError(f"{directory}: no such checkpoint directory")
+    path = directory / "config.json"
+    if not path.is_file():
+        raise PtmkitError(f"{directory}: no config.json; a Hugging Face checkpoint directory holds config.json and model.safetensors")
+    try:
+        model_type = json.loads(path.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as exc:
+        raise PtmkitError(f"{path}: not a valid JSON object ({exc})") from None
+    importers = {t: f for f in get_registry().families.values() if isinstance(f, ImportsCheckpoints) for t in f.hf_model_types}
+    if model_type not in importers:
+        raise PtmkitError(f"{path}: model_type {model_type!r} is not one the installed plugins import (they read: {', '.join(sorted(importers)) or 'none'})")
+    return importers[model_type]
+
+
+@app.command("import-hf")
+def import_hf(
+    directory: Annotated[Path, typer.Argument(help="Local Hugging Face checkpoint directory: config.json, model.safetensors, its tokenizer files.", show_default=False)],
+    out: Annotated[Path, typer.Option("--out", help="Run directory to create (must not exist or be empty).", show_default=False)],
+) -> None:
+    """Import a Hugging Face checkpoint as a pre-trained run of the family that reads its config's
+    model_type (`ptmkit plugins` lists the families; e.g. a BERT such as all-MiniLM-L6-v2):
+    `ptmkit finetune`, `ptmkit embed`, `ptmkit export` then read it."""
+    family = _hf_importer(directory)
+    family.import_checkpoint(directory, out, console)
+    console.print(f"{out}: a pre-trained {family.name} run, imported from {directory}", markup=False, highlight=False)
+
+
+@app.command()
+def report(
+    runs: Annotated[list[Path], typer.Argument(help="One run directory, or several to draw side by side.")],
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="The HTML file (default: RUN/report.html for one run, ./report.html for several).")] = None,
+    words: Annotated[list[str] | None, typer.Option("--words", help="Word-vector runs: words whose nearest neighbours to list (default: the 5 most frequent). " + WORDS_HELP)] = None,
+) -> None:
+    """Write one self-contained HTML file (figures inlined, opens offline): training curves per step
+    (loss, metrics, learning rate, tokens/s), dev accuracy per epoch, held-out metrics, the export's
+    variants (agreement, latency), parameters per block; for word vectors, nearest neighbours and a
+    PCA projection. Several runs share each figure's axes."""
+    from ptmkit.report import write_report
+
+    write_report(runs, output, list(words or []), console)
+
+
 @app.command()
 def plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
     """List installed plugins: distribution, version, families, objectives, heads; broken ones, and
@@ -598,7 +652,7 @@ INTERRUPTED_TRAIN = "; the same command with --resume continues a run that saved
 
 #: Options that take several values the way gensim and fastText users type them
 #: (``--words king queen``), by command; also ``--words king --words queen``.
-MULTI_VALUE_OPTIONS = {"embed": ("--words",), "neighbors": ("--words", "--positive", "--negative")}
+MULTI_VALUE_OPTIONS = {"embed": ("--words",), "neighbors": ("--words", "--positive", "--negative"), "report": ("--words",)}
 
 
 def expand_multi_value_options(args: list[str], command: Any) -> list[str]:

@@ -37,8 +37,8 @@ UTF-8 bytes, see :mod:`ptmkit_export.fields`), or a family's own featurizer (``r
 
 **Capabilities.** What a family or head can do beyond building a backbone is a small
 :class:`typing.Protocol`, checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
-:class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`TrainsOnWordVectors`. A family
-has the capability by defining the protocol's methods; there is no flag to keep in step.
+:class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`TrainsOnWordVectors`,
+:class:`ScoresHeldoutLines` (objectives). A family has the capability by defining the protocol's methods; there is no flag to keep in step.
 
 **Matching.** Objectives and heads list the backbone capabilities they ``require`` (e.g.
 ``sequence_output``, ``pooled_output``, ``token_embedding``); a family offers its declared
@@ -271,6 +271,9 @@ class ModelFamily:
         provides: frozenset of further capability names (``token_embedding``: the backbone
             exposes its embedding layer for tied output heads).
         default_objectives: tuple of objective names used when the user names none.
+        hf_model_types: frozenset of Hugging Face ``config.json`` ``model_type`` values whose
+            checkpoints this family's :meth:`ImportsCheckpoints.import_checkpoint` reads;
+            ``ptmkit import-hf DIR`` hands a checkpoint to the family that declares its type.
     """
 
     name: ClassVar[str]
@@ -281,6 +284,7 @@ class ModelFamily:
     special_token_names: ClassVar[Mapping[str, str]] = {}
     provides: ClassVar[frozenset[str]] = frozenset()
     default_objectives: ClassVar[tuple[str, ...]] = ()
+    hf_model_types: ClassVar[frozenset[str]] = frozenset()
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -456,8 +460,15 @@ class Objective:
         description: str.
         requires: frozenset of backbone capabilities it needs.
         config_class: dataclass of its hyper-parameters (section ``[objectives.NAME]``).
-        needs_segment_pairs: bool. True when instances must be segment pairs with an
-            ``is_random_next`` flag (next-sentence prediction).
+        needs_segment_pairs: bool. True when instances must be segment pairs, ``A`` then ``B``
+            (next-sentence and sentence-order prediction). The pairs' construction follows the
+            objective's config: ``random_next_rate`` (B from another line, flag
+            ``is_random_next``) and ``swap_rate`` (A and B consecutive, swapped, flag
+            ``is_swapped``); at most one such objective per run.
+        corrupts_token_ids: bool. True when :meth:`prepare` replaces the batch's ``token_ids``
+            (masked LM, span masking); at most one such objective per run. A config with
+            ``masking = "static"`` makes the sampler draw fixed windows (BERT's instances, made
+            once; :func:`ptmkit.data.pretraining.sampler_options`).
         token_level_lm: bool. True when its loss is the mean negative log-likelihood (nats) of
             the tokens it predicts (masked LM, causal LM): ``exp(loss)`` is then reported as the
             held-out perplexity.
@@ -468,7 +479,13 @@ class Objective:
     requires: ClassVar[frozenset[str]] = frozenset()
     config_class: ClassVar[type]
     needs_segment_pairs: ClassVar[bool] = False
+    corrupts_token_ids: ClassVar[bool] = False
     token_level_lm: ClassVar[bool] = False
+
+    def needs_word_starts(self, config: Any) -> bool:
+        """Whether :meth:`prepare` reads the batch's ``word_start`` with ``config`` (whole-word and
+        span masking); a tokenizer that cannot mark word starts is then refused before training."""
+        return False
 
     def prepare(
         self,
@@ -481,7 +498,9 @@ class Objective:
         """Return ``(inputs, targets, sample_weights)`` this objective adds to a packed batch.
 
         ``batch`` holds ``token_ids``, ``segment_ids``, ``padding_mask`` (``(batch, sequence)``
-        int32) and ``is_random_next`` (``(batch,)`` int32), whatever the family's inputs.
+        int32), ``is_random_next`` and ``is_swapped`` (``(batch,)`` int32), whatever the family's
+        inputs, and ``word_start`` (``(batch, sequence)`` int32, 1 where a token begins a word)
+        when :meth:`needs_word_starts`.
         Returned ``inputs`` are keyed by token field names, ``token_ids`` replacing the batch's
         ids (masked LM corrupts them; the core then derives the family's declared inputs, e.g.
         ``char_ids``, from the corrupted ids), or by extra input names (``mask_positions``);
@@ -499,6 +518,48 @@ class Objective:
         ``outputs``, ``losses`` and ``metrics`` are keyed by output name.
         """
         raise NotImplementedError
+
+
+class HeldoutLines(NamedTuple):
+    """The held-out lines of a pre-training run, for objectives that score whole lines
+    (:class:`ScoresHeldoutLines`).
+
+    Attributes:
+        texts: the held-out lines as the corpus reader gives them (the last
+            ``train.heldout_lines`` non-blank lines of the corpus: the lines every family's
+            held-out figures are measured on).
+        tokenizer: the run's ``tokenizers.Tokenizer``.
+        specials: the tokenizer's special token ids.
+        inputs: the family's declared inputs (fill them with :func:`ptmkit.api.derive_inputs`).
+        sequence_length: the training sequence length: the longest window to feed the backbone.
+        batch_size: sequences per backbone call.
+        token_counts: ``(vocabulary_size,)`` int64: how often each token id occurs in the
+            training split (for a unigram reference).
+    """
+
+    texts: list[str]
+    tokenizer: Any
+    specials: SpecialTokens
+    inputs: tuple[InputSpec, ...]
+    sequence_length: int
+    batch_size: int
+    token_counts: np.ndarray
+
+
+@runtime_checkable
+class ScoresHeldoutLines(Protocol):
+    """An objective that also measures the trained backbone line by line on the held-out lines
+    (per-word perplexity, bits per byte, ...), beyond the window-level held-out loss every
+    objective gets. The core calls :meth:`score_lines` after training, before the run's
+    ``metrics.json`` is written."""
+
+    def score_lines(self, backbone: keras.Model, heldout: HeldoutLines, config: Any) -> dict[str, Any]:
+        """Measure ``backbone`` on ``heldout`` (``config``: this objective's config).
+
+        Returns:
+            dict of JSON-serialisable scalars, merged into the run's metrics (keys ``heldout_*``).
+        """
+        ...
 
 
 class TrainedHead(NamedTuple):

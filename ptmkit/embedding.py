@@ -72,32 +72,55 @@ def build_embedding_model(backbone: Any, pooling: dict[str, Any], mask_input: st
     return keras.Model(inputs, outputs, name="embedder")
 
 
-def load_embedder(run_dir: str | Path) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
-    """The embedding model of a run holding a pre-trained (or imported) backbone.
+def embedding_settings(run_dir: str | Path) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
+    """What :func:`load_embedder` builds its model from, read without TensorFlow.
 
     Returns:
-        ``(model, tokenizer, pooling, manifest)``; ``pooling["max_sequence_length"]`` is filled in.
+        ``(config, tokenizer, pooling, manifest)``: the run's resolved config, its
+        ``tokenizers.Tokenizer``, its pooling with ``pooling["max_sequence_length"]`` filled in (the
+        smaller of the pooling's length and the family's ``max_sequence_length``), its manifest.
 
     Raises:
         RunDirError: a fine-tuned run (embed its parent), or missing/corrupted files.
     """
+    from ptmkit.config import read_toml
     from ptmkit.errors import RunDirError
     from ptmkit.plugins import get_registry
-    from ptmkit.training.finetune import load_backbone
-    from ptmkit.training.setup import quiet_tensorflow
+    from ptmkit.rundir import CONFIG
+    from ptmkit.training.pretrain import resolve_config
 
-    quiet_tensorflow()
     run = RunDir(run_dir)
     manifest = run.manifest()
     if manifest["stage"] != "pretrain":
         raise RunDirError(f"{run.path}: is a {manifest['stage']} run; sentence embeddings come from a pre-trained or imported backbone (its parent: {manifest.get('parent', '?')})")
     pooling = read_pooling(run)
     registry = get_registry()
-    backbone, config, tokenizer, _ = load_backbone(registry, run)
+    config = resolve_config(registry, manifest["family"], None, None, base=read_toml(run.require(CONFIG)))
     family = registry.family(manifest["family"])
     limit = family.limits(config.model).max_sequence_length or DEFAULT_SEQUENCE_LENGTH
     pooling["max_sequence_length"] = min(int(pooling.get("max_sequence_length") or DEFAULT_SEQUENCE_LENGTH), int(limit))
-    mask = family.input("attention_mask")
+    return config, run.load_tokenizer(), pooling, manifest
+
+
+def load_embedder(run_dir: str | Path) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
+    """The embedding model of a run holding a pre-trained (or imported) backbone.
+
+    Returns:
+        ``(model, tokenizer, pooling, manifest)``; ``pooling["max_sequence_length"]`` is filled in
+        (:func:`embedding_settings`).
+
+    Raises:
+        RunDirError: a fine-tuned run (embed its parent), or missing/corrupted files.
+    """
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.finetune import load_backbone
+    from ptmkit.training.setup import quiet_tensorflow
+
+    _, tokenizer, pooling, manifest = embedding_settings(run_dir)
+    quiet_tensorflow()
+    registry = get_registry()
+    backbone, *_ = load_backbone(registry, RunDir(run_dir))
+    mask = registry.family(manifest["family"]).input("attention_mask")
     return build_embedding_model(backbone, pooling, mask.name if mask else None), tokenizer, pooling, manifest
 
 

@@ -256,6 +256,10 @@ def run_quickstart(out: Path, data: Path | None = None, console: Console | None 
     clock.stop("predict")
     summary["stages"] = clock.done
     summary["seconds"] = round(time.perf_counter() - started, 1)
+    from ptmkit.report import write_report
+
+    runs = [out / "pretrain", *(out / f"{name}-run" for name in summary["runs"] if name != "pretrain")]
+    summary["report"] = str(write_report(runs, out / "report.html"))
     atomic_write_json(out / "summary.json", summary)
     _print_summary(summary, out, console)
     return summary
@@ -373,6 +377,7 @@ def _print_summary(summary: dict[str, Any], out: Path, console: Console) -> None
     console.print(table)
     stages = ", ".join(f"{name} {_minutes(s['seconds'])}" for name, s in summary["stages"].items())
     console.print(f"artefacts under {out}/; numbers in {out / 'summary.json'}; total {_minutes(summary['seconds'])} ({stages})")
+    console.print(f"report (training curves, metrics, exported variants): {summary['report']}")
     best = "minilm-run" if "minilm" in summary["runs"] else "supersense-run"
     console.print(f"next: ptmkit predict {out / best / 'export'} --text \"your sentence\"")
     if "minilm" not in summary["runs"]:

@@ -14,10 +14,12 @@ Layout::
       checkpoints/         ckpt-STEP.npz + latest.json: model and optimizer state for --resume
       checkpoint/          state-EPOCH.npz + state.json: a self-training family's epoch
                            checkpoint (ptmkit.wordvectors.training.EpochCheckpoints)
-      logs/                TensorBoard event files
+      logs/                TensorBoard event files; steps.jsonl (step, seconds, tokens/s,
+                           learning rate, loss and metrics, ~100 lines per run) and, fine-tuning,
+                           dev.jsonl (dev accuracy per epoch): what ``ptmkit report`` draws
       tokens/              the tokenized corpus (pre-training)
 
-Every file is written atomically (:mod:`ptmkit.io`). The manifest is written last: a directory
+Every file is written atomically (:mod:`ptmkit.io`), but the logs, which are appended to line by line. The manifest is written last: a directory
 with a manifest is a finished run.
 """
 
@@ -39,6 +41,8 @@ MODEL_WEIGHTS = "model.weights.h5"
 LABELS = "labels.json"
 METRICS = "metrics.json"
 POOLING = "pooling.json"
+STEP_LOG = "logs/steps.jsonl"
+DEV_LOG = "logs/dev.jsonl"
 #: The folder of a self-training family's epoch checkpoints, and the file written last in it.
 EPOCH_CHECKPOINTS = "checkpoint"
 EPOCH_CHECKPOINT_STATE = "state.json"

@@ -173,3 +173,51 @@ def test_conversion_matches_keras_model_export(tiny_finetuned: Path, tmp_path: P
     got = ort.InferenceSession(str(tmp_path / "ptmkit.onnx"), providers=["CPUExecutionProvider"]).run(["logits"], feeds)[0]
     expected = np.asarray(model(feeds, training=False))
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+
+
+def test_conversion_runs_in_a_child_process_and_writes_the_same_export(tiny_finetuned: Path, tmp_path: Path) -> None:
+    """A process that has not imported TensorFlow (``ptmkit export``) converts in a child process and
+    never imports it: the export's peak memory is the larger process's, not both summed
+    (``benchmarks/export_memory.py``). The child's export matches an in-process one: same parity
+    differences, same outputs on the same inputs."""
+    import os
+    import subprocess
+    import sys
+
+    import onnxruntime as ort
+    from rich.console import Console
+
+    from ptmkit.exporting import export_run
+
+    script = (
+        "import json, sys; from rich.console import Console; from ptmkit.exporting import export_run; "
+        "m = export_run(sys.argv[1], sys.argv[2], console=Console(quiet=True)); "
+        "print(json.dumps({'tensorflow': 'tensorflow' in sys.modules, 'parity': m['variants']['fp32']['parity_max_abs_diff']}))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run([sys.executable, "-c", script, str(tiny_finetuned), str(tmp_path / "child")], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    child = json.loads(done.stdout.strip().splitlines()[-1])
+    here = export_run(tiny_finetuned, tmp_path / "here", console=Console(quiet=True), isolate=False)
+    assert child["tensorflow"] is False
+    assert child["parity"] == here["variants"]["fp32"]["parity_max_abs_diff"]
+    rng = np.random.default_rng(3)
+    feeds = {"token_ids": rng.integers(5, 100, (3, 11)).astype(np.int32), "padding_mask": np.ones((3, 11), np.int32), "segment_ids": np.zeros((3, 11), np.int32)}
+    outputs = [ort.InferenceSession(str(tmp_path / d / "model.onnx")).run(["logits"], feeds)[0] for d in ("child", "here")]
+    np.testing.assert_allclose(outputs[0], outputs[1], rtol=0, atol=1e-6)
+
+
+def test_an_error_in_the_child_process_is_raised_with_its_message(tiny_finetuned: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from rich.console import Console
+
+    from ptmkit.errors import RunDirError
+    from ptmkit.exporting import export_run
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_finetuned, run, ignore=shutil.ignore_patterns("export"))
+    (run / "model.weights.h5").write_bytes(b"not an HDF5 file")
+    with pytest.raises(RunDirError, match=r"model\.weights\.h5: corrupted or incompatible weights file"):
+        export_run(run, tmp_path / "out", console=Console(quiet=True), isolate=True)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -60,7 +60,7 @@ def test_segment_pairs_for_next_sentence_prediction(tokenized: tuple[Path, objec
         flags, random_differs = [], []
         for _ in range(400):
             start = int(rng.integers(0, tokens.num_tokens - 40))
-            ids, segments, is_random = sampler.instance(rng, start)
+            ids, segments, is_random, _ = sampler.instance(rng, start)
             flags.append(is_random)
             assert len(ids) == 32 and ids[0] == specials.cls and ids.count(specials.sep) == 2
             first_sep = ids.index(specials.sep)

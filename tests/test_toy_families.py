@@ -47,12 +47,12 @@ def test_toy_plugin_is_discovered_through_its_entry_point(toys: Registry, ptmkit
     info = {p.name: p for p in toys.plugins}["toys"]
     assert info.distribution == "ptmkit-toys" and info.version == "0.1" and info.ok
     assert info.families == ["toy-decoder", "toy-chars"] and info.objectives == ["toy_clm"]
-    # Matching by capability: mlm needs the token embedding, which neither toy exposes; nsp needs
-    # only a pooled output.
+    # Matching by capability: mlm and span need the token embedding, which neither toy exposes;
+    # nsp and sop need only a pooled output.
     for name in info.families:
-        assert toys.objectives_for(toys.family(name)) == ["nsp", "toy_clm"]
+        assert toys.objectives_for(toys.family(name)) == ["nsp", "sop", "toy_clm"]
         assert toys.heads_for(toys.family(name)) == ["classification"]
-    assert toys.objectives_for(toys.family("bert")) == ["mlm", "nsp", "toy_clm"]
+    assert toys.objectives_for(toys.family("bert")) == ["mlm", "nsp", "sop", "span", "toy_clm"]
 
 
 @pytest.mark.parametrize("name", ["toy-decoder", "toy-chars"])

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from ptmkit.api import (
     TOKEN_EMBEDDING,
@@ -47,6 +45,7 @@ class BertFamily(ModelFamily):
     special_token_names = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
     provides = frozenset({TOKEN_EMBEDDING})
     default_objectives = ("mlm",)
+    hf_model_types = frozenset({"bert"})
 
     def limits(self, config: BertConfig) -> Limits:
         """``max_sequence_length`` position embeddings (an imported checkpoint's
@@ -75,8 +74,19 @@ class BertFamily(ModelFamily):
         return 3 if pair else 2
 
     def import_checkpoint(self, directory: Path, out: Path, console: Any) -> dict[str, Any]:
-        """A Hugging Face BERT checkpoint as a pre-trained run (:func:`ptmkit_bert.hf.import_hf`)."""
-        return import_hf(directory, out, console=console)
+        """A Hugging Face BERT checkpoint as a pre-trained run (:func:`ptmkit_bert.hf.import_hf`;
+        ``ptmkit import-hf`` calls it for ``model_type: bert``), reported on ``console``."""
+        manifest = import_hf(directory, out, console=console)
+        if console is not None:
+            pooling = manifest["pooling"]
+            weights = manifest["imported_from"]["weights"]
+            console.print(
+                f"imported {weights['tensors']} tensors ({weights['bytes'] / 1e6:.1f} MB) into {out}; "
+                f"pooling: {pooling['mode']}{' + L2 normalisation' if pooling['normalize'] else ''}"
+                + ("" if weights["pooler"] else "; no pooler in the checkpoint (initialised randomly)"),
+                markup=False, highlight=False,
+            )
+        return manifest
 
     def pack(
         self, first: list[int], second: list[int] | None, sequence_length: int, specials: SpecialTokens
@@ -94,28 +104,3 @@ class BertFamily(ModelFamily):
 def ptmkit_model_families() -> list[ModelFamily]:
     """BERT."""
     return [BertFamily()]
-
-
-@hookimpl
-def ptmkit_register_commands(cli: Any) -> None:
-    """``ptmkit import-hf DIR --out RUN_DIR``: a Hugging Face BERT checkpoint as a ptmkit run."""
-    @cli.command("import-hf")
-    def import_hf_command(
-        directory: Annotated[Path, typer.Argument(help="Local Hugging Face checkpoint directory: config.json, model.safetensors, tokenizer.json (or vocab.txt).", show_default=False)],
-        out: Annotated[Path, typer.Option("--out", help="Run directory to create (must not exist or be empty).", show_default=False)],
-    ) -> None:
-        """Import a Hugging Face-format BERT checkpoint (e.g. sentence-transformers' all-MiniLM-L6-v2) as a
-        pre-trained run: `ptmkit finetune`, `ptmkit embed` and `ptmkit export` then read it."""
-        from ptmkit.api import default_console
-        from ptmkit_bert.hf import import_hf
-
-        console = default_console()
-        manifest = import_hf(directory, out, console=console)
-        pooling = manifest["pooling"]
-        weights = manifest["imported_from"]["weights"]
-        console.print(
-            f"imported {weights['tensors']} tensors ({weights['bytes'] / 1e6:.1f} MB) into {out}; "
-            f"pooling: {pooling['mode']}{' + L2 normalisation' if pooling['normalize'] else ''}"
-            + ("" if weights["pooler"] else "; no pooler in the checkpoint (initialised randomly)")
-        )
-        console.print(f"next: ptmkit embed {out} --text \"...\"  |  ptmkit finetune {out} --train FILE --dev FILE --out RUN_DIR")

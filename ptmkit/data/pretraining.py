@@ -11,7 +11,12 @@ sees exactly the batches an uninterrupted run sees from step k on.
 Instances follow RoBERTa's FULL-SENTENCES packing (Liu et al. 2019): a window of contiguous text
 from a random offset, across paragraph boundaries. With next-sentence prediction, the window is
 split at a random point into A and B; B is replaced, with probability ``random_next_rate``, by text
-from a random offset in another line (document).
+from a random offset in another line (document). With sentence-order prediction (ALBERT, Lan et
+al. 2020), A and B are always the consecutive text of the window, packed as ``B, A`` with
+probability ``swap_rate``. Like NSP's true continuations, they may cross a line (paragraph)
+boundary: ALBERT takes them from one document, and the shipped corpus's lines are paragraphs in
+article order (98% of its line ends continue the same article), while windows kept within one
+line left 48% of every sequence as padding.
 """
 
 from __future__ import annotations
@@ -144,6 +149,15 @@ class InstanceSampler:
         segment_pairs: build ``A, B`` pairs with an ``is_random_next`` flag (next-sentence
             prediction) instead of single windows.
         random_next_rate: probability that B comes from another line.
+        swap_rate: probability that a pair of consecutive segments is packed in reversed order
+            ``B, A`` (flag ``is_swapped``; sentence-order prediction).
+        fixed_windows: draw instances from a fixed set, as BERT's ``create_pretraining_data.py``
+            made them once (static masking): the corpus tiled into windows of the text budget,
+            each tile's segment pairs drawn from a generator seeded by the tile's index, so an
+            instance recurs whole, about once per pass over the corpus.
+        word_starts: ``(vocabulary_size,)`` bool, True for tokens that begin a word
+            (:func:`ptmkit.data.tokenization.word_start_table`); batches then carry
+            ``word_start``.
     """
 
     def __init__(
@@ -154,6 +168,9 @@ class InstanceSampler:
         sequence_length: int,
         segment_pairs: bool,
         random_next_rate: float = 0.5,
+        swap_rate: float = 0.0,
+        word_starts: np.ndarray | None = None,
+        fixed_windows: bool = False,
     ) -> None:
         self.tokens = tokens
         self.family = family
@@ -161,6 +178,9 @@ class InstanceSampler:
         self.sequence_length = sequence_length
         self.segment_pairs = segment_pairs
         self.random_next_rate = random_next_rate
+        self.swap_rate = swap_rate
+        self.word_starts = word_starts
+        self.fixed_windows = fixed_windows
         self.budget = sequence_length - family.num_special_tokens(segment_pairs)
         if self.budget < (2 if segment_pairs else 1):
             raise DataError(f"sequence_length {sequence_length} leaves no room for text after the special tokens")
@@ -173,14 +193,23 @@ class InstanceSampler:
         count = max(0, min(count, self.tokens.num_tokens - start))
         return self.tokens.read(self._fd, start, count).tolist()
 
-    def instance(self, rng: np.random.Generator, start: int | None = None) -> tuple[list[int], list[int], int]:
-        """One packed instance: ``(token_ids, segment_ids, is_random_next)``."""
+    def instance(self, rng: np.random.Generator, start: int | None = None) -> tuple[list[int], list[int], int, int]:
+        """One packed instance: ``(token_ids, segment_ids, is_random_next, is_swapped)``."""
         total = self.tokens.num_tokens
         if start is None:
             start = int(rng.integers(0, max(1, total - self.budget)))
         if not self.segment_pairs:
             token_ids, segment_ids = self.family.pack(self._window(start, self.budget), None, self.sequence_length, self.specials)
-            return token_ids, segment_ids, 0
+            return token_ids, segment_ids, 0, 0
+        if self.swap_rate > 0:  # a full window near the corpus's end too: both segments hold text
+            start = min(start, max(0, total - self.budget))
+            first_length = int(rng.integers(1, self.budget))
+            first, second = self._window(start, first_length), self._window(start + first_length, self.budget - first_length)
+            if rng.random() < self.swap_rate and second:
+                token_ids, segment_ids = self.family.pack(second, first, self.sequence_length, self.specials)
+                return token_ids, segment_ids, 0, 1
+            token_ids, segment_ids = self.family.pack(first, second, self.sequence_length, self.specials)
+            return token_ids, segment_ids, 0, 0
         first_length = int(rng.integers(1, self.budget))
         first = self._window(start, first_length)
         is_random = int(rng.random() < self.random_next_rate)
@@ -198,23 +227,58 @@ class InstanceSampler:
         if not second:  # the window ran off the end of the corpus: take text from the start
             second = self._window(0, self.budget - first_length)
         token_ids, segment_ids = self.family.pack(first, second, self.sequence_length, self.specials)
-        return token_ids, segment_ids, is_random
+        return token_ids, segment_ids, is_random, 0
 
     def batch(self, rng: np.random.Generator, batch_size: int, starts: list[int] | None = None) -> dict[str, np.ndarray]:
         """A padded batch: ``token_ids``, ``segment_ids``, ``padding_mask`` ``(batch_size,
-        sequence_length)`` int32 and ``is_random_next`` ``(batch_size,)`` int32."""
+        sequence_length)`` int32, ``is_random_next`` and ``is_swapped`` ``(batch_size,)`` int32,
+        and ``word_start`` ``(batch_size, sequence_length)`` int32 when the sampler has
+        ``word_starts`` (1 on tokens that begin a word, specials and padding included)."""
         length = self.sequence_length
         token_ids = np.full((batch_size, length), self.specials.padding_id, np.int32)
         segment_ids = np.zeros((batch_size, length), np.int32)
         padding_mask = np.zeros((batch_size, length), np.int32)
         is_random_next = np.zeros((batch_size,), np.int32)
+        is_swapped = np.zeros((batch_size,), np.int32)
+        tiles = max(1, (self.tokens.num_tokens - self.budget) // self.budget + 1)
         for row in range(batch_size):
-            ids, segments, is_random = self.instance(rng, None if starts is None else starts[row])
+            if starts is None and self.fixed_windows:
+                tile = int(rng.integers(0, tiles))
+                ids, segments, is_random, swapped = self.instance(np.random.default_rng(tile), tile * self.budget)
+            else:
+                ids, segments, is_random, swapped = self.instance(rng, None if starts is None else starts[row])
             token_ids[row, : len(ids)] = ids
             segment_ids[row, : len(ids)] = segments
             padding_mask[row, : len(ids)] = 1
             is_random_next[row] = is_random
-        return {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask, "is_random_next": is_random_next}
+            is_swapped[row] = swapped
+        batch = {
+            "token_ids": token_ids,
+            "segment_ids": segment_ids,
+            "padding_mask": padding_mask,
+            "is_random_next": is_random_next,
+            "is_swapped": is_swapped,
+        }
+        if self.word_starts is not None:
+            batch["word_start"] = self.word_starts[token_ids].astype(np.int32)
+        return batch
+
+
+def sampler_options(objectives: Mapping[str, tuple[Objective, Any]], word_starts: np.ndarray | None = None) -> dict[str, Any]:
+    """The :class:`InstanceSampler` keyword arguments the selected ``objectives`` ask for:
+    ``segment_pairs`` when one :attr:`~ptmkit.contract.Objective.needs_segment_pairs`, with its
+    config's ``random_next_rate`` and ``swap_rate`` (0 when it has none), and ``word_starts``
+    when one :meth:`~ptmkit.contract.Objective.needs_word_starts`; ``fixed_windows`` when one's
+    config has ``masking = "static"`` (BERT's instances, made once and masked once per copy)."""
+    pair_configs = [config for objective, config in objectives.values() if objective.needs_segment_pairs]
+    words = any(objective.needs_word_starts(config) for objective, config in objectives.values())
+    return {
+        "segment_pairs": bool(pair_configs),
+        "random_next_rate": sum(float(getattr(c, "random_next_rate", 0.0)) for c in pair_configs),
+        "swap_rate": sum(float(getattr(c, "swap_rate", 0.0)) for c in pair_configs),
+        "word_starts": word_starts if words else None,
+        "fixed_windows": any(getattr(config, "masking", "dynamic") == "static" for _, config in objectives.values()),
+    }
 
 
 def make_step(

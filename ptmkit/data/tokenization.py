@@ -67,3 +67,26 @@ def encode_texts(tokenizer: Any, texts: list[str], sequence_length: int, inputs:
     type_ids = np.asarray([e.type_ids for e in encodings], np.int32).reshape(len(texts), -1)
     mask = np.asarray([e.attention_mask for e in encodings], np.int32).reshape(len(texts), -1)
     return derive_inputs(inputs, ids, type_ids, mask, character_table(tokenizer, inputs))
+
+
+def word_start_table(tokenizer: Any) -> np.ndarray | None:
+    """``(vocabulary_size,)`` bool: True for the tokens that begin a word, or None when the
+    tokenizer's model does not mark word continuations.
+
+    A WordPiece model (and a BPE model with a ``continuing_subword_prefix``) writes every piece of
+    a word but the first with its ``continuing_subword_prefix`` (``##``): those pieces continue a
+    word, every other token (added and special tokens included) begins one. This is the rule of
+    Google BERT's whole-word masking (``create_pretraining_data.py``), read from the tokenizer's
+    own setting; on encoded text it gives the word boundaries of the encoding's ``word_ids``
+    (``tests/test_objective_variants.py`` checks it on the shipped corpus).
+    """
+    prefix = getattr(tokenizer.model, "continuing_subword_prefix", None)
+    if not prefix:
+        return None
+    vocabulary = tokenizer.get_vocab(with_added_tokens=True)
+    table = np.ones(max(vocabulary.values()) + 1, bool)
+    added = {token.content for token in tokenizer.get_added_tokens_decoder().values()}
+    for token, index in vocabulary.items():
+        if token.startswith(prefix) and token not in added:
+            table[index] = False
+    return table

@@ -32,11 +32,12 @@ from rich.console import Console
 from ptmkit.console import default_console
 from ptmkit.contract import ClassifiesRows
 from ptmkit.errors import ExportError
-from ptmkit.exporting.convert import convert_run, convert_to_onnx, release_keras, release_memory
+from ptmkit.exporting.convert import convert_to_onnx, release_memory
 from ptmkit.exporting.gate import LATENCY_REPEATS, LATENCY_THREADS, Gate, open_session, print_gate_table
+from ptmkit.exporting.keras_side import convert_and_check
 from ptmkit.exporting.parity import PARITY_TOLERANCE, check_parity, cosine, parity_shapes, random_inputs, report_parity
 from ptmkit.exporting.rows import check_row_options, export_row_classifier
-from ptmkit.exporting.source import ExportSource, read_run
+from ptmkit.exporting.source import ExportSource, read_run, with_width
 from ptmkit.exporting.variants import (
     VARIANT_FILES,
     Int8Options,
@@ -99,6 +100,7 @@ def export_run(
     run_dir: str | Path, out: str | Path | None = None, int8: bool = False, dev: str | Path | None = None, console: Console | None = None,
     *, optimize: int = 0, per_channel: bool = True, reduce_range: bool | None = None, exclude_nodes: tuple[str, ...] | list[str] = (),
     static: bool = False, calibration: str | Path | None = None, method: str = "minmax", fp16: bool = False, with_tokenizer: bool = False,
+    isolate: bool | None = None,
 ) -> dict[str, Any]:
     """Export a run to ONNX (optimised, int8, fp16 variants on request); see the module docstring.
 
@@ -125,6 +127,9 @@ def export_run(
         with_tokenizer: also write single-file models that tokenize inside the graph
             (``model.with_tokenizer.onnx``, variant ``fp32+tokenizer``, and ``int8+tokenizer``
             with ``int8``; :func:`ptmkit.exporting.variants.tokenizer_variants`).
+        isolate: convert and check parity in a child process, so that this one never imports
+            TensorFlow; None (default): when this process has not imported it already
+            (:func:`ptmkit.exporting.keras_side.convert_and_check`).
 
     Returns:
         the export manifest, with ``directory`` and a ``summary`` of the measured numbers.
@@ -146,20 +151,15 @@ def export_run(
         check_row_options(run.path, family.name, int8=int8, optimize=optimize, fp16=fp16, with_tokenizer=with_tokenizer)
         return export_row_classifier(family.load_row_classifier(run.path), run.path, family.name, out, dev, console)
     wanted = [name for name, on in (("optimized", optimize > 0), ("int8", int8), ("fp16", fp16)) if on]
-    model, source = read_run(run_dir, registry, dev, optimize, wanted)  # 0. read the run
+    source = read_run(run_dir, registry, dev, optimize, wanted)  # 0. read the run (no TensorFlow)
     target = Path(out) if out is not None else run.path / "export"
     with staging_directory(target, ".export-") as tmp_name:
         tmp = Path(tmp_name)
         fp32_path = tmp / VARIANT_FILES["fp32"]
-        convert_run(model, fp32_path, source, console)  # 1. convert
-        session = open_session(fp32_path)
-        shapes = parity_shapes(source.sequence_length, source.limits.max_sequence_length)
-        parity = check_parity(  # 2. check parity
-            model, session, shapes, source.vocabulary_size, source.padding_id, source.output, source.family.inputs, source.characters
-        )
-        del model  # the Keras side is done: free its weights and traced graphs before quantizing
-        release_keras()
+        parity = convert_and_check(source, fp32_path, console, isolate)  # 1. convert, 2. check parity (Keras: in a child process)
         worst = report_parity(parity, console)
+        session = open_session(fp32_path)
+        source = with_width(source, session.get_outputs()[0].shape[-1])
         gate = Gate(session, source, console)  # 4. gate, fp32 first
         variants: dict[str, Any] = {"fp32": gate.fp32_entry(fp32_path, parity)}
         if wanted:

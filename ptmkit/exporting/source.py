@@ -9,6 +9,7 @@ give the inputs, the padding id, the model's limits and ONNX Runtime's optimizer
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,8 +66,9 @@ class ExportSource:
     dev_file: str | Path | None
 
 
-def read_run(run_dir: str | Path, registry: Registry, dev: str | Path | None, optimize: int, wanted: list[str]) -> tuple[Any, ExportSource]:
-    """Load the run's Keras model (its head's, or the backbone with its pooling) and describe it.
+def read_run(run_dir: str | Path, registry: Registry, dev: str | Path | None, optimize: int, wanted: list[str]) -> ExportSource:
+    """Describe the run for the export stages, without TensorFlow (:func:`load_model` loads the
+    Keras model; the embedding width is filled in from the converted graph, :func:`with_width`).
 
     Args:
         run_dir: the run directory.
@@ -76,39 +78,28 @@ def read_run(run_dir: str | Path, registry: Registry, dev: str | Path | None, op
         wanted: the variants to gate against fp32 (``optimized``, ``int8``, ``fp16``): they need a
             dev file.
 
-    Returns:
-        ``(Keras model, ExportSource)``.
-
     Raises:
-        RunDirError: missing or corrupted files.
+        RunDirError: missing or corrupted files; a fine-tuned run without a head.
         ExportError: ``--optimize 2-3`` for a family without an optimizer model type; variants
             to gate and no dev file.
     """
     from ptmkit.data.tokenization import character_table
-    from ptmkit.training.finetune import load_classifier
 
     run = RunDir(run_dir)
     task_manifest: dict[str, Any]
     if run.manifest().get("head"):
-        model, config, tokenizer, run_manifest = load_classifier(run_dir, registry)
+        config, tokenizer, run_manifest = _classifier_settings(run, registry)
         output, task, labels = "logits", run_manifest["head"], run_manifest["labels"]
         sequence_length = int(run_manifest["sequence_length"])
         task_manifest = {"labels": labels, "outputs": [{"name": output, "dtype": "float32", "shape": ["batch", len(labels)]}]}
     else:
-        from ptmkit.embedding import load_embedder
+        from ptmkit.embedding import embedding_settings
 
-        model, tokenizer, pooling, run_manifest = load_embedder(run_dir)
-        config = None
+        config, tokenizer, pooling, run_manifest = embedding_settings(run_dir)
         output, task, labels = "embeddings", "embedding", []
         sequence_length = int(pooling["max_sequence_length"])
-        width = int(model.output.shape[-1])
-        task_manifest = {"labels": [], "pooling": pooling, "outputs": [{"name": output, "dtype": "float32", "shape": ["batch", width]}]}
+        task_manifest = {"labels": [], "pooling": pooling, "outputs": [{"name": output, "dtype": "float32", "shape": ["batch", None]}]}
     family = registry.family(run_manifest["family"])
-    if config is None:
-        from ptmkit.config import read_toml
-        from ptmkit.training.pretrain import resolve_config
-
-        config = resolve_config(registry, run_manifest["family"], base=read_toml(run.require("config.toml")))
     graph_optimizer = family.graph_optimizer(config.model)
     if optimize >= 2 and graph_optimizer is None:
         raise ExportError(f"--optimize {optimize} fuses transformer layers with ONNX Runtime's optimizer, for which the {family.name} family declares no model type (use --optimize 1)")
@@ -120,9 +111,45 @@ def read_run(run_dir: str | Path, registry: Registry, dev: str | Path | None, op
     dev_file = dev or run_manifest.get("dev")
     if wanted and not dev_file:
         raise ExportError(f"{run.path}: no dev file recorded in the run; pass --dev FILE (texts, one per line) for the fp32-vs-{wanted[0]} check")
-    source = ExportSource(
+    return ExportSource(
         run=run, family=family, run_manifest=run_manifest, tokenizer=tokenizer, output=output, task=task, labels=labels,
         sequence_length=sequence_length, task_manifest=task_manifest, graph_optimizer=graph_optimizer, padding_id=specials.padding_id,
         limits=limits, vocabulary_size=vocabulary_size, characters=characters, mask_input=mask_spec.name if mask_spec else None, dev_file=dev_file,
     )
-    return model, source
+
+
+def _classifier_settings(run: RunDir, registry: Registry) -> tuple[Any, Any, dict[str, Any]]:
+    """``(config, tokenizer, manifest)`` of a fine-tuned run, read without building its model."""
+    from ptmkit.config import read_toml
+    from ptmkit.rundir import CONFIG
+    from ptmkit.training.pretrain import resolve_config
+
+    manifest = run.manifest()
+    config = resolve_config(registry, manifest["family"], None, None, base=read_toml(run.require(CONFIG)))
+    return config, run.load_tokenizer(), manifest
+
+
+def load_model(source: ExportSource, registry: Registry) -> Any:
+    """The Keras model the export converts: the head's (``logits``), or the backbone with its
+    pooling (``embeddings``, :func:`ptmkit.embedding.load_embedder`). Imports TensorFlow.
+
+    Raises:
+        RunDirError: missing or corrupted weights.
+    """
+    if source.output == "logits":
+        from ptmkit.training.finetune import load_classifier
+
+        return load_classifier(source.run.path, registry)[0]
+    from ptmkit.embedding import load_embedder
+
+    return load_embedder(source.run.path)[0]
+
+
+def with_width(source: ExportSource, width: int) -> ExportSource:
+    """``source`` with the embedding width (``embeddings``' last axis, read from the converted
+    graph) in its manifest's output shape; a head's ``logits`` already have theirs."""
+    if source.output != "embeddings":
+        return source
+    (output,) = source.task_manifest["outputs"]
+    task_manifest = {**source.task_manifest, "outputs": [{**output, "shape": ["batch", int(width)]}]}
+    return dataclasses.replace(source, task_manifest=task_manifest)

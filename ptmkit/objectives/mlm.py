@@ -1,14 +1,30 @@
-"""Masked language modelling (Devlin et al. 2019, section 3.1 and appendix A.1).
+"""Masked language modelling (Devlin et al. 2019, section 3.1 and appendix A.1), with its variants.
 
 Of the real (non-special, non-padding) tokens of each sequence, ``mask_rate`` (15%) are selected
 for prediction; of those, 80% are replaced by ``[MASK]``, 10% by a random token and 10% are left
 unchanged. The model predicts the original token at each selected position through a head tied
 to the token embedding (keras-hub's ``MaskedLMHead``, as in ``BertMaskedLM``).
+
+Variants (section ``[objectives.mlm]``):
+
+- **dynamic masking** (the default; RoBERTa, Liu et al. 2019, section 4.1): every time a sequence
+  is drawn it gets new masks, from the step's generator;
+- **static masking** (BERT's ``create_pretraining_data.py``): instances and masks are fixed.
+  BERT cut its data into instances once and masked them ``dupe_factor`` = 10 times with
+  different masks, then trained on the copies. Here the sampler then draws fixed windows (the
+  corpus tiled, :class:`~ptmkit.data.pretraining.InstanceSampler`'s ``fixed_windows``), and a
+  sequence's mask is a function of its tokens and of a copy index drawn in ``[0, dupe_factor)``,
+  so a sequence drawn again gets one of the same ``dupe_factor`` masks (with ``dupe_factor = 1``,
+  always the same). The masks do not depend on ``train.seed``; which copies are drawn does;
+- **whole-word masking** (Google's BERT release of 2019-05-31, ``--do_whole_word_mask``): words,
+  not word pieces, are selected: a word's continuation pieces (WordPiece ``##x``) are masked with
+  it, each piece then replaced 80/10/10 on its own as in that implementation.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -18,29 +34,123 @@ import numpy as np
 from ptmkit.contract import SEQUENCE_OUTPUT, TOKEN_EMBEDDING, Objective, SpecialTokens
 from ptmkit.errors import ConfigError
 
+#: ``objectives.mlm.masking``: when masks are drawn.
+MASKING_MODES = ("dynamic", "static")
+
+
+def check_masking(section: str, masking: str, dupe_factor: int) -> None:
+    """Validate a ``masking`` / ``dupe_factor`` pair of config keys in ``[objectives.SECTION]``.
+
+    Raises:
+        ConfigError: an unknown mode, or ``dupe_factor`` < 1.
+    """
+    if masking not in MASKING_MODES:
+        raise ConfigError(f"config key 'objectives.{section}.masking' must be one of {', '.join(MASKING_MODES)}, got {masking!r}")
+    if dupe_factor < 1:
+        raise ConfigError(f"config key 'objectives.{section}.dupe_factor' must be >= 1, got {dupe_factor}")
+
+
+def check_replacement_rates(section: str, mask_rate: float, mask_token_rate: float, random_token_rate: float) -> None:
+    """Validate the 15% / 80% / 10% rates of ``[objectives.SECTION]``.
+
+    Raises:
+        ConfigError: a rate outside [0, 1], or ``mask_token_rate + random_token_rate`` > 1.
+    """
+    for name, value in (("mask_rate", mask_rate), ("mask_token_rate", mask_token_rate), ("random_token_rate", random_token_rate)):
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(f"config key 'objectives.{section}.{name}' must be in [0, 1], got {value}")
+    if mask_token_rate + random_token_rate > 1.0:
+        raise ConfigError(f"config keys 'objectives.{section}.mask_token_rate' + 'random_token_rate' must be <= 1")
+
 
 @dataclasses.dataclass
 class MaskedLMConfig:
-    """Masked-LM settings (section ``[objectives.mlm]``).
+    """Masked-LM settings (section ``[objectives.mlm]``); defaults are BERT's (Devlin et al. 2019).
 
     Attributes:
-        mask_rate: fraction of real tokens selected for prediction.
-        mask_token_rate: of the selected, the fraction replaced by ``[MASK]``.
-        random_token_rate: of the selected, the fraction replaced by a uniformly random token.
+        mask_rate: fraction of real tokens selected for prediction (BERT: 0.15).
+        mask_token_rate: of the selected, the fraction replaced by ``[MASK]`` (BERT: 0.8).
+        random_token_rate: of the selected, the fraction replaced by a uniformly random token
+            (BERT: 0.1; the rest, 0.1, are kept).
         max_predictions: predictions per sequence (0: ``ceil(mask_rate * sequence_length)``).
+        masking: ``"dynamic"``: random windows, new masks each time a sequence is drawn (RoBERTa,
+            Liu et al. 2019; ptmkit's behaviour from the start); ``"static"``: fixed windows (the
+            corpus tiled), each masked as one of ``dupe_factor`` fixed copies (BERT's
+            create_pretraining_data.py).
+        dupe_factor: with static masking, how many differently masked copies of each sequence
+            there are (BERT: 10); ignored with dynamic masking.
+        whole_word: select whole words: every piece of a word is masked with it (BERT's whole-word
+            masking); needs a tokenizer that marks word continuations (WordPiece ``##``).
     """
 
     mask_rate: float = 0.15
     mask_token_rate: float = 0.8
     random_token_rate: float = 0.1
     max_predictions: int = 0
+    masking: str = "dynamic"
+    dupe_factor: int = 10
+    whole_word: bool = False
 
     def validate(self) -> None:
-        for name in ("mask_rate", "mask_token_rate", "random_token_rate"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(f"config key 'objectives.mlm.{name}' must be in [0, 1], got {getattr(self, name)}")
-        if self.mask_token_rate + self.random_token_rate > 1.0:
-            raise ConfigError("config keys 'objectives.mlm.mask_token_rate' + 'random_token_rate' must be <= 1")
+        check_replacement_rates("mlm", self.mask_rate, self.mask_token_rate, self.random_token_rate)
+        check_masking("mlm", self.masking, self.dupe_factor)
+        if self.max_predictions < 0:
+            raise ConfigError(f"config key 'objectives.mlm.max_predictions' must be >= 0, got {self.max_predictions}")
+
+
+def row_generators(token_ids: np.ndarray, rng: np.random.Generator, masking: str, dupe_factor: int) -> list[np.random.Generator]:
+    """One generator per row of ``token_ids`` to draw that row's masks from.
+
+    Dynamic masking: the step's ``rng`` for every row (new masks at every draw). Static masking:
+    a generator seeded by the row's tokens (a BLAKE2b digest of its ``(sequence,)`` int32 ids,
+    padding included) and a copy index drawn from ``rng`` in ``[0, dupe_factor)``, so that a
+    sequence drawn twice is masked alike whenever the copy index repeats.
+    """
+    if masking == "dynamic":
+        return [rng] * len(token_ids)
+    copies = rng.integers(0, dupe_factor, size=len(token_ids))
+    generators = []
+    for row, copy in zip(np.ascontiguousarray(token_ids, dtype=np.int32), copies, strict=True):
+        digest = np.frombuffer(hashlib.blake2b(row.tobytes(), digest_size=16).digest(), dtype=np.uint32)
+        generators.append(np.random.default_rng([int(copy), *digest.tolist()]))
+    return generators
+
+
+def word_groups(positions: np.ndarray, word_start: np.ndarray | None) -> list[np.ndarray]:
+    """Split a row's candidate ``positions`` (sorted) into words.
+
+    A word starts at a position whose ``word_start`` is 1, after a gap (a special token such as
+    ``[SEP]`` between two segments) or at the first candidate (a window that begins inside a
+    word keeps that word's tail as a word). Without ``word_start`` each position is a word.
+    """
+    if positions.size == 0:
+        return []
+    if word_start is None:
+        return [positions[i : i + 1] for i in range(positions.size)]
+    begins = word_start[positions].astype(bool)
+    begins[1:] |= np.diff(positions) != 1
+    begins[0] = True
+    return np.split(positions, np.flatnonzero(begins)[1:])
+
+
+def prediction_count(candidates: int, predictions: int, mask_rate: float) -> int:
+    """BERT's ``num_to_predict``: ``min(max_predictions, max(1, round(candidates * mask_rate)))``."""
+    return min(predictions, max(1, int(round(candidates * mask_rate))))
+
+
+def choose_whole_words(words: list[np.ndarray], count: int, rng: np.random.Generator) -> np.ndarray:
+    """Google BERT's whole-word selection: words in random order, each taken whole when it still
+    fits into ``count`` predictions (a word that would overflow is skipped). Sorted positions."""
+    chosen: list[np.ndarray] = []
+    taken = 0
+    for index in rng.permutation(len(words)):
+        if taken >= count:
+            break
+        if taken + words[index].size > count:
+            continue
+        chosen.append(words[index])
+        taken += words[index].size
+    return np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64)
 
 
 def mask_tokens(
@@ -50,6 +160,7 @@ def mask_tokens(
     config: MaskedLMConfig,
     specials: SpecialTokens,
     vocabulary_size: int,
+    word_start: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Select and corrupt tokens for masked-LM training.
 
@@ -57,12 +168,19 @@ def mask_tokens(
         token_ids: ``(batch, sequence)`` int32, packed with specials and padding.
         padding_mask: ``(batch, sequence)``, 1 for real tokens (specials included), 0 for padding.
         rng: the NumPy generator (deterministic per step, so a resumed run masks identically).
+        word_start: ``(batch, sequence)`` int, 1 where a token begins a word; required by
+            ``config.whole_word``.
 
     Returns:
         ``(masked_token_ids, mask_positions, mask_ids, mask_weights)``: the corrupted
         ``(batch, sequence)`` int32 ids; ``(batch, max_predictions)`` int32 positions, original
         ids, and float32 weights (1 for a real prediction, 0 for padding of the prediction list).
+
+    Raises:
+        ValueError: ``config.whole_word`` without ``word_start``.
     """
+    if config.whole_word and word_start is None:
+        raise ValueError("whole-word masking needs the batch's word_start")
     batch, length = token_ids.shape
     predictions = config.max_predictions or math.ceil(config.mask_rate * length)
     masked = token_ids.copy()
@@ -71,31 +189,74 @@ def mask_tokens(
     weights = np.zeros((batch, predictions), np.float32)
     special = np.isin(token_ids, specials.structural())
     candidates = (padding_mask.astype(bool)) & ~special
-    for row in range(batch):
+    for row, row_rng in enumerate(row_generators(token_ids, rng, config.masking, config.dupe_factor)):
         where = np.flatnonzero(candidates[row])
         if where.size == 0:
             continue
-        count = min(predictions, max(1, int(round(where.size * config.mask_rate))))
-        chosen = np.sort(rng.choice(where, size=count, replace=False))
-        draw = rng.random(count)
+        count = prediction_count(where.size, predictions, config.mask_rate)
+        if config.whole_word:
+            assert word_start is not None
+            chosen = choose_whole_words(word_groups(where, word_start[row]), count, row_rng)
+            count = chosen.size
+        else:
+            chosen = np.sort(row_rng.choice(where, size=count, replace=False))
+        draw = row_rng.random(count)
         to_mask = draw < config.mask_token_rate
         to_random = (draw >= config.mask_token_rate) & (draw < config.mask_token_rate + config.random_token_rate)
         positions[row, :count] = chosen
         ids[row, :count] = token_ids[row, chosen]
         weights[row, :count] = 1.0
         masked[row, chosen[to_mask]] = specials["mask"]
-        masked[row, chosen[to_random]] = rng.integers(0, vocabulary_size, size=int(to_random.sum()))
+        masked[row, chosen[to_random]] = row_rng.integers(0, vocabulary_size, size=int(to_random.sum()))
     return masked, positions, ids, weights
+
+
+def masked_lm_head(backbone: Any, sequence_output: Any, mask_positions: Any, name: str) -> Any:
+    """keras-hub's ``MaskedLMHead`` tied to ``backbone.token_embedding`` (as ``BertMaskedLM``):
+    ``(batch, predictions, vocabulary)`` float32 logits at ``mask_positions``."""
+    import keras
+    import keras_hub
+
+    head = keras_hub.layers.MaskedLMHead(
+        vocabulary_size=backbone.vocabulary_size,
+        token_embedding=backbone.token_embedding,
+        intermediate_activation="gelu",
+        kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+        dtype="float32",
+        name=name,
+    )
+    return head(sequence_output, mask_positions=mask_positions)
+
+
+def prediction_loss() -> Any:
+    """Cross-entropy averaged over the real predictions: ``sum(w * nll) / sum(w)``, as BERT's
+    ``get_masked_lm_output`` (``numerator / denominator``). Keras' default reduction divides by
+    every slot of the ``(batch, max_predictions)`` list, padding slots included, which reported a
+    loss lower by the share of empty slots (20% at ``sequence_length = 32``: 4 predictions in 5
+    slots) and made losses of objectives that fill the list differently incomparable."""
+    import keras
+
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight")
+
+
+def require_mask_token(objective: str, specials: SpecialTokens) -> None:
+    """Raises ConfigError when the tokenizer has no mask token."""
+    if "mask" not in specials:
+        raise ConfigError(f"objective {objective!r} replaces tokens by the mask token, which this tokenizer lacks (its specials: {dict(specials)})")
 
 
 class MaskedLM(Objective):
     """Masked language modelling with an output layer tied to the token embedding."""
 
     name = "mlm"
-    description = "masked LM: 15% of tokens, 80% [MASK] / 10% random / 10% kept (BERT)"
+    description = "masked LM: 15% of tokens, 80% [MASK] / 10% random / 10% kept (BERT); static/dynamic, whole-word"
     requires = frozenset({SEQUENCE_OUTPUT, TOKEN_EMBEDDING})
     config_class = MaskedLMConfig
     token_level_lm = True
+    corrupts_token_ids = True
+
+    def needs_word_starts(self, config: MaskedLMConfig) -> bool:
+        return config.whole_word
 
     def prepare(
         self,
@@ -105,28 +266,17 @@ class MaskedLM(Objective):
         specials: SpecialTokens,
         vocabulary_size: int,
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
-        if "mask" not in specials:
-            raise ConfigError(f"objective 'mlm' replaces tokens by the mask token, which this tokenizer lacks (its specials: {dict(specials)})")
+        require_mask_token("mlm", specials)
         masked, positions, ids, weights = mask_tokens(
-            batch["token_ids"], batch["padding_mask"], rng, config, specials, vocabulary_size
+            batch["token_ids"], batch["padding_mask"], rng, config, specials, vocabulary_size, batch.get("word_start")
         )
         return {"token_ids": masked, "mask_positions": positions}, {"mlm": ids}, {"mlm": weights}
 
     def build(self, backbone: Any, inputs: dict[str, Any], config: MaskedLMConfig) -> tuple[dict, dict, dict, dict]:
         import keras
-        import keras_hub
 
         mask_positions = keras.Input(shape=(None,), dtype="int32", name="mask_positions")
-        sequence_output = backbone(inputs)["sequence_output"]
-        head = keras_hub.layers.MaskedLMHead(
-            vocabulary_size=backbone.vocabulary_size,
-            token_embedding=backbone.token_embedding,
-            intermediate_activation="gelu",
-            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
-            dtype="float32",
-            name="mlm",
-        )
-        logits = head(sequence_output, mask_positions=mask_positions)
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        logits = masked_lm_head(backbone, backbone(inputs)["sequence_output"], mask_positions, "mlm")
+        loss = prediction_loss()
         metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         return {"mask_positions": mask_positions}, {"mlm": logits}, {"mlm": loss}, {"mlm": metrics}

@@ -27,7 +27,7 @@ from ptmkit.contract import ClassifiesRows, ProvidesWordVectors, TrainsOnWordVec
 from ptmkit.errors import ConfigError, DataError, RunDirError
 from ptmkit.io import atomic_save, atomic_write_text
 from ptmkit.plugins import Registry, get_registry
-from ptmkit.rundir import CONFIG, LABELS, METRICS, MODEL_WEIGHTS, TOKENIZER, RunDir, load_weights
+from ptmkit.rundir import CONFIG, DEV_LOG, LABELS, METRICS, MODEL_WEIGHTS, STEP_LOG, TOKENIZER, RunDir, load_weights
 
 #: What a fine-tuning run read (parent run, train and dev files), for --resume to compare.
 INPUTS = "inputs.json"
@@ -112,6 +112,25 @@ def load_backbone(registry: Registry, run: RunDir) -> tuple[Any, RunConfig, Any,
     if manifest["stage"] == "pretrain":
         load_weights(backbone, weights)
     return backbone, config, run.load_tokenizer(), manifest
+
+
+def _head_base(parent_config: dict[str, Any], config_path: str | Path | None, overrides: list[str]) -> dict[str, Any]:
+    """The parent run's config as the base of a fine-tuning config: its ``[head]`` section holds the
+    keys of the parent's ``finetune.head`` (a pre-training run records the default head's), so it
+    is dropped when another head is chosen (by ``--set finetune.head``, ``--config`` or
+    :func:`~ptmkit.config.choose_head`)."""
+    chosen = None
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.strip() == "finetune.head":
+            chosen = value.strip().strip('"')
+    if chosen is None and config_path is not None:
+        section = read_toml(config_path).get("finetune")
+        chosen = section.get("head") if isinstance(section, dict) else None
+    parent_head = (parent_config.get("finetune") or {}).get("head")
+    if chosen is None or chosen == parent_head:
+        return parent_config
+    return {key: value for key, value in parent_config.items() if key != "head"}
 
 
 def build_classifier(registry: Registry, config: RunConfig, backbone: Any, num_labels: int) -> Any:
@@ -201,7 +220,7 @@ def finetune(
     if config_path is not None:
         _refuse_changed_pretraining_keys(read_toml(config_path), parent_config, str(config_path))
     overrides = choose_head(registry, family, config_path, list(overrides or []))
-    config = resolve_config(registry, manifest["family"], config_path, overrides, base=parent_config)
+    config = resolve_config(registry, manifest["family"], config_path, overrides, base=_head_base(parent_config, config_path, overrides))
     head = registry.head(config.finetune.head)
     if isinstance(head, TrainsOnWordVectors):
         if resume:
@@ -355,8 +374,8 @@ def _fit_classifier(
                 verbose=0,
                 callbacks=[
                     CheckpointCallback(checkpoints, start, total, every, epoch_steps=steps_per_epoch),
-                    ProgressCallback("fine-tuning", start, total, ft.batch_size * ft.sequence_length, console),
-                    DevAccuracyCallback(x_dev, y_dev, start, steps_per_epoch, console),
+                    ProgressCallback("fine-tuning", start, total, ft.batch_size * ft.sequence_length, console, step_log=target / STEP_LOG),
+                    DevAccuracyCallback(x_dev, y_dev, start, steps_per_epoch, console, dev_log=target / DEV_LOG),
                     keras.callbacks.TensorBoard(log_dir=str(target / "logs")),
                 ],
             )

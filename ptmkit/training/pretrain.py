@@ -33,12 +33,12 @@ from ptmkit.config import (
     to_toml,
 )
 from ptmkit.console import default_console
-from ptmkit.contract import InputSpec, Resumable, TrainsItself, TrainsOnWordVectors
+from ptmkit.contract import HeldoutLines, InputSpec, Resumable, ScoresHeldoutLines, TrainsItself, TrainsOnWordVectors, capabilities
 from ptmkit.data.readers import read_corpus
 from ptmkit.errors import ConfigError, DataError, PluginError, PtmkitError, RunDirError
 from ptmkit.io import atomic_save, atomic_write_text
 from ptmkit.plugins import Registry, get_registry
-from ptmkit.rundir import BACKBONE_WEIGHTS, CONFIG, METRICS, TOKENIZER, RunDir
+from ptmkit.rundir import BACKBONE_WEIGHTS, CONFIG, METRICS, STEP_LOG, TOKENIZER, RunDir
 
 
 def resolve_config(
@@ -90,13 +90,25 @@ def resolve_config(
         if limit is not None and length > limit:
             what = f"'{limits.max_sequence_length_key}' = {limit}" if limits.max_sequence_length_key else f"the model's limit of {limit} positions"
             raise ConfigError(f"{source}: config key '{section}.sequence_length' = {length} exceeds {what}")
-    for name in config.train.objectives or list(family.default_objectives):
+    names = config.train.objectives or list(family.default_objectives)
+    for name in names:
         if name not in registry.objectives_for(family):
             raise ConfigError(
                 f"{source}: objective {name!r} needs {sorted(registry.objective(name).requires)}, which the "
-                f"{family_name} backbone does not provide; it supports {registry.objectives_for(family)}"
+                f"{family_name} backbone does not provide (it provides {sorted(capabilities(family))}); "
+                f"it supports {registry.objectives_for(family)}"
             )
+    _refuse_clashing_objectives(registry, names, source)
     return config
+
+
+def _refuse_clashing_objectives(registry: Registry, names: list[str], source: str) -> None:
+    """Two objectives that both corrupt the token ids (mlm and span), or both build segment pairs
+    (nsp and sop), cannot share a batch."""
+    for attribute, what in (("corrupts_token_ids", "corrupt the input tokens"), ("needs_segment_pairs", "build the segment pairs")):
+        clashing = [name for name in names if getattr(registry.objective(name), attribute)]
+        if len(clashing) > 1:
+            raise ConfigError(f"{source}: objectives {' and '.join(map(repr, clashing))} both {what} of a batch; 'train.objectives' may hold one of them")
 
 
 def _refuse_core_training_sections(family_name: str, source: str, sections: list[str]) -> None:
@@ -183,8 +195,7 @@ def build_pretraining_model(registry: Registry, config: RunConfig) -> tuple[Any,
     from ptmkit.training.schedule import adamw
 
     family = registry.family(config.family)
-    names = config.train.objectives or list(family.default_objectives)
-    objectives = {name: (registry.objective(name), config.objectives[name]) for name in names}
+    objectives = selected_objectives(registry, config)
     backbone = family.build_backbone(config.model)
     inputs = keras_inputs(family.inputs)
     all_inputs, outputs, losses, metrics = dict(inputs), {}, {}, {}
@@ -203,6 +214,13 @@ def build_pretraining_model(registry: Registry, config: RunConfig) -> tuple[Any,
         jit_compile=train.jit_compile,
     )
     return backbone, model, objectives
+
+
+def selected_objectives(registry: Registry, config: RunConfig) -> dict[str, tuple[Any, Any]]:
+    """Each objective the run trains (``train.objectives``, else the family's defaults), by name:
+    ``(Objective, its config)``."""
+    names = config.train.objectives or list(registry.family(config.family).default_objectives)
+    return {name: (registry.objective(name), config.objectives[name]) for name in names}
 
 
 def keras_inputs(inputs: tuple[InputSpec, ...] | list[InputSpec]) -> dict[str, Any]:
@@ -293,7 +311,8 @@ def pretrain(
         if _read_tokenizer(Path(tokenizer)).to_str() != run.load_tokenizer().to_str():
             raise ConfigError(f"--resume: --tokenizer {tokenizer} differs from the run's {run / TOKENIZER}; drop --tokenizer")
         tokenizer = None  # the run's own, the same
-    trained = _prepare_run(run, family, config, corpus, tokenizer, console)
+    word_objectives = [name for name, (o, c) in selected_objectives(registry, config).items() if o.needs_word_starts(c)]
+    trained = _prepare_run(run, family, config, corpus, tokenizer, console, word_objectives)
     return _fit(registry, config, family, trained, run, corpus, console)
 
 
@@ -335,10 +354,13 @@ def _run_config(
     return resolve_config(registry, family_name, None, None, base=stored)
 
 
-def _prepare_run(run: RunDir, family: Any, config: RunConfig, corpus: str | Path, tokenizer: str | Path | None, console: Console) -> Any:
+def _prepare_run(
+    run: RunDir, family: Any, config: RunConfig, corpus: str | Path, tokenizer: str | Path | None, console: Console, word_objectives: list[str] | None = None
+) -> Any:
     """Write the run's ``config.toml``, its tokenizer (``tokenizer``'s file, or one trained;
     kept when the run has one) and ``tokens/``; return the tokenizer. A run directory this call
-    created is removed again when a step fails (nothing was trained yet)."""
+    created is removed again when a step fails (nothing was trained yet), e.g. when
+    ``word_objectives`` (objectives that read word starts) meet a tokenizer without them."""
     created = not run.path.exists()
     try:
         run.path.mkdir(parents=True, exist_ok=True)
@@ -348,6 +370,14 @@ def _prepare_run(run: RunDir, family: Any, config: RunConfig, corpus: str | Path
             family.special_tokens(loaded)  # refuse a vocabulary without the family's specials
             atomic_save(run / TOKENIZER, lambda tmp: loaded.save(str(tmp)))
         trained, num_lines = _tokenizer(run, family, config, corpus, console)
+        if word_objectives:
+            from ptmkit.data.tokenization import word_start_table
+
+            if word_start_table(trained) is None:
+                raise ConfigError(
+                    f"objective {word_objectives[0]!r} masks whole words, but the tokenizer's {type(trained.model).__name__} model marks no word "
+                    "continuations (a WordPiece '##' continuing_subword_prefix); use token-level masking or such a tokenizer"
+                )
         tokens_dir = run / "tokens"
         if not (tokens_dir / "tokens.json").exists():
             from ptmkit.data.pretraining import tokenize_corpus
@@ -479,8 +509,8 @@ def _tokenizer(run: RunDir, family: Any, config: RunConfig, corpus: str | Path, 
 def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run: RunDir, corpus: str | Path, console: Console) -> dict[str, Any]:
     import keras
 
-    from ptmkit.data.pretraining import InstanceSampler, load_token_file, make_step, step_rng
-    from ptmkit.data.tokenization import character_table
+    from ptmkit.data.pretraining import InstanceSampler, load_token_file, make_step, sampler_options, step_rng
+    from ptmkit.data.tokenization import character_table, word_start_table
     from ptmkit.training.checkpoint import CheckpointCallback, interrupt_note, latest_step, restore_state
     from ptmkit.training.progress import ProgressCallback
     from ptmkit.training.setup import seed_everything, set_precision
@@ -494,9 +524,8 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
     if tokenizer.get_vocab_size() > vocabulary_size:
         raise ConfigError(f"the tokenizer has {tokenizer.get_vocab_size()} tokens, more than the model's {vocabulary_size} token embeddings ([model] config)")
     characters = character_table(tokenizer, family.inputs)
-    pairs = any(o.needs_segment_pairs for o, _ in objectives.values())
-    random_next = getattr(config.objectives.get("nsp"), "random_next_rate", 0.5)
-    sampler = InstanceSampler(load_token_file(run / "tokens", "train"), family, specials, train.sequence_length, pairs, random_next)
+    options = sampler_options(objectives, word_start_table(tokenizer))
+    sampler = InstanceSampler(load_token_file(run / "tokens", "train"), family, specials, train.sequence_length, **options)
 
     def make(step: int) -> Any:
         return make_step(sampler, objectives, step_rng(train.seed, step), train.batch_size, vocabulary_size, family.inputs, characters=characters)
@@ -506,7 +535,7 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
     if start:
         console.print(f"resuming from step {start} ({checkpoints})")
     tokens_per_step = train.batch_size * train.sequence_length
-    progress = ProgressCallback("pre-training", start, train.max_steps, tokens_per_step, console, reset_metrics=True)
+    progress = ProgressCallback("pre-training", start, train.max_steps, tokens_per_step, console, reset_metrics=True, step_log=run / STEP_LOG)
     started = time.perf_counter()
     if start < train.max_steps:
         # Objectives that do not use the pooler (masked LM alone) leave it without gradients.
@@ -534,7 +563,10 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
         "tokens_per_second": round(progress.tokens_per_second, 1),
         "parameters": int(backbone.count_params()),
     }
-    metrics.update(evaluate_heldout(model, run, family, specials, objectives, config, vocabulary_size, characters=characters))
+    metrics.update(
+        evaluate_heldout(model, run, family, specials, objectives, config, vocabulary_size, characters=characters, word_starts=options["word_starts"])
+    )
+    metrics.update(score_heldout_lines(backbone, run, family, tokenizer, specials, objectives, config, corpus, vocabulary_size))
     atomic_save(run / BACKBONE_WEIGHTS, lambda tmp: backbone.save_weights(str(tmp)))
     run.write_json(METRICS, metrics)
     plugin = registry.owner("family", config.family)
@@ -555,7 +587,7 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
 
 def evaluate_heldout(
     model: Any, run: RunDir, family: Any, specials: Any, objectives: dict[str, Any], config: RunConfig, vocabulary_size: int,
-    max_batches: int = 20, characters: Any = None,
+    max_batches: int = 20, characters: Any = None, word_starts: Any = None,
 ) -> dict[str, Any]:
     """Each objective's held-out loss and metrics (masked-LM and NSP accuracy, ...), with fixed masks.
 
@@ -563,21 +595,21 @@ def evaluate_heldout(
     separate from training's, so the numbers are comparable across runs with one seed. An
     objective whose loss is a token-level negative log-likelihood
     (:attr:`~ptmkit.contract.Objective.token_level_lm`) also gets ``heldout_NAME_perplexity``,
-    ``exp(loss)``.
+    ``exp(loss)``. ``word_starts``: the tokenizer's word-start table, for objectives that mask
+    whole words (:func:`ptmkit.data.tokenization.word_start_table`).
     """
-    from ptmkit.data.pretraining import InstanceSampler, load_token_file, make_step, step_rng
+    from ptmkit.data.pretraining import InstanceSampler, load_token_file, make_step, sampler_options, step_rng
 
     train = config.train
     heldout = load_token_file(run / "tokens", "heldout")
-    pairs = any(o.needs_segment_pairs for o, _ in objectives.values())
     if heldout.num_tokens == 0:
         return {}
-    sampler = InstanceSampler(heldout, family, specials, train.sequence_length, pairs)
+    sampler = InstanceSampler(heldout, family, specials, train.sequence_length, **sampler_options(objectives, word_starts))
     starts = list(range(0, heldout.num_tokens, sampler.budget))[: max_batches * train.batch_size]
     x, y, w = make_step(sampler, objectives, step_rng(train.seed, 0, stream=1), len(starts), vocabulary_size, family.inputs, starts, characters)
     sampler.close()
     results = model.evaluate(x, y, sample_weight=w, batch_size=train.batch_size, verbose=0, return_dict=True)
-    if len(objectives) == 1:  # Keras prefixes metrics with the output name only when there are several
+    if len(model.outputs) == 1:  # Keras prefixes metrics with the output name only when there are several
         (name,) = objectives
         results = {k if k.startswith(name) else f"{name}_{k}": v for k, v in results.items()}
         results["loss"] = results[f"{name}_loss"]
@@ -588,3 +620,34 @@ def evaluate_heldout(
     out["heldout_sequences"] = len(starts)
     return out
 
+
+
+def score_heldout_lines(
+    backbone: Any, run: RunDir, family: Any, tokenizer: Any, specials: Any, objectives: dict[str, Any], config: RunConfig,
+    corpus: str | Path, vocabulary_size: int,
+) -> dict[str, Any]:
+    """What each objective that :class:`~ptmkit.contract.ScoresHeldoutLines` measures on the
+    held-out lines (the last lines of ``corpus``, as many as the run's held-out split holds)."""
+    scorers = [(objective, objective_config) for objective, objective_config in objectives.values() if isinstance(objective, ScoresHeldoutLines)]
+    if not scorers:
+        return {}
+    import collections
+
+    import numpy as np
+
+    from ptmkit.data.pretraining import load_token_file
+
+    count = len(load_token_file(run / "tokens", "heldout").offsets) - 1
+    if count == 0:
+        return {}
+    texts = list(collections.deque(read_corpus(corpus), maxlen=count))
+    train = load_token_file(run / "tokens", "train")
+    token_counts = np.zeros(vocabulary_size, np.int64)
+    ids = np.memmap(train.path, dtype=train.dtype, mode="r") if train.num_tokens else np.zeros(0, np.int32)
+    for start in range(0, len(ids), 1 << 22):  # in chunks: memory stays flat however large the corpus
+        token_counts += np.bincount(ids[start : start + (1 << 22)], minlength=vocabulary_size)[:vocabulary_size]
+    heldout = HeldoutLines(texts, tokenizer, specials, tuple(family.inputs), config.train.sequence_length, config.train.batch_size, token_counts)
+    metrics: dict[str, Any] = {}
+    for objective, objective_config in scorers:
+        metrics.update(objective.score_lines(backbone, heldout, objective_config))
+    return metrics

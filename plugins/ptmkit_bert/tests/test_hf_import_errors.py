@@ -30,7 +30,6 @@ CONFIG = {
     "layer_norm_eps": 1e-12,
     "position_embedding_type": "absolute",
 }
-GPT2_CONFIG = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 8, "n_layer": 1, "n_head": 2, "vocab_size": 50257}
 
 
 def write_checkpoint(directory: Path, config: dict[str, object] = CONFIG, vocab: list[str] = VOCAB) -> Path:
@@ -107,8 +106,8 @@ def _pickle_only(d: Path) -> None:
     (d / "model.safetensors").rename(d / "pytorch_model.bin")
 
 
-def _gpt2(d: Path) -> None:
-    (d / "config.json").write_text(json.dumps(GPT2_CONFIG))
+def _t5(d: Path) -> None:
+    (d / "config.json").write_text(json.dumps({"model_type": "t5", "d_model": 8}))
 
 
 def _long_vocabulary(d: Path) -> None:
@@ -133,7 +132,7 @@ CASES = {
     "no weights": (_drop("model.safetensors"), ["ckpt", "no model.safetensors"]),
     "pickled weights only": (_pickle_only, ["pytorch_model.bin", "pickle", "safe_serialization=True"]),
     "truncated safetensors": (_truncate, ["model.safetensors", "not a readable safetensors file"]),
-    "a GPT-2 config": (_gpt2, ["config.json", "model_type 'gpt2'", "not a BERT checkpoint"]),
+    "a model type no plugin imports": (_t5, ["config.json", "model_type 't5'", "they read: bert"]),
     "a vocabulary larger than the embeddings": (_long_vocabulary, ["tokenizer.json", f"vocabulary has {len(VOCAB) + 3} tokens", "'##ing'", f"embedding matrix has {len(VOCAB)} rows"]),
     "a tensor of another shape": (_wrong_shape, ["model.safetensors", "encoder.layer.0.intermediate.dense.weight", "[12, 8]", "[16, 8]"]),
     "a missing config key": (_config(hidden_size=None), ["config.json", "missing key 'hidden_size'"]),

@@ -1,0 +1,264 @@
+"""``ptmkit import-hf DIR`` for Hugging Face GPT-2 checkpoints (``config.json`` ``model_type: gpt2``).
+
+The weights (``model.safetensors``, as ``GPT2LMHeadModel.save_pretrained`` writes them, with or
+without the ``transformer.`` prefix) are ported into :class:`ptmkit_gpt.backbone.GPTBackbone`
+by keras-hub's own converter (``keras_hub.src.utils.transformers.convert_gpt2.convert_weights``),
+which the backbone's layer layout was made for, after every tensor's shape has been checked
+against ``config.json`` so that a mismatch is one line naming the tensor. The tokenizer is the
+checkpoint's ``tokenizer.json`` as it is, else the byte-level BPE that ``vocab.json`` and
+``merges.txt`` define (GPT-2's, as ``GPT2TokenizerFast`` builds it).
+
+GPT-2's output layer is its token embedding (``tie_word_embeddings``, the default); a checkpoint
+with untied output weights is imported only when ``lm_head.weight`` equals the embedding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ptmkit.api import DataError, RunDirError
+from ptmkit_gpt.config import GPTConfig
+from ptmkit_gpt.tokenizer import END_OF_TEXT
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+_REQUIRED = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")
+#: transformers' ``activation_function`` values the backbone computes: GPT-2's tanh GELU.
+ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
+
+
+class CheckpointError(DataError):
+    """A Hugging Face GPT-2 checkpoint that ptmkit cannot import exactly; nothing was written."""
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+
+
+def read_gpt2_config(directory: Path) -> tuple[GPTConfig, dict[str, Any]]:
+    """Map ``DIR/config.json`` onto a :class:`GPTConfig` (``variant = "gpt2"``, ``prepend_bos =
+    false``: GPT-2's prompts start with their own tokens).
+
+    Raises:
+        CheckpointError: no config.json, another model type, a missing or non-positive key, an
+            activation or attention option the backbone does not compute.
+    """
+    path = directory / CONFIG_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{directory}: no {CONFIG_FILE}; a Hugging Face checkpoint directory holds {CONFIG_FILE} and {WEIGHTS_FILE}")
+    hf = _read_json(path)
+    if not isinstance(hf, dict) or hf.get("model_type") != "gpt2":
+        raise CheckpointError(f"{path}: model_type {hf.get('model_type') if isinstance(hf, dict) else None!r} is not a GPT-2 checkpoint")
+    for key in _REQUIRED:
+        value = hf.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise CheckpointError(f"{path}: key {key!r} must be a positive integer, got {value!r}")
+    if hf["n_embd"] % hf["n_head"]:
+        raise CheckpointError(f"{path}: key 'n_head' = {hf['n_head']} does not divide 'n_embd' = {hf['n_embd']}")
+    activation = hf.get("activation_function", "gelu_new")
+    if activation not in ACTIVATIONS:
+        raise CheckpointError(f"{path}: key 'activation_function' = {activation!r} is not supported (supported: {', '.join(ACTIVATIONS)})")
+    for key, default in (("scale_attn_by_inverse_layer_idx", False), ("add_cross_attention", False)):
+        if hf.get(key, default):
+            raise CheckpointError(f"{path}: key {key!r} is true, which the GPT-2 importer does not support")
+    config = GPTConfig(
+        variant="gpt2",
+        vocabulary_size=hf["vocab_size"],
+        num_layers=hf["n_layer"],
+        num_heads=hf["n_head"],
+        hidden_dim=hf["n_embd"],
+        intermediate_dim=hf.get("n_inner") or 4 * hf["n_embd"],
+        dropout=float(hf.get("resid_pdrop", 0.1)),
+        max_sequence_length=hf["n_positions"],
+        layer_norm_epsilon=float(hf.get("layer_norm_epsilon", 1e-5)),
+        prepend_bos=False,
+    )
+    return config, hf
+
+
+def expected_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
+    """The tensors of a ``GPT2Model`` checkpoint and their shapes (GPT-2's ``Conv1D`` layout:
+    weights are ``(in, out)``)."""
+    h, i = config.hidden_dim, config.intermediate_dim
+    shapes: dict[str, tuple[int, ...]] = {"wte.weight": (config.vocabulary_size, h), "wpe.weight": (config.max_sequence_length, h)}
+    for n in range(config.num_layers):
+        p = f"h.{n}."
+        shapes.update({f"{p}ln_1.weight": (h,), f"{p}ln_1.bias": (h,), f"{p}ln_2.weight": (h,), f"{p}ln_2.bias": (h,)})
+        shapes.update({f"{p}attn.c_attn.weight": (h, 3 * h), f"{p}attn.c_attn.bias": (3 * h,)})
+        shapes.update({f"{p}attn.c_proj.weight": (h, h), f"{p}attn.c_proj.bias": (h,)})
+        shapes.update({f"{p}mlp.c_fc.weight": (h, i), f"{p}mlp.c_fc.bias": (i,), f"{p}mlp.c_proj.weight": (i, h), f"{p}mlp.c_proj.bias": (h,)})
+    shapes.update({"ln_f.weight": (h,), "ln_f.bias": (h,)})
+    return shapes
+
+
+def check_weights(directory: Path, config: GPTConfig, hf: dict[str, Any]) -> dict[str, Any]:
+    """Check that ``model.safetensors`` holds every tensor of ``config`` in its shape, and that
+    the output layer is the token embedding.
+
+    Returns:
+        ``{"file", "bytes", "tensors"}``.
+
+    Raises:
+        CheckpointError: no (or a pickled-only, or an unreadable) weights file, a missing tensor, a
+            tensor of another shape, untied output weights missing or different from ``wte``.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    path = directory / WEIGHTS_FILE
+    if not path.is_file():
+        hint = " (a pickled pytorch_model.bin is refused: convert it with save_pretrained(DIR, safe_serialization=True))" if (directory / "pytorch_model.bin").is_file() else ""
+        raise CheckpointError(f"{directory}: no {WEIGHTS_FILE}{hint}")
+    try:
+        with safe_open(str(path), framework="np") as weights:
+            names = {name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()}
+            resolve = {key: next((n for n in (key, f"transformer.{key}") if n in names), None) for key in [*expected_shapes(config), "lm_head.weight"]}
+            for key, shape in expected_shapes(config).items():
+                name = resolve[key]
+                if name is None:
+                    raise CheckpointError(f"{path}: missing tensor {key!r} (expected for {config.num_layers} layers, n_embd {config.hidden_dim})")
+                if names[name] != shape:
+                    raise CheckpointError(f"{path}: tensor {name!r} has shape {list(names[name])}, {CONFIG_FILE} implies {list(shape)}")
+            if not hf.get("tie_word_embeddings", True):
+                head = resolve["lm_head.weight"]
+                if head is None:
+                    raise CheckpointError(f"{path}: tie_word_embeddings is false but there is no 'lm_head.weight' tensor")
+                if not np.array_equal(weights.get_tensor(head), weights.get_tensor(resolve["wte.weight"] or "")):
+                    raise CheckpointError(f"{path}: 'lm_head.weight' differs from the token embedding; untied output weights are not supported")
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+    return {"file": str(path), "bytes": path.stat().st_size, "tensors": len(names)}
+
+
+def load_tokenizer(directory: Path, config: GPTConfig) -> tuple[Any, Path | None]:
+    """The checkpoint's tokenizer: ``tokenizer.json`` (returned with its path, to copy as it is),
+    else GPT-2's byte-level BPE from ``vocab.json`` + ``merges.txt`` (path None).
+
+    Raises:
+        CheckpointError: no tokenizer files, an unreadable one, no ``<|endoftext|>`` token, or
+            more tokens than embedding rows.
+    """
+    from tokenizers import Tokenizer, models
+
+    from ptmkit_gpt.tokenizer import byte_level_tokenizer
+
+    json_path, vocab, merges = directory / "tokenizer.json", directory / "vocab.json", directory / "merges.txt"
+    try:
+        if json_path.is_file():
+            tokenizer, source = Tokenizer.from_file(str(json_path)), json_path
+        elif vocab.is_file() and merges.is_file():
+            tokenizer, source = byte_level_tokenizer(models.BPE.from_file(str(vocab), str(merges))), None
+            tokenizer.add_special_tokens([END_OF_TEXT])
+        else:
+            raise CheckpointError(f"{directory}: no tokenizer.json, nor vocab.json and merges.txt; the checkpoint's tokenizer is needed")
+    except CheckpointError:
+        raise
+    except Exception as exc:  # tokenizers raises bare Exceptions
+        raise CheckpointError(f"{json_path if json_path.is_file() else vocab}: cannot be read as a tokenizer ({str(exc).splitlines()[0]})") from None
+    where = json_path if json_path.is_file() else vocab
+    if tokenizer.token_to_id(END_OF_TEXT) is None:
+        raise CheckpointError(f"{where}: no {END_OF_TEXT} token, which GPT-2 starts and ends texts with")
+    if tokenizer.get_vocab_size() > config.vocabulary_size:
+        raise CheckpointError(f"{where}: the vocabulary has {tokenizer.get_vocab_size()} tokens, the embedding matrix {config.vocabulary_size} rows")
+    return tokenizer, source
+
+
+def port_weights(backbone: Any, directory: Path, hf: dict[str, Any]) -> None:
+    """Fill ``backbone`` from ``DIR/model.safetensors`` with keras-hub's GPT-2 converter."""
+    from keras_hub.src.utils.transformers.convert_gpt2 import convert_weights
+    from keras_hub.src.utils.transformers.safetensor_utils import SafetensorLoader
+
+    with SafetensorLoader(str(directory)) as loader:
+        convert_weights(backbone, loader, hf)
+
+
+def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], console: Any = None) -> dict[str, Any]:
+    """Import the Hugging Face GPT-2 checkpoint in ``directory`` as a ``gpt`` run in ``out``.
+
+    Every check runs before anything is written; the run is assembled beside ``out`` and moved
+    into place at the end, so a failure leaves nothing behind.
+
+    Returns:
+        the run's manifest.
+
+    Raises:
+        CheckpointError: see :func:`read_gpt2_config`, :func:`check_weights`, :func:`load_tokenizer`.
+        RunDirError: ``out`` exists and is not an empty directory.
+    """
+    from ptmkit.api import (
+        BACKBONE_WEIGHTS,
+        CONFIG,
+        TOKENIZER,
+        RunDir,
+        atomic_save,
+        atomic_write_text,
+        get_registry,
+        quiet_tensorflow,
+        staging_directory,
+        to_toml,
+    )
+    from ptmkit_gpt.backbone import build_backbone
+
+    source, target = Path(directory), Path(out)
+    if not source.is_dir():
+        raise CheckpointError(f"{source}: no such checkpoint directory")
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise RunDirError(f"{target}: exists and is not an empty directory; choose another --out")
+    config, hf = read_gpt2_config(source)
+    weights = check_weights(source, config, hf)
+    tokenizer, tokenizer_file = load_tokenizer(source, config)
+    quiet_tensorflow()
+    registry = get_registry()
+    run_config = _run_config(config)
+    if console is not None:
+        console.print(f"importing {source}: GPT-2 {config.num_layers} layers, n_embd {config.hidden_dim}, {config.num_heads} heads, "
+                      f"vocabulary {config.vocabulary_size:,}, {config.max_sequence_length} positions", markup=False, highlight=False)
+    backbone = build_backbone(config)
+    try:
+        port_weights(backbone, source, hf)
+    except Exception as exc:
+        raise CheckpointError(f"{weights['file']}: cannot read weights ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    with staging_directory(target, f".{target.name}.import-") as tmp_name:
+        run = RunDir(tmp_name)
+        atomic_write_text(run / CONFIG, to_toml(run_config.to_dict()))
+        if tokenizer_file is not None:
+            shutil.copyfile(tokenizer_file, run / TOKENIZER)
+        else:
+            tokenizer.save(str(run / TOKENIZER))
+        atomic_save(run / BACKBONE_WEIGHTS, lambda tmp: backbone.save_weights(str(tmp)))
+        plugin = registry.owner("family", "gpt")
+        manifest = run.write_manifest(
+            stage="pretrain", family="gpt", plugin={"name": plugin.name, "distribution": plugin.distribution, "version": plugin.version},
+            objectives=[], head=None, inputs=["token_ids", "padding_mask"], weights=BACKBONE_WEIGHTS,
+            imported_from={"format": "huggingface", "path": str(source.resolve()), "weights": weights, "tokenizer": str(tokenizer_file or "vocab.json + merges.txt")},
+        )
+        _move_into_place(tmp_name, target)
+    return manifest
+
+
+def _run_config(config: GPTConfig) -> Any:
+    """The imported run's config: the family's defaults with ``config`` as its model, sequence
+    lengths cut to the checkpoint's positions."""
+    from ptmkit.api import FinetuneConfig, TrainConfig, get_registry, resolve_config
+
+    lengths = {section: {"sequence_length": min(cls.sequence_length, config.max_sequence_length)} for section, cls in (("train", TrainConfig), ("finetune", FinetuneConfig))}
+    return resolve_config(get_registry(), "gpt", base={"model": dataclasses.asdict(config), **lengths})
+
+
+def _move_into_place(staged: str | os.PathLike[str], target: Path) -> None:
+    """Give the staged run directory the umask's permissions and move it to ``target``."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staged, 0o777 & ~umask)
+    if target.exists():
+        target.rmdir()
+    os.replace(staged, target)
