@@ -292,13 +292,35 @@ def test_run_dir_with_a_corrupted_weights_file(tiny_run: TinyRun, work: Path, da
     user_error(result, weights, "corrupted or incompatible weights file", out=out)
 
 
-def test_a_run_without_a_head_exports_embeddings_that_predict_refuses(tiny_run: TinyRun, work: Path) -> None:
-    out = work / "export"
-    result = ptmkit("export", tiny_run.run_dir, "--out", out, "--triton", work / "repo", cwd=work)
+def _has_tokenizer_extensions() -> bool:
+    return importlib.util.find_spec("onnxruntime_extensions") is not None  # not importorskip: see ptmkit_export.tokenizer_graph._import_extensions
+
+
+@dataclass
+class EmbeddingExport:
+    directory: Path
+    triton: Path
+    result: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="module")
+def embedding_export(tiny_run: TinyRun, tmp_path_factory: pytest.TempPathFactory) -> EmbeddingExport:
+    """``ptmkit export RUN --triton REPO --with-tokenizer`` of the head-less tiny run, once for the
+    two tests that read it (each export is a process of its own: ~30 s); ``--with-tokenizer`` only
+    where onnxruntime-extensions is installed. The tests only read the directory."""
+    work = tmp_path_factory.mktemp("embedding-export")
+    out, repo = work / "export", work / "repo"
+    tokenizer = ["--with-tokenizer"] if _has_tokenizer_extensions() else []
+    result = ptmkit("export", tiny_run.run_dir, "--out", out, "--triton", repo, *tokenizer, cwd=work)
     assert result.returncode == 0, result.stderr
+    return EmbeddingExport(out, repo, result)
+
+
+def test_a_run_without_a_head_exports_embeddings_that_predict_refuses(tiny_run: TinyRun, embedding_export: EmbeddingExport, work: Path) -> None:
+    out = embedding_export.directory
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["task"] == "embedding" and manifest["outputs"][0]["name"] == "embeddings"
-    (config,) = (work / "repo").glob("*/config.pbtxt")  # --triton: a Triton model repository beside the export
+    (config,) = embedding_export.triton.glob("*/config.pbtxt")  # --triton: a Triton model repository beside the export
     assert 'name: "embeddings"' in config.read_text() and (config.parent / "1" / "model.onnx").is_file()
     user_error(ptmkit("predict", out, "--text", "a fine film", cwd=work), out, "embedding export", "ptmkit embed")
     texts = ["a fine film", "the history of anarchism in europe"]
@@ -314,14 +336,12 @@ def test_a_run_without_a_head_exports_embeddings_that_predict_refuses(tiny_run: 
         assert float(u @ v / np.linalg.norm(u) / np.linalg.norm(v)) >= 0.99999
 
 
-def test_export_with_tokenizer_writes_a_single_file_model_that_embeds_alike(tiny_run: TinyRun, work: Path) -> None:
+def test_export_with_tokenizer_writes_a_single_file_model_that_embeds_alike(embedding_export: EmbeddingExport, work: Path) -> None:
     """`ptmkit export --with-tokenizer`: model.with_tokenizer.onnx in the manifest; `ptmkit embed
     --variant fp32+tokenizer` (raw text into the graph) gives the two-step path's embeddings."""
-    if importlib.util.find_spec("onnxruntime_extensions") is None:  # not importorskip: see ptmkit_export.tokenizer_graph._import_extensions
+    if not _has_tokenizer_extensions():
         pytest.skip("ptmkit-export[tokenizer] installs onnxruntime-extensions")
-    out = work / "export"
-    result = ptmkit("export", tiny_run.run_dir, "--out", out, "--with-tokenizer", cwd=work)
-    assert result.returncode == 0, result.stderr
+    out, result = embedding_export.directory, embedding_export.result
     assert "fp32+tokenizer: model.with_tokenizer.onnx, token ids identical to tokenizers" in result.stdout + result.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     entry = manifest["variants"]["fp32+tokenizer"]

@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "export"))
-from export_fixtures import LABELS, TinyExport, make_export  # noqa: E402
+from export_fixtures import LABELS, TinyExport  # noqa: E402
 
 from ptmkit.cli import ECHO_CHARS, main  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def export(tmp_path_factory: pytest.TempPathFactory) -> TinyExport:
-    return make_export(tmp_path_factory.mktemp("export"))
+def export(tiny_export: TinyExport) -> TinyExport:
+    """The session's tiny export (conftest.py), which these tests only read."""
+    return tiny_export
 
 
 def predict(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, object]]:

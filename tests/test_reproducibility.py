@@ -18,18 +18,27 @@ from test_resume import weights
 from tinyconfig import TINY
 
 
-def _train(corpus: Path, out: Path, **env: str) -> None:
+def _train(corpus: Path, out: Path, **env: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start ``ptmkit train bert`` on ``corpus`` into ``out``, its standard error going to a file
+    beside ``out`` (not a pipe, which could fill while the other process is waited for)."""
     args = [sys.executable, "-m", "ptmkit.cli", "train", "bert", "--corpus", str(corpus), "--out", str(out)]
     for item in TINY:
         args += ["--set", item]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**os.environ, **env})
-    assert done.returncode == 0, done.stderr
+    log = out.with_name(f"{out.name}.stderr")
+    with open(log, "wb") as stderr:
+        return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=stderr, env={**os.environ, **env}), log
 
 
 def test_two_processes_give_identical_tokenizer_and_weights(tiny_corpus: Path, tmp_path: Path) -> None:
     first, second = tmp_path / "first", tmp_path / "second"
-    _train(tiny_corpus, first)
-    _train(tiny_corpus, second, RAYON_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")  # another threading
+    # Side by side (most of each run is single-threaded: imports, tracing), as two users would.
+    running = [_train(tiny_corpus, first), _train(tiny_corpus, second, RAYON_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")]  # another threading
+    try:
+        for process, log in running:
+            assert process.wait(timeout=300) == 0, log.read_text(errors="replace")
+    finally:
+        for process, _ in running:
+            process.kill()  # a no-op once it has ended
 
     assert (first / "tokenizer.json").read_bytes() == (second / "tokenizer.json").read_bytes()
     expected, actual = weights(first / "backbone.weights.h5"), weights(second / "backbone.weights.h5")

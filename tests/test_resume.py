@@ -11,6 +11,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 from tinyconfig import TINY
 
 # Runs the ptmkit command in argv[3:] and sends itself signal argv[1] at the end of step argv[2]
@@ -36,14 +37,38 @@ def weights(path: Path) -> dict[str, np.ndarray]:
     return arrays
 
 
-def test_resume_after_sigkill_matches_uninterrupted_run(tiny_corpus: Path, tiny_pretrained: Path, tmp_path: Path) -> None:
-    out = tmp_path / "killed"
-    # The tokenizer is trained again: one corpus gives one vocabulary (tests/test_reproducibility.py).
-    args = ["train", "bert", "--corpus", str(tiny_corpus), "--out", str(out), "--objective", "mlm,nsp"]
+def _train_args(out: Path, corpus: Path) -> list[str]:
+    args = ["train", "bert", "--corpus", str(corpus), "--out", str(out), "--objective", "mlm,nsp"]
     for item in TINY:
         args += ["--set", item]
-    killed = subprocess.run([sys.executable, "-c", KILLER, "SIGKILL", "5", *args], capture_output=True, text=True, timeout=300, env=os.environ)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    return args
+
+
+@pytest.fixture(scope="module")
+def interrupted(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, int, str]]:
+    """The two interrupted trainings, ``"SIGKILL"`` and ``"SIGINT"`` at the end of step 5, run side
+    by side (each is mostly single-threaded: imports, tracing): {signal: (run directory, exit code,
+    standard error)}. Each directory is resumed by one test only."""
+    root = tmp_path_factory.mktemp("interrupted")
+    running = {}
+    try:
+        for name in ("SIGKILL", "SIGINT"):
+            with open(root / f"{name}.stderr", "wb") as stderr:
+                argv = [sys.executable, "-c", KILLER, name, "5", *_train_args(root / name, tiny_corpus)]
+                running[name] = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr, env=os.environ)
+        codes = {name: process.wait(timeout=300) for name, process in running.items()}
+    finally:
+        for process in running.values():
+            process.kill()  # a no-op once it has ended
+    return {name: (root / name, code, (root / f"{name}.stderr").read_text(errors="replace")) for name, code in codes.items()}
+
+
+def test_resume_after_sigkill_matches_uninterrupted_run(
+    tiny_corpus: Path, tiny_pretrained: Path, interrupted: dict[str, tuple[Path, int, str]]
+) -> None:
+    # The tokenizer is trained again: one corpus gives one vocabulary (tests/test_reproducibility.py).
+    out, code, stderr = interrupted["SIGKILL"]
+    assert code == -signal.SIGKILL, stderr
     assert json.loads((out / "checkpoints" / "latest.json").read_text())["step"] == 4
     assert not (out / "manifest.json").exists() and not (out / "backbone.weights.h5").exists()
 
@@ -68,18 +93,15 @@ def test_resume_after_sigkill_matches_uninterrupted_run(tiny_corpus: Path, tiny_
     assert metrics["heldout_mlm_loss"] == reference["heldout_mlm_loss"]
 
 
-def test_ctrl_c_then_the_same_command_with_resume(tiny_corpus: Path, tiny_pretrained: Path, tmp_path: Path) -> None:
+def test_ctrl_c_then_the_same_command_with_resume(tiny_corpus: Path, tiny_pretrained: Path, interrupted: dict[str, tuple[Path, int, str]]) -> None:
     """Ctrl-C names the step the checkpoint holds; the command retyped with --resume (its --set
     flags included) continues to the uninterrupted run's weights; a flag that differs is refused,
     naming its key."""
-    out = tmp_path / "interrupted"
-    args = ["train", "bert", "--corpus", str(tiny_corpus), "--out", str(out), "--objective", "mlm,nsp"]
-    for item in TINY:
-        args += ["--set", item]
-    interrupted = subprocess.run([sys.executable, "-c", KILLER, "SIGINT", "5", *args], capture_output=True, text=True, timeout=300, env=os.environ)
-    assert interrupted.returncode == 130, interrupted.stderr
-    assert f"the checkpoint in {out / 'checkpoints'} holds step 4 of 8" in interrupted.stderr
-    assert "--resume" in interrupted.stderr.splitlines()[-1]
+    out, code, stderr = interrupted["SIGINT"]
+    args = _train_args(out, tiny_corpus)
+    assert code == 130, stderr
+    assert f"the checkpoint in {out / 'checkpoints'} holds step 4 of 8" in stderr
+    assert "--resume" in stderr.splitlines()[-1]
 
     def cli(*extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "ptmkit.cli", *args, *extra], capture_output=True, text=True, timeout=300, env=os.environ)
