@@ -94,12 +94,7 @@ def _inline_external_tensors(graph_model: Any, data: dict[str, bytes]) -> None:
 def _collecting_tf2onnx_optimizers() -> Iterator[None]:
     """Within the block, tf2onnx's ONNX optimizers run each on a copy of the graph (its default
     mode, which ``large_model`` turns off: optimising in place kept 3 GB alive) and the garbage of
-    each pass (reference cycles holding NumPy copies of the weights) is collected before the next.
-
-    What is alive when the block starts (TensorFlow's and Keras' ~350,000 objects) is frozen
-    (:func:`gc.freeze`) for the block, so that each of those ~50 collections scans only the
-    conversion's own objects: 0.33 s a collection before, and a tiny BERT's export fell from 43 s
-    to 10 s. The block ends by unfreezing them, so that the model's garbage is collected later."""
+    each pass (reference cycles holding NumPy copies of the weights) is collected before the next."""
     import tf2onnx.optimizer as optimizer
 
     original = optimizer.optimize_graph
@@ -120,14 +115,11 @@ def _collecting_tf2onnx_optimizers() -> Iterator[None]:
         return original(graph, True, optimizers=wrapped)
 
     optimizer.optimize_graph = optimize_graph
-    gc.collect()
-    gc.freeze()
     try:
         with _weights_shared_by_graph_copies(), _frozen_weights_dropped_once_converted():
             yield
     finally:
         optimizer.optimize_graph = original
-        gc.unfreeze()
         gc.collect()
 
 
