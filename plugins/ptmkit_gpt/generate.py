@@ -8,7 +8,6 @@ lean runtime decodes with a key/value cache (:mod:`ptmkit_export.decoding`), wit
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -32,8 +31,6 @@ from ptmkit.api import (
 )
 from ptmkit_export.generation import GenerationSettings, generate_ids
 from ptmkit_gpt.objectives import CAUSAL_SEQUENCE_OUTPUT
-
-TRUNCATE = ("error", "left")
 
 
 class TextGenerator:
@@ -81,25 +78,12 @@ class TextGenerator:
         Raises:
             ConfigError: a prompt too long with ``truncate="error"``; an unknown ``truncate``.
         """
-        if truncate not in TRUNCATE:
-            raise ConfigError(f"--truncate {truncate!r}: expected one of {', '.join(TRUNCATE)}")
-        bos = self.specials["bos"]
-        room = (self.max_length or 1 << 30) - 1
-        out = []
-        for number, (prompt, encoding) in enumerate(zip(prompts, self.tokenizer.encode_batch(list(prompts), add_special_tokens=False), strict=True), 1):
-            ids = list(encoding.ids)
-            if self.config.prepend_bos or not ids:
-                ids = [bos, *ids]
-            if len(ids) > room:
-                if truncate == "error":
-                    raise ConfigError(
-                        f"prompt {number} ({prompt[:40]!r}...): {len(ids)} tokens, more than the {room} the model's "
-                        f"{self.max_length} positions leave for it; --truncate left cuts it from the left"
-                    )
-                warnings.warn(f"prompt {number}: {len(ids)} tokens cut from the left to the last {room}", stacklevel=2)
-                ids = ids[-room:]
-            out.append(ids)
-        return out
+        from ptmkit_export.decoding import encode_prompts  # the lean runtime's rule, shared
+
+        try:
+            return encode_prompts(self.tokenizer, list(prompts), self.specials["bos"], self.config.prepend_bos, self.max_length, truncate)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     def generate(self, prompts: Sequence[str], settings: GenerationSettings, stop: Sequence[str] = (), truncate: str = "error") -> list[str]:
         """The continuation of each prompt (the prompt not repeated), cut before the first stop
