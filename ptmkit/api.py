@@ -43,7 +43,7 @@ Run directories and the registry (:mod:`ptmkit.rundir`, :mod:`ptmkit.plugins`)
 IO and console (:mod:`ptmkit.io`, :mod:`ptmkit.console`)
     Atomic writes (:func:`atomic_path`, :func:`atomic_save`, :func:`atomic_write_text`,
     :func:`atomic_write_json`, :func:`staging_directory`): an interrupted run never leaves a half file that looks whole;
-    :func:`default_console`.
+    :func:`read_json` (a JSON file, or one line naming it); :func:`default_console`.
 
 Data and training glue (:mod:`ptmkit.data.readers`, :mod:`ptmkit.training`)
     :func:`read_corpus`, :func:`read_labelled`, :func:`read_multilabelled`, :func:`is_labelled`
@@ -117,7 +117,7 @@ from ptmkit.contract import (
 from ptmkit.data.readers import is_labelled, read_corpus, read_labelled, read_multilabelled
 from ptmkit.data.tokenization import derive_inputs
 from ptmkit.errors import ConfigError, DataError, ExportError, PluginError, PtmkitError, RunDirError
-from ptmkit.io import atomic_path, atomic_save, atomic_write_json, atomic_write_text, staging_directory
+from ptmkit.io import atomic_path, atomic_save, atomic_write_json, atomic_write_text, read_json, staging_directory
 from ptmkit.plugins import get_registry
 from ptmkit.rundir import (
     BACKBONE_WEIGHTS,
@@ -229,6 +229,7 @@ __all__ = [
     "atomic_path",
     "atomic_save",
     "atomic_write_json",
+    "read_json",
     "staging_directory",
     "atomic_write_text",
     "default_console",

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ptmkit.errors import OutputError
+from ptmkit.errors import DataError, OutputError
 
 
 def output_error(path: str | os.PathLike[str], exc: OSError) -> OutputError:
@@ -125,3 +125,16 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def read_json(path: str | os.PathLike[str], error: type[Exception] = DataError) -> Any:
+    """The JSON value in the file at ``path``.
+
+    Raises:
+        ``error`` (default :class:`~ptmkit.errors.DataError`): the file cannot be read, is not
+            UTF-8 or is not valid JSON; one line naming the file.
+    """
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise error(f"{path}: not valid JSON ({exc})") from None

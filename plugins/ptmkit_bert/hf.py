@@ -29,13 +29,12 @@ numbers from ``benchmarks/hf_reference.py``).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-from ptmkit.api import DataError, RunDirError
+from ptmkit.api import DataError, RunDirError, read_json
 from ptmkit_bert.config import BertConfig
 
 CONFIG_FILE = "config.json"
@@ -51,10 +50,7 @@ class CheckpointError(DataError):
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+    return read_json(path, CheckpointError)
 
 
 def read_bert_config(directory: Path) -> tuple[BertConfig, dict[str, Any]]:

@@ -15,7 +15,6 @@ with untied output weights is imported only when ``lm_head.weight`` equals the e
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ptmkit.api import DataError, RunDirError
+from ptmkit.api import DataError, RunDirError, read_json
 from ptmkit_gpt.config import GPTConfig
 from ptmkit_gpt.tokenizer import END_OF_TEXT
 
@@ -39,10 +38,7 @@ class CheckpointError(DataError):
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+    return read_json(path, CheckpointError)
 
 
 def read_gpt2_config(directory: Path) -> tuple[GPTConfig, dict[str, Any]]:
