@@ -542,6 +542,10 @@ class Objective:
         ids (masked LM corrupts them; the core then derives the family's declared inputs, e.g.
         ``char_ids``, from the corrupted ids), or by extra input names (``mask_positions``);
         ``targets`` and ``sample_weights`` are keyed by this objective's output names.
+        Sample weights are relative (1 for a real prediction, 0 for a padding slot): the core
+        rescales each output's weights to mean 1 over the step
+        (:func:`ptmkit.data.pretraining.relative_weights`), so a loss with Keras' default
+        reduction is the weighted mean over the real predictions.
         """
         raise NotImplementedError
 

@@ -65,3 +65,27 @@ def test_short_sequences_get_at_least_one_prediction() -> None:
     padding_mask = np.array([[1, 1, 1, 0, 0]], np.int32)
     _, positions, ids, weights = mask_tokens(token_ids, padding_mask, np.random.default_rng(0), MaskedLMConfig(), SPECIALS, VOCAB)
     assert weights.sum() == 1 and positions[0, 0] == 1 and ids[0, 0] == 50
+
+
+def test_relative_weights_make_keras_default_reduction_the_mean_over_real_predictions() -> None:
+    """BERT's masked-LM loss is ``sum(w * nll) / sum(w)`` over the ``(batch, max_predictions)``
+    list; Keras' default reduction divides by every slot, so the core rescales the 0/1 weights."""
+    import keras
+
+    from ptmkit.data.pretraining import relative_weights
+    from ptmkit.objectives.mlm import prediction_loss
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(4, 5, 11)).astype(np.float32)
+    ids = rng.integers(0, 11, size=(4, 5)).astype(np.int32)
+    weights = np.zeros((4, 5), np.float32)
+    weights[0, :4] = weights[1, :2] = weights[2, :5] = 1.0  # row 3: no prediction at all
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    nll = -np.take_along_axis(log_probs, ids[..., None], -1)[..., 0]
+    expected = float((nll * weights).sum() / weights.sum())
+    scaled = relative_weights(weights)
+    assert scaled.dtype == np.float32 and scaled.mean() == pytest.approx(1.0)
+    got = float(keras.ops.convert_to_numpy(prediction_loss()(ids, logits, sample_weight=scaled)))
+    assert got == pytest.approx(expected, rel=1e-5)
+    assert float(keras.ops.convert_to_numpy(prediction_loss()(ids, logits, sample_weight=weights))) == pytest.approx(expected * 11 / 20, rel=1e-5)
+    assert not relative_weights(np.zeros((2, 3), np.float32)).any()

@@ -105,8 +105,9 @@ class CausalLM(Objective):
 
         sequence_output = backbone(inputs)["sequence_output"]
         logits = keras.layers.Activation("linear", dtype="float32", name="clm")(backbone.token_embedding(sequence_output, reverse=True))
-        # mean over the weighted (real) targets, so that exp(loss) is the per-token perplexity
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight")
+        # with the core's relative sample weights (mean 1 per step) the default reduction is the
+        # mean over the real targets, so that exp(loss) is the per-token perplexity
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         return {}, {"clm": logits}, {"clm": loss}, {"clm": metrics}
 

@@ -229,14 +229,14 @@ def masked_lm_head(backbone: Any, sequence_output: Any, mask_positions: Any, nam
 
 
 def prediction_loss() -> Any:
-    """Cross-entropy averaged over the real predictions: ``sum(w * nll) / sum(w)``, as BERT's
-    ``get_masked_lm_output`` (``numerator / denominator``). Keras' default reduction divides by
-    every slot of the ``(batch, max_predictions)`` list, padding slots included, which reported a
-    loss lower by the share of empty slots (20% at ``sequence_length = 32``: 4 predictions in 5
-    slots) and made losses of objectives that fill the list differently incomparable."""
+    """Cross-entropy with Keras' default reduction. With the core's relative sample weights
+    (:func:`ptmkit.data.pretraining.relative_weights`, mean 1 per step) it is the mean over the
+    real predictions, ``sum(w * nll) / sum(w)``, as BERT's ``get_masked_lm_output``
+    (``numerator / denominator``), not a loss lowered by the share of empty slots of the
+    ``(batch, max_predictions)`` list."""
     import keras
 
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight")
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
 def require_mask_token(objective: str, specials: SpecialTokens) -> None:

@@ -83,11 +83,11 @@ class SampleAndReplace(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="ptmkit")
 class DetectionLoss(keras.losses.Loss):
-    """``weight`` x ``per_token(y_true, y_pred)``, averaged over the sample weights
-    (``reduction="mean_with_sample_weight"``: a batch's sum over its weight, as the masked-LM loss)."""
+    """``weight`` x ``per_token(y_true, y_pred)``, averaged over the real tokens (the core's
+    relative sample weights, as the masked-LM loss)."""
 
     def __init__(self, weight: float, per_token: Any, name: str = "rtd") -> None:
-        super().__init__(name=name, reduction="mean_with_sample_weight")
+        super().__init__(name=name)
         self.weight = weight
         self.per_token = per_token
 
