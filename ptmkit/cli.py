@@ -587,7 +587,7 @@ def config_command(
     family: Annotated[str, typer.Argument(help="Model family, e.g. bert, word2vec (see `ptmkit plugins`).")],
     config: ConfigOption = None,
     set_: SetOption = None,
-    finetune: Annotated[bool, typer.Option("--finetune", help="Also the [finetune] and [head] sections (what `ptmkit finetune` reads).")] = False,
+    finetune: Annotated[bool, typer.Option("--finetune", help="Also the \\[finetune] and \\[head] sections (what `ptmkit finetune` reads).")] = False,
 ) -> None:
     """Print FAMILY's run config as TOML: every key's value (the defaults, or --config and --set
     applied) after a comment saying what it does. Save it, edit it, pass it to --config."""

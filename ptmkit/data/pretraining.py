@@ -13,7 +13,9 @@ from a random offset, across paragraph boundaries. With next-sentence prediction
 split at a random point into A and B; B is replaced, with probability ``random_next_rate``, by text
 from a random offset in another line (document). With sentence-order prediction (ALBERT, Lan et
 al. 2020), A and B are always the consecutive text of the window, packed as ``B, A`` with
-probability ``swap_rate``. Like NSP's true continuations, they may cross a line (paragraph)
+probability ``swap_rate``. With both rates (StructBERT's sentence structural objective, Wang et al.
+2020), one draw decides: B from another line (``random_next_rate``), else swapped (``swap_rate``),
+else in order. Like NSP's true continuations, they may cross a line (paragraph)
 boundary: ALBERT takes them from one document, and the shipped corpus's lines are paragraphs in
 article order (98% of its line ends continue the same article), while windows kept within one
 line left 48% of every sequence as padding.
@@ -205,7 +207,14 @@ class InstanceSampler:
             start = min(start, max(0, total - self.budget))
             first_length = int(rng.integers(1, self.budget))
             first, second = self._window(start, first_length), self._window(start + first_length, self.budget - first_length)
-            if rng.random() < self.swap_rate and second:
+            draw = rng.random()  # one draw: random next (if any), else swapped, else in order
+            if draw < self.random_next_rate:
+                other = self._other_line_start(rng, start, first_length)
+                if other is not None:
+                    second = self._window(other, self.budget - first_length) or second
+                    token_ids, segment_ids = self.family.pack(first, second, self.sequence_length, self.specials)
+                    return token_ids, segment_ids, 1, 0
+            elif draw < self.random_next_rate + self.swap_rate and second:
                 token_ids, segment_ids = self.family.pack(second, first, self.sequence_length, self.specials)
                 return token_ids, segment_ids, 0, 1
             token_ids, segment_ids = self.family.pack(first, second, self.sequence_length, self.specials)
@@ -215,19 +224,25 @@ class InstanceSampler:
         is_random = int(rng.random() < self.random_next_rate)
         second_start = start + first_length
         if is_random:
-            line = self.tokens.line_of(start)
-            for _ in range(10):  # another line; a corpus of one line keeps the continuation
-                candidate = int(rng.integers(0, max(1, total - (self.budget - first_length))))
-                if self.tokens.line_of(candidate) != line:
-                    second_start = candidate
-                    break
-            else:
+            other = self._other_line_start(rng, start, first_length)
+            if other is None:
                 is_random = 0
+            else:
+                second_start = other
         second = self._window(second_start, self.budget - first_length)
         if not second:  # the window ran off the end of the corpus: take text from the start
             second = self._window(0, self.budget - first_length)
         token_ids, segment_ids = self.family.pack(first, second, self.sequence_length, self.specials)
         return token_ids, segment_ids, is_random, 0
+
+    def _other_line_start(self, rng: np.random.Generator, start: int, first_length: int) -> int | None:
+        """A random offset in another line than ``start``'s (10 tries; None for a corpus of one line)."""
+        line = self.tokens.line_of(start)
+        for _ in range(10):
+            candidate = int(rng.integers(0, max(1, self.tokens.num_tokens - (self.budget - first_length))))
+            if self.tokens.line_of(candidate) != line:
+                return candidate
+        return None
 
     def batch(self, rng: np.random.Generator, batch_size: int, starts: list[int] | None = None) -> dict[str, np.ndarray]:
         """A padded batch: ``token_ids``, ``segment_ids``, ``padding_mask`` ``(batch_size,

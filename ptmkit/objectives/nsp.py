@@ -39,11 +39,13 @@ class SegmentPairClassification(Objective):
 
     Attributes:
         label_field: the batch field holding the 0/1 label of each pair (the sampler fills it).
+        num_classes: labels of the classifier (StructBERT's sentence objective has 3).
     """
 
     requires = frozenset({POOLED_OUTPUT})
     needs_segment_pairs = True
     label_field = ""
+    num_classes = 2
 
     def prepare(
         self,
@@ -61,7 +63,7 @@ class SegmentPairClassification(Objective):
 
         pooled = backbone(inputs)["pooled_output"]
         logits = keras.layers.Dense(
-            2, kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02), dtype="float32", name=self.name
+            self.num_classes, kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02), dtype="float32", name=self.name
         )(pooled)
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         return {}, {self.name: logits}, {self.name: loss}, {self.name: [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
