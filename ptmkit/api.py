@@ -130,6 +130,7 @@ from ptmkit.rundir import (
     TOKENIZER,
     RunDir,
     load_weights,
+    save_model_weights,
 )
 from ptmkit.training.finetune import macro_f1, top1_gold
 from ptmkit.training.pretrain import resolve_config
@@ -225,6 +226,7 @@ __all__ = [
     "RunDir",
     "get_registry",
     "load_weights",
+    "save_model_weights",
     # io and console
     "atomic_path",
     "atomic_save",

@@ -135,3 +135,16 @@ def load_weights(model: Any, file: Path) -> None:
     except Exception as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise RunDirError(f"{file}: corrupted or incompatible weights file ({reason[:200]})") from None
+
+
+def save_model_weights(model: Any, file: Path) -> None:
+    """Write ``model``'s weights, without its optimizer's state, to ``file`` (``.weights.h5``).
+
+    ``keras.Model.save_weights`` of a compiled model also stores the optimizer's variables (Adam's
+    two moments: a file three times the model's size) that nothing reads once training is done.
+    The write is not atomic by itself: call it through :func:`ptmkit.io.atomic_save`.
+    """
+    from keras.src.saving import saving_lib  # save_weights' own writer; it takes what to skip
+
+    optimizer = getattr(model, "optimizer", None)
+    saving_lib.save_weights_only(model, str(file), objects_to_skip=[optimizer] if optimizer is not None else None)

@@ -50,6 +50,15 @@ def test_finetune_export_predict(tiny_pretrained: Path, tmp_path: Path) -> None:
     assert metrics["train_examples"] == 160 and metrics["dev_examples"] == 40 and metrics["labels"] == 2
     assert 0.0 <= metrics["dev_accuracy"] <= 1.0 and 0.0 <= metrics["dev_macro_f1"] <= 1.0
     assert json.loads((out / "labels.json").read_text()) == ["neg", "pos"]
+    import h5py
+
+    with h5py.File(out / "model.weights.h5") as stored_weights:  # the model alone, not Adam's two moments
+        assert "optimizer" not in stored_weights
+        stored_values: list[int] = []
+        stored_weights.visititems(lambda _, item: stored_values.append(item.size) if isinstance(item, h5py.Dataset) else None)
+    from ptmkit.training.finetune import load_classifier as _load
+
+    assert sum(stored_values) == _load(out)[0].count_params()
 
     manifest = export_run(out, int8=True)
     export_dir = Path(manifest["directory"])

@@ -79,7 +79,7 @@ class FastTextHead(Head):
     def train(
         self, vectors: Any, pretrained_config: Any, texts: list[str], label_ids: np.ndarray, labels: list[str], config: FastTextHeadConfig, run_dir: Path, console: Any
     ) -> TrainedHead:
-        from ptmkit.api import Vocabulary, atomic_save, quiet_tensorflow, seed_everything
+        from ptmkit.api import Vocabulary, atomic_save, quiet_tensorflow, save_model_weights, seed_everything
         from ptmkit_fasttext.supervised import FastTextClassifierConfig, fit_classifier, pad_rows, text_rows
 
         quiet_tensorflow()
@@ -127,7 +127,7 @@ class FastTextHead(Head):
         del initial
         all_counts = np.asarray([counts.get(w, 0) for w in words], np.int64)
         Vocabulary(words, all_counts, sum(counts.values()), len(counts), len(texts)).save(run_dir / "vocabulary.tsv")
-        atomic_save(run_dir / "classifier.weights.h5", lambda tmp: model.save_weights(str(tmp)))
+        atomic_save(run_dir / "classifier.weights.h5", lambda tmp: save_model_weights(model, tmp))
 
         def logits(batch: list[str]) -> np.ndarray:
             rows = [text_rows(model_config.tokens(t), index, model_config.word_ngrams, bucket, model_config.minn, maxn) for t in batch]

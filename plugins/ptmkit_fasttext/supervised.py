@@ -294,6 +294,7 @@ def train_classifier(corpus: Path, run_dir: Path, config: FastTextClassifierConf
         atomic_write_json,
         quiet_tensorflow,
         read_multilabelled,
+        save_model_weights,
         seed_everything,
     )
 
@@ -326,7 +327,7 @@ def train_classifier(corpus: Path, run_dir: Path, config: FastTextClassifierConf
         console.print(f"dev accuracy {metrics['dev_accuracy']} ({metrics['dev_examples']:,} texts; majority class {metrics['dev_majority_baseline']})")
     vocabulary.save(run_dir / "vocabulary.tsv")
     atomic_write_json(run_dir / "labels.json", names)
-    atomic_save(run_dir / "classifier.weights.h5", lambda tmp: model.save_weights(str(tmp)))
+    atomic_save(run_dir / "classifier.weights.h5", lambda tmp: save_model_weights(model, tmp))
     return metrics
 
 

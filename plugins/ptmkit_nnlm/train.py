@@ -89,7 +89,7 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
             ``heldout_lines`` more than half the corpus's lines.
         RunDirError: ``resume`` without a usable checkpoint of this run.
     """
-    from ptmkit.api import atomic_save, quiet_tensorflow, seed_everything
+    from ptmkit.api import atomic_save, quiet_tensorflow, save_model_weights, seed_everything
 
     quiet_tensorflow()
     seed_everything(config.seed)
@@ -121,7 +121,7 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
         console.print(f"held-out perplexity {metrics['heldout_perplexity']} on {metrics['heldout_targets']:,} targets of the last {heldout} lines")
     vocabulary.save(run_dir / VOCABULARY_FILE)
     save_matrix(run_dir / VECTORS_FILE, model.get_layer("C").get_weights()[0])
-    atomic_save(run_dir / "nnlm.weights.h5", lambda tmp: model.save_weights(str(tmp)))
+    atomic_save(run_dir / "nnlm.weights.h5", lambda tmp: save_model_weights(model, tmp))
     shutil.rmtree(run_dir / "tokens", ignore_errors=True)
     shutil.rmtree(checkpoints.directory, ignore_errors=True)
     return metrics

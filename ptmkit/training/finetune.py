@@ -27,7 +27,18 @@ from ptmkit.contract import ClassifiesRows, ProvidesWordVectors, TrainsOnWordVec
 from ptmkit.errors import ConfigError, DataError, RunDirError
 from ptmkit.io import atomic_save, atomic_write_text
 from ptmkit.plugins import Registry, get_registry
-from ptmkit.rundir import CONFIG, DEV_LOG, LABELS, METRICS, MODEL_WEIGHTS, STEP_LOG, TOKENIZER, RunDir, load_weights
+from ptmkit.rundir import (
+    CONFIG,
+    DEV_LOG,
+    LABELS,
+    METRICS,
+    MODEL_WEIGHTS,
+    STEP_LOG,
+    TOKENIZER,
+    RunDir,
+    load_weights,
+    save_model_weights,
+)
 
 #: What a fine-tuning run read (parent run, train and dev files), for --resume to compare.
 INPUTS = "inputs.json"
@@ -317,7 +328,7 @@ def _finetune_backbone(
         metrics["test_examples"] = len(test_texts)
     atomic_save(target / TOKENIZER, lambda tmp: tokenizer.save(str(tmp)))
     target.write_json(LABELS, labels)
-    atomic_save(target / MODEL_WEIGHTS, lambda tmp: model.save_weights(str(tmp)))
+    atomic_save(target / MODEL_WEIGHTS, lambda tmp: save_model_weights(model, tmp))
     target.write_json(METRICS, metrics)
     target.write_manifest(
         stage="finetune",
