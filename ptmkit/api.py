@@ -19,7 +19,7 @@ Contract types (:mod:`ptmkit.contract`)
     and its ONNX Runtime :class:`GraphOptimizer`. What it can do, as ``typing.Protocol``\ s
     checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
     :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`ImportsCheckpoints`, :class:`WritesOwnExport` (families), :class:`TrainsOnWordVectors`
-    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`); :func:`capabilities` lists what a family offers objectives and heads
+    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask` (backbones); :func:`capabilities` lists what a family offers objectives and heads
     (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`).
 
 Errors (:mod:`ptmkit.errors`)
@@ -86,11 +86,13 @@ from ptmkit.config import (
 from ptmkit.console import default_console
 from ptmkit.contract import (
     POOLED_OUTPUT,
+    SELF_ATTENTION_MASK,
     SEQUENCE_OUTPUT,
     SPECIAL_TOKEN_ROLES,
     TOKEN_EMBEDDING,
     TOKENIZER_FIELDS,
     WORD_VECTORS,
+    AttendsWithMask,
     ClassifiesRows,
     CorpusReader,
     GraphOptimizer,
@@ -169,6 +171,7 @@ __all__ = [
     "POOLED_OUTPUT",
     "SEQUENCE_OUTPUT",
     "SPECIAL_TOKEN_ROLES",
+    "SELF_ATTENTION_MASK",
     "TOKEN_EMBEDDING",
     "TOKENIZER_FIELDS",
     "WORD_VECTORS",
@@ -189,6 +192,7 @@ __all__ = [
     "Resumable",
     "RowClassifier",
     "ScoresHeldoutLines",
+    "AttendsWithMask",
     "SpecialTokens",
     "TrainedHead",
     "TrainsItself",

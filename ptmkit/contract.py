@@ -38,7 +38,7 @@ UTF-8 bytes, see :mod:`ptmkit_export.fields`), or a family's own featurizer (``r
 **Capabilities.** What a family or head can do beyond building a backbone is a small
 :class:`typing.Protocol`, checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
 :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`WritesOwnExport`, :class:`TrainsOnWordVectors`,
-:class:`ScoresHeldoutLines` (objectives). A family has the capability by defining the protocol's methods; there is no flag to keep in step.
+:class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask` (backbones). A family has the capability by defining the protocol's methods; there is no flag to keep in step.
 
 **Matching.** Objectives and heads list the backbone capabilities they ``require`` (e.g.
 ``sequence_output``, ``pooled_output``, ``token_embedding``); a family offers its declared
@@ -67,6 +67,7 @@ SEQUENCE_OUTPUT = "sequence_output"  # (batch, sequence, hidden) float
 POOLED_OUTPUT = "pooled_output"  # (batch, hidden) float
 TOKEN_EMBEDDING = "token_embedding"  # the backbone's token-embedding layer, for tied output heads
 WORD_VECTORS = "word_vectors"  # static word vectors: offered by families that are ProvidesWordVectors
+SELF_ATTENTION_MASK = "self_attention_mask"  # the backbone is an AttendsWithMask (UniLM's masks)
 
 #: The tokenizer fields the core and the runtime derive inputs from (:mod:`ptmkit_export.fields`).
 TOKENIZER_FIELDS = ("ids", "type_ids", "attention_mask", "char_ids")
@@ -599,6 +600,28 @@ class HeldoutLines(NamedTuple):
     sequence_length: int
     batch_size: int
     token_counts: np.ndarray
+
+
+@runtime_checkable
+class AttendsWithMask(Protocol):
+    """A backbone (the Keras model a family builds) that can run its self-attention under an
+    arbitrary ``(batch, sequence, sequence)`` mask, beside its padding mask: what objectives that
+    mix attention patterns in one model need (UniLM's bidirectional, left-to-right and
+    sequence-to-sequence masks). A family whose backbones are one offers
+    :data:`SELF_ATTENTION_MASK` in its ``provides``."""
+
+    def sequence_output_with_attention_mask(self, inputs: dict[str, Any], attention_mask: Any) -> Any:
+        """The backbone's ``sequence_output`` with attention restricted by ``attention_mask``.
+
+        Args:
+            inputs: the backbone's inputs by name (symbolic or eager tensors), as its call takes.
+            attention_mask: ``(batch, sequence, sequence)`` int, 1 where query position ``i`` may
+                attend to key position ``j``; combined with ``padding_mask`` (both must allow).
+
+        Returns:
+            ``(batch, sequence, hidden)`` float, through the backbone's own layers and weights.
+        """
+        ...
 
 
 @runtime_checkable

@@ -75,6 +75,19 @@ class BertBackbone(keras_hub.models.BertBackbone):
         config.update(hidden_activation=self.hidden_activation, layer_norm_epsilon=self.layer_norm_epsilon)
         return config
 
+    def sequence_output_with_attention_mask(self, inputs: dict[str, Any], attention_mask: Any) -> Any:
+        """``sequence_output`` with self-attention also restricted by ``attention_mask``
+        (``(batch, sequence, sequence)``, 1: query ``i`` may attend to key ``j``), through this
+        backbone's layers: keras-hub's ``BertBackbone`` graph with the mask passed to each
+        ``TransformerEncoder``, which combines it with ``padding_mask``
+        (:class:`ptmkit.api.AttendsWithMask`). An all-ones mask gives ``sequence_output``."""
+        tokens = self.token_embedding(inputs["token_ids"])
+        x = self.embeddings_add((tokens, self.position_embedding(tokens), self.segment_embedding(inputs["segment_ids"])))
+        x = self.embeddings_dropout(self.embeddings_layer_norm(x))
+        for layer in self.transformer_layers:
+            x = layer(x, padding_mask=inputs["padding_mask"], attention_mask=attention_mask)
+        return x
+
 
 def build_backbone(config: BertConfig) -> BertBackbone:
     """Return a :class:`BertBackbone` of the configured size, activation and epsilon."""
