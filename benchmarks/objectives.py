@@ -1,0 +1,165 @@
+"""The survey's pre-training objectives side by side: one small BERT backbone, the same tokens,
+then the same fine-tuning on WordNet supersenses.
+
+Each row pre-trains BERT's default config (4 layers, hidden 256, 4 heads, 8,000 WordPiece
+tokens) on ``data/corpus/enwiki-106.txt`` for ``--steps`` steps of 32 x 128 tokens (the same
+tokens for every row; its wall-clock is reported, since objectives differ in cost per token:
+RTD also runs a generator), then fine-tunes the pre-trained backbone on
+``data/classify/wordnet-supersense-train-20k.tsv`` (``--train-rows``, 2 epochs, sequence length
+32) with each of ``--seeds``, reporting dev and test accuracy (their mean over seeds).
+
+Columns: pre-training tokens/s; the held-out loss of the row's own objective (its first output:
+masked LM, span, cloze, ...; losses of different objectives are not comparable with each other,
+only across runs of one objective); dev and test accuracy; the backbone's parameters. The row
+"no pre-training" (one step at learning rate 1e-9: the initial weights) is the floor.
+
+Every run is a separate ``ptmkit`` process; results are cached as JSON under ``--work``, so an
+interrupted benchmark resumes where it stopped. ``--rows`` picks rows by key; ``--quick`` runs a
+tiny version to check the script (2 layers, 20 steps, 4,000 training rows, 1 epoch, one seed).
+
+Run: ``python benchmarks/objectives.py`` (about 3 hours on two CPU cores with the defaults);
+the table goes to ``benchmarks/results/objectives.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO / "data" / "corpus" / "enwiki-106.txt"
+DATA = REPO / "data" / "classify"
+TRAIN, DEV, TEST = (DATA / f"wordnet-supersense-{split}.tsv" for split in ("train-20k", "dev", "test"))
+
+#: key -> (row label, objectives, extra --set overrides)
+ROWS: dict[str, tuple[str, list[str], list[str]]] = {
+    "none": ("no pre-training (initial weights)", ["mlm"], ["train.max_steps=1", "train.learning_rate=1e-9"]),
+    "mlm-static": ("MLM, static masking (BERT)", ["mlm"], ["objectives.mlm.masking=static"]),
+    "mlm-dynamic": ("MLM, dynamic masking (RoBERTa)", ["mlm"], []),
+    "whole-word": ("MLM, whole-word masking", ["mlm"], ["objectives.mlm.whole_word=true"]),
+    "span": ("span masking + SBO (SpanBERT)", ["span"], []),
+    "mlm-nsp": ("MLM + NSP (BERT)", ["mlm", "nsp"], []),
+    "mlm-sop": ("MLM + SOP (ALBERT)", ["mlm", "sop"], []),
+    "rtd": ("RTD (ELECTRA)", ["rtd"], []),
+    "unilm": ("UniLM mixed masks", ["unilm"], []),
+    "structbert": ("StructBERT (WSO + SSO)", ["wso", "sso"], []),
+}
+#: Rows of the issue not built yet, listed in the table as such.
+MISSING = {"PLM (XLNet)": "the permutation LM needs the xlnet family's two-stream attention, not built yet"}
+QUICK = ["model.num_layers=2", "model.hidden_dim=64", "model.intermediate_dim=128", "model.num_heads=2", "model.vocabulary_size=2000"]
+
+
+def run(command: list[str], log: Path) -> None:
+    """Run a ptmkit command, its output into ``log``; raise with the log's tail on failure."""
+    with open(log, "w", encoding="utf-8") as handle:
+        status = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "160"}, check=False)
+    if status.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed ({status.returncode}):\n{log.read_text(encoding='utf-8')[-2000:]}")
+
+
+def backbone_parameters(run_dir: Path) -> int:
+    """Values stored in the run's ``backbone.weights.h5`` (the backbone alone, no objective heads)."""
+    import h5py
+
+    sizes: list[int] = []
+    with h5py.File(run_dir / "backbone.weights.h5") as handle:
+        handle.visititems(lambda _, item: sizes.append(item.size) if isinstance(item, h5py.Dataset) else None)
+    return sum(sizes)
+
+
+def row_result(key: str, args: argparse.Namespace, work: Path) -> dict:
+    """Pre-train and fine-tune one row (cached in ``work/KEY/result.json``)."""
+    cached = work / key / "result.json"
+    if cached.exists():
+        return json.loads(cached.read_text(encoding="utf-8"))
+    label, objectives, overrides = ROWS[key]
+    run_dir = work / key / "pretrain"
+    sets = [f"train.max_steps={args.steps}", f"train.checkpoint_every={max(1, args.steps // 4)}", *(QUICK if args.quick else []), *overrides]
+    if not (run_dir / "metrics.json").exists():
+        command = ["ptmkit", "train", "bert", "--corpus", str(CORPUS), "--out", str(run_dir), "--objective", ",".join(objectives)]
+        command += ["--resume"] if run_dir.exists() else []
+        started = time.perf_counter()
+        run([*command, *[part for item in sets for part in ("--set", item)]], work / key / "pretrain.log")
+        print(f"{key}: pre-trained in {time.perf_counter() - started:.0f} s", flush=True)
+    metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    first = objectives[0]
+    result = {
+        "label": label, "objectives": objectives, "overrides": overrides,
+        "tokens_per_second": metrics.get("tokens_per_second"), "pretrain_seconds": metrics.get("train_seconds_this_session"),
+        "heldout_loss": metrics.get(f"heldout_{first}_loss", metrics.get("heldout_loss")),
+        "parameters": backbone_parameters(run_dir), "seeds": {},
+    }
+    for seed in args.seeds:
+        tuned = work / key / f"supersense-seed{seed}"
+        if not (tuned / "metrics.json").exists():
+            ft = [f"finetune.epochs={args.epochs}", "finetune.sequence_length=32", f"finetune.seed={seed}", f"finetune.max_train_examples={args.train_rows}"]
+            command = ["ptmkit", "finetune", str(run_dir), "--train", str(TRAIN), "--dev", str(DEV), "--test", str(TEST), "--out", str(tuned)]
+            run([*command, *[part for item in ft for part in ("--set", item)]], work / key / f"finetune-seed{seed}.log")
+        tuned_metrics = json.loads((tuned / "metrics.json").read_text(encoding="utf-8"))
+        result["seeds"][str(seed)] = {"dev_accuracy": tuned_metrics["dev_accuracy"], "test_accuracy": tuned_metrics["test_accuracy"]}
+        print(f"{key}: seed {seed} dev {tuned_metrics['dev_accuracy']:.4f} test {tuned_metrics['test_accuracy']:.4f}", flush=True)
+    result["dev_accuracy"] = statistics.mean(s["dev_accuracy"] for s in result["seeds"].values())
+    result["test_accuracy"] = statistics.mean(s["test_accuracy"] for s in result["seeds"].values())
+    cached.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    return result
+
+
+def table(results: dict[str, dict], args: argparse.Namespace) -> str:
+    """The Markdown results page."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
+    command = "python benchmarks/objectives.py " + " ".join(sys.argv[1:])
+    lines = [
+        "# Pre-training objectives on one backbone, then WordNet supersenses", "",
+        "| | |", "|---|---|", f"| date | {time.strftime('%Y-%m-%d')} |", f"| commit | {commit} |",
+        "| machine | 2 CPU cores (Intel Xeon, AVX-512 VNNI), no GPU |", f"| load | load average {os.getloadavg()[0]:.2f} at the end |",
+        f"| command | `{command.strip()}` |", "",
+        f"BERT {'(quick: 2 layers, hidden 64)' if args.quick else '4 layers, hidden 256, 4 heads, 8,000 WordPiece tokens'}; "
+        f"{args.steps} pre-training steps of 32 x 128 tokens on `data/corpus/enwiki-106.txt` for every row; then supersense "
+        f"fine-tuning on {args.train_rows:,} training glosses (of 20,000, drawn with the seed), {args.epochs} epoch(s), seeds {', '.join(map(str, args.seeds))} "
+        "(dev and test: 5,000 glosses each, 45 classes; accuracy is the mean over seeds). The held-out loss is the row's "
+        "own objective's (its first output), comparable only between runs of one objective.", "",
+        "| objective | tokens/s | pre-training s | held-out loss | dev accuracy | test accuracy | backbone parameters |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for result in results.values():
+        lines.append(
+            f"| {result['label']} | {format(result['tokens_per_second'], ',.0f') if result['tokens_per_second'] else '-'} | {result['pretrain_seconds'] or 0:.0f} | "
+            f"{result['heldout_loss']:.3f} | {result['dev_accuracy']:.4f} | {result['test_accuracy']:.4f} | {result['parameters']:,} |"
+        )
+    lines += [f"| {label} | not run: {why} | | | | | |" for label, why in MISSING.items()]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work", type=Path, default=REPO / "runs" / "bench-objectives", help="where runs and cached results go")
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated row keys ({', '.join(ROWS)})")
+    parser.add_argument("--steps", type=int, default=250, help="pre-training steps of every row (32 x 128 tokens each)")
+    parser.add_argument("--train-rows", type=int, default=20_000, help="supersense training glosses")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
+    parser.add_argument("--quick", action="store_true", help="a tiny run that checks the script")
+    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "objectives.md")
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.train_rows, args.epochs, args.seeds = min(args.steps, 20), min(args.train_rows, 4000), 1, args.seeds[:1]
+    unknown = [key for key in args.rows.split(",") if key not in ROWS]
+    if unknown:
+        raise SystemExit(f"--rows: unknown row {unknown[0]!r}; the rows are {', '.join(ROWS)}")
+    args.work.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for key in args.rows.split(","):
+        (args.work / key).mkdir(exist_ok=True)
+        results[key] = row_result(key, args, args.work)
+    args.output.write_text(table(results, args), encoding="utf-8")
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
