@@ -92,10 +92,19 @@ class MaskedLMConfig:
     whole_word: bool = False
 
     def validate(self) -> None:
-        check_replacement_rates("mlm", self.mask_rate, self.mask_token_rate, self.random_token_rate)
-        check_masking("mlm", self.masking, self.dupe_factor)
+        self.check_masked_lm("mlm")
+
+    def check_masked_lm(self, section: str) -> None:
+        """Validate these keys in ``[objectives.SECTION]`` (objectives that extend this config).
+
+        Raises:
+            ConfigError: a rate out of range, an unknown masking mode, ``dupe_factor`` < 1 or
+                negative ``max_predictions``.
+        """
+        check_replacement_rates(section, self.mask_rate, self.mask_token_rate, self.random_token_rate)
+        check_masking(section, self.masking, self.dupe_factor)
         if self.max_predictions < 0:
-            raise ConfigError(f"config key 'objectives.mlm.max_predictions' must be >= 0, got {self.max_predictions}")
+            raise ConfigError(f"config key 'objectives.{section}.max_predictions' must be >= 0, got {self.max_predictions}")
 
 
 def row_generators(token_ids: np.ndarray, rng: np.random.Generator, masking: str, dupe_factor: int) -> list[np.random.Generator]:
@@ -239,6 +248,15 @@ def prediction_loss() -> Any:
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
+def mask_batch(
+    objective: str, batch: Mapping[str, np.ndarray], rng: np.random.Generator, config: MaskedLMConfig, specials: SpecialTokens, vocabulary_size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`mask_tokens` on a packed batch (its ``word_start`` when whole words are masked), for
+    objective ``objective``, which needs the tokenizer's mask token (:func:`require_mask_token`)."""
+    require_mask_token(objective, specials)
+    return mask_tokens(batch["token_ids"], batch["padding_mask"], rng, config, specials, vocabulary_size, batch.get("word_start"))
+
+
 def require_mask_token(objective: str, specials: SpecialTokens) -> None:
     """Raises ConfigError when the tokenizer has no mask token."""
     if "mask" not in specials:
@@ -266,10 +284,7 @@ class MaskedLM(Objective):
         specials: SpecialTokens,
         vocabulary_size: int,
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
-        require_mask_token("mlm", specials)
-        masked, positions, ids, weights = mask_tokens(
-            batch["token_ids"], batch["padding_mask"], rng, config, specials, vocabulary_size, batch.get("word_start")
-        )
+        masked, positions, ids, weights = mask_batch("mlm", batch, rng, config, specials, vocabulary_size)
         return {"token_ids": masked, "mask_positions": positions}, {"mlm": ids}, {"mlm": weights}
 
     def build(self, backbone: Any, inputs: dict[str, Any], config: MaskedLMConfig) -> tuple[dict, dict, dict, dict]:

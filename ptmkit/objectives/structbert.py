@@ -31,12 +31,9 @@ from ptmkit.contract import SEQUENCE_OUTPUT, TOKEN_EMBEDDING, Objective, Special
 from ptmkit.errors import ConfigError
 from ptmkit.objectives.mlm import (
     MaskedLMConfig,
-    check_masking,
-    check_replacement_rates,
-    mask_tokens,
+    mask_batch,
     masked_lm_head,
     prediction_loss,
-    require_mask_token,
 )
 from ptmkit.objectives.nsp import SegmentPairClassification
 
@@ -62,10 +59,7 @@ class WordStructuralConfig(MaskedLMConfig):
     ngram: int = 3
 
     def validate(self) -> None:
-        check_replacement_rates("wso", self.mask_rate, self.mask_token_rate, self.random_token_rate)
-        check_masking("wso", self.masking, self.dupe_factor)
-        if self.max_predictions < 0:
-            raise ConfigError(f"config key 'objectives.wso.max_predictions' must be >= 0, got {self.max_predictions}")
+        self.check_masked_lm("wso")
         if not 0.0 < self.shuffle_rate <= 1.0:
             raise ConfigError(f"config key 'objectives.wso.shuffle_rate' must be in (0, 1], got {self.shuffle_rate}")
         if not 2 <= self.ngram <= 5:
@@ -149,12 +143,8 @@ class WordStructuralObjective(Objective):
         specials: SpecialTokens,
         vocabulary_size: int,
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
-        require_mask_token("wso", specials)
-        token_ids, padding_mask = batch["token_ids"], batch["padding_mask"]
-        masked, mask_positions, mask_ids, mask_weights = mask_tokens(
-            token_ids, padding_mask, rng, config, specials, vocabulary_size, batch.get("word_start")
-        )
-        movable = padding_mask.astype(bool) & ~np.isin(token_ids, specials.structural())
+        masked, mask_positions, mask_ids, mask_weights = mask_batch("wso", batch, rng, config, specials, vocabulary_size)
+        movable = batch["padding_mask"].astype(bool) & ~np.isin(batch["token_ids"], specials.structural())
         rows, slots = np.nonzero(mask_weights > 0)
         movable[rows, mask_positions[rows, slots]] = False  # tokens the masked LM predicts stay put
         shuffled, positions, ids, weights = shuffle_ngrams(masked, movable, rng, config)

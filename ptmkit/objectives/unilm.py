@@ -34,12 +34,9 @@ from ptmkit.contract import SELF_ATTENTION_MASK, SEQUENCE_OUTPUT, TOKEN_EMBEDDIN
 from ptmkit.errors import ConfigError
 from ptmkit.objectives.mlm import (
     MaskedLMConfig,
-    check_masking,
-    check_replacement_rates,
-    mask_tokens,
+    mask_batch,
     masked_lm_head,
     prediction_loss,
-    require_mask_token,
 )
 
 #: The modes, in the order of their ids in :func:`attention_masks`.
@@ -75,10 +72,7 @@ class UniLMConfig(MaskedLMConfig):
         return (self.bidirectional_rate, self.seq2seq_rate, self.left_to_right_rate, self.right_to_left_rate)
 
     def validate(self) -> None:
-        check_replacement_rates("unilm", self.mask_rate, self.mask_token_rate, self.random_token_rate)
-        check_masking("unilm", self.masking, self.dupe_factor)
-        if self.max_predictions < 0:
-            raise ConfigError(f"config key 'objectives.unilm.max_predictions' must be >= 0, got {self.max_predictions}")
+        self.check_masked_lm("unilm")
         for mode, rate in zip(MODES, self.mode_rates, strict=True):
             if not 0.0 <= rate <= 1.0:
                 raise ConfigError(f"config key 'objectives.unilm.{mode}_rate' must be in [0, 1], got {rate}")
@@ -130,10 +124,7 @@ class UnifiedLM(Objective):
         specials: SpecialTokens,
         vocabulary_size: int,
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
-        require_mask_token("unilm", specials)
-        masked, positions, ids, weights = mask_tokens(
-            batch["token_ids"], batch["padding_mask"], rng, config, specials, vocabulary_size, batch.get("word_start")
-        )
+        masked, positions, ids, weights = mask_batch("unilm", batch, rng, config, specials, vocabulary_size)
         modes = rng.choice(len(MODES), size=len(masked), p=np.asarray(config.mode_rates) / sum(config.mode_rates))
         inputs = {"token_ids": masked, "mask_positions": positions, "self_attention_mask": attention_masks(modes, batch["segment_ids"])}
         return inputs, {"unilm": ids}, {"unilm": weights}
