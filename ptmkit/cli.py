@@ -28,6 +28,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
 )
 console = default_console()
 stdout = default_console(stderr=False)
@@ -73,7 +74,7 @@ def train(
     their own vocabulary and SGD); write the run to OUT.
 
     `ptmkit config FAMILY` prints the family's keys with their defaults and meaning: \\[model]
-    for every family, plus \\[train] and \\[objectives.NAME] for BERT. E.g. --set
+    for every family, plus \\[train] and \\[objectives.NAME] for families that train with Keras. E.g. --set
     model.architecture=cbow, --set train.max_steps=100.
     """
     from ptmkit.training.pretrain import pretrain
@@ -94,20 +95,24 @@ def finetune(
     config: ConfigOption = None,
     set_: SetOption = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted fine-tuning in OUT from its last checkpoint.")] = False,
+    teacher: Annotated[Path | None, typer.Option(help="A fine-tuned run with the same labels to distil from (soft targets at finetune.distill_temperature, weight finetune.distill_alpha).")] = None,
 ) -> None:
     """Add a classification head to RUN_DIR's backbone (pre-trained, or imported with import-hf) and
     fine-tune it; report dev (and test) accuracy and macro-F1. On a run of static word vectors, the
     installed head that fits it trains from its vectors (set its head.* keys).
 
     Config sections: \\[finetune] (head, epochs, batch_size, sequence_length, learning_rate,
-    warmup_ratio, weight_decay, seed, max_train_examples, checkpoint_every) and \\[head] (dropout,
-    initializer_range); e.g. --set finetune.epochs=5. After Ctrl-C, the same command with --resume
-    continues from the last checkpoint to the weights an uninterrupted run ends with.
+    warmup_ratio, weight_decay, seed, max_train_examples, checkpoint_every, distill_temperature,
+    distill_alpha) and \\[head] (dropout, initializer_range); e.g. --set finetune.epochs=5. After
+    Ctrl-C, the same command with --resume continues from the last checkpoint to the weights an
+    uninterrupted run ends with. With --teacher, the student (RUN_DIR's backbone) learns from the
+    teacher's soft targets and the gold labels (Hinton et al. 2015), and the metrics add its
+    agreement with the teacher.
     """
     from ptmkit.training.finetune import finetune as run_finetune
 
     with _noting_interrupts():
-        metrics = run_finetune(run_dir, train, dev, out, config, set_ or [], console=console, test_file=test, resume=resume)
+        metrics = run_finetune(run_dir, train, dev, out, config, set_ or [], console=console, test_file=test, resume=resume, teacher=teacher)
     _report(f"fine-tuned -> {out}", metrics)
 
 
@@ -202,7 +207,7 @@ def serve(
 ) -> None:
     """Serve an export over HTTP: the Open Inference Protocol (KServe v2: /v2/health/live, /v2/models/NAME,
     /v2/models/NAME/infer), POST /v1/predict {"texts": [...]}, and /metrics (Prometheus). SIGTERM drains
-    the requests in flight, then exits. Needs `pip install 'ptmkit-export\\[serve]'`; loads no TensorFlow."""
+    the requests in flight, then exits. Needs `pip install 'ptmkit-export[serve]'`; loads no TensorFlow."""
     from ptmkit_export.errors import ExportDirError
 
     try:

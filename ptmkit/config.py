@@ -87,6 +87,10 @@ class FinetuneConfig:
         adam_epsilon: AdamW's epsilon, added to the bias-corrected root as in PyTorch (see :class:`ptmkit.training.schedule.AdamW`).
         checkpoint_every: steps between checkpoints (what ``--resume`` continues from); 0: at the
             end of each epoch only.
+        distill_temperature: with ``--teacher``, the softmax temperature T of the soft targets
+            (Hinton et al. 2015; DistilBERT: 2).
+        distill_alpha: with ``--teacher``, the weight of the soft-target term (T^2-scaled KL);
+            the gold labels' cross-entropy gets ``1 - distill_alpha``.
     """
 
     head: str = "classification"
@@ -102,9 +106,12 @@ class FinetuneConfig:
     checkpoint_every: int = 0
     mixed_precision: bool = False
     jit_compile: bool = False
+    distill_temperature: float = 2.0
+    distill_alpha: float = 0.5
 
     def validate(self) -> None:
-        check_positive(self, "finetune", "epochs", "batch_size", "sequence_length")
+        check_positive(self, "finetune", "epochs", "batch_size", "sequence_length", "distill_temperature")
+        check_unit_interval(self, "finetune", "distill_alpha")
         check_non_negative(self, "finetune", "checkpoint_every")
         check_unit_interval(self, "finetune", "warmup_ratio")
 

@@ -186,6 +186,7 @@ def finetune(
     registry: Registry | None = None,
     test_file: str | Path | None = None,
     resume: bool = False,
+    teacher: str | Path | None = None,
 ) -> dict[str, Any]:
     """Fine-tune the backbone of pre-training run ``run_dir`` with a head; write the run to ``out``.
 
@@ -202,6 +203,9 @@ def finetune(
         test_file: a labelled file evaluated once after training (never used for selection).
         resume: continue the interrupted run in ``out``; ``config_path`` and ``overrides`` may be
             given again when they say what the run's ``config.toml`` says.
+        teacher: a fine-tuned run with the same labels to distil from: the loss mixes its soft
+            targets with the gold labels (:mod:`ptmkit.training.distillation`), and the metrics
+            add the teacher's dev accuracy and the student's agreement with it.
 
     Returns:
         metrics: dev (and test) accuracy and macro-F1, examples, labels, seconds.
@@ -219,6 +223,8 @@ def finetune(
     manifest = parent.manifest()
     if manifest["stage"] not in ("pretrain", "import"):
         raise RunDirError(f"{parent.path}: is a {manifest['stage']} run; fine-tune a pre-training run")
+    if teacher is not None and RunDir(teacher).manifest().get("stage") != "finetune":
+        raise RunDirError(f"--teacher {teacher}: is a {RunDir(teacher).manifest().get('stage')} run; the teacher is a fine-tuned run (one with a head)")
     quiet_tensorflow()  # after the checks above: a wrong path is refused without importing TensorFlow
     for override in overrides or []:
         section = override.partition("=")[0].strip().split(".")[0]
@@ -234,10 +240,14 @@ def finetune(
     config = resolve_config(registry, manifest["family"], config_path, overrides, base=_head_base(parent_config, config_path, overrides))
     head = registry.head(config.finetune.head)
     if isinstance(head, TrainsOnWordVectors):
+        if teacher is not None:
+            raise ConfigError(f"--teacher: the {config.finetune.head} head trains from word vectors in one pass; distillation needs a head trained by Keras")
         if resume:
             raise ConfigError(f"--resume: the {config.finetune.head} head trains in one pass without checkpoints; drop --resume")
         return _finetune_word_vectors(registry, parent, manifest, head, config, overrides, train_file, dev_file, test_file, target, console)
     inputs = {"parent": str(parent.path.resolve()), "train": str(Path(train_file).resolve()), "dev": str(Path(dev_file).resolve())}
+    if teacher is not None:
+        inputs["teacher"] = str(Path(teacher).resolve())
     if stored is not None:
         from ptmkit.training.pretrain import check_resume_flags
 
@@ -276,9 +286,9 @@ def _check_target(target: RunDir, resume: bool) -> dict[str, Any] | None:
 def _check_resume_inputs(target: RunDir, inputs: dict[str, str]) -> None:
     """A resumed fine-tuning reads the files the interrupted one read (``out/inputs.json``)."""
     stored = target.read_json(INPUTS) if (target / INPUTS).exists() else inputs
-    for key, flag in (("parent", "RUN_DIR"), ("train", "--train"), ("dev", "--dev")):
-        if stored.get(key) != inputs[key]:
-            raise ConfigError(f"--resume: {flag} {inputs[key]} differs from the interrupted run's {stored.get(key)} ({target / INPUTS})")
+    for key, flag in (("parent", "RUN_DIR"), ("train", "--train"), ("dev", "--dev"), ("teacher", "--teacher")):
+        if stored.get(key) != inputs.get(key):
+            raise ConfigError(f"--resume: {flag} {inputs.get(key) or '(none)'} differs from the interrupted run's {stored.get(key) or '(none)'} ({target / INPUTS})")
 
 
 def _finetune_backbone(
@@ -296,8 +306,11 @@ def _finetune_backbone(
     if ft.max_train_examples and len(texts) > ft.max_train_examples:
         keep = np.sort(np.random.default_rng(ft.seed).permutation(len(texts))[: ft.max_train_examples])
         texts, y_train = [texts[i] for i in keep], y_train[keep]
+    if "teacher" in inputs:
+        _check_teacher_labels(inputs["teacher"], labels, inputs["train"])
     console.print(f"fine-tuning on {len(texts):,} examples, {len(labels)} labels; dev {len(dev_texts):,} examples")
 
+    teacher = _teacher_logits(inputs["teacher"], [texts, dev_texts], console) if "teacher" in inputs else None
     seed_everything(ft.seed)
     set_precision(ft.mixed_precision)
     backbone, _, tokenizer, _ = load_backbone(registry, parent)
@@ -309,7 +322,14 @@ def _finetune_backbone(
     atomic_write_text(target / CONFIG, to_toml(config.to_dict()))
     target.write_json(INPUTS, inputs)
     command = ["ptmkit", "finetune", inputs["parent"], "--train", inputs["train"], "--dev", inputs["dev"], "--out", str(target.path), "--resume"]
-    seconds = _fit_classifier(model, ft, x_train, y_train, x_dev, y_dev, target, console, command)
+    command += ["--teacher", inputs["teacher"]] if teacher is not None else []
+    if teacher is None:
+        seconds = _fit_classifier(model, ft, x_train, y_train, x_dev, y_dev, target, console, command)
+    else:
+        from ptmkit.training.distillation import DistillationLoss, distillation_targets, label_accuracy
+
+        loss = DistillationLoss(ft.distill_temperature, ft.distill_alpha)
+        seconds = _fit_classifier(model, ft, x_train, distillation_targets(y_train, teacher[0]), x_dev, y_dev, target, console, command, loss, label_accuracy)
     predictions = np.argmax(model.predict(x_dev, batch_size=128, verbose=0), axis=-1)
     metrics = {
         "dev_accuracy": round(float(np.mean(predictions == y_dev)), 4),
@@ -320,6 +340,10 @@ def _finetune_backbone(
         "epochs": ft.epochs,
         "train_seconds": round(seconds, 1),
     }
+    if teacher is not None:
+        teacher_dev = np.argmax(teacher[1], axis=-1)
+        metrics["teacher_dev_accuracy"] = round(float(np.mean(teacher_dev == y_dev)), 4)
+        metrics["dev_agreement_with_teacher"] = round(float(np.mean(teacher_dev == predictions)), 4)
     if test_file is not None:
         x_test = encode_texts(tokenizer, test_texts, ft.sequence_length, family.inputs, specials.padding_id)
         test_predictions = np.argmax(model.predict(x_test, batch_size=128, verbose=0), axis=-1)
@@ -349,12 +373,47 @@ def _finetune_backbone(
     return metrics
 
 
+def _check_teacher_labels(teacher_dir: str, labels: list[str], train_file: str) -> None:
+    """Refuse a teacher whose label list (ids in order) is not the training file's.
+
+    Raises:
+        ConfigError: naming up to five labels in one and not the other.
+    """
+    teacher_labels = RunDir(teacher_dir).read_json(LABELS)
+    if list(teacher_labels) != list(labels):
+        extra = sorted(set(teacher_labels) ^ set(labels))
+        detail = f"{', '.join(map(repr, extra[:5]))} in one and not the other" if extra else "the same labels in another order"
+        raise ConfigError(f"--teacher {teacher_dir}: its labels differ from {train_file}'s ({detail})")
+
+
+def _teacher_logits(teacher_dir: str, text_sets: list[list[str]], console: Console) -> list[np.ndarray]:
+    """The fine-tuned teacher's ``(texts, classes)`` float32 logits on each list of ``text_sets``,
+    through its own tokenizer and sequence length (Keras, batches of 128)."""
+    import gc
+
+    from ptmkit.data.tokenization import encode_texts
+
+    model, config, tokenizer, manifest = load_classifier(teacher_dir)
+    family = get_registry().family(manifest["family"])
+    pad = family.special_tokens(tokenizer).padding_id
+    console.print(f"teacher {teacher_dir}: its logits on {sum(len(t) for t in text_sets):,} texts")
+    outputs = []
+    for texts in text_sets:
+        x = encode_texts(tokenizer, texts, config.finetune.sequence_length, family.inputs, pad)
+        outputs.append(np.asarray(model.predict(x, batch_size=128, verbose=0), np.float32))
+    del model
+    gc.collect()
+    return outputs
+
+
 def _fit_classifier(
     model: Any, ft: Any, x_train: dict[str, np.ndarray], y_train: np.ndarray, x_dev: dict[str, np.ndarray], y_dev: np.ndarray,
-    target: RunDir, console: Console, command: list[str],
+    target: RunDir, console: Console, command: list[str], loss: Any = None, accuracy: Any = None,
 ) -> float:
     """Compile and train ``model`` over ``ft.epochs`` epochs from the newest checkpoint in
-    ``target/checkpoints`` (if any), printing dev accuracy at each epoch's end; return the seconds."""
+    ``target/checkpoints`` (if any), printing dev accuracy at each epoch's end; return the seconds.
+    ``loss`` and ``accuracy`` (a function of ``y_true, y_pred``) replace the cross-entropy on label
+    ids and its accuracy (distillation's targets are rows of label and teacher logits)."""
     import keras
 
     from ptmkit.training.checkpoint import CheckpointCallback, interrupt_note, latest_step, restore_state
@@ -366,8 +425,8 @@ def _fit_classifier(
     total = steps_per_epoch * ft.epochs
     model.compile(
         optimizer=adamw(ft.learning_rate, ft.weight_decay, total, ft.warmup_ratio, ft.adam_epsilon),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        loss=loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[keras.metrics.MeanMetricWrapper(accuracy, name="accuracy") if accuracy else keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         jit_compile=ft.jit_compile,
     )
     checkpoints = target / "checkpoints"
