@@ -117,6 +117,23 @@ def finetune(
 
 
 @app.command()
+def compress(
+    run_dir: Annotated[Path, typer.Argument(help="A pre-trained (or imported) run directory.")],
+    out: Annotated[Path, typer.Option(help="Run directory to create for the smaller model.")],
+    keep_layers: Annotated[str, typer.Option("--keep-layers", help="Comma-separated 0-based blocks to keep, e.g. 0,2,4 (DistilBERT: every other one).")],
+) -> None:
+    """Cut a smaller pre-trained run from RUN_DIR: the blocks --keep-layers names, with their
+    trained weights (DistilBERT's student initialisation, Sanh et al. 2019). Fine-tune it as any
+    run, or distil into it with `ptmkit finetune OUT ... --teacher FINE_TUNED_RUN`.
+    """
+    from ptmkit.compress import keep_layers_run, parse_layers
+
+    manifest = keep_layers_run(run_dir, out, parse_layers(keep_layers), console)
+    console.print(f"compressed -> {out} ({manifest['parameters']['after']:,} parameters)")
+    console.print(f"next: ptmkit finetune {out} --train FILE --dev FILE --out RUN [--teacher FINE_TUNED_RUN]")
+
+
+@app.command()
 def export(
     run_dir: Annotated[Path, typer.Argument(help="A fine-tuned run directory (one with a head), a bag-of-rows classifier run, or a word-vector run.")],
     onnx: Annotated[bool, typer.Option("--onnx/--no-onnx", help="Write model.onnx (fp32).")] = True,

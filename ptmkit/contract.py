@@ -38,7 +38,7 @@ UTF-8 bytes, see :mod:`ptmkit_export.fields`), or a family's own featurizer (``r
 **Capabilities.** What a family or head can do beyond building a backbone is a small
 :class:`typing.Protocol`, checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
 :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`WritesOwnExport`, :class:`TrainsOnWordVectors`,
-:class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask` (backbones). A family has the capability by defining the protocol's methods; there is no flag to keep in step.
+:class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask` (backbones), :class:`KeepsLayers`. A family has the capability by defining the protocol's methods; there is no flag to keep in step.
 
 **Matching.** Objectives and heads list the backbone capabilities they ``require`` (e.g.
 ``sequence_output``, ``pooled_output``, ``token_embedding``); a family offers its declared
@@ -600,6 +600,30 @@ class HeldoutLines(NamedTuple):
     sequence_length: int
     batch_size: int
     token_counts: np.ndarray
+
+
+@runtime_checkable
+class KeepsLayers(Protocol):
+    """A family whose backbone is a stack of blocks that can be cut down to some of them, with
+    their trained weights: what ``ptmkit compress --keep-layers`` needs (DistilBERT initialises its
+    student "from the teacher by taking one layer out of two", Sanh et al. 2019, section 3)."""
+
+    def keep_layers(self, model_config: Any, backbone: keras.Model, layers: list[int]) -> tuple[Any, keras.Model]:
+        """A backbone of blocks ``layers`` (0-based, increasing) of ``backbone``, in that order.
+
+        Args:
+            model_config: ``backbone``'s ``[model]`` config.
+            backbone: the trained backbone.
+            layers: indices of the blocks to keep.
+
+        Returns:
+            ``(model_config, backbone)``: the smaller config and a backbone built from it that
+            holds ``backbone``'s weights for everything but the dropped blocks.
+
+        Raises:
+            ConfigError: an index out of range, repeated or out of order.
+        """
+        ...
 
 
 @runtime_checkable

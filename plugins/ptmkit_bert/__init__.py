@@ -72,6 +72,13 @@ class BertFamily(ModelFamily):
 
         return build_backbone(config)
 
+    def keep_layers(self, model_config: BertConfig, backbone: Any, layers: list[int]) -> tuple[BertConfig, Any]:
+        """A BERT of the transformer blocks ``layers`` of ``backbone`` (:class:`ptmkit.api.KeepsLayers`);
+        embeddings and pooler kept."""
+        from ptmkit_bert.backbone import keep_layers
+
+        return keep_layers(model_config, backbone, layers)
+
     def train_tokenizer(self, texts: Iterable[str], config: BertConfig) -> Any:
         from ptmkit_bert.tokenizer import train_wordpiece
 

@@ -103,3 +103,28 @@ def build_backbone(config: BertConfig) -> BertBackbone:
         hidden_activation=config.hidden_activation,
         layer_norm_epsilon=config.layer_norm_epsilon,
     )
+
+
+def keep_layers(config: BertConfig, backbone: BertBackbone, layers: list[int]) -> tuple[BertConfig, BertBackbone]:
+    """``config`` with ``len(layers)`` blocks, and a backbone of it whose block ``j`` holds block
+    ``layers[j]`` of ``backbone`` (every other layer: embeddings, pooler, copied as they are).
+
+    Raises:
+        ConfigError: an index out of ``[0, num_layers)``, or indices not strictly increasing.
+    """
+    import dataclasses
+
+    from ptmkit.api import ConfigError
+
+    if not layers or any(not 0 <= i < config.num_layers for i in layers) or any(b <= a for a, b in zip(layers, layers[1:], strict=False)):
+        raise ConfigError(f"--keep-layers {','.join(map(str, layers))}: give increasing block indices in [0, {config.num_layers})")
+    smaller = dataclasses.replace(config, num_layers=len(layers))
+    new = build_backbone(smaller)
+    for layer in new.layers:
+        if not layer.weights:
+            continue
+        name = layer.name
+        if name.startswith("transformer_layer_"):
+            name = f"transformer_layer_{layers[int(name.rsplit('_', 1)[1])]}"
+        layer.set_weights(backbone.get_layer(name).get_weights())
+    return smaller, new

@@ -1,0 +1,59 @@
+"""``ptmkit compress --keep-layers``: the smaller backbone computes what the kept blocks of the
+larger one compute, chained, and is an ordinary pre-trained run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tinyconfig import TINY
+
+
+@pytest.fixture(scope="module")
+def three_layers(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from ptmkit.training.pretrain import pretrain
+
+    out = tmp_path_factory.mktemp("compress") / "bert3"
+    pretrain("bert", tiny_corpus, out, overrides=[*TINY, "model.num_layers=3", "train.max_steps=5"], objectives=["mlm"])
+    return out
+
+
+def test_kept_blocks_compute_what_they_computed_in_the_larger_backbone(three_layers: Path, tmp_path: Path) -> None:
+    import keras
+
+    from ptmkit.cli import main
+    from ptmkit.plugins import get_registry
+    from ptmkit.rundir import RunDir
+    from ptmkit.training.finetune import load_backbone
+
+    out = tmp_path / "bert2"
+    assert main(["compress", str(three_layers), "--out", str(out), "--keep-layers", "0,2"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["stage"] == "pretrain" and manifest["compressed_from"]["layers"] == [0, 2]
+    registry = get_registry()
+    big, _, tokenizer, _ = load_backbone(registry, RunDir(three_layers))
+    small, config, _, _ = load_backbone(registry, RunDir(out))
+    assert config.model.num_layers == 2 and manifest["parameters"]["after"] == small.count_params() < manifest["parameters"]["before"]
+    rng = np.random.default_rng(0)
+    x = {"token_ids": rng.integers(5, 600, (2, 12)).astype("int32"), "segment_ids": np.zeros((2, 12), "int32"),
+         "padding_mask": np.array([[1] * 12, [1] * 7 + [0] * 5], "int32")}
+    tokens = big.token_embedding(x["token_ids"])  # the big backbone's graph with block 1 skipped
+    h = big.embeddings_layer_norm(big.embeddings_add((tokens, big.position_embedding(tokens), big.segment_embedding(x["segment_ids"]))))
+    for index in (0, 2):
+        h = big.get_layer(f"transformer_layer_{index}")(h, padding_mask=x["padding_mask"])
+    got = small(x)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(got["sequence_output"]), keras.ops.convert_to_numpy(h), atol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(got["pooled_output"]), keras.ops.convert_to_numpy(big.pooled_dense(h[:, 0, :])), atol=1e-5)
+    assert (out / "tokenizer.json").read_text() == (three_layers / "tokenizer.json").read_text()
+
+
+@pytest.mark.parametrize(("layers", "message"), [("0,5", "give increasing block indices in [0, 3)"), ("2,1", "give increasing block indices in [0, 3)"),
+                                                  ("a", "give comma-separated block indices, e.g. 0,2,4")])
+def test_bad_layer_lists_are_refused_in_one_line(three_layers: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], layers: str, message: str) -> None:
+    from ptmkit.cli import main
+
+    assert main(["compress", str(three_layers), "--out", str(tmp_path / "x"), "--keep-layers", layers]) == 2
+    assert capsys.readouterr().err.strip().endswith(message)
+    assert not (tmp_path / "x").exists()
