@@ -14,6 +14,7 @@ from ptmkit.contract import (
     TOKENIZER_FIELDS,
     ClassifiesRows,
     InputSpec,
+    KeepsLayers,
     ProvidesWordVectors,
     Resumable,
     SpecialTokens,
@@ -71,7 +72,8 @@ def test_builtin_families_declare_and_keep_their_capabilities() -> None:
     bert = registry.family("bert")
     assert bert.input_names == ("token_ids", "segment_ids", "padding_mask")
     assert [s.field for s in bert.inputs] == ["ids", "type_ids", "attention_mask"]
-    assert capabilities(bert) == {"sequence_output", "pooled_output", "token_embedding"}
+    assert capabilities(bert) == {"sequence_output", "pooled_output", "token_embedding", "self_attention_mask"}
+    assert isinstance(bert, KeepsLayers)
     assert bert.graph_optimizer(registry.family("bert").config_class()) == ("bert", 4, 256) and not isinstance(bert, TrainsItself)
     for name in ("word2vec", "glove", "fasttext", "nnlm"):
         family = registry.family(name)

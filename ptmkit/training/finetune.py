@@ -220,18 +220,8 @@ def finetune(
     registry = registry or get_registry()
     parent, target = RunDir(run_dir), RunDir(out)
     stored = _check_target(target, resume)
-    manifest = parent.manifest()
-    if manifest["stage"] not in ("pretrain", "import"):
-        raise RunDirError(f"{parent.path}: is a {manifest['stage']} run; fine-tune a pre-training run")
-    if teacher is not None and RunDir(teacher).manifest().get("stage") != "finetune":
-        raise RunDirError(f"--teacher {teacher}: is a {RunDir(teacher).manifest().get('stage')} run; the teacher is a fine-tuned run (one with a head)")
-    quiet_tensorflow()  # after the checks above: a wrong path is refused without importing TensorFlow
-    for override in overrides or []:
-        section = override.partition("=")[0].strip().split(".")[0]
-        if section not in ("finetune", "head"):
-            raise ConfigError(
-                f"--set {override!r}: fine-tuning keeps the pre-trained run's [{section}]; set finetune.* or head.* keys"
-            )
+    manifest = _check_sources(parent, teacher, overrides or [])
+    quiet_tensorflow()  # after the checks: a wrong path or key is refused without importing TensorFlow
     family = registry.family(manifest["family"])
     parent_config = read_toml(parent.require(CONFIG))
     if config_path is not None:
@@ -261,6 +251,25 @@ def finetune(
         if created and not (target / "checkpoints" / "latest.json").exists():
             shutil.rmtree(target.path, ignore_errors=True)  # nothing to resume: leave nothing behind
         raise
+
+
+def _check_sources(parent: RunDir, teacher: str | Path | None, overrides: list[str]) -> dict[str, Any]:
+    """``parent``'s manifest, after checking that it is a pre-training run, that ``teacher`` (if
+    any) is a fine-tuned run, and that ``overrides`` set only ``finetune.*`` and ``head.*`` keys.
+
+    Raises:
+        RunDirError, ConfigError: one line naming the run or the key.
+    """
+    manifest = parent.manifest()
+    if manifest["stage"] not in ("pretrain", "import"):
+        raise RunDirError(f"{parent.path}: is a {manifest['stage']} run; fine-tune a pre-training run")
+    if teacher is not None and RunDir(teacher).manifest().get("stage") != "finetune":
+        raise RunDirError(f"--teacher {teacher}: is a {RunDir(teacher).manifest().get('stage')} run; the teacher is a fine-tuned run (one with a head)")
+    for override in overrides:
+        section = override.partition("=")[0].strip().split(".")[0]
+        if section not in ("finetune", "head"):
+            raise ConfigError(f"--set {override!r}: fine-tuning keeps the pre-trained run's [{section}]; set finetune.* or head.* keys")
+    return manifest
 
 
 def _check_target(target: RunDir, resume: bool) -> dict[str, Any] | None:
