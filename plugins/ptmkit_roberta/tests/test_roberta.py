@@ -11,13 +11,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TINY_ROBERTA
 from inplugins import in_tree_plugins  # noqa: F401 - the fixture
 
 from ptmkit.testing import tiny_texts, write_tiny_labelled
 
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
-REPO = Path(__file__).resolve().parents[3]
+
+#: A RoBERTa small enough to pre-train in seconds.
+TINY_ROBERTA = [
+    "model.num_layers=2",
+    "model.hidden_dim=32",
+    "model.num_heads=2",
+    "model.intermediate_dim=64",
+    "model.vocabulary_size=400",
+    "model.max_sequence_length=64",
+    "model.min_frequency=1",
+]
 
 
 def test_tokenizer_has_roberta_specials_and_packing() -> None:
