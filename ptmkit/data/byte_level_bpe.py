@@ -5,8 +5,7 @@ Text is read as UTF-8 bytes, each byte mapped to a printable character (GPT-2's
 ``bytes_to_unicode``, ``tokenizers``' ``ByteLevel`` pre-tokeniser), split with GPT-2's regular
 expression, and merged with BPE; every string is then encodable without an unknown token. The
 tokenizer has GPT-2's layout (``ByteLevel`` pre-tokeniser, post-processor and decoder,
-``add_prefix_space`` false), which Hugging Face's GPT-2 and RoBERTa fast tokenizers share; a
-family sets its own post-processor (the specials it adds around a text) on what
+``add_prefix_space`` false), which Hugging Face's byte-level fast tokenizers share; a family sets its own post-processor (the specials it adds around a text) on what
 :func:`train_byte_level_bpe` returns.
 """
 
