@@ -1,4 +1,5 @@
-"""Pre-training throughput: ptmkit side by side with a plain keras-hub ``BertMaskedLM`` loop.
+"""Pre-training throughput: ptmkit side by side with a plain keras-hub ``BertMaskedLM`` loop
+(``--family roberta``: ``RobertaMaskedLM``).
 
 What it measures (tokens/s = batch x sequence_length per step, padding included, the definition
 ``ptmkit train`` uses), all in one process, on the same machine state:
@@ -61,10 +62,15 @@ masked positions only. The fp32 peak is the best of: NumPy (OpenBLAS, all cores)
 4096 x 4096 float32 matrices (2 * 4096^3 FLOPs), median of repeated runs, measured before and
 after the training rows (the best is kept).
 
+``--family roberta`` measures the roberta family the same way: the anchor is a plain
+``keras_hub.models.RobertaMaskedLM`` on a ``RobertaBackbone`` of the same size (inputs
+``token_ids``, ``padding_mask``, ``mask_positions``; no segment ids), ptmkit's rows build the
+roberta family's model, and the batches are its own (byte-level BPE, ``<s> ... </s>`` windows).
+
 Run (about 10 minutes with the defaults on 2 idle cores; longer on a busy machine)::
 
-    python benchmarks/pretrain_throughput.py [--steps 20] [--warmup 3] [--rounds 3] [--no-xla] \\
-        [--corpus data/corpus/enwiki-106.txt] [--keep] [--json results.json]
+    python benchmarks/pretrain_throughput.py [--family bert|roberta] [--steps 20] [--warmup 3] [--rounds 3] \\
+        [--no-xla] [--corpus data/corpus/enwiki-106.txt] [--keep] [--json results.json]
 """
 
 from __future__ import annotations
@@ -87,6 +93,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS_CANDIDATES = (REPO / "data/corpus/enwiki-106.txt", Path("/work/shared/data/corpus/enwiki-106.txt"))
+#: family -> (keras-hub task, keras-hub backbone, the task's inputs): the plain keras-hub anchor.
+ANCHORS = {
+    "bert": ("BertMaskedLM", "BertBackbone", ("token_ids", "segment_ids", "padding_mask", "mask_positions")),
+    "roberta": ("RobertaMaskedLM", "RobertaBackbone", ("token_ids", "padding_mask", "mask_positions")),
+}
 ANCHOR = "keras-hub BertMaskedLM, arrays"
 TEAM_ANCHOR_TOKENS_PER_SECOND = 5700.0
 TARGET_RATIO = 0.95
@@ -226,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="timed steps per fit and round (default 20)")
     parser.add_argument("--warmup", type=int, default=3, help="steps dropped at the start of each fit (default 3)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of every row (default 3)")
+    parser.add_argument("--family", choices=sorted(ANCHORS), default="bert", help="the family to measure (default bert)")
     parser.add_argument("--no-xla", action="store_true", help="skip the keras-hub XLA row")
     parser.add_argument("--corpus", type=Path, default=default_corpus(), help="pre-training corpus (default %(default)s)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory with the pretrain() runs (default: deleted)")
@@ -252,10 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     from ptmkit.training.pretrain import build_pretraining_model, pretrain, resolve_config, step_dataset
     from ptmkit.training.schedule import adamw
 
+    task_name, backbone_name, anchor_inputs = ANCHORS[args.family]
+    anchor = f"keras-hub {task_name}, arrays"
     total = args.warmup + args.steps
     registry = get_registry()
-    family = registry.family("bert")
-    config = resolve_config(registry, "bert", None, [])
+    family = registry.family(args.family)
+    config = resolve_config(registry, args.family, None, [])
     model_config, train = config.model, config.train
     for key, value in ISSUE_MODEL.items():
         if getattr(model_config, key) != value:
@@ -292,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         progress_module.ProgressCallback = TimedProgress
         try:
             started = time.perf_counter()
-            metrics = pretrain("bert", args.corpus, out, overrides=[f"train.max_steps={total}"], console=Console(quiet=True))
+            metrics = pretrain(args.family, args.corpus, out, overrides=[f"train.max_steps={total}"], console=Console(quiet=True))
             wall = time.perf_counter() - started
         finally:
             progress_module.ProgressCallback = original
@@ -332,9 +346,10 @@ def main(argv: list[str] | None = None) -> int:
 
     # ---- the models
     def plain_backbone() -> Any:
-        return keras_hub.models.BertBackbone(**ISSUE_MODEL, dropout=model_config.dropout, max_sequence_length=model_config.max_sequence_length)
+        return getattr(keras_hub.models, backbone_name)(**ISSUE_MODEL, dropout=model_config.dropout, max_sequence_length=model_config.max_sequence_length)
 
-    plain_x = {k: x[k] for k in ("token_ids", "segment_ids", "padding_mask", "mask_positions")}
+    plain_x = {k: x[k] for k in anchor_inputs}
+    task = getattr(keras_hub.models, task_name)
 
     def fit_arrays(model: Any, inputs: Any, targets: Any, weights: Any) -> Any:
         def run(_round: int) -> list[float]:
@@ -354,19 +369,19 @@ def main(argv: list[str] | None = None) -> int:
         return run
 
     keras.utils.set_random_seed(train.seed)
-    anchor_model = keras_hub.models.BertMaskedLM(backbone=plain_backbone(), preprocessor=None)
+    anchor_model = task(backbone=plain_backbone(), preprocessor=None)
     anchor_model.compile(jit_compile=False)
-    rows[ANCHOR] = Row(ANCHOR, fit_arrays(anchor_model, plain_x, y["mlm"], w["mlm"]), "Adam 5e-5 (Task.compile defaults), jit_compile=False")
+    rows[anchor] = Row(anchor, fit_arrays(anchor_model, plain_x, y["mlm"], w["mlm"]), "Adam 5e-5 (Task.compile defaults), jit_compile=False")
 
-    adamw_model = keras_hub.models.BertMaskedLM(backbone=plain_backbone(), preprocessor=None)
+    adamw_model = task(backbone=plain_backbone(), preprocessor=None)
     adamw_model.compile(optimizer=adamw(train.learning_rate, train.weight_decay, total, train.warmup_ratio), jit_compile=False)
-    name = "keras-hub BertMaskedLM + ptmkit AdamW"
+    name = f"keras-hub {task_name} + ptmkit AdamW"
     rows[name] = Row(name, fit_arrays(adamw_model, plain_x, y["mlm"], w["mlm"]), "ptmkit's optimizer: decay exclusions, clipnorm 1.0, schedule")
 
     if not args.no_xla:
-        xla_model = keras_hub.models.BertMaskedLM(backbone=plain_backbone(), preprocessor=None)
+        xla_model = task(backbone=plain_backbone(), preprocessor=None)
         xla_model.compile(jit_compile=True)
-        name = "keras-hub BertMaskedLM, XLA"
+        name = f"keras-hub {task_name}, XLA"
         rows[name] = Row(name, fit_arrays(xla_model, plain_x, y["mlm"], w["mlm"]), "jit_compile=True (Task.compile's 'auto' on TF)")
 
     backbone, ptmkit_model, _ = build_pretraining_model(registry, config)
@@ -378,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     name = "ptmkit model, PyDataset (live pipeline)"
     rows[name] = Row(name, fit_dataset(ptmkit_model, make), "step_dataset + make_step on the tokenized corpus, no callbacks")
 
-    order = [ANCHOR, *[n for n in rows if n not in (ANCHOR, pretrain_row.name)], pretrain_row.name]
+    order = [anchor, *[n for n in rows if n not in (anchor, pretrain_row.name)], pretrain_row.name]
     for round_index in range(args.rounds):
         # rotate the order every round, so no row always runs right after the same one
         shift = round_index % len(order)
@@ -398,9 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fp32 matmul peak after: NumPy {peak_after['numpy_gflops']} GFLOP/s, TF {peak_after['tensorflow_gflops']} GFLOP/s", flush=True)
 
     # ---- report
-    anchor_tps = tokens_per_step / statistics.median(rows[ANCHOR].times())
-    anchor_rounds = rows[ANCHOR].round_medians()
-    anchor_cpu = statistics.median(rows[ANCHOR].cpu_times())
+    anchor_tps = tokens_per_step / statistics.median(rows[anchor].times())
+    anchor_rounds = rows[anchor].round_medians()
+    anchor_cpu = statistics.median(rows[anchor].cpu_times())
     results = []
     for name in order:
         row = rows[name]
@@ -466,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
-            "setup": {"batch_size": batch_size, "sequence_length": length, "prediction_slots": predictions, "mean_masked": masked,
+            "setup": {"family": args.family, "batch_size": batch_size, "sequence_length": length, "prediction_slots": predictions, "mean_masked": masked,
                       "model": ISSUE_MODEL, "warmup": args.warmup, "steps": args.steps, "rounds": args.rounds,
                       "corpus": str(args.corpus), "training_tokens": token_file.num_tokens,
                       "batches": "ptmkit make_step over the corpus tokenized by pretrain()",
@@ -475,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
                                    "keras_hub": keras_hub.__version__, "numpy": np.__version__}, "cpus": os.cpu_count()},
             "peak": {"before": peak_before, "after": peak_after, "gflops": peak},
             "flops_per_token": flops,
-            "anchor": ANCHOR,
+            "anchor": anchor,
             "team_anchor_tokens_per_second": TEAM_ANCHOR_TOKENS_PER_SECOND,
             "target_ratio": TARGET_RATIO,
             "results": results,

@@ -47,7 +47,8 @@ IO and console (:mod:`ptmkit.io`, :mod:`ptmkit.console`)
 
 Data and training glue (:mod:`ptmkit.data.readers`, :mod:`ptmkit.training`)
     :func:`read_corpus`, :func:`read_labelled`, :func:`read_multilabelled`, :func:`is_labelled`
-    (every installed corpus format); :func:`derive_inputs` (a family's declared inputs from
+    (every installed corpus format); :func:`train_byte_level_bpe`, :func:`byte_level_tokenizer`
+    (byte-level BPE, for every family that learns its vocabulary on bytes); :func:`derive_inputs` (a family's declared inputs from
     token ids, segment ids and a padding mask); :func:`quiet_tensorflow`, :func:`seed_everything`;
     :func:`macro_f1`, :func:`top1_gold` (precision at 1 on lines with several labels);
     :class:`AdamW` (loaded lazily: it imports Keras).
@@ -117,6 +118,7 @@ from ptmkit.contract import (
     WritesOwnExport,
     capabilities,
 )
+from ptmkit.data.byte_level_bpe import byte_level_tokenizer, train_byte_level_bpe
 from ptmkit.data.readers import is_labelled, read_corpus, read_labelled, read_multilabelled
 from ptmkit.data.tokenization import derive_inputs
 from ptmkit.errors import ConfigError, DataError, ExportError, PluginError, PtmkitError, RunDirError
@@ -248,6 +250,8 @@ __all__ = [
     "quiet_tensorflow",
     "read_corpus",
     "derive_inputs",
+    "byte_level_tokenizer",
+    "train_byte_level_bpe",
     "is_labelled",
     "read_labelled",
     "read_multilabelled",

@@ -62,6 +62,18 @@ _WORDS = {
     "object": "the bridge|a red house|the long winter|an open window|the city lights|a quiet garden|the last train".split("|"),
     "tail": "yesterday|at night|with care|for years|in silence|again and again|before dawn".split("|"),
 }
+#: 50 sentences on which an imported tokenizer must give the ids of the checkpoint's own
+#: (Hugging Face) tokenizer: accents, Greek, Cyrillic, Hebrew, Arabic, Devanagari, CJK, Hangul,
+#: emoji with modifiers and flags, ligatures, zero-width and combining characters, URLs, tabs,
+#: newlines, runs of spaces, the empty string.
+TOKENIZER_SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.", "naïve café façade", "Ελληνικά γράμματα", "中文分词测试", "日本語のテキスト", "emoji 🙂 👍🏽",
+    "tab\tseparated", "multiple   spaces", "  leading", "trailing  ", "CAPS and lower", "numbers 12345 67.89", "punctuation!?;:", "don't won't it's",
+    "Ünïcödé ßtraße", "Привет, мир", "עברית", "العربية", "हिन्दी", "한국어 문장", "a\nnewline", "mixed 中 English", "über-long-hyphenated-word",
+    "e-mail@example.com", "http://example.org/path?q=1", "C++ and C#", "$100 €200 £300", "½ ¼ ¾", "x²+y²=z²", "€", "", " ", "a", "ab ab ab ab",
+    "the the the", "Zürich", "São Paulo", "Kraków", "Île-de-France", "Ngũgĩ wa Thiong'o", "smörgåsbord", "piñata", "crème brûlée", "jalapeño",
+    "Ærøskøbing", "ﬁ ligature", "zero\u200bwidth", "combining e\u0301", "🇫🇷 flag", "end.",
+]
 _GOOD = "wonderful|moving|bright|clever|warm|delightful".split("|")
 _BAD = "dull|tedious|clumsy|forgettable|bland|tiresome".split("|")
 

@@ -16,21 +16,14 @@ import numpy as np
 import pytest
 from inplugins import in_tree_plugins  # noqa: F401 - the fixture
 
+from ptmkit.testing import TOKENIZER_SENTENCES as SENTENCES
 from ptmkit.testing import write_tiny_corpus
 
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 
 SHAPES = [(1, 5), (2, 17), (3, 48)]
 PROMPTS = ["the cat", "a dog saw", "Hello", "x", "the old sailor painted a red house", "café 中国人", "1990", "ß", "every student wrote", "  spaces"]
-SENTENCES = [
-    "The quick brown fox jumps over the lazy dog.", "naïve café façade", "Ελληνικά γράμματα", "中文分词测试", "日本語のテキスト", "emoji 🙂 👍🏽",
-    "tab\tseparated", "multiple   spaces", "  leading", "trailing  ", "CAPS and lower", "numbers 12345 67.89", "punctuation!?;:", "don't won't it's",
-    "Ünïcödé ßtraße", "Привет, мир", "עברית", "العربية", "हिन्दी", "한국어 문장", "a\nnewline", "mixed 中 English", "über-long-hyphenated-word",
-    "e-mail@example.com", "http://example.org/path?q=1", "C++ and C#", "$100 €200 £300", "½ ¼ ¾", "x²+y²=z²", "€", "", " ", "a", "ab ab ab ab",
-    "the the the", "Zürich", "São Paulo", "Kraków", "Île-de-France", "Ngũgĩ wa Thiong'o", "smörgåsbord", "piñata", "crème brûlée", "jalapeño",
-    "Ærøskøbing", "ﬁ ligature", "zero\u200bwidth", "combining e\u0301", "🇫🇷 flag", "end.",
-]
-assert len(SENTENCES) == 50 and len(PROMPTS) == 10
+assert len(PROMPTS) == 10
 
 #: Makes the checkpoint (random init, seed 0) from a byte-level BPE tokenizer.json and writes
 #: transformers' logits, greedy continuations and token ids. Job on stdin, as JSON.
