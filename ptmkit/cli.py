@@ -199,9 +199,11 @@ def serve(
     threads: Annotated[int | None, typer.Option(min=1, help="ONNX Runtime intra-op threads.")] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda (CUDA through onnxruntime-gpu; CPU with a warning without it).")] = "cpu",
     max_body_bytes: Annotated[int, typer.Option(min=1, help="Larger request bodies get HTTP 413.")] = 8 * 1024 * 1024,
+    generation_slots: Annotated[int, typer.Option(min=1, help="Text generations (decoder exports) that run at once; more wait.")] = 2,
 ) -> None:
     """Serve an export over HTTP: the Open Inference Protocol (KServe v2: /v2/health/live, /v2/models/NAME,
-    /v2/models/NAME/infer), POST /v1/predict {"texts": [...]}, and /metrics (Prometheus). SIGTERM drains
+    /v2/models/NAME/infer; for a decoder export the generate extension, /v2/models/NAME/generate and
+    generate_stream), POST /v1/predict {"texts": [...]}, and /metrics (Prometheus). SIGTERM drains
     the requests in flight, then exits. Needs `pip install 'ptmkit-export\\[serve]'`; loads no TensorFlow."""
     from ptmkit_export.errors import ExportDirError
 
@@ -216,7 +218,7 @@ def serve(
     try:
         run_server(
             directory, name=name, host=host, port=port, max_batch=max_batch, max_delay_ms=max_delay_ms, variant=variant,
-            threads=threads, device=device, max_body_bytes=max_body_bytes, log=lambda line: console.print(line, markup=False, highlight=False),
+            threads=threads, device=device, max_body_bytes=max_body_bytes, generation_slots=generation_slots, log=lambda line: console.print(line, markup=False, highlight=False),
         )
     except ExportDirError as exc:
         raise PtmkitError(str(exc)) from None
