@@ -898,7 +898,12 @@ class Serving:
             pieces = self._pieces(body) if len(body) <= INLINE_DECODE_BYTES else await run_in_threadpool(self._pieces, body)
             if stream:
                 status, streaming = 200, True
-                return _EventStream(self._events(pieces, endpoint, arrived))
+                outcome = [499]  # nginx's "client closed request", unless the stream ends
+
+                def closed() -> None:
+                    self.metrics.finished(endpoint, outcome[0], time.perf_counter() - arrived)
+
+                return _EventStream(self._events(pieces, outcome), closed)
             text = "".join([piece async for piece in pieces])
             status = 200
             return JSONResponse({"model_name": self.name, "model_version": VERSION, GENERATE_OUTPUT: text})
@@ -924,34 +929,39 @@ class Serving:
             raise RequestError(400, f"'{GENERATE_INPUT}': {message}") from None
         return self.generations.pieces(generation, lambda: decoder.cached_steps + decoder.full_steps)
 
-    async def _events(self, pieces: AsyncIterator[str], endpoint: str, arrived: float) -> AsyncIterator[bytes]:
-        status = 500
+    async def _events(self, pieces: AsyncIterator[str], outcome: list[int]) -> AsyncIterator[bytes]:
+        """The stream's events; ``outcome[0]`` becomes 200 at its end, 500 after an error."""
         try:
             async for piece in pieces:
                 yield b"data: " + json_bytes({"model_name": self.name, "model_version": VERSION, GENERATE_OUTPUT: piece}) + b"\n\n"
-            status = 200
+            outcome[0] = 200
         except Exception as error:  # the headers are gone: the error is the stream's last event
+            outcome[0] = 500
             yield b"data: " + json_bytes({"error": f"internal error: {_first_line(error)}"}) + b"\n\n"
         finally:
             await pieces.aclose()  # type: ignore[attr-defined]  # stops the generation's thread
-            self.metrics.finished(endpoint, status, time.perf_counter() - arrived)
 
 
 class _EventStream(StreamingResponse):
     """Server-sent events (``text/event-stream``) that close their source when the client goes
     away: Starlette cancels the stream, and the source's ``finally`` then runs at once rather
-    than when the garbage collector finds it."""
+    than when the garbage collector finds it; ``closed()`` is called once the stream is over.
+    A stream the client left counts as status 499 in the metrics."""
 
     media_type = "text/event-stream"
 
-    def __init__(self, events: AsyncIterator[bytes]) -> None:
+    def __init__(self, events: AsyncIterator[bytes], closed: Callable[[], None]) -> None:
         super().__init__(events, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.closed = closed
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            try:
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            finally:
+                self.closed()
 
 
 def _first_line(error: BaseException, with_type: bool = True) -> str:

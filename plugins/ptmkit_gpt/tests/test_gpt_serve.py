@@ -156,6 +156,8 @@ def test_client_that_disconnects_mid_stream_frees_the_slot(served, monkeypatch) 
     steps = _metric(server, f'ptmkit_generation_steps_total{{model="{NAME}"}}') - steps_before
     assert 2 <= steps <= 20  # of the 50 asked for: it stopped soon after the client left
     assert _metric(server, f'ptmkit_generations_total{{model="{NAME}",outcome="cancelled"}}') == cancelled_before + 1
+    assert _metric(server, f'ptmkit_requests_total{{model="{NAME}",endpoint="generate_stream",code="499"}}') == 1
+    assert _metric(server, f"ptmkit_requests_in_flight{{model=\"{NAME}\"}}") == 0  # the stream counted as answered
     # The one slot is free: the next request is answered in full (it would wait for the slot otherwise).
     monkeypatch.undo()
     status, _, answer = server.request(
