@@ -467,8 +467,9 @@ class Predictor:
 
         Args:
             prompt: the text to continue.
-            max_new_tokens, strategy, temperature, top_k, top_p, num_beams, length_penalty,
-                seed, stop, truncate: as for :meth:`generate`.
+            max_new_tokens: as for :meth:`generate`, and so are ``strategy``, ``temperature``,
+                ``top_k``, ``top_p``, ``num_beams``, ``length_penalty``, ``seed``, ``stop`` and
+                ``truncate``.
             decoder: the key/value cache to decode with (default: the predictor's own); give each
                 generation that runs at the same time its own, from :meth:`new_decoder`.
 
