@@ -18,7 +18,7 @@ Contract types (:mod:`ptmkit.contract`)
     tokens (:class:`SpecialTokens`, roles of :data:`SPECIAL_TOKEN_ROLES`), its :class:`Limits`
     and its ONNX Runtime :class:`GraphOptimizer`. What it can do, as ``typing.Protocol``\ s
     checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
-    :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`ImportsCheckpoints`, :class:`WritesOwnExport` (families), :class:`TrainsOnWordVectors`
+    :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`ImportsCheckpoints`, :class:`WritesOwnExport`, :class:`HasQuickstart` (families, with :class:`QuickstartPlan`), :class:`TrainsOnWordVectors`
     (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask` (backbones), :class:`KeepsLayers` (``ptmkit compress``); :func:`capabilities` lists what a family offers objectives and heads
     (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`, :data:`SELF_ATTENTION_MASK`).
 
@@ -97,6 +97,7 @@ from ptmkit.contract import (
     ClassifiesRows,
     CorpusReader,
     GraphOptimizer,
+    HasQuickstart,
     Head,
     HeldoutLines,
     ImportsCheckpoints,
@@ -107,6 +108,7 @@ from ptmkit.contract import (
     Objective,
     OutputSpec,
     ProvidesWordVectors,
+    QuickstartPlan,
     Record,
     Resumable,
     RowClassifier,
@@ -179,6 +181,7 @@ __all__ = [
     "TOKENIZER_FIELDS",
     "WORD_VECTORS",
     "ClassifiesRows",
+    "HasQuickstart",
     "ImportsCheckpoints",
     "WritesOwnExport",
     "CorpusReader",
@@ -189,6 +192,7 @@ __all__ = [
     "Limits",
     "ModelFamily",
     "Objective",
+    "QuickstartPlan",
     "OutputSpec",
     "ProvidesWordVectors",
     "Record",

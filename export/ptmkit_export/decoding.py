@@ -17,6 +17,7 @@ feeds only the new column; any other call recomputes from an empty cache.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -129,3 +130,39 @@ def encode_prompts(
 def cut_at_stops(text: str, stops: list[str]) -> str:
     """``text`` up to the first occurrence of any of ``stops``."""
     return text[: min((text.index(s) for s in stops if s in text), default=len(text))]
+
+
+def _stop_prefix(text: str, stops: Sequence[str]) -> int:
+    """Length of the longest end of ``text`` that begins one of ``stops`` (a stop string that the
+    next tokens may complete)."""
+    return max((k for stop in stops for k in range(1, len(stop)) if text.endswith(stop[:k])), default=0)
+
+
+def text_chunks(steps: Iterable[list[int]], decode: Callable[[list[int]], str], stops: Sequence[str] = ()) -> Iterator[str]:
+    """The text of one row's new tokens, one piece per step of ``steps`` (and a last piece for
+    what was held back), as the steps add tokens.
+
+    The pieces join to ``cut_at_stops(decode(all tokens), stops)``, the text
+    :meth:`ptmkit_export.Predictor.generate` returns. A piece is ``""`` while the text ends in
+    U+FFFD (an incomplete UTF-8 character: a byte-level token may carry part of one) or in the
+    beginning of a stop string, as Hugging Face's ``TextIteratorStreamer`` holds back an
+    unfinished word. Assumes, as byte-level BPE guarantees, that decoding more tokens only extends
+    the text of fewer (the held-back end aside).
+
+    Args:
+        steps: per step, the token ids it added (``[]`` allowed).
+        decode: token ids -> text (a ``tokenizers.Tokenizer``'s ``decode``).
+        stops: stop strings; the text ends before the first one.
+    """
+    tokens: list[int] = []
+    sent = ""
+    for added in steps:
+        tokens += added
+        text = cut_at_stops(decode(tokens), list(stops)).rstrip("\ufffd") if added else sent
+        text = text[: len(text) - _stop_prefix(text, stops)]
+        piece = text[len(sent) :] if len(text) > len(sent) and text.startswith(sent) else ""
+        sent += piece
+        yield piece
+    final = cut_at_stops(decode(tokens), list(stops)) if tokens else ""
+    if len(final) > len(sent) and final.startswith(sent):
+        yield final[len(sent) :]

@@ -22,7 +22,7 @@ keras-hub's ``Sampler`` classes.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -57,21 +57,28 @@ class GenerationSettings:
     length_penalty: float = 1.0
     seed: int = 0
 
-    def problems(self) -> list[str]:
-        """What is wrong with these settings, one message per setting (empty when usable)."""
+    def problems(self, name: Callable[[str], str] | None = None) -> list[str]:
+        """What is wrong with these settings, one message per setting (empty when usable).
+
+        Args:
+            name: how a message names a setting, from its attribute name (default: the command
+                line's flag, ``max_new_tokens`` -> ``--max-new-tokens``; the server names the
+                request key, ``parameters.max_new_tokens``).
+        """
+        flag = name or (lambda key: "--" + key.replace("_", "-"))
         found = []
         if self.max_new_tokens <= 0:
-            found.append(f"--max-new-tokens {self.max_new_tokens}: must be at least 1")
+            found.append(f"{flag('max_new_tokens')} {self.max_new_tokens}: must be at least 1")
         if self.strategy not in STRATEGIES:
-            found.append(f"--strategy {self.strategy!r}: expected one of {', '.join(STRATEGIES)}")
+            found.append(f"{flag('strategy')} {self.strategy!r}: expected one of {', '.join(STRATEGIES)}")
         if not self.temperature >= 0:
-            found.append(f"--temperature {self.temperature}: must be >= 0 (0 is greedy)")
+            found.append(f"{flag('temperature')} {self.temperature}: must be >= 0 (0 is greedy)")
         if self.top_k < 0:
-            found.append(f"--top-k {self.top_k}: must be >= 0 (0 keeps every token)")
+            found.append(f"{flag('top_k')} {self.top_k}: must be >= 0 (0 keeps every token)")
         if not 0.0 < self.top_p <= 1.0:
-            found.append(f"--top-p {self.top_p}: must be in (0, 1]")
+            found.append(f"{flag('top_p')} {self.top_p}: must be in (0, 1]")
         if self.num_beams < 1:
-            found.append(f"--num-beams {self.num_beams}: must be at least 1")
+            found.append(f"{flag('num_beams')} {self.num_beams}: must be at least 1")
         return found
 
 
@@ -120,7 +127,8 @@ def generate_ids(
     max_length: int | None = None,
     stop: StopCheck | None = None,
 ) -> list[list[int]]:
-    """The new tokens of each prompt (without the end-of-text token that ended it).
+    """The new tokens of each prompt (without the end-of-text token that ended it): every step of
+    :func:`generate_steps`, joined.
 
     Args:
         next_logits: the backend (module docstring).
@@ -134,13 +142,43 @@ def generate_ids(
     Raises:
         ValueError: unusable ``settings`` (:meth:`GenerationSettings.problems`), an empty prompt.
     """
+    new: list[list[int]] = [[] for _ in prompts]
+    for step in generate_steps(next_logits, prompts, settings, pad_id, eos_id, max_length, stop):
+        for row, tokens in enumerate(step):
+            new[row] += tokens
+    return new
+
+
+def generate_steps(
+    next_logits: NextLogits,
+    prompts: Sequence[Sequence[int]],
+    settings: GenerationSettings,
+    pad_id: int,
+    eos_id: int | None,
+    max_length: int | None = None,
+    stop: StopCheck | None = None,
+) -> Iterator[list[list[int]]]:
+    """The search loop of :func:`generate_ids` (same arguments), one step at a time: after each
+    call of ``next_logits``, yields per prompt the tokens that call added (``[]`` for a row that
+    has stopped, or that stopped at this step on its end-of-text token). Beam search yields each
+    prompt's best continuation once its search ends (the other rows ``[]``), as beams are only
+    ranked at the end. Closing the iterator early stops the loop: no further ``next_logits`` call.
+
+    The arguments are checked on the first ``next()``; :func:`generate_ids` checks them at once.
+
+    Raises:
+        ValueError: unusable ``settings`` (:meth:`GenerationSettings.problems`), an empty prompt.
+    """
     problems = settings.problems()
     if problems:
         raise ValueError(problems[0])
     if any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token (start an empty one with the beginning-of-text token)")
     if settings.strategy == "beam":
-        return [beam_search(next_logits, list(p), settings, eos_id, max_length, stop, row) for row, p in enumerate(prompts)]
+        for row, prompt in enumerate(prompts):
+            best = beam_search(next_logits, list(prompt), settings, eos_id, max_length, stop, row)
+            yield [best if other == row else [] for other in range(len(prompts))]
+        return
     greedy = settings.strategy == "greedy" or settings.temperature == 0
     rngs = [np.random.default_rng([settings.seed, row]) for row in range(len(prompts))]
     token_ids, mask = left_pad(prompts, pad_id)
@@ -155,19 +193,21 @@ def generate_ids(
             probs = np.exp(filter_logits(logits, settings.temperature, settings.top_k, settings.top_p))
             chosen = np.array([rng.choice(len(p), p=p / p.sum()) for rng, p in zip(rngs, probs, strict=True)])
         alive = ~done
+        added: list[list[int]] = [[] for _ in prompts]
         for row in np.flatnonzero(alive):
             token = int(chosen[row])
             if eos_id is not None and token == eos_id:
                 done[row] = True
                 continue
             new[row].append(token)
+            added[row].append(token)
             if stop is not None and stop(int(row), new[row]):
                 done[row] = True
+        yield added
         token_ids = np.concatenate([token_ids, np.where(alive, chosen, pad_id).astype(np.int32)[:, None]], axis=1)
         mask = np.concatenate([mask, alive.astype(np.int32)[:, None]], axis=1)  # a finished row's filler is padding
         if done.all():
             break
-    return new
 
 
 def beam_search(

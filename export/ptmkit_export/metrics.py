@@ -68,6 +68,10 @@ class ServerMetrics:
         ``ptmkit_batch_duration_seconds``: wall-clock time of one model call (tokenization
             included for text requests), in seconds (histogram).
         ``ptmkit_inference_rows_total``: rows run through the model (counter).
+        ``ptmkit_generations_total{outcome}``: generations (generate extension) that stopped,
+            ``completed`` or ``cancelled`` (their reader went away first) (counter).
+        ``ptmkit_generation_steps_total``: model calls made by those generations, one per new
+            token (counter).
     """
 
     def __init__(self, model: str) -> None:
@@ -78,6 +82,8 @@ class ServerMetrics:
         self._batch_size = Histogram(BATCH_BUCKETS)
         self._batch_seconds = Histogram(LATENCY_BUCKETS_S)
         self._in_flight = 0
+        self._generations = {"completed": 0, "cancelled": 0}
+        self._generation_steps = 0
 
     def started(self) -> None:
         """One request arrived (``ptmkit_requests_in_flight`` + 1)."""
@@ -97,6 +103,12 @@ class ServerMetrics:
         with self._lock:
             self._batch_size.observe(rows)
             self._batch_seconds.observe(seconds)
+
+    def generation(self, steps: int, cancelled: bool) -> None:
+        """One generation stopped after ``steps`` model calls; ``cancelled``: its reader went away."""
+        with self._lock:
+            self._generations["cancelled" if cancelled else "completed"] += 1
+            self._generation_steps += steps
 
     def render(self) -> str:
         """The metrics as Prometheus text, ending in a newline."""
@@ -127,5 +139,11 @@ class ServerMetrics:
                 "# HELP ptmkit_inference_rows_total Rows run through the model.",
                 "# TYPE ptmkit_inference_rows_total counter",
                 f"ptmkit_inference_rows_total{_labels(model)} {_number(self._batch_size.sum)}",
+                "# HELP ptmkit_generations_total Generations that stopped, completed or cancelled (the client went away).",
+                "# TYPE ptmkit_generations_total counter",
+                *(f"ptmkit_generations_total{_labels([*model, ('outcome', o)])} {n}" for o, n in self._generations.items()),
+                "# HELP ptmkit_generation_steps_total Model calls made by generations, one per new token.",
+                "# TYPE ptmkit_generation_steps_total counter",
+                f"ptmkit_generation_steps_total{_labels(model)} {self._generation_steps}",
             ]
         return "\n".join(lines) + "\n"

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import onnxruntime as ort
@@ -19,9 +19,19 @@ from tokenizers import Tokenizer
 
 from ptmkit_export.bag_of_rows import BagOfRows
 from ptmkit_export.clip import clip_text, plain_copy
-from ptmkit_export.decoding import GENERATION_TASK, CachedDecoder, cache_names, cut_at_stops, encode_prompts
+from ptmkit_export.decoding import (
+    GENERATION_TASK,
+    CachedDecoder,
+    cache_names,
+    cut_at_stops,
+    encode_prompts,
+    text_chunks,
+)
 from ptmkit_export.errors import ExportDirError
 from ptmkit_export.manifest import EMBEDDER_OUTPUTS, read_manifest, variant_path
+
+if TYPE_CHECKING:
+    from ptmkit_export.generation import GenerationSettings
 
 
 class Prediction(NamedTuple):
@@ -422,11 +432,84 @@ class Predictor:
         """
         from ptmkit_export.generation import GenerationSettings, generate_ids
 
+        settings = GenerationSettings(max_new_tokens, strategy, temperature, top_k, top_p, num_beams, length_penalty, seed)
+        ids, stops, stopped = self._generation_inputs(prompts, settings, stop, truncate)
+        assert self.decoder is not None
+        self.decoder.reset()
+        spec = self.manifest["decoder"]
+        new = generate_ids(self.decoder.next_logits, ids, settings, int(self.manifest["pad_token_id"]), spec["eos_token_id"], int(self.manifest["max_sequence_length"]), stopped)
+        return [cut_at_stops(self._plain_tokenizer.decode(row), stops) for row in new]
+
+    def generate_stream(
+        self,
+        prompt: str,
+        max_new_tokens: int = 32,
+        strategy: str = "greedy",
+        *,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        num_beams: int = 4,
+        length_penalty: float = 1.0,
+        seed: int = 0,
+        stop: Sequence[str] = (),
+        truncate: str = "error",
+        decoder: CachedDecoder | None = None,
+    ) -> Iterator[str]:
+        """The continuation of one prompt, piece by piece as it is decoded: the pieces join to
+        ``generate([prompt], ...)[0]`` with the same settings (:func:`ptmkit_export.decoding.text_chunks`
+        holds back an unfinished UTF-8 character or stop string). Greedy and sampling give a
+        piece per token or so; beam search one piece at the end (beams are ranked only then).
+
+        The prompt and settings are checked at once; decoding runs as the iterator is read, one
+        model call per step, and stops with no further call when the iterator is closed (a
+        server's client went away).
+
+        Args:
+            prompt: the text to continue.
+            max_new_tokens: as for :meth:`generate`, and so are ``strategy``, ``temperature``,
+                ``top_k``, ``top_p``, ``num_beams``, ``length_penalty``, ``seed``, ``stop`` and
+                ``truncate``.
+            decoder: the key/value cache to decode with (default: the predictor's own); give each
+                generation that runs at the same time its own, from :meth:`new_decoder`.
+
+        Raises:
+            TypeError: ``prompt`` is not a str.
+            ValueError: as :meth:`generate`.
+        """
+        from ptmkit_export.generation import GenerationSettings, generate_steps
+
+        if not isinstance(prompt, str):
+            raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+        settings = GenerationSettings(max_new_tokens, strategy, temperature, top_k, top_p, num_beams, length_penalty, seed)
+        ids, stops, stopped = self._generation_inputs([prompt], settings, stop, truncate)
+        decoder = decoder or self.decoder
+        assert decoder is not None
+        decoder.reset()
+        spec = self.manifest["decoder"]
+        steps = generate_steps(decoder.next_logits, ids, settings, int(self.manifest["pad_token_id"]), spec["eos_token_id"], int(self.manifest["max_sequence_length"]), stopped)
+        return text_chunks((step[0] for step in steps), self._plain_tokenizer.decode, stops)
+
+    def new_decoder(self) -> CachedDecoder:
+        """A key/value cache of its own over this export's session, so that several generations
+        run at once (ONNX Runtime runs one session from several threads); see :meth:`generate_stream`.
+
+        Raises:
+            ValueError: not a generation export.
+        """
+        if self.decoder is None:
+            raise ValueError(f"{self.export_dir}: a {self.manifest.get('task')!r} export does not generate text; export a decoder run (e.g. gpt)")
+        spec = self.manifest["decoder"]
+        return CachedDecoder(self.session, spec["layers"], spec["heads"], spec["head_dim"])
+
+    def _generation_inputs(
+        self, prompts: Sequence[str], settings: GenerationSettings, stop: Sequence[str], truncate: str
+    ) -> tuple[list[list[int]], list[str], Callable[[int, list[int]], bool] | None]:
+        """``(prompt token ids, stop strings, stop check or None)``; raises what :meth:`generate` documents."""
         if self.decoder is None or self.tokenizer is None:
             raise ValueError(f"{self.export_dir}: a {self.manifest.get('task')!r} export does not generate text; export a decoder run (e.g. gpt)")
         if isinstance(prompts, str):
             raise TypeError("prompts must be a list of strings, not a single str; wrap it: [prompt]")
-        settings = GenerationSettings(max_new_tokens, strategy, temperature, top_k, top_p, num_beams, length_penalty, seed)
         problems = settings.problems()
         if problems:
             raise ValueError(problems[0])
@@ -440,9 +523,7 @@ class Predictor:
         def stopped(row: int, new: list[int]) -> bool:
             return any(s in plain.decode(new) for s in stops)
 
-        self.decoder.reset()
-        new = generate_ids(self.decoder.next_logits, ids, settings, int(self.manifest["pad_token_id"]), spec["eos_token_id"], max_length, stopped if stops else None)
-        return [cut_at_stops(plain.decode(row), stops) for row in new]
+        return ids, stops, stopped if stops else None
 
     def _outputs(self, texts: list[str]) -> np.ndarray:
         chunks = []

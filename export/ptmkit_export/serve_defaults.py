@@ -6,6 +6,8 @@ from __future__ import annotations
 
 #: Request bodies larger than this (bytes) get HTTP 413; ``--max-body-bytes`` changes it.
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+#: Generations (decoder exports) a server runs at once; ``--generation-slots`` changes it.
+DEFAULT_GENERATION_SLOTS = 2
 SERVE_EXTRA = "pip install 'ptmkit-export[serve]'"
 
 

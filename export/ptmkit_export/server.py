@@ -28,6 +28,19 @@ https://github.com/triton-inference-server/server/blob/main/docs/protocol/extens
 - ``POST /v1/predict`` with ``{"texts": [str, ...]}``: ``{"model_name", "predictions": [{"label",
   "probabilities": {label: p}}]}`` for a classifier, ``{"model_name", "embeddings": [[float]]}``
   for an embedding export.
+- ``POST /v2/models/{name}/generate`` (a decoder export, ``task == "generation"``): the generate
+  extension (https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_generate.md).
+  ``{"text_input": str, "parameters": {"max_new_tokens", "strategy", "temperature", "top_k",
+  "top_p", "num_beams", "length_penalty", "seed", "stop", "truncate"}}`` (every parameter
+  optional, as :meth:`ptmkit_export.Predictor.generate` takes them) gives ``{"model_name",
+  "model_version", "text_output"}``, the text ``Predictor.generate`` gives.
+  ``POST /v2/models/{name}/generate_stream`` takes the same body and answers server-sent events
+  (``text/event-stream``), one ``data: {"model_name", "model_version", "text_output"}`` per
+  decoded piece (about a token; beam search: one at the end), which join to that text. Each
+  generation runs in a thread of its own, ``generation_slots`` at a time; a streaming client
+  that disconnects stops its generation before the next model call and frees its slot
+  (:mod:`ptmkit_export.generation_slots`). ``infer`` and ``/v1/predict`` on a decoder export, and
+  ``generate`` on any other, are a 400 saying why.
 - ``GET /metrics``: Prometheus text (:class:`ptmkit_export.metrics.ServerMetrics`).
 
 Errors are ``{"error": "one line"}`` with a 4xx status: 400 malformed JSON, unknown or missing
@@ -45,6 +58,7 @@ SIGINT stops accepting connections, answers the requests in flight, then exits.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -59,10 +73,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ptmkit_export.batching import BatcherClosed, DynamicBatcher
+from ptmkit_export.generation import GenerationSettings
+from ptmkit_export.generation_slots import GenerationSlots
 from ptmkit_export.manifest import NAME_PATTERN, default_name
 from ptmkit_export.metrics import CONTENT_TYPE, ServerMetrics
 from ptmkit_export.predictor import Predictor, probabilities
-from ptmkit_export.serve_defaults import DEFAULT_MAX_BODY_BYTES, missing_extra_message
+from ptmkit_export.serve_defaults import DEFAULT_GENERATION_SLOTS, DEFAULT_MAX_BODY_BYTES, missing_extra_message
 
 try:
     import orjson
@@ -71,7 +87,7 @@ try:
     from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException
     from starlette.requests import Request
-    from starlette.responses import Response
+    from starlette.responses import Response, StreamingResponse
     from starlette.routing import Route
 except ImportError as error:  # tested by blocking the import (tests/export/test_export_serve_process.py)
     raise ImportError(missing_extra_message(error), name=error.name) from None
@@ -120,6 +136,36 @@ class RequestError(Exception):
 
 def _shape(value: Any) -> list[int | str]:
     return [d if isinstance(d, int) else -1 for d in (value or [])]
+
+
+#: The generate extension's prompt and answer fields (Triton's ``text_input`` / ``text_output``).
+GENERATE_INPUT, GENERATE_OUTPUT = "text_input", "text_output"
+#: The generate request's ``parameters``, with their JSON kinds.
+GENERATE_PARAMETERS: dict[str, str] = {
+    "max_new_tokens": "int", "strategy": "str", "temperature": "number", "top_k": "int", "top_p": "number",
+    "num_beams": "int", "length_penalty": "number", "seed": "int", "stop": "stops", "truncate": "str", "stream": "bool",
+}  # fmt: skip
+_KIND_NAMES = {"int": "an integer", "str": "a string", "number": "a number", "stops": "a string or a list of strings", "bool": "true or false"}
+
+
+def _is_kind(value: Any, kind: str) -> bool:
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if kind == "stops":
+        return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+    return isinstance(value, bool if kind == "bool" else str)
+
+
+class GenerateRequest(NamedTuple):
+    """A decoded generate request: the ``prompt``, its :class:`GenerationSettings`, ``stop``
+    strings and ``truncate`` (``error`` or ``left``)."""
+
+    prompt: str
+    settings: GenerationSettings
+    stop: list[str]
+    truncate: str
 
 
 class InferRequest(NamedTuple):
@@ -177,7 +223,11 @@ class ModelService:
             for o in predictor.session.get_outputs()
         ]
         width = self._model_output_meta[0]["shape"][-1] if self._model_output_meta[0]["shape"] else -1
-        if predictor.is_embedder:
+        #: A decoder export answers the generate extension only (its graph needs a key/value cache).
+        self.is_generator = predictor.is_generator
+        if self.is_generator:
+            self.tensor_inputs, self.text_outputs = [], {}
+        elif predictor.is_embedder:
             self.text_outputs = {"embeddings": ("FP32", [-1, width])}
         else:
             self.text_outputs = {
@@ -195,10 +245,14 @@ class ModelService:
         or all the tensors. ``outputs`` lists the text outputs then any other model output.
         ``parameters`` adds ptmkit's ``task``, ``labels``, ``max_sequence_length``, ``variant``.
         """
-        inputs = [{"name": TEXT_INPUT, "datatype": "BYTES", "shape": [-1]}]
-        inputs += [{"name": n, "datatype": dt, "shape": [-1, -1]} for n, dt, _ in self.tensor_inputs]
-        outputs = [{"name": n, "datatype": dt, "shape": shape} for n, (dt, shape) in self.text_outputs.items()]
-        outputs += [o for o in self._model_output_meta if o["name"] not in self.text_outputs]
+        if self.is_generator:  # the generate extension's request and response fields
+            inputs = [{"name": GENERATE_INPUT, "datatype": "BYTES", "shape": [1]}]
+            outputs = [{"name": GENERATE_OUTPUT, "datatype": "BYTES", "shape": [1]}]
+        else:
+            inputs = [{"name": TEXT_INPUT, "datatype": "BYTES", "shape": [-1]}]
+            inputs += [{"name": n, "datatype": dt, "shape": [-1, -1]} for n, dt, _ in self.tensor_inputs]
+            outputs = [{"name": n, "datatype": dt, "shape": shape} for n, (dt, shape) in self.text_outputs.items()]
+            outputs += [o for o in self._model_output_meta if o["name"] not in self.text_outputs]
         return {
             "name": self.name,
             "versions": [VERSION],
@@ -285,6 +339,7 @@ class ModelService:
         Raises:
             RequestError: 400 for anything malformed; see the module docstring.
         """
+        self._check_not_generator("infer")
         if header_length is not None:
             try:
                 json_size = int(header_length)
@@ -344,6 +399,62 @@ class ModelService:
         outputs = self._decode_outputs(request, available)
         request_id = request.get("id")
         return InferRequest(kind, payload, rows, outputs, request_id if isinstance(request_id, str) else None)
+
+    def _check_not_generator(self, what: str) -> None:
+        if self.is_generator:
+            raise RequestError(
+                400, f"model {self.name!r} is a text generation export: {what} does not run it; POST /v2/models/{self.name}/generate (or generate_stream)"
+            )
+
+    def decode_generate(self, body: bytes) -> GenerateRequest:
+        """Parse a generate extension request ``{"text_input": str, "parameters": {...}}``.
+
+        ``parameters`` (all optional) are :class:`ptmkit_export.generation.GenerationSettings`'
+        fields (``max_new_tokens``, ``strategy``, ``temperature``, ``top_k``, ``top_p``,
+        ``num_beams``, ``length_penalty``, ``seed``), ``stop`` (a string or a list of strings),
+        ``truncate`` (``error`` or ``left``) and ``stream`` (a bool, ignored: the endpoint says
+        whether to stream, as in Triton).
+
+        Raises:
+            RequestError: 400 naming the key for a model that does not generate, malformed JSON,
+                a missing or non-string ``text_input``, an unknown parameter, a value of the wrong
+                type or out of range.
+        """
+        if not self.is_generator:
+            task = self.predictor.manifest.get("task", "")
+            raise RequestError(400, f"model {self.name!r} is a {task!r} export and does not generate text; generate needs a decoder export (task 'generation', e.g. a gpt run)")
+        request = _parse_json(body)
+        if not isinstance(request, dict):
+            raise RequestError(400, f"request must be a JSON object, got {type(request).__name__}")
+        unknown = sorted(set(request) - {GENERATE_INPUT, "parameters", "id"})
+        if unknown:
+            raise RequestError(400, f"unknown key {unknown[0]!r}; a generate request has {GENERATE_INPUT!r} and 'parameters'")
+        prompt = request.get(GENERATE_INPUT)
+        if not isinstance(prompt, str):
+            got = "nothing" if prompt is None else type(prompt).__name__
+            raise RequestError(400, f"{GENERATE_INPUT!r} must be a string (the prompt), got {got}")
+        parameters = request.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise RequestError(400, f"'parameters' must be an object, got {type(parameters).__name__}")
+        values: dict[str, Any] = {}
+        for key, value in parameters.items():
+            kind = GENERATE_PARAMETERS.get(key)
+            if kind is None:
+                raise RequestError(400, f"unknown parameter 'parameters.{key}'; expected some of {', '.join(GENERATE_PARAMETERS)}")
+            if not _is_kind(value, kind):
+                raise RequestError(400, f"'parameters.{key}' must be {_KIND_NAMES[kind]}, got {json_bytes(value).decode()[:40]}")
+            values[key] = value
+        stop = values.pop("stop", [])
+        stop = [stop] if isinstance(stop, str) else stop
+        truncate = values.pop("truncate", "error")
+        if truncate not in ("error", "left"):
+            raise RequestError(400, f"'parameters.truncate' {truncate!r}: expected error or left")
+        values.pop("stream", None)
+        settings = GenerationSettings(**values)
+        problems = settings.problems(lambda key: f"'parameters.{key}'")
+        if problems:
+            raise RequestError(400, problems[0])
+        return GenerateRequest(prompt, settings, stop, truncate)
 
     def _check_rows(self, rows: int, what: str) -> None:
         if rows < 1:
@@ -472,6 +583,7 @@ class ModelService:
 
     def decode_predict(self, body: bytes) -> list[str]:
         """Texts of a ``/v1/predict`` body ``{"texts": [str, ...]}``; RequestError 400 otherwise."""
+        self._check_not_generator("/v1/predict")
         request = _parse_json(body)
         if not isinstance(request, dict) or "texts" not in request:
             raise RequestError(400, 'body must be a JSON object {"texts": [str, ...]}')
@@ -659,6 +771,7 @@ def create_app(
     max_delay_ms: float = 5.0,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_request_rows: int = DEFAULT_MAX_REQUEST_ROWS,
+    generation_slots: int = DEFAULT_GENERATION_SLOTS,
 ) -> Starlette:
     """The ASGI application serving ``predictor`` as model ``name`` (see the module docstring).
 
@@ -670,6 +783,8 @@ def create_app(
             (see :class:`ptmkit_export.batching.DynamicBatcher`).
         max_body_bytes: larger request bodies get 413.
         max_request_rows: more rows (texts) in one request get 400.
+        generation_slots: generations (generate extension, decoder exports) that run at once,
+            each in its own thread (:class:`ptmkit_export.generation_slots.GenerationSlots`).
 
     Returns:
         A Starlette app; ``app.state.service`` (:class:`ModelService`), ``app.state.metrics``
@@ -685,7 +800,7 @@ def create_app(
     batcher = DynamicBatcher(service.run_batch, max_batch=max_batch, max_delay_ms=max_delay_ms, on_batch=metrics.batch, inline_lone=False)
     app = Starlette(routes=_routes(), lifespan=_lifespan, exception_handlers={HTTPException: _http_error})
     app.state.service, app.state.metrics, app.state.batcher = service, metrics, batcher
-    app.state.serving = Serving(service, batcher, metrics, max_body_bytes)
+    app.state.serving = Serving(service, batcher, metrics, max_body_bytes, GenerationSlots(generation_slots, metrics.generation))
     return app
 
 
@@ -693,16 +808,20 @@ class Serving:
     """What the route handlers of :func:`create_app` share, as ``app.state.serving``.
 
     Holds the :class:`ModelService`, its :class:`ptmkit_export.batching.DynamicBatcher` and
-    :class:`ptmkit_export.metrics.ServerMetrics`, the request body limit (bytes), and ``ready``:
+    :class:`ptmkit_export.metrics.ServerMetrics`, the request body limit (bytes), the
+    :class:`ptmkit_export.generation_slots.GenerationSlots` of a decoder export, and ``ready``:
     true between the app's lifespan start and stop.
     """
 
-    def __init__(self, service: ModelService, batcher: DynamicBatcher, metrics: ServerMetrics, max_body_bytes: int) -> None:
+    def __init__(
+        self, service: ModelService, batcher: DynamicBatcher, metrics: ServerMetrics, max_body_bytes: int, generations: GenerationSlots | None = None
+    ) -> None:
         self.service = service
         self.name = service.name
         self.batcher = batcher
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        self.generations = generations or GenerationSlots(DEFAULT_GENERATION_SLOTS, metrics.generation)
         self.ready = False
 
     def check_model(self, request: Request) -> None:
@@ -761,6 +880,95 @@ class Serving:
             raise RequestError(400, f"inference failed on this request: {first}") from None
 
 
+    async def generate(self, request: Request, stream: bool) -> Response:
+        """Answer a generate extension request: ``{"model_name", "model_version", "text_output"}``
+        once the text is whole, or (``stream``) server-sent events, one per decoded piece, each
+        ``data: {"model_name", "model_version", "text_output": piece}``, as Triton's
+        ``generate_stream`` sends them; an error after the first event is a last ``data:
+        {"error": ...}`` event. A bad request is a one-line JSON 400 before any event.
+        """
+        endpoint = "generate_stream" if stream else "generate"
+        arrived = time.perf_counter()
+        self.metrics.started()
+        status, streaming = 500, False
+        try:
+            self.check_model(request)
+            body = await _read_body(request, self.max_body_bytes)
+            # Tokenizing the prompt costs about the body's size: a large one is read in a thread.
+            pieces = self._pieces(body) if len(body) <= INLINE_DECODE_BYTES else await run_in_threadpool(self._pieces, body)
+            if stream:
+                status, streaming = 200, True
+                outcome = [499]  # nginx's "client closed request", unless the stream ends
+
+                def closed() -> None:
+                    self.metrics.finished(endpoint, outcome[0], time.perf_counter() - arrived)
+
+                return _EventStream(self._events(pieces, outcome), closed)
+            text = "".join([piece async for piece in pieces])
+            status = 200
+            return JSONResponse({"model_name": self.name, "model_version": VERSION, GENERATE_OUTPUT: text})
+        except RequestError as error:
+            status = error.status
+            return _error(error.status, str(error))
+        except Exception as error:  # a bug: still one JSON line, and the server goes on
+            return _error(500, f"internal error: {_first_line(error)}")
+        finally:
+            if not streaming:
+                self.metrics.finished(endpoint, status, time.perf_counter() - arrived)
+
+    def _pieces(self, body: bytes) -> AsyncIterator[str]:
+        """The generation's text pieces (not started yet); RequestError 400 for a bad body or prompt."""
+        decoded = self.service.decode_generate(body)
+        predictor = self.service.predictor
+        decoder = predictor.new_decoder()  # a cache of its own: several generations run at once
+        try:  # checks the prompt at once; decoding starts when the slot's thread reads it
+            settings = dataclasses.asdict(decoded.settings)
+            generation = predictor.generate_stream(decoded.prompt, **settings, stop=decoded.stop, truncate=decoded.truncate, decoder=decoder)
+        except (ValueError, TypeError) as error:  # the prompt: too long for the model's positions
+            message = _first_line(error, with_type=False).replace("--truncate left", "parameters.truncate 'left'")
+            raise RequestError(400, f"'{GENERATE_INPUT}': {message}") from None
+        return self.generations.pieces(generation, lambda: decoder.cached_steps + decoder.full_steps)
+
+    async def _events(self, pieces: AsyncIterator[str], outcome: list[int]) -> AsyncIterator[bytes]:
+        """The stream's events; ``outcome[0]`` becomes 200 at its end, 500 after an error."""
+        try:
+            async for piece in pieces:
+                yield b"data: " + json_bytes({"model_name": self.name, "model_version": VERSION, GENERATE_OUTPUT: piece}) + b"\n\n"
+            outcome[0] = 200
+        except Exception as error:  # the headers are gone: the error is the stream's last event
+            outcome[0] = 500
+            yield b"data: " + json_bytes({"error": f"internal error: {_first_line(error)}"}) + b"\n\n"
+        finally:
+            await pieces.aclose()  # type: ignore[attr-defined]  # stops the generation's thread
+
+
+class _EventStream(StreamingResponse):
+    """Server-sent events (``text/event-stream``) that close their source when the client goes
+    away: Starlette cancels the stream, and the source's ``finally`` then runs at once rather
+    than when the garbage collector finds it; ``closed()`` is called once the stream is over.
+    A stream the client left counts as status 499 in the metrics."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, events: AsyncIterator[bytes], closed: Callable[[], None]) -> None:
+        super().__init__(events, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.closed = closed
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            try:
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            finally:
+                self.closed()
+
+
+def _first_line(error: BaseException, with_type: bool = True) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {text}" if with_type else text or type(error).__name__
+
+
 def _serving(request: Request) -> Serving:
     serving: Serving = request.app.state.serving
     return serving
@@ -788,7 +996,8 @@ async def _ready(request: Request) -> Response:
 
 
 async def _server_metadata(request: Request) -> Response:
-    return JSONResponse({"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": ["binary_tensor_data"]})
+    extensions = ["binary_tensor_data", *(["generate"] if _serving(request).service.is_generator else [])]
+    return JSONResponse({"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": extensions})
 
 
 async def _model_metadata(request: Request) -> Response:
@@ -832,6 +1041,14 @@ async def _predict(request: Request) -> Response:
     return await serving.answer(request, "predict", decode)
 
 
+async def _generate(request: Request) -> Response:
+    return await _serving(request).generate(request, stream=False)
+
+
+async def _generate_stream(request: Request) -> Response:
+    return await _serving(request).generate(request, stream=True)
+
+
 async def _prometheus(request: Request) -> Response:
     return Response(_serving(request).metrics.render(), media_type=CONTENT_TYPE)
 
@@ -853,6 +1070,10 @@ def _routes() -> list[Route]:
         Route("/v2/models/{name}/versions/{version}/ready", _model_ready, methods=["GET"]),
         Route("/v2/models/{name}/infer", _infer, methods=["POST"]),
         Route("/v2/models/{name}/versions/{version}/infer", _infer, methods=["POST"]),
+        Route("/v2/models/{name}/generate", _generate, methods=["POST"]),
+        Route("/v2/models/{name}/versions/{version}/generate", _generate, methods=["POST"]),
+        Route("/v2/models/{name}/generate_stream", _generate_stream, methods=["POST"]),
+        Route("/v2/models/{name}/versions/{version}/generate_stream", _generate_stream, methods=["POST"]),
         Route("/v1/predict", _predict, methods=["POST"]),
         Route("/metrics", _prometheus, methods=["GET"]),
     ]
@@ -905,6 +1126,7 @@ def serve(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     graceful_timeout_s: float = 30.0,
     log: Callable[[str], None] | None = None,
+    generation_slots: int = DEFAULT_GENERATION_SLOTS,
 ) -> None:
     """Serve ``export_dir`` until SIGTERM or SIGINT; blocks.
 
@@ -921,15 +1143,17 @@ def serve(
         max_body_bytes: larger request bodies get 413.
         graceful_timeout_s: longest wait for requests in flight at shutdown, in seconds.
         log: called with one line once the server listens (default: print to stdout, flushed).
+        generation_slots: generations (decoder exports) that run at once (see :func:`create_app`).
 
     Raises:
         ExportDirError: the export directory is missing or broken.
-        ValueError: an invalid name, ``max_batch < 1``, ``max_delay_ms < 0`` or ``device``.
+        ValueError: an invalid name, ``max_batch < 1``, ``max_delay_ms < 0``, ``device`` or
+            ``generation_slots < 1``.
         OSError: ``host:port`` cannot be bound.
     """
     predictor = Predictor(export_dir, variant=variant, threads=threads, device=device)
     name = name or default_name(export_dir)
-    app = create_app(predictor, name, max_batch=max_batch, max_delay_ms=max_delay_ms, max_body_bytes=max_body_bytes)
+    app = create_app(predictor, name, max_batch=max_batch, max_delay_ms=max_delay_ms, max_body_bytes=max_body_bytes, generation_slots=generation_slots)
     sock = bind(host, port)
     bound = sock.getsockname()
     url_host = f"[{bound[0]}]" if sock.family == socket.AF_INET6 else bound[0]

@@ -22,6 +22,7 @@ from ptmkit.api import (
     ModelFamily,
     Objective,
     OutputSpec,
+    QuickstartPlan,
     SpecialTokens,
     hookimpl,
 )
@@ -84,6 +85,13 @@ class GPTFamily(ModelFamily):
         from ptmkit_gpt.onnx_export import export_decoder
 
         return export_decoder(Path(run_dir), Path(out), options, console)
+
+    def quickstart_plan(self, budget: str) -> QuickstartPlan:
+        """``ptmkit quickstart --family gpt`` (:mod:`ptmkit_gpt.quickstart`): pre-training,
+        held-out perplexity, ONNX export and a generation sample."""
+        from ptmkit_gpt.quickstart import plan
+
+        return plan(budget)
 
     def num_special_tokens(self, pair: bool) -> int:
         return 1

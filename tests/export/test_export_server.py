@@ -161,6 +161,8 @@ INFER = f"/v2/models/{NAME}/infer"
         ("GET", "/v2/models/other", None, 404, "unknown model"),
         ("GET", INFER, None, 405, "method GET not allowed"),
         ("GET", "/v3/nothing", None, 404, "no such path"),
+        ("POST", f"/v2/models/{NAME}/generate", {"text_input": "a"}, 400, "is a 'classification' export and does not generate text; generate needs a decoder export"),
+        ("POST", f"/v2/models/{NAME}/generate_stream", {"text_input": "a"}, 400, "does not generate text"),
         ("POST", "/v1/predict", {"texts": []}, 400, "'texts' is empty"),
         ("POST", "/v1/predict", {"texts": "one text"}, 400, "must be a list of strings"),
         ("POST", "/v1/predict", {"text": ["a"]}, 400, "body must be a JSON object"),

@@ -36,3 +36,19 @@ def gpt_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]
     return work / "run", corpus, metrics
 
 
+
+
+@pytest.fixture(scope="session")
+def gpt_export(gpt_run, tmp_path_factory: pytest.TempPathFactory):
+    """``(run, export_dir, predictor, keras generator)``: the session run exported by the CLI."""
+    from inplugins import registered
+
+    from ptmkit.testing import main
+    from ptmkit_export import Predictor
+    from ptmkit_gpt.generate import TextGenerator
+
+    run, _, _ = gpt_run
+    out = tmp_path_factory.mktemp("gpt-export") / "export"
+    with registered():
+        assert main(["export", str(run), "--out", str(out)]) == 0
+        return run, out, Predictor(out), TextGenerator(run)

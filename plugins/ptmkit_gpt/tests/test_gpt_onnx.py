@@ -18,19 +18,6 @@ from ptmkit_export.generation import GenerationSettings, generate_ids
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 
 
-@pytest.fixture(scope="module")
-def gpt_export(gpt_run, tmp_path_factory):
-    """``(run, export_dir, predictor, keras generator)``: the session run exported by the CLI."""
-    from ptmkit.testing import main
-    from ptmkit_export import Predictor
-    from ptmkit_gpt.generate import TextGenerator
-
-    run, _, _ = gpt_run
-    out = tmp_path_factory.mktemp("gpt-export") / "export"
-    assert main(["export", str(run), "--out", str(out)]) == 0
-    return run, out, Predictor(out), TextGenerator(run)
-
-
 def _prompts(corpus, count: int = 32) -> list[str]:
     """``count`` prompts of mixed length (1 to 12 words, and one empty) from the corpus."""
     lines = [line.split() for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
