@@ -189,6 +189,8 @@ def describe_config(
         )
     else:
         header = f"# ptmkit run config for {family_name}: `ptmkit train {family_name} ... --config FILE` reads it; `--set section.key=value` overrides a key.\n"
+        if isinstance(family, TrainsItself):
+            header += f"# Scaling: {scaling_note(family)}.\n"
     return header + to_toml({key: data[key] for key in keep}, comments)
 
 
@@ -354,7 +356,7 @@ def pretrain(
 
 def scaling_note(family: Any) -> str:
     """How a family that trains itself uses a machine (its ``scaling`` attribute, else a default)."""
-    return getattr(family, "scaling", None) or f"the {family.name} family trains itself on one host, outside tf.distribute"
+    return f"the {family.name} family " + (getattr(family, "scaling", None) or "trains itself on one host, outside tf.distribute")
 
 
 def _cluster(registry: Registry, family_name: str, run: RunDir, config_path: str | Path | None, overrides: list[str], resume: bool) -> Cluster:
@@ -569,12 +571,10 @@ def _fit(
     checkpoint to ``train.max_steps``; on the chief, evaluate and write the run (:func:`_finish`)."""
     import contextlib
 
-    import keras
-
     from ptmkit.data.pretraining import InstanceSampler, load_token_file, make_step, sampler_options, step_rng
     from ptmkit.data.tokenization import character_table, word_start_table
-    from ptmkit.training.checkpoint import CheckpointCallback, interrupt_note, latest_step, restore_state
-    from ptmkit.training.distribute import prepare_for_fit, describe, distributed_dataset, replica_rows
+    from ptmkit.training.checkpoint import latest_step, restore_state
+    from ptmkit.training.distribute import describe
     from ptmkit.training.progress import ProgressCallback
     from ptmkit.training.setup import seed_everything, set_precision
 
@@ -608,23 +608,7 @@ def _fit(
     progress = ProgressCallback("pre-training", start, train.max_steps, tokens_per_step, console, reset_metrics=True, step_log=run / STEP_LOG if chief else None)
     started = time.perf_counter()
     if start < train.max_steps:
-        # Objectives that do not use the pooler (masked LM alone) leave it without gradients.
-        warnings.filterwarnings("ignore", message=r"Gradients do not exist for variables \['pooled_dense")
-        command = ["ptmkit", "train", config.family, "--corpus", str(corpus), "--out", str(run.path), "--resume"]
-        callbacks: list[Any] = [progress]
-        if chief:
-            callbacks += [
-                CheckpointCallback(checkpoints, start, train.max_steps, train.checkpoint_every),
-                keras.callbacks.TensorBoard(log_dir=str(run / "logs"), update_freq=max(1, train.checkpoint_every // 10)),
-            ]
-        with interrupt_note(checkpoints, train.max_steps, command):
-            if strategy is None:
-                # shuffle=False: batch i is step start + i; Keras would otherwise permute a PyDataset's indices
-                model.fit(step_dataset(make, start, train.max_steps), epochs=1, shuffle=False, verbose=0, callbacks=callbacks)
-            else:
-                prepare_for_fit(model, strategy, replica_rows(make(start), 0, strategy.num_replicas_in_sync))
-                dataset = distributed_dataset(strategy, make, start, train.max_steps)
-                model.fit(dataset, epochs=1, steps_per_epoch=train.max_steps - start, verbose=0, callbacks=callbacks)
+        _run_fit(model, make, start, config, run, corpus, progress, strategy, chief)
     train_seconds = time.perf_counter() - started
     sampler.close()
     if not chief:
@@ -646,6 +630,36 @@ def _fit(
     metrics.update(score_heldout_lines(backbone, run, family, tokenizer, specials, objectives, config, corpus, vocabulary_size))
     _finish(registry, config, family, backbone, run, corpus, objectives, metrics)
     return metrics
+
+
+def _run_fit(model: Any, make: Any, start: int, config: RunConfig, run: RunDir, corpus: str | Path, progress: Any, strategy: Any, chief: bool) -> None:
+    """Keras ``fit`` over steps ``start .. train.max_steps``: the step's batch as it is (no
+    strategy) or each replica's slice of it (:mod:`ptmkit.training.distribute`); checkpoints and
+    TensorBoard logs on the ``chief`` only."""
+    import keras
+
+    from ptmkit.training.checkpoint import CheckpointCallback, interrupt_note
+    from ptmkit.training.distribute import distributed_dataset, prepare_for_fit, replica_rows
+
+    train = config.train
+    checkpoints = run / "checkpoints"
+    # Objectives that do not use the pooler (masked LM alone) leave it without gradients.
+    warnings.filterwarnings("ignore", message=r"Gradients do not exist for variables \['pooled_dense")
+    command = ["ptmkit", "train", config.family, "--corpus", str(corpus), "--out", str(run.path), "--resume"]
+    callbacks: list[Any] = [progress]
+    if chief:
+        callbacks += [
+            CheckpointCallback(checkpoints, start, train.max_steps, train.checkpoint_every),
+            keras.callbacks.TensorBoard(log_dir=str(run / "logs"), update_freq=max(1, train.checkpoint_every // 10)),
+        ]
+    with interrupt_note(checkpoints, train.max_steps, command):
+        if strategy is None:
+            # shuffle=False: batch i is step start + i; Keras would otherwise permute a PyDataset's indices
+            model.fit(step_dataset(make, start, train.max_steps), epochs=1, shuffle=False, verbose=0, callbacks=callbacks)
+        else:
+            prepare_for_fit(model, strategy, replica_rows(make(start), 0, strategy.num_replicas_in_sync))
+            dataset = distributed_dataset(strategy, make, start, train.max_steps)
+            model.fit(dataset, epochs=1, steps_per_epoch=train.max_steps - start, shuffle=False, verbose=0, callbacks=callbacks)
 
 
 def _finish(
