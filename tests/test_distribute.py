@@ -182,13 +182,14 @@ def test_worker_shards_cover_each_example_of_an_epoch_once(workers: int, local_r
 
     def make(step: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
         ids = np.arange(step * batch, (step + 1) * batch)
-        return {"token_ids": ids[:, None].repeat(4, 1)}, {"mlm": ids[:, None]}, {"mlm": np.ones((batch, 1), np.float32)}
+        return {"token_ids": ids[:, None].repeat(4, 1)}, {"mlm": ids[:, None]}, {"mlm": ids[:, None].astype(np.float32)}
 
     seen = []
     for worker in range(workers):
         for x, y, w in worker_batches(make, 0, examples // batch, worker, workers, local_replicas):
             assert len(x["token_ids"]) == batch // (workers * local_replicas)
-            assert (x["token_ids"][:, 0] == y["mlm"][:, 0]).all()  # inputs, targets and weights keep their rows together
+            # inputs, targets and weights keep their rows together
+            assert (x["token_ids"][:, 0] == y["mlm"][:, 0]).all() and (x["token_ids"][:, 0] == w["mlm"][:, 0]).all()
             seen += x["token_ids"][:, 0].tolist()
     counts = np.bincount(seen, minlength=examples)
     assert len(seen) == examples and counts.min() == counts.max() == 1

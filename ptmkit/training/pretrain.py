@@ -647,9 +647,10 @@ def _run_fit(model: Any, make: Any, start: int, config: RunConfig, run: RunDir, 
     warnings.filterwarnings("ignore", message=r"Gradients do not exist for variables \['pooled_dense")
     command = ["ptmkit", "train", config.family, "--corpus", str(corpus), "--out", str(run.path), "--resume"]
     callbacks: list[Any] = [progress]
-    if chief:
-        callbacks += [
+    if chief:  # the checkpoint first: a step's checkpoint is written before its progress line
+        callbacks = [
             CheckpointCallback(checkpoints, start, train.max_steps, train.checkpoint_every),
+            progress,
             keras.callbacks.TensorBoard(log_dir=str(run / "logs"), update_freq=max(1, train.checkpoint_every // 10)),
         ]
     with interrupt_note(checkpoints, train.max_steps, command):
