@@ -69,6 +69,13 @@ def train(
     objective: Annotated[str | None, typer.Option(help="Objectives, comma separated, e.g. mlm,nsp.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted run from its last checkpoint.")] = False,
     tokenizer: Annotated[Path | None, typer.Option(help="Use this tokenizer.json instead of training one.")] = None,
+    distribute: Annotated[
+        str | None,
+        typer.Option(
+            help="none, mirrored (the GPUs of this host) or multi-worker (several hosts; TF_CONFIG describes the cluster); "
+            "train.distribute in the config. Batch size, learning rate and steps stay global (docs/scale.md)."
+        ),
+    ] = None,
 ) -> None:
     """Train a FAMILY model on CORPUS (BERT: a tokenizer, then pre-training; word vectors:
     their own vocabulary and SGD); write the run to OUT.
@@ -81,7 +88,7 @@ def train(
 
     objectives = [o.strip() for o in objective.split(",") if o.strip()] if objective else None
     with _noting_interrupts():
-        metrics = pretrain(family, corpus, out, config, set_ or [], objectives, resume, console=console, tokenizer=tokenizer)
+        metrics = pretrain(family, corpus, out, config, set_ or [], objectives, resume, console=console, tokenizer=tokenizer, distribute=distribute)
     _report(f"pre-trained {family} -> {out}", metrics)
 
 

@@ -48,6 +48,11 @@ class TrainConfig:
         heldout_lines: corpus lines (documents/paragraphs) held out for MLM evaluation.
         mixed_precision: ``mixed_float16`` compute (for GPUs; slower on CPUs).
         jit_compile: XLA compilation of the train step (for GPUs).
+        distribute: ``none``; ``mirrored`` (``tf.distribute.MirroredStrategy``: the GPUs of one
+            host); or ``multi-worker`` (``tf.distribute.MultiWorkerMirroredStrategy``: several
+            hosts, each described by the ``TF_CONFIG`` environment variable). ``batch_size``,
+            ``learning_rate`` and ``max_steps`` stay global: each replica takes
+            ``batch_size / replicas`` sequences a step (docs/scale.md).
     """
 
     objectives: list[str] = dataclasses.field(default_factory=list)
@@ -62,10 +67,12 @@ class TrainConfig:
     heldout_lines: int = 200
     mixed_precision: bool = False
     jit_compile: bool = False
+    distribute: str = "none"
 
     def validate(self) -> None:
         check_positive(self, "train", "batch_size", "sequence_length", "max_steps", "checkpoint_every")
         check_unit_interval(self, "train", "warmup_ratio")
+        check_choice(self, "train", "distribute", ("none", "mirrored", "multi-worker"))
 
 
 @dataclasses.dataclass

@@ -28,6 +28,7 @@ class FastTextFamily(WordVectorFamily):
     """fastText: words as bags of character n-grams."""
 
     name = "fasttext"
+    scaling = WordVectorFamily.PRODUCER_AND_STEP
     description = "fastText skip-gram / CBOW with character n-grams (static word vectors, OOV vectors)"
     config_class = FastTextConfig
 

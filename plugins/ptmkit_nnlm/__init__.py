@@ -21,6 +21,10 @@ class NNLMFamily(WordVectorFamily):
     name = "nnlm"
     description = "Bengio et al. 2003 neural probabilistic language model (word features C as static vectors)"
     config_class = NNLMConfig
+    scaling = (
+        "trains itself on one host with Keras' train_on_batch over shuffled n-gram blocks; TensorFlow's CPU thread pools "
+        "use the host's cores; it does not run under tf.distribute"
+    )
     inputs = (InputSpec("context_ids", ("batch", "context"), "int32", field="context_ids"),)
 
     def train(self, corpus: Path, run_dir: Path, config: NNLMConfig, console: Any, resume: bool = False) -> dict[str, Any]:

@@ -23,6 +23,7 @@ class Word2VecFamily(WordVectorFamily):
     """word2vec: one vector per word, trained to predict its neighbours (or be predicted by them)."""
 
     name = "word2vec"
+    scaling = WordVectorFamily.PRODUCER_AND_STEP
     description = "word2vec skip-gram / CBOW, negative sampling or hierarchical softmax (static word vectors)"
     config_class = Word2VecConfig
 

@@ -48,6 +48,7 @@ from ptmkit.errors import ConfigError, DataError, PluginError, PtmkitError, RunD
 from ptmkit.io import atomic_save, atomic_write_text
 from ptmkit.plugins import Registry, get_registry
 from ptmkit.rundir import BACKBONE_WEIGHTS, CONFIG, METRICS, STEP_LOG, TOKENIZER, RunDir
+from ptmkit.training.distribute import Cluster, barrier, check_global_batch, make_strategy, read_cluster
 
 
 def resolve_config(
@@ -188,6 +189,8 @@ def describe_config(
         )
     else:
         header = f"# ptmkit run config for {family_name}: `ptmkit train {family_name} ... --config FILE` reads it; `--set section.key=value` overrides a key.\n"
+        if isinstance(family, TrainsItself):
+            header += f"# Scaling: {scaling_note(family)}.\n"
     return header + to_toml({key: data[key] for key in keep}, comments)
 
 
@@ -283,6 +286,7 @@ def pretrain(
     console: Console | None = None,
     registry: Registry | None = None,
     tokenizer: str | Path | None = None,
+    distribute: str | None = None,
 ) -> dict[str, Any]:
     """Pre-train a model of family ``family_name`` on ``corpus``; write the run to ``out``.
 
@@ -297,9 +301,12 @@ def pretrain(
         tokenizer: an existing ``tokenizer.json`` to use instead of training one (a trained one
             is the same for the same corpus and config, so either way one seed gives one run,
             bit for bit: ``tests/test_reproducibility.py``).
+        distribute: ``none``, ``mirrored`` or ``multi-worker`` (sets ``train.distribute``;
+            :mod:`ptmkit.training.distribute`); refused by families that train themselves.
 
     Returns:
-        the metrics written to ``metrics.json``.
+        the metrics written to ``metrics.json`` (a multi-worker run's other workers write
+        nothing and return ``{"worker": index, "steps": max_steps}``).
 
     Raises:
         ConfigError, DataError, PluginError, RunDirError: with a one-line message.
@@ -310,31 +317,65 @@ def pretrain(
     registry = registry or get_registry()
     family = registry.family(family_name)
     trains_itself = isinstance(family, TrainsItself)
+    if trains_itself and distribute is not None:
+        raise ConfigError(f"--distribute: {scaling_note(family)}; drop --distribute")
     if trains_itself and tokenizer is not None:
         raise ConfigError(f"--tokenizer: the {family_name} family builds its own vocabulary; drop --tokenizer")
     if trains_itself and resume and not isinstance(family, Resumable):
         raise ConfigError(f"--resume: the {family_name} family trains in one pass without checkpoints; drop --resume (and delete an interrupted run directory)")
     run = RunDir(out)
-    stored = _stored_config(run, family_name, trains_itself, resume)
     extra = [f"train.objectives={','.join(objectives)}"] if objectives else []
+    extra += [f"train.distribute={distribute}"] if distribute is not None else []
+    cluster = Cluster("none") if trains_itself else _cluster(registry, family_name, run, config_path, (overrides or []) + extra, resume)
+    stored = _stored_config(run, family_name, trains_itself, resume, shared=not cluster.is_chief)
     config = _run_config(registry, family_name, run, stored, config_path, (overrides or []) + extra)
     if not Path(corpus).exists():
         raise DataError(f"{corpus}: no such corpus file or directory")
+    if cluster.kind == "multi-worker":
+        check_global_batch(config.train.batch_size, cluster.num_workers, f"{cluster.num_workers} workers in TF_CONFIG")
     quiet_tensorflow()  # after the checks above: a wrong path or key is refused without importing TensorFlow
     if trains_itself:
         return _train_family(registry, family, config, Path(corpus), run, console, resume)
+    strategy = make_strategy(cluster)  # before any TensorFlow operation (collective ops are set up at start)
+    if strategy is not None:
+        replicas = strategy.num_replicas_in_sync
+        check_global_batch(config.train.batch_size, replicas, f"{cluster.num_workers} worker(s) x {replicas // cluster.num_workers} device(s)")
+    if not cluster.is_chief:  # the chief prepares the shared run directory; the others wait, then read it
+        barrier(strategy)
+        return _fit(registry, config, family, run.load_tokenizer(), run, corpus, console, strategy, cluster)
     if tokenizer is not None and resume and (run / TOKENIZER).exists():
         if _read_tokenizer(Path(tokenizer)).to_str() != run.load_tokenizer().to_str():
             raise ConfigError(f"--resume: --tokenizer {tokenizer} differs from the run's {run / TOKENIZER}; drop --tokenizer")
         tokenizer = None  # the run's own, the same
     word_objectives = [name for name, (o, c) in selected_objectives(registry, config).items() if o.needs_word_starts(c)]
     trained = _prepare_run(run, family, config, corpus, tokenizer, console, word_objectives)
-    return _fit(registry, config, family, trained, run, corpus, console)
+    if cluster.kind == "multi-worker":
+        barrier(strategy)
+    return _fit(registry, config, family, trained, run, corpus, console, strategy, cluster)
 
 
-def _stored_config(run: RunDir, family_name: str, trains_itself: bool, resume: bool) -> dict[str, Any] | None:
+def scaling_note(family: Any) -> str:
+    """How a family that trains itself uses a machine (its ``scaling`` attribute, else a default)."""
+    return f"the {family.name} family " + (getattr(family, "scaling", None) or "trains itself on one host, outside tf.distribute")
+
+
+def _cluster(registry: Registry, family_name: str, run: RunDir, config_path: str | Path | None, overrides: list[str], resume: bool) -> Cluster:
+    """The run's :class:`~ptmkit.training.distribute.Cluster`: ``train.distribute`` of the config
+    the command resolves to (the stored one when resuming), and ``TF_CONFIG`` for multi-worker.
+
+    Raises:
+        ConfigError: as :func:`resolve_config`, :func:`~ptmkit.training.distribute.read_cluster`.
+    """
+    stored = read_toml(run / CONFIG) if resume and (run / CONFIG).is_file() else None
+    if stored is not None and stored.get("family") != family_name:
+        return Cluster("none")  # _stored_config says what is wrong
+    return read_cluster(_run_config(registry, family_name, run, stored, config_path, overrides).train.distribute)
+
+
+def _stored_config(run: RunDir, family_name: str, trains_itself: bool, resume: bool, shared: bool = False) -> dict[str, Any] | None:
     """The run's stored ``config.toml`` when resuming (None otherwise), after checking that
-    ``run`` may be started or resumed.
+    ``run`` may be started or resumed. ``shared``: a multi-worker run's other worker, which
+    finds the directory its chief is filling.
 
     Raises:
         RunDirError: ``run`` is a file, holds a finished run, is not empty (without ``resume``)
@@ -347,7 +388,7 @@ def _stored_config(run: RunDir, family_name: str, trains_itself: bool, resume: b
         hint = "" if trains_itself else " (or raise train.max_steps in a new run)"
         raise RunDirError(f"{run.path}: already holds a finished run; choose another --out{hint}")
     if not resume:
-        if run.path.exists() and any(run.path.iterdir()):
+        if not shared and run.path.exists() and any(run.path.iterdir()):
             raise RunDirError(f"{run.path}: exists and is not empty; use --resume to continue it, or another --out")
         return None
     if not (run / CONFIG).exists():
@@ -522,19 +563,28 @@ def _tokenizer(run: RunDir, family: Any, config: RunConfig, corpus: str | Path, 
     return tokenizer, counter["lines"]
 
 
-def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run: RunDir, corpus: str | Path, console: Console) -> dict[str, Any]:
-    import keras
+def _fit(
+    registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run: RunDir, corpus: str | Path, console: Console,
+    strategy: Any = None, cluster: Cluster | None = None,
+) -> dict[str, Any]:
+    """Pre-train (Keras ``fit``, under ``strategy.scope()`` when distributed) from the newest
+    checkpoint to ``train.max_steps``; on the chief, evaluate and write the run (:func:`_finish`)."""
+    import contextlib
 
     from ptmkit.data.pretraining import InstanceSampler, load_token_file, make_step, sampler_options, step_rng
     from ptmkit.data.tokenization import character_table, word_start_table
-    from ptmkit.training.checkpoint import CheckpointCallback, interrupt_note, latest_step, restore_state
+    from ptmkit.training.checkpoint import latest_step, restore_state
+    from ptmkit.training.distribute import describe
     from ptmkit.training.progress import ProgressCallback
     from ptmkit.training.setup import seed_everything, set_precision
 
+    cluster = cluster or Cluster("none")
     train = config.train
     seed_everything(train.seed)
     set_precision(train.mixed_precision)
-    backbone, model, objectives = build_pretraining_model(registry, config)
+    scope = strategy.scope if strategy is not None else contextlib.nullcontext
+    with scope():
+        backbone, model, objectives = build_pretraining_model(registry, config)
     specials = family.special_tokens(tokenizer)
     vocabulary_size = family.limits(config.model).vocabulary_size or tokenizer.get_vocab_size()
     if tokenizer.get_vocab_size() > vocabulary_size:
@@ -547,31 +597,26 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
         return make_step(sampler, objectives, step_rng(train.seed, step), train.batch_size, vocabulary_size, family.inputs, characters=characters)
 
     checkpoints = run / "checkpoints"
-    start = restore_state(model, checkpoints) if latest_step(checkpoints) else 0
+    with scope():  # the optimizer's variables are built here when a checkpoint is restored
+        start = restore_state(model, checkpoints) if latest_step(checkpoints) else 0
     if start:
         console.print(f"resuming from step {start} ({checkpoints})")
+    if strategy is not None:
+        console.print(describe(cluster, strategy, train.batch_size, train.learning_rate, train.max_steps))
     tokens_per_step = train.batch_size * train.sequence_length
-    progress = ProgressCallback("pre-training", start, train.max_steps, tokens_per_step, console, reset_metrics=True, step_log=run / STEP_LOG)
+    chief = cluster.is_chief  # the only one that writes into the (shared) run directory
+    progress = ProgressCallback("pre-training", start, train.max_steps, tokens_per_step, console, reset_metrics=True, step_log=run / STEP_LOG if chief else None)
     started = time.perf_counter()
     if start < train.max_steps:
-        # Objectives that do not use the pooler (masked LM alone) leave it without gradients.
-        warnings.filterwarnings("ignore", message=r"Gradients do not exist for variables \['pooled_dense")
-        command = ["ptmkit", "train", config.family, "--corpus", str(corpus), "--out", str(run.path), "--resume"]
-        with interrupt_note(checkpoints, train.max_steps, command):
-            model.fit(
-                step_dataset(make, start, train.max_steps),
-                epochs=1,
-                shuffle=False,  # batch i is step start + i; Keras would otherwise permute a PyDataset's indices
-                verbose=0,
-                callbacks=[
-                    CheckpointCallback(checkpoints, start, train.max_steps, train.checkpoint_every),
-                    progress,
-                    keras.callbacks.TensorBoard(log_dir=str(run / "logs"), update_freq=max(1, train.checkpoint_every // 10)),
-                ],
-            )
+        _run_fit(model, make, start, config, run, corpus, progress, strategy, chief)
     train_seconds = time.perf_counter() - started
     sampler.close()
-
+    if not chief:
+        return {"worker": cluster.worker_index, "steps": train.max_steps}
+    if strategy is not None:  # evaluate and save on one device: a plain copy of the trained model
+        trained = model
+        backbone, model, _ = build_pretraining_model(registry, config)
+        model.set_weights(trained.get_weights())
     metrics: dict[str, Any] = {
         "steps": train.max_steps,
         "resumed_from_step": start,
@@ -583,6 +628,45 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
         evaluate_heldout(model, run, family, specials, objectives, config, vocabulary_size, characters=characters, word_starts=options["word_starts"])
     )
     metrics.update(score_heldout_lines(backbone, run, family, tokenizer, specials, objectives, config, corpus, vocabulary_size))
+    _finish(registry, config, family, backbone, run, corpus, objectives, metrics)
+    return metrics
+
+
+def _run_fit(model: Any, make: Any, start: int, config: RunConfig, run: RunDir, corpus: str | Path, progress: Any, strategy: Any, chief: bool) -> None:
+    """Keras ``fit`` over steps ``start .. train.max_steps``: the step's batch as it is (no
+    strategy) or each replica's slice of it (:mod:`ptmkit.training.distribute`); checkpoints and
+    TensorBoard logs on the ``chief`` only."""
+    import keras
+
+    from ptmkit.training.checkpoint import CheckpointCallback, interrupt_note
+    from ptmkit.training.distribute import distributed_dataset, prepare_for_fit, replica_rows
+
+    train = config.train
+    checkpoints = run / "checkpoints"
+    # Objectives that do not use the pooler (masked LM alone) leave it without gradients.
+    warnings.filterwarnings("ignore", message=r"Gradients do not exist for variables \['pooled_dense")
+    command = ["ptmkit", "train", config.family, "--corpus", str(corpus), "--out", str(run.path), "--resume"]
+    callbacks: list[Any] = [progress]
+    if chief:  # the checkpoint first: a step's checkpoint is written before its progress line
+        callbacks = [
+            CheckpointCallback(checkpoints, start, train.max_steps, train.checkpoint_every),
+            progress,
+            keras.callbacks.TensorBoard(log_dir=str(run / "logs"), update_freq=max(1, train.checkpoint_every // 10)),
+        ]
+    with interrupt_note(checkpoints, train.max_steps, command):
+        if strategy is None:
+            # shuffle=False: batch i is step start + i; Keras would otherwise permute a PyDataset's indices
+            model.fit(step_dataset(make, start, train.max_steps), epochs=1, shuffle=False, verbose=0, callbacks=callbacks)
+        else:
+            prepare_for_fit(model, strategy, replica_rows(make(start), 0, strategy.num_replicas_in_sync))
+            dataset = distributed_dataset(strategy, make, start, train.max_steps)
+            model.fit(dataset, epochs=1, steps_per_epoch=train.max_steps - start, shuffle=False, verbose=0, callbacks=callbacks)
+
+
+def _finish(
+    registry: Registry, config: RunConfig, family: Any, backbone: Any, run: RunDir, corpus: str | Path, objectives: dict[str, Any], metrics: dict[str, Any]
+) -> None:
+    """Write the backbone's weights, ``metrics.json`` and the manifest (last); keep only the last checkpoint."""
     atomic_save(run / BACKBONE_WEIGHTS, lambda tmp: backbone.save_weights(str(tmp)))
     run.write_json(METRICS, metrics)
     plugin = registry.owner("family", config.family)
@@ -596,9 +680,8 @@ def _fit(registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run
         inputs=list(family.input_names),
         weights=BACKBONE_WEIGHTS,
     )
-    for old in sorted(checkpoints.glob("ckpt-*.npz"))[:-1]:  # a finished run keeps its last state only
+    for old in sorted((run / "checkpoints").glob("ckpt-*.npz"))[:-1]:  # a finished run keeps its last state only
         old.unlink()
-    return metrics
 
 
 def evaluate_heldout(
