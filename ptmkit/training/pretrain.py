@@ -95,7 +95,7 @@ def resolve_config(
         config = build(apply_overrides(data, overrides), source)
     limits = family.limits(config.model)
     limit = limits.max_sequence_length
-    for section in ("train", "finetune"):
+    for section in () if own_loop(family) else ("train", "finetune"):  # a family with its own loop reads neither
         length = getattr(config, section).sequence_length
         if limit is not None and length > limit:
             what = f"'{limits.max_sequence_length_key}' = {limit}" if limits.max_sequence_length_key else f"the model's limit of {limit} positions"
