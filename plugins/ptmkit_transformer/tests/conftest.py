@@ -21,7 +21,7 @@ def overfit_run(tmp_path_factory: pytest.TempPathFactory, pairs_file: Path) -> t
 
     from inplugins import registered
 
-    from ptmkit.cli import main
+    from ptmkit.testing import main
 
     run = tmp_path_factory.mktemp("transformer") / "run"
     argv = ["train", "transformer", "--parallel", str(pairs_file), "--dev", str(pairs_file), "--out", str(run)]

@@ -12,7 +12,7 @@ import pytest
 from inplugins import in_tree_plugins  # noqa: F401 - the fixture
 from transformer_pairs import short_pairs, write_pairs
 
-from ptmkit.cli import main
+from ptmkit.testing import main
 
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 
