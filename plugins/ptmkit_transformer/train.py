@@ -72,6 +72,20 @@ def compiled_model(config: TransformerConfig) -> tuple[Any, Any]:
     return backbone, model
 
 
+def step_batches(make: Any, start: int, stop: int) -> Any:
+    """Steps ``start .. stop`` of ``make(step) -> (inputs, targets, weights)`` as a
+    ``tf.data.Dataset`` whose every array is ``(batch, length)`` with both axes dynamic: each step
+    pads to its own longest pair, which a Keras ``PyDataset`` cannot feed (it fixes an axis
+    that its first few batches happen to agree on)."""
+    import tensorflow as tf
+
+    ids = tf.TensorSpec((None, None), tf.int32)
+    names = ("encoder_token_ids", "encoder_padding_mask", "decoder_token_ids", "decoder_padding_mask")
+    signature = ({name: ids for name in names}, {"logits": ids}, {"logits": tf.TensorSpec((None, None), tf.float32)})
+    dataset = tf.data.Dataset.from_generator(lambda: (make(step) for step in range(start, stop)), output_signature=signature)
+    return dataset.apply(tf.data.experimental.assert_cardinality(stop - start))  # Keras then knows the epoch's end
+
+
 def relative(weights: np.ndarray) -> np.ndarray:
     """``weights`` rescaled to mean 1 (Keras' default reduction then gives the mean over real labels)."""
     total = float(weights.sum())
@@ -86,14 +100,7 @@ def train_pairs(parallel: Path, dev: Path | None, run_dir: Path, config: Transfo
             file of another language pair.
         RunDirError: a checkpoint that does not fit the config.
     """
-    from ptmkit.api import (
-        CheckpointCallback,
-        ProgressCallback,
-        interrupt_note,
-        latest_step,
-        restore_state,
-        step_dataset,
-    )
+    from ptmkit.api import CheckpointCallback, ProgressCallback, interrupt_note, latest_step, restore_state
     from ptmkit_transformer.objectives import pack_pairs, step_indices
 
     run = RunDir(run_dir)
@@ -131,7 +138,7 @@ def train_pairs(parallel: Path, dev: Path | None, run_dir: Path, config: Transfo
         command = ["ptmkit", "train", "transformer", "--parallel", str(parallel), *(["--dev", str(dev)] if dev else []), "--out", str(run.path), "--resume"]
         with interrupt_note(checkpoints, config.max_steps, command):
             model.fit(
-                step_dataset(make, start, config.max_steps), epochs=1, shuffle=False, verbose=0,
+                step_batches(make, start, config.max_steps), epochs=1, verbose=0,
                 callbacks=[CheckpointCallback(checkpoints, start, config.max_steps, config.checkpoint_every), progress],
             )
     seconds = time.perf_counter() - started
