@@ -138,7 +138,7 @@ def train_pairs(parallel: Path, dev: Path | None, run_dir: Path, config: Transfo
         command = ["ptmkit", "train", "transformer", "--parallel", str(parallel), *(["--dev", str(dev)] if dev else []), "--out", str(run.path), "--resume"]
         with interrupt_note(checkpoints, config.max_steps, command):
             model.fit(
-                step_batches(make, start, config.max_steps), epochs=1, verbose=0,
+                step_batches(make, start, config.max_steps), epochs=1, shuffle=False, verbose=0,
                 callbacks=[CheckpointCallback(checkpoints, start, config.max_steps, config.checkpoint_every), progress],
             )
     seconds = time.perf_counter() - started

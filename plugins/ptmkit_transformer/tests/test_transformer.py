@@ -179,3 +179,32 @@ def test_interrupted_run_resumes_to_the_uninterrupted_weights(pairs_file: Path, 
     for name, value in whole.items():
         np.testing.assert_array_equal(resumed[name], value, err_msg=name)
     assert json.loads((tmp_path / "cut" / "metrics.json").read_text())["resumed_from_step"] == 4
+
+
+@pytest.mark.parametrize(("positions", "normalization"), [("sinusoidal", "post"), ("learned", "pre")])
+def test_backbone_ties_its_embeddings_and_masks_padding(positions: str, normalization: str) -> None:
+    import keras
+
+    from ptmkit_transformer.backbone import build_backbone
+    from ptmkit_transformer.config import TransformerConfig
+
+    keras.utils.set_random_seed(0)
+    config = TransformerConfig(vocabulary_size=50, encoder_layers=2, decoder_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32,
+                               dropout=0.0, positions=positions, normalization=normalization, max_sequence_length=12)
+    backbone = build_backbone(config)
+    embeddings = [w for w in backbone.weights if "embeddings" in w.path and "token_embedding" in w.path]
+    assert len(embeddings) == 1 and tuple(embeddings[0].shape) == (50, 16)  # one matrix: encoder, decoder and output
+    assert len([w for w in backbone.weights if "position_embedding" in w.path]) == (2 if positions == "learned" else 0)
+    assert len([w for w in backbone.weights if "final_layer_norm" in w.path]) == (4 if normalization == "pre" else 0)
+    source = np.array([[5, 6, 7, 3, 0, 0], [8, 3, 0, 0, 0, 0]], np.int32)
+    target = np.array([[2, 9, 10], [2, 11, 0]], np.int32)
+    feeds = {"encoder_token_ids": source, "encoder_padding_mask": (source > 0).astype(np.int32),
+             "decoder_token_ids": target, "decoder_padding_mask": (target > 0).astype(np.int32)}
+    out = backbone(feeds)
+    states = np.asarray(backbone.encoder([source, feeds["encoder_padding_mask"]]))
+    logits = np.asarray(backbone.decoder([target, feeds["decoder_padding_mask"], states, feeds["encoder_padding_mask"]]))
+    np.testing.assert_allclose(logits, np.asarray(out["decoder_sequence_output"]) @ np.asarray(embeddings[0]).T, atol=1e-5)
+    repadded = dict(feeds, encoder_token_ids=np.where(source > 0, source, 17))  # other ids on padding change nothing
+    np.testing.assert_allclose(np.asarray(backbone(repadded)["decoder_sequence_output"]), np.asarray(out["decoder_sequence_output"]), atol=1e-5)
+    causal = dict(feeds, decoder_token_ids=np.array([[2, 9, 44], [2, 11, 0]], np.int32))  # a later token leaves earlier positions alone
+    np.testing.assert_allclose(np.asarray(backbone(causal)["decoder_sequence_output"])[0, :2], np.asarray(out["decoder_sequence_output"])[0, :2], atol=1e-5)
