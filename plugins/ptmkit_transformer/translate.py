@@ -71,8 +71,12 @@ class Translator:
     def _set(self, backbone: Any, tokenizer: Any, config: Any) -> None:
         self.backbone, self.tokenizer, self.config = backbone, tokenizer, config
         self.pad, self.unk, self.bos, self.eos = (tokenizer.token_to_id(t) for t in ("<pad>", "<unk>", "<s>", "</s>"))
+        import warnings
+
         import tensorflow as tf
 
+        # The first step's self-attention has one key: Keras warns that its softmax is always 1, which is right.
+        warnings.filterwarnings("ignore", message=r"You are using a softmax over axis 3 of a tensor of shape \(\w+, \w+, 1, 1\)")
         decoder = backbone.decoder
 
         # One traced graph for every prefix length and batch (eager calls cost ~10x more a step).
