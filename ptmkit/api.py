@@ -17,7 +17,8 @@ Contract types (:mod:`ptmkit.contract`)
     :data:`TOKENIZER_FIELDS` it comes from), its outputs (:class:`OutputSpec`), its special
     tokens (:class:`SpecialTokens`, roles of :data:`SPECIAL_TOKEN_ROLES`), its :class:`Limits`
     and its ONNX Runtime :class:`GraphOptimizer`. What it can do, as ``typing.Protocol``\ s
-    checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
+    checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`, :class:`TrainsOnPairs`,
+    :class:`EvaluatesPairs`,
     :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`ImportsCheckpoints`, :class:`WritesOwnExport`, :class:`HasQuickstart` (families, with :class:`QuickstartPlan`), :class:`TrainsOnWordVectors`
     (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask` (backbones), :class:`KeepsLayers` (``ptmkit compress``); :func:`capabilities` lists what a family offers objectives and heads
     (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`, :data:`SELF_ATTENTION_MASK`).
@@ -47,11 +48,15 @@ IO and console (:mod:`ptmkit.io`, :mod:`ptmkit.console`)
 
 Data and training glue (:mod:`ptmkit.data.readers`, :mod:`ptmkit.training`)
     :func:`read_corpus`, :func:`read_labelled`, :func:`read_multilabelled`, :func:`is_labelled`
-    (every installed corpus format); :func:`train_byte_level_bpe`, :func:`byte_level_tokenizer`
+    (every installed corpus format); :func:`read_parallel` and :class:`ParallelCorpus` (sentence
+    pairs); :func:`train_byte_level_bpe`, :func:`byte_level_tokenizer`
     (byte-level BPE, for every family that learns its vocabulary on bytes); :func:`derive_inputs` (a family's declared inputs from
     token ids, segment ids and a padding mask); :func:`quiet_tensorflow`, :func:`seed_everything`;
     :func:`macro_f1`, :func:`top1_gold` (precision at 1 on lines with several labels);
-    :class:`AdamW` (loaded lazily: it imports Keras).
+    :class:`AdamW`; checkpoint and resume of a Keras ``fit`` (:class:`CheckpointCallback`,
+    :func:`restore_state`, :func:`latest_step`, :func:`interrupt_note`, :func:`step_dataset`:
+    batch ``i`` is global step ``start + i``) and :class:`ProgressCallback` (these loaded lazily:
+    they import Keras).
 
 Word-vector toolkit (shared by the word2vec, fastText, GloVe and NNLM families)
     Vocabulary and corpus encoding (:class:`Vocabulary`, :func:`build_vocabulary`,
@@ -96,6 +101,7 @@ from ptmkit.contract import (
     AttendsWithMask,
     ClassifiesRows,
     CorpusReader,
+    EvaluatesPairs,
     GraphOptimizer,
     HasQuickstart,
     Head,
@@ -116,11 +122,13 @@ from ptmkit.contract import (
     SpecialTokens,
     TrainedHead,
     TrainsItself,
+    TrainsOnPairs,
     TrainsOnWordVectors,
     WritesOwnExport,
     capabilities,
 )
 from ptmkit.data.byte_level_bpe import byte_level_tokenizer, train_byte_level_bpe
+from ptmkit.data.parallel import ParallelCorpus, read_parallel
 from ptmkit.data.readers import is_labelled, read_corpus, read_labelled, read_multilabelled
 from ptmkit.data.tokenization import derive_inputs
 from ptmkit.errors import ConfigError, DataError, ExportError, PluginError, PtmkitError, RunDirError
@@ -166,6 +174,9 @@ from ptmkit.wordvectors.vocabulary import (
 from ptmkit.wordvectors.word_prediction import OutputLayer, Subwords, WindowExamples
 
 if TYPE_CHECKING:
+    from ptmkit.training.checkpoint import CheckpointCallback, interrupt_note, latest_step, restore_state
+    from ptmkit.training.pretrain import step_dataset
+    from ptmkit.training.progress import ProgressCallback
     from ptmkit.training.schedule import AdamW
 
 __all__ = [
@@ -204,6 +215,8 @@ __all__ = [
     "SpecialTokens",
     "TrainedHead",
     "TrainsItself",
+    "TrainsOnPairs",
+    "EvaluatesPairs",
     "TrainsOnWordVectors",
     "capabilities",
     "WordVectorFamily",
@@ -249,10 +262,18 @@ __all__ = [
     "default_console",
     # data and training glue
     "AdamW",
+    "CheckpointCallback",
+    "ProgressCallback",
+    "interrupt_note",
+    "latest_step",
+    "restore_state",
+    "step_dataset",
     "macro_f1",
     "top1_gold",
     "quiet_tensorflow",
     "read_corpus",
+    "read_parallel",
+    "ParallelCorpus",
     "derive_inputs",
     "byte_level_tokenizer",
     "train_byte_level_bpe",
@@ -293,4 +314,16 @@ def __getattr__(name: str) -> Any:
         from ptmkit.training.schedule import AdamW
 
         return AdamW
+    if name in ("CheckpointCallback", "interrupt_note", "latest_step", "restore_state"):
+        from ptmkit.training import checkpoint
+
+        return getattr(checkpoint, name)
+    if name == "ProgressCallback":
+        from ptmkit.training.progress import ProgressCallback
+
+        return ProgressCallback
+    if name == "step_dataset":
+        from ptmkit.training.pretrain import step_dataset
+
+        return step_dataset
     raise AttributeError(f"module 'ptmkit.api' has no attribute {name!r}")

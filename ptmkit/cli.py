@@ -62,8 +62,10 @@ def _root(
 @app.command()
 def train(
     family: Annotated[str, typer.Argument(help="Model family, e.g. bert (see `ptmkit plugins`).")],
-    corpus: Annotated[Path, typer.Option(help="Text file (.gz/.bz2 too) or directory, one paragraph per line.")],
     out: Annotated[Path, typer.Option(help="Run directory to create.")],
+    corpus: Annotated[Path | None, typer.Option(help="Text file (.gz/.bz2 too) or directory, one paragraph per line.", show_default=False)] = None,
+    parallel: Annotated[Path | None, typer.Option(help="Sentence pairs, SOURCE<TAB>TARGET a line (an 'en<TAB>de' header optional), for a family that trains on pairs (an encoder-decoder).", show_default=False)] = None,
+    dev: Annotated[Path | None, typer.Option(help="Held-out pairs, same format as --parallel.", show_default=False)] = None,
     config: ConfigOption = None,
     set_: SetOption = None,
     objective: Annotated[str | None, typer.Option(help="Objectives, comma separated, e.g. mlm,nsp.")] = None,
@@ -78,7 +80,8 @@ def train(
     ] = None,
 ) -> None:
     """Train a FAMILY model on CORPUS (BERT: a tokenizer, then pre-training; word vectors:
-    their own vocabulary and SGD); write the run to OUT.
+    their own vocabulary and SGD), or on the sentence pairs of PARALLEL (an encoder-decoder);
+    write the run to OUT.
 
     `ptmkit config FAMILY` prints the family's keys with their defaults and meaning: \\[model]
     for every family, plus \\[train] and \\[objectives.NAME] for families that train with Keras. E.g. --set
@@ -88,7 +91,7 @@ def train(
 
     objectives = [o.strip() for o in objective.split(",") if o.strip()] if objective else None
     with _noting_interrupts():
-        metrics = pretrain(family, corpus, out, config, set_ or [], objectives, resume, console=console, tokenizer=tokenizer, distribute=distribute)
+        metrics = pretrain(family, corpus, out, config, set_ or [], objectives, resume, console=console, tokenizer=tokenizer, distribute=distribute, parallel=parallel, dev=dev)
     _report(f"pre-trained {family} -> {out}", metrics)
 
 
@@ -475,14 +478,21 @@ def _prediction_json(prediction: Any, top_k: int | None, threshold: float | None
 
 @app.command()
 def evaluate(
-    source: Annotated[Path, typer.Argument(help="A word-vector run directory, or a vector file (word2vec, GloVe, .vec).")],
+    source: Annotated[Path, typer.Argument(help="A word-vector run directory, or a vector file (word2vec, GloVe, .vec); with --parallel, a run that translates.")],
+    parallel: Annotated[Path | None, typer.Option(help="Test pairs, SOURCE<TAB>TARGET a line: score the run's translations of the sources against the targets (BLEU, chrF).", show_default=False)] = None,
+    num_beams: Annotated[int, typer.Option("--num-beams", help="With --parallel: beams of the search (1: greedy).")] = 1,
+    max_length: Annotated[int | None, typer.Option("--max-length", help="With --parallel: the most tokens an output may have (default: the model's positions).", show_default=False)] = None,
     wordsim: Annotated[list[Path] | None, typer.Option(help="Word-pair similarity file (word1<TAB>word2<TAB>score), e.g. data/eval/wordsim353.tsv.")] = None,
     analogy: Annotated[list[Path] | None, typer.Option(help="Analogy file (': section' lines, 'a b c d'), e.g. data/eval/questions-words.txt.")] = None,
     restrict_vocab: Annotated[int, typer.Option(min=1, help="Use only the most frequent words (gensim's restrict_vocab).")] = 300000,
     as_json: Annotated[bool, typer.Option("--json", help="Print the full results as JSON.")] = False,
     vector_format: VectorFormatOption = None,
 ) -> None:
-    """Evaluate static word vectors: Spearman's rho on word pairs, 3CosAdd analogy accuracy."""
+    """Evaluate static word vectors: Spearman's rho on word pairs, 3CosAdd analogy accuracy; or,
+    with --parallel, a run that translates (BLEU and chrF with sacrebleu's signatures)."""
+    if parallel is not None:
+        _evaluate_pairs(source, parallel, {"num_beams": num_beams, "max_length": max_length}, as_json)
+        return
     from ptmkit.wordvectors import commands as word_vectors
 
     results = word_vectors.evaluate(source, list(wordsim or []), list(analogy or []), restrict_vocab, vector_format)
@@ -498,6 +508,29 @@ def evaluate(
             accuracy = "-" if section["accuracy"] is None else f"{section['accuracy']:.4f}"
             stdout.print(f"  {section['section']}: {accuracy} ({section['correct']}/{section['questions']})", markup=False, highlight=False)
         stdout.print(f"{item['file']}: 3CosAdd accuracy {item['accuracy']:.4f} ({item['correct']}/{item['questions']}; {item['oov_questions']} questions with out-of-vocabulary words skipped)", markup=False, highlight=False)
+
+
+def _evaluate_pairs(run_dir: Path, parallel: Path, options: dict[str, Any], as_json: bool) -> None:
+    """``ptmkit evaluate RUN --parallel FILE``: the run's family scores it
+    (:class:`~ptmkit.contract.EvaluatesPairs`); its report lines go to stdout."""
+    from ptmkit.contract import EvaluatesPairs
+    from ptmkit.errors import ConfigError, RunDirError
+    from ptmkit.plugins import get_registry
+    from ptmkit.rundir import RunDir
+
+    if options["num_beams"] < 1:
+        raise ConfigError(f"--num-beams {options['num_beams']}: must be at least 1")
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir}: no such run directory")
+    family = get_registry().family(RunDir(run_dir).manifest()["family"])
+    if not isinstance(family, EvaluatesPairs):
+        raise RunDirError(f"{run_dir}: a {family.name} run does not translate; --parallel needs a run of a family trained on sentence pairs")
+    results = family.evaluate_pairs(run_dir, parallel, options, console)
+    if as_json:
+        stdout.print_json(json.dumps({k: v for k, v in results.items() if k != "report"}))
+        return
+    for line in results["report"]:
+        stdout.print(line, markup=False, highlight=False)
 
 
 @app.command()

@@ -38,6 +38,7 @@ UTF-8 bytes, see :mod:`ptmkit_export.fields`), or a family's own featurizer (``r
 **Capabilities.** What a family or head can do beyond building a backbone is a small
 :class:`typing.Protocol`, checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
 :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`WritesOwnExport`, :class:`TrainsOnWordVectors`,
+:class:`TrainsOnPairs`, :class:`EvaluatesPairs`,
 :class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask` (backbones), :class:`KeepsLayers`. A family has the capability by defining the protocol's methods; there is no flag to keep in step.
 
 **Matching.** Objectives and heads list the backbone capabilities they ``require`` (e.g.
@@ -396,6 +397,65 @@ class Resumable(TrainsItself, Protocol):
 
     def has_checkpoint(self, run_dir: Path) -> bool:
         """Whether ``run_dir`` holds a checkpoint ``train`` can resume from."""
+        ...
+
+
+@runtime_checkable
+class TrainsOnPairs(Protocol):
+    """A family that trains on sentence pairs with its own loop (an encoder-decoder learning to
+    translate): ``ptmkit train NAME --parallel FILE [--dev FILE]`` calls :meth:`train_pairs`
+    instead of the core's pre-training on a monolingual ``--corpus``. Like :class:`TrainsItself`,
+    it reads every hyper-parameter, training ones included, from its ``config_class`` (``[model]``).
+    Parallel files are read with :func:`ptmkit.data.parallel.read_parallel`."""
+
+    def train_pairs(self, parallel: Path, dev: Path | None, run_dir: Path, config: Any, console: Console, resume: bool = False) -> dict[str, Any]:
+        """Train on the pairs of ``parallel`` and write the family's files into ``run_dir``.
+
+        The core has created ``run_dir`` and written ``config.toml``; after this returns it writes
+        ``metrics.json`` (the returned dict) and the manifest, last. If this raises, the core
+        removes the run directory it created unless :meth:`has_checkpoint`.
+
+        Args:
+            parallel: the training pairs (``SOURCE<TAB>TARGET`` lines).
+            dev: held-out pairs measured during and after training, or None.
+            run_dir: the run directory.
+            config: an instance of ``config_class``, validated.
+            console: where progress lines go.
+            resume: continue from the checkpoint in ``run_dir`` (passed only when
+                :meth:`has_checkpoint`).
+
+        Returns:
+            dict of measured numbers (JSON-serialisable scalars).
+
+        Raises:
+            DataError: an unusable parallel file (one line naming ``file:line``).
+            ConfigError: settings that cannot work together.
+        """
+        ...
+
+    def has_checkpoint(self, run_dir: Path) -> bool:
+        """Whether ``run_dir`` holds a checkpoint :meth:`train_pairs` can resume from."""
+        ...
+
+
+@runtime_checkable
+class EvaluatesPairs(Protocol):
+    """A family whose runs map a source sentence to a target one (translation): ``ptmkit evaluate
+    RUN --parallel FILE`` scores the run's outputs on the pairs of ``FILE`` against their targets."""
+
+    def evaluate_pairs(self, run_dir: Path, parallel: Path, options: dict[str, Any], console: Console) -> dict[str, Any]:
+        """Score the run in ``run_dir`` on the pairs of ``parallel``.
+
+        Args:
+            options: ``ptmkit evaluate``'s options by keyword (``num_beams``, ``max_length``, ...).
+
+        Returns:
+            the scores (JSON-serialisable), with ``report``: the lines to print, one a score.
+
+        Raises:
+            RunDirError: not a finished run this family can evaluate.
+            DataError: an unusable parallel file.
+        """
         ...
 
 

@@ -13,7 +13,7 @@ from ptmkit.cli import main
     ("argv", "message"),
     [
         (["nosuchcmd"], "No such command 'nosuchcmd'"),
-        (["train", "bert"], "Missing option '--corpus'"),
+        (["train", "bert"], "Missing option '--out'"),
         (["predict", "x", "--threads", "0"], "Invalid value for '--threads'"),
     ],
 )
@@ -24,6 +24,17 @@ def test_usage_errors_exit_2_with_clicks_message(argv: list[str], message: str, 
     assert message in err and "Traceback" not in err and "--debug" not in err
     assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")
     assert f"(see 'ptmkit {argv[0] + ' ' if argv[0] != 'nosuchcmd' else ''}--help')" in err
+
+
+def test_train_data_flags_fit_the_family(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--corpus for a family that trains on text, --parallel only for one that trains on pairs."""
+    assert main(["train", "bert", "--out", str(tmp_path / "run")]) == 2
+    assert "the bert family trains on a text corpus: give --corpus FILE" in capsys.readouterr().err
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a b\tc d\n")
+    assert main(["train", "bert", "--parallel", str(pairs), "--corpus", str(pairs), "--out", str(tmp_path / "run")]) == 2
+    assert "--parallel: the bert family trains on a monolingual --corpus" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
 
 
 def test_binary_corpus_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -40,6 +40,7 @@ from ptmkit.contract import (
     Resumable,
     ScoresHeldoutLines,
     TrainsItself,
+    TrainsOnPairs,
     TrainsOnWordVectors,
     capabilities,
 )
@@ -71,10 +72,10 @@ def resolve_config(
     if config_path is not None:
         source = str(config_path)
         from_file = read_toml(config_path)
-        if isinstance(family, TrainsItself):
+        if own_loop(family):
             _refuse_core_training_sections(family_name, source, list(from_file))
         data = _merge(data, from_file)
-    if isinstance(family, TrainsItself) and overrides:
+    if own_loop(family) and overrides:
         _refuse_core_training_sections(family_name, "--set", [o.partition("=")[0].strip().split(".")[0] for o in overrides])
     if data.get("family", family_name) != family_name:
         raise ConfigError(f"{source}: family = {data['family']!r} but the command trains {family_name!r}")
@@ -95,7 +96,7 @@ def resolve_config(
         config = build(apply_overrides(data, overrides), source)
     limits = family.limits(config.model)
     limit = limits.max_sequence_length
-    for section in ("train", "finetune"):
+    for section in () if own_loop(family) else ("train", "finetune"):  # a family with its own loop reads neither
         length = getattr(config, section).sequence_length
         if limit is not None and length > limit:
             what = f"'{limits.max_sequence_length_key}' = {limit}" if limits.max_sequence_length_key else f"the model's limit of {limit} positions"
@@ -123,6 +124,13 @@ def _refuse_clashing_objectives(registry: Registry, names: list[str], source: st
         clashing = [name for name in names if getattr(registry.objective(name), attribute)]
         if len(clashing) > 1:
             raise ConfigError(f"{source}: objectives {' and '.join(map(repr, clashing))} both {what} of a batch; 'train.objectives' may hold one of them")
+
+
+def own_loop(family: Any) -> bool:
+    """Whether ``family`` trains with its own loop and reads its training keys from ``[model]``
+    (:class:`~ptmkit.contract.TrainsItself` on a corpus, :class:`~ptmkit.contract.TrainsOnPairs`
+    on sentence pairs)."""
+    return isinstance(family, TrainsItself | TrainsOnPairs)
 
 
 def _refuse_core_training_sections(family_name: str, source: str, sections: list[str]) -> None:
@@ -176,7 +184,7 @@ def describe_config(
     else:
         keep.append("model")
         comments["model"] = field_docs(family.config_class)
-        if not isinstance(family, TrainsItself):
+        if not own_loop(family):
             keep += ["train", "objectives"]
             comments["train"] = field_docs(TrainConfig)
             names = config.train.objectives or list(family.default_objectives)
@@ -277,7 +285,7 @@ def step_dataset(make: Any, start: int, stop: int) -> Any:
 
 def pretrain(
     family_name: str,
-    corpus: str | Path,
+    corpus: str | Path | None,
     out: str | Path,
     config_path: str | Path | None = None,
     overrides: list[str] | None = None,
@@ -287,12 +295,17 @@ def pretrain(
     registry: Registry | None = None,
     tokenizer: str | Path | None = None,
     distribute: str | None = None,
+    parallel: str | Path | None = None,
+    dev: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Pre-train a model of family ``family_name`` on ``corpus``; write the run to ``out``.
+    """Pre-train a model of family ``family_name`` on ``corpus`` (or, for a family that
+    :class:`~ptmkit.contract.TrainsOnPairs`, on the sentence pairs of ``parallel``); write the run
+    to ``out``.
 
     Args:
         family_name: an installed family (``ptmkit plugins`` lists them).
-        corpus: text file (``.gz``/``.bz2`` too) or directory, one document or paragraph per line.
+        corpus: text file (``.gz``/``.bz2`` too) or directory, one document or paragraph per line;
+            None for a family that trains on pairs.
         out: the run directory to create (or to continue with ``resume``).
         config_path: optional TOML run config.
         overrides: ``section.key=value`` strings applied over the config.
@@ -303,6 +316,9 @@ def pretrain(
             bit for bit: ``tests/test_reproducibility.py``).
         distribute: ``none``, ``mirrored`` or ``multi-worker`` (sets ``train.distribute``;
             :mod:`ptmkit.training.distribute`); refused by families that train themselves.
+        parallel: ``SOURCE<TAB>TARGET`` pairs (:mod:`ptmkit.data.parallel`), for a family that
+            :class:`~ptmkit.contract.TrainsOnPairs` (and only for one).
+        dev: held-out pairs of such a family.
 
     Returns:
         the metrics written to ``metrics.json`` (a multi-worker run's other workers write
@@ -316,12 +332,13 @@ def pretrain(
     console = console or default_console()
     registry = registry or get_registry()
     family = registry.family(family_name)
-    trains_itself = isinstance(family, TrainsItself)
+    trains_itself = own_loop(family)
+    _check_data_flags(family, corpus, parallel, dev)
     if trains_itself and distribute is not None:
         raise ConfigError(f"--distribute: {scaling_note(family)}; drop --distribute")
     if trains_itself and tokenizer is not None:
         raise ConfigError(f"--tokenizer: the {family_name} family builds its own vocabulary; drop --tokenizer")
-    if trains_itself and resume and not isinstance(family, Resumable):
+    if trains_itself and resume and not isinstance(family, Resumable | TrainsOnPairs):
         raise ConfigError(f"--resume: the {family_name} family trains in one pass without checkpoints; drop --resume (and delete an interrupted run directory)")
     run = RunDir(out)
     extra = [f"train.objectives={','.join(objectives)}"] if objectives else []
@@ -329,11 +346,22 @@ def pretrain(
     cluster = Cluster("none") if trains_itself else _cluster(registry, family_name, run, config_path, (overrides or []) + extra, resume)
     stored = _stored_config(run, family_name, trains_itself, resume, shared=not cluster.is_chief)
     config = _run_config(registry, family_name, run, stored, config_path, (overrides or []) + extra)
-    if not Path(corpus).exists():
-        raise DataError(f"{corpus}: no such corpus file or directory")
+    for path, what in ((corpus, "corpus file or directory"), (parallel, "parallel file"), (dev, "dev file")):
+        if path is not None and not Path(path).exists():
+            raise DataError(f"{path}: no such {what}")
     if cluster.kind == "multi-worker":
         check_global_batch(config.train.batch_size, cluster.num_workers, f"{cluster.num_workers} workers in TF_CONFIG")
     quiet_tensorflow()  # after the checks above: a wrong path or key is refused without importing TensorFlow
+    if isinstance(family, TrainsOnPairs):
+        assert parallel is not None  # _check_data_flags
+        pairs, dev_pairs = Path(parallel), None if dev is None else Path(dev)
+        extra_flags = [] if dev_pairs is None else ["--dev", str(dev_pairs)]
+        return _train_family(
+            registry, family, config, pairs, run, console, resume,
+            train=lambda model_config, res: family.train_pairs(pairs, dev_pairs, run.path, model_config, console, **({"resume": True} if res else {})),
+            data_flags=["--parallel", str(pairs), *extra_flags],
+        )
+    assert corpus is not None
     if trains_itself:
         return _train_family(registry, family, config, Path(corpus), run, console, resume)
     strategy = make_strategy(cluster)  # before any TensorFlow operation (collective ops are set up at start)
@@ -370,6 +398,27 @@ def _cluster(registry: Registry, family_name: str, run: RunDir, config_path: str
     if stored is not None and stored.get("family") != family_name:
         return Cluster("none")  # _stored_config says what is wrong
     return read_cluster(_run_config(registry, family_name, run, stored, config_path, overrides).train.distribute)
+
+
+def _check_data_flags(family: Any, corpus: str | Path | None, parallel: str | Path | None, dev: str | Path | None) -> None:
+    """A family that :class:`~ptmkit.contract.TrainsOnPairs` takes ``--parallel`` (and ``--dev``),
+    every other family ``--corpus``.
+
+    Raises:
+        ConfigError: the wrong data flag for the family, or none.
+    """
+    name = family.name
+    if isinstance(family, TrainsOnPairs):
+        if corpus is not None:
+            raise ConfigError(f"--corpus: the {name} family trains on sentence pairs; give --parallel FILE (SOURCE<TAB>TARGET lines) instead")
+        if parallel is None:
+            raise ConfigError(f"the {name} family trains on sentence pairs: give --parallel FILE (SOURCE<TAB>TARGET lines)")
+        return
+    for flag, value in (("--parallel", parallel), ("--dev", dev)):
+        if value is not None:
+            raise ConfigError(f"{flag}: the {name} family trains on a monolingual --corpus, not on sentence pairs")
+    if corpus is None:
+        raise ConfigError(f"the {name} family trains on a text corpus: give --corpus FILE")
 
 
 def _stored_config(run: RunDir, family_name: str, trains_itself: bool, resume: bool, shared: bool = False) -> dict[str, Any] | None:
@@ -488,13 +537,22 @@ def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> 
     return found
 
 
-def _train_family(registry: Registry, family: Any, config: RunConfig, corpus: Path, run: RunDir, console: Console, resume: bool = False) -> dict[str, Any]:
-    """Hand training to a family with its own loop (:class:`~ptmkit.contract.TrainsItself`); with
-    ``resume``, to continue from the checkpoint in ``run`` (:class:`~ptmkit.contract.Resumable`)."""
+def _train_family(
+    registry: Registry, family: Any, config: RunConfig, corpus: Path, run: RunDir, console: Console, resume: bool = False,
+    train: Any = None, data_flags: list[str] | None = None,
+) -> dict[str, Any]:
+    """Hand training to a family with its own loop (:class:`~ptmkit.contract.TrainsItself`, or
+    ``train(model_config, resume)`` for one that :class:`~ptmkit.contract.TrainsOnPairs`, whose
+    command line takes ``data_flags`` instead of ``--corpus``); with ``resume``, to continue from
+    the checkpoint in ``run`` (:class:`~ptmkit.contract.Resumable`)."""
     import dataclasses
 
     def has_checkpoint() -> bool:
-        return isinstance(family, Resumable) and family.has_checkpoint(run.path)
+        return isinstance(family, Resumable | TrainsOnPairs) and family.has_checkpoint(run.path)
+
+    if train is None:
+        def train(model_config: Any, res: bool) -> dict[str, Any]:
+            return family.train(corpus, run.path, model_config, console, **({"resume": True} if res else {}))
 
     if resume and not has_checkpoint():
         raise RunDirError(f"{run.path}: no checkpoint to resume from (the run stopped before saving one); delete the directory and start the run again")
@@ -503,12 +561,12 @@ def _train_family(registry: Registry, family: Any, config: RunConfig, corpus: Pa
         run.path.mkdir(parents=True, exist_ok=True)
         if not resume:
             atomic_write_text(run / CONFIG, to_toml({"family": config.family, "model": dataclasses.asdict(config.model)}))
-        metrics = family.train(corpus, run.path, config.model, console, **({"resume": True} if resume else {}))
+        metrics = train(config.model, resume)
     except BaseException as error:  # an error or an interruption: keep the run only if it can resume
         if created and not has_checkpoint():
             shutil.rmtree(run.path, ignore_errors=True)
         elif has_checkpoint() and not isinstance(error, PtmkitError):
-            command = shlex.join(["ptmkit", "train", config.family, "--corpus", str(corpus), "--out", str(run.path), "--resume"])
+            command = shlex.join(["ptmkit", "train", config.family, *(data_flags or ["--corpus", str(corpus)]), "--out", str(run.path), "--resume"])
             console.print(f"the run's last checkpoint is in {run.path}; `{command}` continues it", markup=False, highlight=False)
         raise
     run.write_json(METRICS, metrics)
@@ -519,7 +577,7 @@ def _train_family(registry: Registry, family: Any, config: RunConfig, corpus: Pa
         plugin={"name": plugin.name, "distribution": plugin.distribution, "version": plugin.version},
         objectives=[],
         head=None,
-        corpus=str(corpus.resolve()),
+        **({"parallel": str(corpus.resolve())} if data_flags else {"corpus": str(corpus.resolve())}),
         trainer="family",
     )
     return metrics

@@ -1,0 +1,111 @@
+"""Transformer encoder-decoder hyper-parameters (the ``[model]`` section of a run config).
+
+The family trains itself on sentence pairs (:class:`ptmkit.api.TrainsOnPairs`), so its training
+keys (steps, batch, schedule, label smoothing) are ``[model]`` keys too, as for every family with
+its own loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ptmkit.api import ConfigError, check_choice, check_non_negative, check_positive
+
+POSITIONS = ("sinusoidal", "learned")
+NORMALIZATIONS = ("post", "pre")
+#: Training objectives of the family (``model.objective``); the denoising ones (BART, T5, MASS) come later.
+OBJECTIVES = ("translation",)
+
+
+@dataclasses.dataclass
+class TransformerConfig:
+    """Size of a Transformer encoder-decoder (Vaswani et al. 2017), its shared BPE vocabulary and
+    its training.
+
+    The defaults are a small model for a CPU (3 + 3 layers, hidden 256, 4 heads, feed-forward
+    1,024, an 8,000-token vocabulary); the paper's base model is ``encoder_layers = 6``,
+    ``decoder_layers = 6``, ``hidden_dim = 512``, ``num_heads = 8``, ``intermediate_dim = 2048``,
+    ``dropout = 0.1``, ``warmup_steps = 4000``, a 37,000-token shared vocabulary.
+
+    Attributes:
+        vocabulary_size: shared source/target BPE vocabulary size, the 4 specials included
+            (``<pad>``, ``<unk>``, ``<s>``, ``</s>``).
+        min_frequency: a merge must occur this often in the training pairs to enter the vocabulary.
+        encoder_layers: encoder blocks (paper: 6).
+        decoder_layers: decoder blocks (paper: 6).
+        hidden_dim: ``d_model``, the width of every block and of the tied embeddings (paper: 512).
+        num_heads: attention heads; must divide ``hidden_dim`` (paper: 8).
+        intermediate_dim: ``d_ff``, the feed-forward inner size (paper: 2,048).
+        dropout: ``P_drop`` on the embeddings plus positions, attention weights and each sub-layer's
+            output (paper: 0.1).
+        positions: ``"sinusoidal"`` (the paper's fixed encodings, section 3.5) or ``"learned"``
+            position embeddings (the paper's Table 3 row (E): nearly identical results).
+        normalization: ``"post"``: layer norm after each residual sum, as in the paper; ``"pre"``:
+            before each sub-layer, plus a final layer norm after each stack (Xiong et al. 2020:
+            trains without warm-up sensitivity).
+        max_sequence_length: the most tokens a source or target may hold, ``</s>`` or ``<s>``
+            included (the learned positions' count); longer training sources are cut, with a
+            count in a warning.
+        layer_norm_epsilon: epsilon of every layer normalisation.
+        objective: the training objective: ``"translation"`` (sequence-to-sequence cross-entropy).
+        label_smoothing: ``epsilon_ls`` of the translation loss (paper: 0.1, section 5.4).
+        max_steps: optimizer steps.
+        batch_size: sentence pairs per step.
+        learning_rate_scale: the factor of the paper's schedule (equation 3):
+            ``lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)`` (paper: 1).
+        warmup_steps: steps of the schedule's linear warm-up (paper: 4,000 for 100,000 steps; the
+            default suits the default 2,000-step run).
+        adam_beta_1: Adam's beta_1 (paper: 0.9).
+        adam_beta_2: Adam's beta_2 (paper: 0.98).
+        adam_epsilon: Adam's epsilon (paper: 1e-9).
+        checkpoint_every: steps between checkpoints (``ptmkit train ... --resume`` continues from
+            the newest one).
+        dev_sentences: dev pairs translated (greedy) after training for the run's dev BLEU
+            (0: none; the dev loss uses every dev pair).
+        seed: initialisation and batches (step ``k``'s pairs are drawn from ``(seed, k)``).
+    """
+
+    vocabulary_size: int = 8000
+    min_frequency: int = 2
+    encoder_layers: int = 3
+    decoder_layers: int = 3
+    hidden_dim: int = 256
+    num_heads: int = 4
+    intermediate_dim: int = 1024
+    dropout: float = 0.1
+    positions: str = "sinusoidal"
+    normalization: str = "post"
+    max_sequence_length: int = 128
+    layer_norm_epsilon: float = 1e-5
+    objective: str = "translation"
+    label_smoothing: float = 0.1
+    max_steps: int = 2000
+    batch_size: int = 64
+    learning_rate_scale: float = 1.0
+    warmup_steps: int = 1000
+    adam_beta_1: float = 0.9
+    adam_beta_2: float = 0.98
+    adam_epsilon: float = 1e-9
+    checkpoint_every: int = 500
+    dev_sentences: int = 200
+    seed: int = 1
+
+    def validate(self) -> None:
+        check_choice(self, "model", "positions", POSITIONS)
+        check_choice(self, "model", "normalization", NORMALIZATIONS)
+        check_choice(self, "model", "objective", OBJECTIVES)
+        check_positive(
+            self, "model", "vocabulary_size", "min_frequency", "encoder_layers", "decoder_layers", "hidden_dim", "num_heads",
+            "intermediate_dim", "max_sequence_length", "max_steps", "batch_size", "learning_rate_scale", "warmup_steps",
+            "adam_epsilon", "checkpoint_every",
+        )
+        check_non_negative(self, "model", "dev_sentences")
+        if self.hidden_dim % self.num_heads:
+            raise ConfigError(f"config key 'model.num_heads' = {self.num_heads} must divide 'model.hidden_dim' = {self.hidden_dim}")
+        if self.max_sequence_length < 3:
+            raise ConfigError(f"config key 'model.max_sequence_length' = {self.max_sequence_length} must be at least 3 (a token and <s> or </s>)")
+        for key in ("dropout", "label_smoothing", "adam_beta_1", "adam_beta_2"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise ConfigError(f"config key 'model.{key}' must be in [0, 1), got {getattr(self, key)}")
+        if not 0.0 < self.layer_norm_epsilon < 1.0:
+            raise ConfigError(f"config key 'model.layer_norm_epsilon' must be in (0, 1), got {self.layer_norm_epsilon}")

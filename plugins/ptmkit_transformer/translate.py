@@ -1,0 +1,246 @@
+"""``ptmkit translate`` and ``ptmkit evaluate --parallel``: a trained encoder-decoder run
+translating, by the runtime's one search loop (:mod:`ptmkit_export.generation`: greedy and beam
+search, the same code ``ptmkit generate`` decodes GPT with).
+
+The encoder runs once per batch of sources; the search loop then asks for the next token's
+logits given each row's target prefix, ``<s>`` first (``next_logits``), and the decoder
+recomputes the prefix against the encoder's states (the Keras path has no key/value cache; the
+ONNX export, later, will have one). Greedy search decodes all sentences as one batch; beam search
+decodes one sentence at a time, its beams as the batch. Scores: BLEU and chrF from sacrebleu
+(Post 2018), with their signature strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+
+from ptmkit.api import (
+    BACKBONE_WEIGHTS,
+    CONFIG,
+    ConfigError,
+    DataError,
+    RunDir,
+    RunDirError,
+    get_registry,
+    load_weights,
+    read_parallel,
+    read_toml,
+    resolve_config,
+)
+from ptmkit_export.generation import GenerationSettings, generate_ids
+
+FAMILY = "transformer"
+
+
+class Translator:
+    """A finished translation run, loaded for decoding.
+
+    Args:
+        run_dir: a run of ``ptmkit train transformer``.
+
+    Raises:
+        RunDirError: not a finished run, or a run of another family (a classifier, a decoder).
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        run = RunDir(run_dir)
+        manifest = run.manifest()
+        if manifest.get("family") != FAMILY:
+            raise RunDirError(f"{run.path}: a {manifest.get('family')} run (stage {manifest.get('stage')!r}) does not translate; give a run of ptmkit train transformer")
+        config = resolve_config(get_registry(), FAMILY, None, None, base=read_toml(run.require(CONFIG))).model
+        from ptmkit_transformer.backbone import build_backbone
+
+        backbone = build_backbone(config)
+        load_weights(backbone, run.require(manifest.get("weights", BACKBONE_WEIGHTS)))
+        self._set(backbone, run.load_tokenizer(), config)
+        self.languages = run.read_json("metrics.json").get("languages") if (run / "metrics.json").exists() else None
+
+    @classmethod
+    def from_parts(cls, backbone: Any, tokenizer: Any, config: Any) -> Translator:
+        """A translator on an in-memory ``backbone`` (e.g. right after training)."""
+        translator = cls.__new__(cls)
+        translator._set(backbone, tokenizer, config)
+        translator.languages = None
+        return translator
+
+    def _set(self, backbone: Any, tokenizer: Any, config: Any) -> None:
+        self.backbone, self.tokenizer, self.config = backbone, tokenizer, config
+        self.pad, self.unk, self.bos, self.eos = (tokenizer.token_to_id(t) for t in ("<pad>", "<unk>", "<s>", "</s>"))
+        import warnings
+
+        import tensorflow as tf
+
+        # The first step's self-attention has one key: Keras warns that its softmax is always 1, which is right.
+        warnings.filterwarnings("ignore", message=r"You are using a softmax over axis 3 of a tensor of shape \(\w+, \w+, 1, 1\)")
+        decoder = backbone.decoder
+
+        # One traced graph for every prefix length and batch (eager calls cost ~10x more a step).
+        @tf.function(reduce_retracing=True)
+        def decode(token_ids: Any, padding_mask: Any, states: Any, states_mask: Any) -> Any:
+            return decoder([token_ids, padding_mask, states, states_mask], training=False)[:, -1, :]
+
+        self._decode = decode
+
+    def encode_sources(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(states, mask, ids)``: the encoder's ``(batch, source, hidden)`` float32 states of
+        ``texts`` (each ``text </s>``, cut to the model's positions), its mask and token ids."""
+        from ptmkit_transformer.objectives import pack_sources
+
+        ids = [list(e.ids) for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+        source_ids, mask = pack_sources(ids, self.eos, self.pad, self.config.max_sequence_length)
+        states = np.asarray(self.backbone.encoder([source_ids, mask], training=False), np.float32)
+        return states, mask, source_ids
+
+    def next_logits_over(self, states: np.ndarray, mask: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+        """``next_logits(token_ids, padding_mask) -> (rows, vocabulary)`` float32 for the search
+        loop: the decoder on each row's prefix against ``states``; one sentence's states serve
+        every row (its beams)."""
+
+        def next_logits(token_ids: np.ndarray, padding_mask: np.ndarray) -> np.ndarray:
+            rows = token_ids.shape[0]
+            memory, memory_mask = (states, mask) if states.shape[0] == rows else (np.repeat(states, rows, 0), np.repeat(mask, rows, 0))
+            logits = self._decode(token_ids.astype(np.int32), padding_mask.astype(np.int32), memory, memory_mask)
+            return np.asarray(logits, np.float32)
+
+        return next_logits
+
+    def translate_ids(self, texts: Sequence[str], num_beams: int = 1, length_penalty: float = 1.0, max_length: int | None = None) -> list[list[int]]:
+        """The target token ids of each text (without ``<s>`` and ``</s>``).
+
+        Args:
+            num_beams: 1: greedy search; more: beam search with that many beams.
+            length_penalty: beam search ranks finished outputs by ``log P / length ** length_penalty``.
+            max_length: the most target tokens (default: the model's positions less ``<s>``).
+
+        Raises:
+            ConfigError: ``num_beams`` or ``max_length`` below 1.
+        """
+        limit = self.config.max_sequence_length
+        budget = limit - 1 if max_length is None else max_length
+        settings = GenerationSettings(max_new_tokens=budget, strategy="beam" if num_beams > 1 else "greedy", num_beams=num_beams, length_penalty=length_penalty)
+        problems = settings.problems()
+        if problems:
+            raise ConfigError(problems[0].replace("--max-new-tokens", "--max-length"))
+        if not texts:
+            return []
+        states, mask, _ = self.encode_sources(texts)
+        if num_beams == 1:
+            return generate_ids(self.next_logits_over(states, mask), [[self.bos]] * len(texts), settings, self.pad, self.eos, limit)
+        return [
+            generate_ids(self.next_logits_over(states[row : row + 1], mask[row : row + 1]), [[self.bos]], settings, self.pad, self.eos, limit)[0]
+            for row in range(len(texts))
+        ]
+
+    def translate(self, texts: Sequence[str], num_beams: int = 1, length_penalty: float = 1.0, max_length: int | None = None, batch_size: int = 32) -> list[str]:
+        """The translation of each text (:meth:`translate_ids`, decoded), ``batch_size`` sources at a time."""
+        out: list[str] = []
+        for first in range(0, len(texts), batch_size):
+            chunk = list(texts[first : first + batch_size])
+            out.extend(self.tokenizer.decode(ids) for ids in self.translate_ids(chunk, num_beams, length_penalty, max_length))
+        return out
+
+
+def score_translations(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, Any]:
+    """Corpus BLEU (Papineni et al. 2002) and chrF (Popović 2015) of ``hypotheses`` against one
+    reference each, by sacrebleu with its default settings (BLEU: 13a tokenisation, exponential
+    smoothing; chrF: character 6-grams, beta 2).
+
+    Returns:
+        ``bleu``, ``chrf`` (0-100, two decimals), ``bleu_signature``, ``chrf_signature`` (what
+        sacrebleu prints, e.g. ``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0``)
+        and ``sentences``.
+    """
+    from sacrebleu.metrics import BLEU, CHRF
+
+    bleu, chrf = BLEU(), CHRF()
+    refs = [list(references)]
+    bleu_score, chrf_score = bleu.corpus_score(list(hypotheses), refs), chrf.corpus_score(list(hypotheses), refs)
+    return {
+        "bleu": round(float(bleu_score.score), 2),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf": round(float(chrf_score.score), 2),
+        "chrf_signature": str(chrf.get_signature()),
+        "sentences": len(hypotheses),
+    }
+
+
+def evaluate_run(run_dir: Path, parallel: Path, options: dict[str, Any], console: Any) -> dict[str, Any]:
+    """Translate the sources of ``parallel`` with the run and score them against the targets
+    (:func:`score_translations`); ``report`` holds the lines ``ptmkit evaluate`` prints.
+
+    Raises:
+        RunDirError: not a translation run. DataError: an unusable file, or one of another
+            language pair (its header, or mostly unknown tokens).
+    """
+    from ptmkit_transformer.data import check_known, encode
+
+    translator = Translator(run_dir)
+    pairs = read_parallel(parallel)
+    if translator.languages and pairs.languages and "-".join(pairs.languages) != translator.languages:
+        raise DataError(f"{parallel}:1: a {'-'.join(pairs.languages)} file, but the run translates {translator.languages}")
+    check_known(translator.tokenizer, encode(translator.tokenizer, pairs.sources), translator.unk, parallel)
+    with console.status(f"translating {len(pairs):,} sentences"):
+        hypotheses = translator.translate(pairs.sources, options.get("num_beams", 1), options.get("length_penalty", 1.0), options.get("max_length"))
+    scores = score_translations(hypotheses, pairs.targets)
+    search = "greedy" if options.get("num_beams", 1) == 1 else f"beam {options['num_beams']}"
+    scores["search"] = search
+    scores["report"] = [
+        f"{parallel}: {scores['sentences']:,} sentences, {search}",
+        f"BLEU {scores['bleu']:.2f}  {scores['bleu_signature']}",
+        f"chrF {scores['chrf']:.2f}  {scores['chrf_signature']}",
+    ]
+    return scores
+
+
+def read_source_file(file: Path) -> list[str]:
+    """The non-blank lines of ``file`` (UTF-8), one source sentence each.
+
+    Raises:
+        DataError: a missing file or invalid UTF-8 (naming the line).
+    """
+    if not file.is_file():
+        raise DataError(f"{file}: {'is a directory, not a file' if file.is_dir() else 'no such file'}")
+    lines = []
+    for number, raw in enumerate(file.read_bytes().splitlines(), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{file}:{number}: not valid UTF-8 (byte {exc.start + 1} of the line)") from None
+        if line.strip():
+            lines.append(line.strip())
+    return lines
+
+
+def register(cli: Any) -> None:
+    """Add ``ptmkit translate`` to ``cli`` (a ``typer.Typer``)."""
+
+    @cli.command("translate")
+    def translate_command(
+        run_dir: Annotated[Path, typer.Argument(help="A run of ptmkit train transformer.", show_default=False)],
+        text: Annotated[list[str] | None, typer.Option("--text", help="A source sentence; repeat for several.", show_default=False)] = None,
+        file: Annotated[Path | None, typer.Option("--file", help="UTF-8 file of source sentences, one a line.", show_default=False)] = None,
+        num_beams: Annotated[int, typer.Option("--num-beams", help="1: greedy search; more: beam search with that many beams.")] = 1,
+        length_penalty: Annotated[float, typer.Option("--length-penalty", help="Beam search ranks outputs by log P / length ** this.")] = 1.0,
+        max_length: Annotated[int | None, typer.Option("--max-length", help="The most tokens of an output (default: the model's positions).", show_default=False)] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="One JSON object a sentence: {\"source\", \"translation\"}.")] = False,
+    ) -> None:
+        """Translate sentences with an encoder-decoder run: greedy or beam search; one output line per source."""
+        import json
+
+        if num_beams < 1:
+            raise ConfigError(f"--num-beams {num_beams}: must be at least 1")
+        if max_length is not None and max_length < 1:
+            raise ConfigError(f"--max-length {max_length}: must be at least 1")
+        sources = list(text or []) + (read_source_file(file) if file is not None else [])
+        if not sources:
+            raise DataError("nothing to translate: give --text SENTENCE or --file FILE")
+        if not run_dir.is_dir():
+            raise RunDirError(f"{run_dir}: no such run directory")
+        translations = Translator(run_dir).translate(sources, num_beams, length_penalty, max_length)
+        for source, translation in zip(sources, translations, strict=True):
+            print(json.dumps({"source": source, "translation": translation}, ensure_ascii=False) if as_json else translation)
