@@ -333,34 +333,20 @@ def pretrain(
     registry = registry or get_registry()
     family = registry.family(family_name)
     trains_itself = own_loop(family)
-    _check_data_flags(family, corpus, parallel, dev)
-    if trains_itself and distribute is not None:
-        raise ConfigError(f"--distribute: {scaling_note(family)}; drop --distribute")
-    if trains_itself and tokenizer is not None:
-        raise ConfigError(f"--tokenizer: the {family_name} family builds its own vocabulary; drop --tokenizer")
-    if trains_itself and resume and not isinstance(family, Resumable | TrainsOnPairs):
-        raise ConfigError(f"--resume: the {family_name} family trains in one pass without checkpoints; drop --resume (and delete an interrupted run directory)")
+    _check_flags(family, corpus, parallel, dev, distribute, tokenizer, resume)
     run = RunDir(out)
     extra = [f"train.objectives={','.join(objectives)}"] if objectives else []
     extra += [f"train.distribute={distribute}"] if distribute is not None else []
     cluster = Cluster("none") if trains_itself else _cluster(registry, family_name, run, config_path, (overrides or []) + extra, resume)
     stored = _stored_config(run, family_name, trains_itself, resume, shared=not cluster.is_chief)
     config = _run_config(registry, family_name, run, stored, config_path, (overrides or []) + extra)
-    for path, what in ((corpus, "corpus file or directory"), (parallel, "parallel file"), (dev, "dev file")):
-        if path is not None and not Path(path).exists():
-            raise DataError(f"{path}: no such {what}")
+    _check_paths(corpus, parallel, dev)
     if cluster.kind == "multi-worker":
         check_global_batch(config.train.batch_size, cluster.num_workers, f"{cluster.num_workers} workers in TF_CONFIG")
     quiet_tensorflow()  # after the checks above: a wrong path or key is refused without importing TensorFlow
     if isinstance(family, TrainsOnPairs):
         assert parallel is not None  # _check_data_flags
-        pairs, dev_pairs = Path(parallel), None if dev is None else Path(dev)
-        extra_flags = [] if dev_pairs is None else ["--dev", str(dev_pairs)]
-        return _train_family(
-            registry, family, config, pairs, run, console, resume,
-            train=lambda model_config, res: family.train_pairs(pairs, dev_pairs, run.path, model_config, console, **({"resume": True} if res else {})),
-            data_flags=["--parallel", str(pairs), *extra_flags],
-        )
+        return _train_on_pairs(registry, family, config, Path(parallel), None if dev is None else Path(dev), run, console, resume)
     assert corpus is not None
     if trains_itself:
         return _train_family(registry, family, config, Path(corpus), run, console, resume)
@@ -371,15 +357,65 @@ def pretrain(
     if not cluster.is_chief:  # the chief prepares the shared run directory; the others wait, then read it
         barrier(strategy)
         return _fit(registry, config, family, run.load_tokenizer(), run, corpus, console, strategy, cluster)
-    if tokenizer is not None and resume and (run / TOKENIZER).exists():
-        if _read_tokenizer(Path(tokenizer)).to_str() != run.load_tokenizer().to_str():
-            raise ConfigError(f"--resume: --tokenizer {tokenizer} differs from the run's {run / TOKENIZER}; drop --tokenizer")
-        tokenizer = None  # the run's own, the same
+    tokenizer = _given_tokenizer(tokenizer, run, resume)
     word_objectives = [name for name, (o, c) in selected_objectives(registry, config).items() if o.needs_word_starts(c)]
     trained = _prepare_run(run, family, config, corpus, tokenizer, console, word_objectives)
     if cluster.kind == "multi-worker":
         barrier(strategy)
     return _fit(registry, config, family, trained, run, corpus, console, strategy, cluster)
+
+
+def _check_flags(
+    family: Any, corpus: str | Path | None, parallel: str | Path | None, dev: str | Path | None, distribute: str | None,
+    tokenizer: str | Path | None, resume: bool,
+) -> None:
+    """Refuse flags ``family`` cannot take: the wrong data flag (:func:`_check_data_flags`), and for
+    a family with its own loop ``--distribute``, ``--tokenizer``, or ``--resume`` without checkpoints.
+
+    Raises:
+        ConfigError: one line naming the flag.
+    """
+    _check_data_flags(family, corpus, parallel, dev)
+    if not own_loop(family):
+        return
+    if distribute is not None:
+        raise ConfigError(f"--distribute: {scaling_note(family)}; drop --distribute")
+    if tokenizer is not None:
+        raise ConfigError(f"--tokenizer: the {family.name} family builds its own vocabulary; drop --tokenizer")
+    if resume and not isinstance(family, Resumable | TrainsOnPairs):
+        raise ConfigError(f"--resume: the {family.name} family trains in one pass without checkpoints; drop --resume (and delete an interrupted run directory)")
+
+
+def _check_paths(corpus: str | Path | None, parallel: str | Path | None, dev: str | Path | None) -> None:
+    """Raises DataError naming the first data file given that does not exist."""
+    for path, what in ((corpus, "corpus file or directory"), (parallel, "parallel file"), (dev, "dev file")):
+        if path is not None and not Path(path).exists():
+            raise DataError(f"{path}: no such {what}")
+
+
+def _given_tokenizer(tokenizer: str | Path | None, run: RunDir, resume: bool) -> str | Path | None:
+    """``--tokenizer``, or None when a resumed run already holds it (the same file).
+
+    Raises:
+        ConfigError: a resumed run whose tokenizer differs from ``--tokenizer``.
+    """
+    if tokenizer is not None and resume and (run / TOKENIZER).exists():
+        if _read_tokenizer(Path(tokenizer)).to_str() != run.load_tokenizer().to_str():
+            raise ConfigError(f"--resume: --tokenizer {tokenizer} differs from the run's {run / TOKENIZER}; drop --tokenizer")
+        return None  # the run's own, the same
+    return tokenizer
+
+
+def _train_on_pairs(
+    registry: Registry, family: Any, config: RunConfig, pairs: Path, dev_pairs: Path | None, run: RunDir, console: Console, resume: bool,
+) -> dict[str, Any]:
+    """Train a family that :class:`~ptmkit.contract.TrainsOnPairs` through :func:`_train_family`."""
+    extra_flags = [] if dev_pairs is None else ["--dev", str(dev_pairs)]
+    return _train_family(
+        registry, family, config, pairs, run, console, resume,
+        train=lambda model_config, res: family.train_pairs(pairs, dev_pairs, run.path, model_config, console, **({"resume": True} if res else {})),
+        data_flags=["--parallel", str(pairs), *extra_flags],
+    )
 
 
 def scaling_note(family: Any) -> str:
