@@ -20,7 +20,7 @@ Contract types (:mod:`ptmkit.contract`)
     checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
     :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`ImportsCheckpoints`, :class:`WritesOwnExport` (families), :class:`TrainsOnWordVectors`
     (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`); :func:`capabilities` lists what a family offers objectives and heads
-    (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`).
+    (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`HIDDEN_STATES`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`).
 
 Errors (:mod:`ptmkit.errors`)
     :class:`PtmkitError` and its kinds (:class:`ConfigError`, :class:`DataError`,
@@ -37,7 +37,7 @@ Configuration (:mod:`ptmkit.config`)
 Run directories and the registry (:mod:`ptmkit.rundir`, :mod:`ptmkit.plugins`)
     :class:`RunDir` and the names of the files in it (:data:`CONFIG`, :data:`TOKENIZER`,
     :data:`BACKBONE_WEIGHTS`, :data:`MODEL_WEIGHTS`, :data:`LABELS`, :data:`METRICS`,
-    :data:`POOLING`, :data:`MANIFEST`), :func:`load_weights`; :func:`get_registry` for an
+    :data:`POOLING`, :data:`MANIFEST`), :func:`load_weights`, :func:`save_model_weights`; :func:`get_registry` for an
     importer that records which plugin owns the family it writes.
 
 IO and console (:mod:`ptmkit.io`, :mod:`ptmkit.console`)
@@ -85,6 +85,7 @@ from ptmkit.config import (
 )
 from ptmkit.console import default_console
 from ptmkit.contract import (
+    HIDDEN_STATES,
     POOLED_OUTPUT,
     SEQUENCE_OUTPUT,
     SPECIAL_TOKEN_ROLES,
@@ -166,6 +167,7 @@ __all__ = [
     "__version__",
     "hookimpl",
     # contract types
+    "HIDDEN_STATES",
     "POOLED_OUTPUT",
     "SEQUENCE_OUTPUT",
     "SPECIAL_TOKEN_ROLES",

@@ -53,3 +53,18 @@ def test_scalar_mix_learns_its_weights() -> None:
     w, gamma = model.layers[-1].get_weights()
     s = np.exp(w) / np.exp(w).sum()
     assert s[2] > 0.9 and abs(float(gamma) - 2.0) < 0.3
+
+
+def test_mix_head_needs_hidden_states() -> None:
+    """``head.layers = "mix"`` on a backbone without a ``hidden_states`` output: one line naming what it gives."""
+    import keras
+
+    from ptmkit.errors import ConfigError
+    from ptmkit.heads.classification import ClassificationConfig, SequenceClassification
+
+    ids = keras.Input((None,), dtype="int32", name="token_ids")
+    mask = keras.Input((None,), dtype="int32", name="padding_mask")
+    states = keras.layers.Embedding(10, 4)(ids)
+    backbone = keras.Model({"token_ids": ids, "padding_mask": mask}, {"sequence_output": states, "pooled_output": states[:, 0]})
+    with pytest.raises(ConfigError, match="^head.layers = 'mix' needs a backbone output 'hidden_states' .*; this backbone gives sequence_output, pooled_output$"):
+        SequenceClassification().build(backbone, 2, ClassificationConfig(layers="mix", pooling="mean"))
