@@ -39,8 +39,9 @@ class ELMoConfig:
         lstm_dim: cells per LSTM layer and direction (the paper: 4,096).
         lstm_layers: biLSTM layers (the paper: 2); from the second on, each layer's input is
             added to its projected output (a residual connection).
-        dropout: dropout on the token representation and on each LSTM layer's output (the
-            paper: 0.1).
+        dropout: dropout on the token representation and on each LSTM layer's output that
+            feeds the next layer (the paper: 0.1; bilm-tf also drops the top layer's output
+            before the softmax).
     """
 
     vocabulary_size: int = 8000

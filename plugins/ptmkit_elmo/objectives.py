@@ -131,7 +131,8 @@ def line_log_likelihoods(backbone: Any, heldout: HeldoutLines, line_ids: list[li
     from ptmkit_export.fields import tokenizer_character_table
 
     specials = heldout.specials
-    characters = tokenizer_character_table(heldout.tokenizer, heldout.inputs[0].sizes["characters"])
+    spec = next(s for s in heldout.inputs if s.field == "char_ids")
+    characters = tokenizer_character_table(heldout.tokenizer, int(spec.sizes[spec.axes[-1]]))
     chunks = _chunks(line_ids, max(1, heldout.sequence_length - 2))
     totals = np.zeros((2, len(line_ids)), np.float64)
     for first in range(0, len(chunks), heldout.batch_size):

@@ -113,3 +113,4 @@ def test_train_then_finetune_mixes_frozen_layers(elmo_run, tmp_path: Path) -> No
         np.testing.assert_array_equal(np.asarray(before), np.asarray(after))
     scalar_weights, gamma = model.get_layer("scalar_mix").get_weights()
     assert scalar_weights.shape == (3,) and (np.any(scalar_weights != 0.0) or gamma != 1.0)  # the mix learnt
+
