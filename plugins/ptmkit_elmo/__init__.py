@@ -9,8 +9,10 @@ and the previous word from the backward ones (:mod:`ptmkit_elmo.backbone`,
 :mod:`ptmkit_elmo.objectives`). ``ptmkit finetune`` on an ELMo run mixes the frozen biLM's layers
 with a learnt scalar mix (the paper's recipe: the ``[head]`` defaults of :attr:`ELMoFamily.head_defaults`).
 
-Not yet here: a sampled softmax for large vocabularies (the full softmax is computed), an ONNX
-export with fused LSTM nodes, CoVe and ULMFiT.
+Not yet here: a sampled softmax for large vocabularies (the full softmax is computed); an ONNX
+export with fused ``LSTM`` nodes (the standard export converts a run, within 1e-6 of Keras, but
+tf2onnx writes each masked LSTM as a ``Loop``); the characters of words outside the vocabulary
+(the core's ``char_ids`` spell them as ``<unk>``); CoVe and ULMFiT.
 """
 
 from __future__ import annotations
