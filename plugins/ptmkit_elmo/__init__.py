@@ -11,8 +11,8 @@ with a learnt scalar mix (the paper's recipe: the ``[head]`` defaults of :attr:`
 
 Not yet here: a sampled softmax for large vocabularies (the full softmax is computed); an ONNX
 export with fused ``LSTM`` nodes (the standard export converts a run, within 1e-6 of Keras, but
-tf2onnx writes each masked LSTM as a ``Loop``); the characters of words outside the vocabulary
-(the core's ``char_ids`` spell them as ``<unk>``); CoVe and ULMFiT.
+tf2onnx writes each masked LSTM as a ``Loop``); the characters of words
+outside the input vocabulary (the core's ``char_ids`` spell them as ``<unk>``); CoVe and ULMFiT.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from ptmkit.api import HIDDEN_STATES, InputSpec, Limits, ModelFamily, Objective, OutputSpec, SpecialTokens, hookimpl
 from ptmkit_elmo.config import ELMoConfig
-from ptmkit_elmo.objectives import BACKWARD_OUTPUT, FORWARD_OUTPUT, BiLM
+from ptmkit_elmo.objectives import BACKWARD_OUTPUT, FORWARD_OUTPUT, UNK_ID, BiLM
 from ptmkit_elmo.tokenizer import BOS, EOS, MAX_CHARACTERS, PAD, UNK
 
 __all__ = ["BiLM", "ELMoConfig", "ELMoFamily"]
@@ -52,8 +52,8 @@ class ELMoFamily(ModelFamily):
     head_defaults = {"layers": "mix", "pooling": "mean", "freeze_backbone": True}
 
     def limits(self, config: ELMoConfig) -> Limits:
-        """No position limit (LSTMs); ``vocabulary_size`` words in the softmax."""
-        return Limits(None, config.vocabulary_size)
+        """No position limit (LSTMs); token ids index the ``input_vocabulary_size`` words."""
+        return Limits(None, config.input_vocabulary_size)
 
     def build_backbone(self, config: ELMoConfig) -> Any:
         from ptmkit_elmo.backbone import build_backbone
@@ -63,7 +63,21 @@ class ELMoFamily(ModelFamily):
     def train_tokenizer(self, texts: Iterable[str], config: ELMoConfig) -> Any:
         from ptmkit_elmo.tokenizer import train_word_vocabulary
 
-        return train_word_vocabulary(texts, config.vocabulary_size, config.min_frequency, config.lowercase)
+        return train_word_vocabulary(texts, config.input_vocabulary_size, config.min_frequency, config.lowercase)
+
+    def special_tokens(self, tokenizer: Any) -> SpecialTokens:
+        """The ids of ``<pad>``, ``<unk>``, ``<S>``, ``</S>``; ``<unk>`` must be id 1 (the
+        objective maps the words beyond the softmax to it).
+
+        Raises:
+            DataError: a special token is missing, or ``<unk>`` is not id 1.
+        """
+        from ptmkit.api import DataError
+
+        specials = super().special_tokens(tokenizer)
+        if specials["unk"] != UNK_ID:
+            raise DataError(f"tokenizer: {UNK} has id {specials['unk']}; an elmo vocabulary has it at id {UNK_ID} (<pad>, <unk>, <S>, </S> first)")
+        return specials
 
     def num_special_tokens(self, pair: bool) -> int:
         return 3 if pair else 2

@@ -24,9 +24,14 @@ class ELMoConfig:
     793,471-word softmax (sampled during training).
 
     Attributes:
-        vocabulary_size: the word vocabulary (the softmax's size), the special tokens ``<pad>``,
-            ``<unk>``, ``<S>`` and ``</S>`` included; words are whitespace-separated.
-        min_frequency: a word must occur this often in the corpus to enter the vocabulary.
+        vocabulary_size: the softmax's words, the special tokens ``<pad>``, ``<unk>``, ``<S>``
+            and ``</S>`` included: the most frequent of the input vocabulary; the LMs predict
+            any other word as ``<unk>``.
+        input_vocabulary_size: the words the character CNN reads by their spelling (the
+            tokenizer's vocabulary, at least ``vocabulary_size``; words are whitespace-separated).
+            Only a word outside it reads as ``<unk>``'s characters, as bilm-tf reads every word's
+            own (its input side has no vocabulary).
+        min_frequency: a word must occur this often in the corpus to enter the input vocabulary.
         lowercase: lower-case the text before splitting it into words.
         char_embedding_dim: dimensions of each character's embedding (the paper: 16).
         filter_widths: the character CNN's filter widths, in characters (the paper: 1 to 7).
@@ -45,6 +50,7 @@ class ELMoConfig:
     """
 
     vocabulary_size: int = 8000
+    input_vocabulary_size: int = 50000
     min_frequency: int = 2
     lowercase: bool = False
     char_embedding_dim: int = 16
@@ -57,10 +63,14 @@ class ELMoConfig:
     dropout: float = 0.1
 
     def validate(self) -> None:
-        check_positive(self, "model", "vocabulary_size", "min_frequency", "char_embedding_dim", "projection_dim", "lstm_dim", "lstm_layers")
+        check_positive(self, "model", "vocabulary_size", "input_vocabulary_size", "min_frequency", "char_embedding_dim", "projection_dim", "lstm_dim", "lstm_layers")
         check_non_negative(self, "model", "highway_layers")
         if self.vocabulary_size < 5:
             raise ConfigError(f"config key 'model.vocabulary_size' = {self.vocabulary_size} must be at least 5 (4 special tokens and a word)")
+        if self.input_vocabulary_size < self.vocabulary_size:
+            raise ConfigError(
+                f"config key 'model.input_vocabulary_size' = {self.input_vocabulary_size} must be at least 'model.vocabulary_size' = {self.vocabulary_size}"
+            )
         if not self.filter_widths or len(self.filter_widths) != len(self.filter_counts):
             raise ConfigError(
                 f"config keys 'model.filter_widths' ({len(self.filter_widths)} entries) and 'model.filter_counts' ({len(self.filter_counts)}) "

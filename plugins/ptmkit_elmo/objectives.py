@@ -3,6 +3,8 @@
     L = mean over real predictions of  -log P(t_{k+1} | t_1..t_k)     (forward LM)
                                   and  -log P(t_{k-1} | t_k..t_N)     (backward LM)
 
+Token ids index the input vocabulary; the softmax covers its first ``backbone.vocabulary_size``
+ids (the most frequent words), and a target beyond them is ``<unk>`` (:func:`softmax_targets`).
 Both directions predict through the backbone's one softmax (:attr:`ELMoBackbone.softmax`): the
 objective's single output ``bilm`` stacks them, ``(batch, 2, sequence, vocabulary)`` logits
 (row 0 forward, row 1 backward), so that Keras' mean over its real predictions is the mean of
@@ -13,11 +15,14 @@ on) each line ``<S> w_1 .. w_n </S>`` is scored on its ``n`` words, forward from
 backward from ``</S>``, and the run reports
 
 - ``heldout_forward_word_perplexity``, ``heldout_backward_word_perplexity``:
-  ``exp(-sum log P / words)``, words counted with ``str.split()`` (a word outside the vocabulary
-  is predicted as ``<unk>``; ``heldout_unknown_words`` counts them);
+  ``exp(-sum log P / words)``, words counted with ``str.split()`` (a word outside the softmax
+  is predicted as ``<unk>``; ``heldout_unknown_words`` counts them, and
+  ``heldout_unspelt_words`` those outside the input vocabulary too, which the character CNN
+  reads as ``<unk>``'s characters);
 - ``heldout_word_perplexity``: their geometric mean, ``exp`` of the mean of the two mean NLLs;
 - ``heldout_unigram_word_perplexity``: the add-one smoothed unigram model of the training
-  split's words, the floor a language model must beat.
+  split's words over the softmax's words (the rest counted as ``<unk>``), the floor a language
+  model must beat.
 
 A line longer than ``train.sequence_length - 2`` words is scored in consecutive chunks of that
 many words, each wrapped in ``<S> .. </S>`` (no context crosses a chunk's edge).
@@ -33,6 +38,9 @@ from typing import Any
 import numpy as np
 
 from ptmkit.api import HeldoutLines, Objective, SpecialTokens, derive_inputs
+
+#: ``<unk>``'s id in an ELMo vocabulary (:mod:`ptmkit_elmo.tokenizer`: ``<pad>``, ``<unk>``, ``<S>``, ``</S>`` first).
+UNK_ID = 1
 
 #: The backbone capabilities the objective reads (the declared outputs of the ``elmo`` family).
 FORWARD_OUTPUT, BACKWARD_OUTPUT = "forward_output", "backward_output"
@@ -69,6 +77,16 @@ def bidirectional_targets(token_ids: np.ndarray, padding_mask: np.ndarray) -> tu
     return targets, weights
 
 
+def softmax_targets(targets: Any, softmax_size: int, unk: int) -> Any:
+    """``targets`` (NumPy or Keras tensors of ids) with every id ``>= softmax_size`` replaced by
+    ``unk``: the words the character CNN reads but the softmax does not predict."""
+    from keras import ops
+
+    if isinstance(targets, np.ndarray):
+        return np.where(targets < softmax_size, targets, unk)
+    return ops.where(ops.less(targets, softmax_size), targets, unk)
+
+
 class BiLM(Objective):
     """Forward and backward LMs through one shared softmax, with per-word held-out perplexity."""
 
@@ -91,9 +109,15 @@ class BiLM(Objective):
         outputs = backbone(inputs)
         both = ops.stack([backbone.logits(outputs[FORWARD_OUTPUT]), backbone.logits(outputs[BACKWARD_OUTPUT])], axis=1)
         logits = keras.layers.Activation("linear", dtype="float32", name="bilm")(both)
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-        return {}, {"bilm": logits}, {"bilm": loss}, {"bilm": metrics}
+        softmax_size, unk = int(backbone.vocabulary_size), UNK_ID
+
+        def loss(y_true: Any, y_pred: Any) -> Any:
+            return keras.losses.sparse_categorical_crossentropy(softmax_targets(y_true, softmax_size, unk), y_pred, from_logits=True)
+
+        def accuracy(y_true: Any, y_pred: Any) -> Any:
+            return keras.metrics.sparse_categorical_accuracy(softmax_targets(y_true, softmax_size, unk), y_pred)
+
+        return {}, {"bilm": logits}, {"bilm": loss}, {"bilm": [keras.metrics.MeanMetricWrapper(accuracy, name="accuracy")]}
 
     def score_lines(self, backbone: Any, heldout: HeldoutLines, config: BiLMConfig) -> dict[str, Any]:
         """Forward, backward and geometric-mean per-word perplexity of the held-out lines (module
@@ -101,16 +125,20 @@ class BiLM(Objective):
         texts = heldout.texts
         line_ids = [e.ids for e in heldout.tokenizer.encode_batch(texts, add_special_tokens=False)]
         forward, backward = line_log_likelihoods(backbone, heldout, line_ids)
-        counts = heldout.token_counts.astype(np.float64) + 1.0  # add-one (Laplace) smoothing
-        unigram = np.log(counts / counts.sum())
-        unigram_ll = float(sum(unigram[ids].sum() for ids in line_ids if ids))
+        softmax_size, unk = int(backbone.vocabulary_size), heldout.specials["unk"]
+        counts = heldout.token_counts.astype(np.float64)
+        counts = np.concatenate([counts[:softmax_size], np.zeros(max(0, softmax_size - len(counts)))])
+        counts[unk] += heldout.token_counts[softmax_size:].sum()  # the softmax's <unk> stands for every word beyond it
+        unigram = np.log((counts + 1.0) / (counts + 1.0).sum())  # add-one (Laplace) smoothing over the softmax's words
+        line_targets = [softmax_targets(np.asarray(ids, np.int64), softmax_size, unk) for ids in line_ids]
+        unigram_ll = float(sum(unigram[ids].sum() for ids in line_targets if len(ids)))
         words = max(sum(len(text.split()) for text in texts), 1)
-        unk = heldout.specials.unk
         nll_forward, nll_backward = -float(forward.sum()) / words, -float(backward.sum()) / words
         return {
             "heldout_lines": len(texts),
             "heldout_words": words,
-            "heldout_unknown_words": int(sum(ids.count(unk) for ids in line_ids)) if unk is not None else 0,
+            "heldout_unknown_words": int(sum(np.count_nonzero(ids == unk) for ids in line_targets)),
+            "heldout_unspelt_words": int(sum(ids.count(unk) for ids in line_ids)),
             "heldout_forward_word_perplexity": round(math.exp(nll_forward), 3),
             "heldout_backward_word_perplexity": round(math.exp(nll_backward), 3),
             "heldout_word_perplexity": round(math.exp((nll_forward + nll_backward) / 2), 3),
@@ -148,5 +176,6 @@ def line_log_likelihoods(backbone: Any, heldout: HeldoutLines, line_ids: list[li
             log_probs = np.asarray(ops.log_softmax(ops.cast(backbone.logits(outputs[key]), "float32"), axis=-1))
             for row, (line, ids) in enumerate(batch):
                 positions = np.arange(1, len(ids) + 1)  # the words; forward reads them from position i - 1, backward from i + 1
-                totals[direction, line] += float(log_probs[row, positions + shift, token_ids[row, positions]].sum())
+                targets = softmax_targets(token_ids[row, positions], log_probs.shape[-1], specials["unk"])
+                totals[direction, line] += float(log_probs[row, positions + shift, targets].sum())
     return totals[0], totals[1]

@@ -1,7 +1,8 @@
 """ELMo's word vocabulary with Hugging Face ``tokenizers``: words are the whitespace-separated
 strings of a line (``str.split()``; lower-cased with ``model.lowercase``), the
 ``vocabulary_size - 4`` most frequent of the corpus after ``<pad>``, ``<unk>``, ``<S>`` and ``</S>``
-(ids 0-3). A word outside the vocabulary is ``<unk>``. Encoding with special tokens (fine-tuning)
+(ids 0-3), most frequent first (so the softmax's words are the first ids). A word outside the
+vocabulary is ``<unk>``. Encoding with special tokens (fine-tuning)
 wraps a text in ``<S> ... </S>``, as bilm-tf wraps each sentence.
 
 The character CNN reads each word's UTF-8 bytes (the core's ``char_ids`` field, computed from

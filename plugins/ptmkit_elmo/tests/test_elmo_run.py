@@ -22,7 +22,8 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
 
 def test_word_perplexity_is_exp_of_the_mean_nll_by_hand() -> None:
     """Three lines scored in padded batches equal each line scored alone, by hand through the
-    softmax's weights: exp(-sum log P(w_i) / words) each way, and their geometric mean."""
+    softmax's weights: exp(-sum log P(w_i) / words) each way, and their geometric mean; the
+    softmax covers the 30 most frequent ids, the words beyond it are scored as <unk>."""
     import keras
 
     from ptmkit.api import HeldoutLines
@@ -35,32 +36,41 @@ def test_word_perplexity_is_exp_of_the_mean_nll_by_hand() -> None:
     tokenizer = train_word_vocabulary(tiny_texts(200), 60, 1, lowercase=False)
     vocabulary = tokenizer.get_vocab_size()
     keras.utils.set_random_seed(11)
-    backbone = ELMoBackbone(vocabulary, 50, 4, [1, 2], [4, 4], 1, 8, 12, 2, dropout=0.0)
-    backbone.softmax.set_weights([np.random.default_rng(0).normal(0, 0.5, (8, vocabulary)).astype("float32"), np.zeros(vocabulary, "float32")])
+    softmax = 30
+    backbone = ELMoBackbone(softmax, 50, 4, [1, 2], [4, 4], 1, 8, 12, 2, dropout=0.0)
+    backbone.softmax.set_weights([np.random.default_rng(0).normal(0, 0.5, (8, softmax)).astype("float32"), np.zeros(softmax, "float32")])
     family = ELMoFamily()
     specials = family.special_tokens(tokenizer)
     lines = ["the cat saw the bridge .", "a dog liked zebras", "the river crossed a red house at night again and again"]  # zebras: <unk>
-    heldout = HeldoutLines(lines, tokenizer, specials, family.inputs, 64, 2, np.ones(vocabulary, np.int64))
+    counts = np.arange(vocabulary, dtype=np.int64)
+    heldout = HeldoutLines(lines, tokenizer, specials, family.inputs, 64, 2, counts)
     metrics = BiLM().score_lines(backbone, heldout, BiLMConfig())
 
     characters = tokenizer_character_table(tokenizer, 50)
     kernel, bias = (np.asarray(w, np.float64) for w in backbone.softmax.get_weights())
     nll = np.zeros(2)
+    unigram_counts = counts[:softmax].astype(np.float64)
+    unigram_counts[specials.unk] += counts[softmax:].sum()
+    unigram_nll, beyond = 0.0, 0
     for text in lines:
         ids = [specials.bos, *tokenizer.encode(text, add_special_tokens=False).ids, specials.eos]
         out = backbone({"char_ids": characters[ids][None], "padding_mask": np.ones((1, len(ids)), np.int32)})
         forward = _log_softmax(np.asarray(out["forward_output"], np.float64)[0] @ kernel + bias)
         backward = _log_softmax(np.asarray(out["backward_output"], np.float64)[0] @ kernel + bias)
         for i in range(1, len(ids) - 1):  # the words: forward reads them from i - 1, backward from i + 1
-            nll[0] -= forward[i - 1, ids[i]]
-            nll[1] -= backward[i + 1, ids[i]]
+            target = ids[i] if ids[i] < softmax else specials.unk
+            nll[0] -= forward[i - 1, target]
+            nll[1] -= backward[i + 1, target]
+            unigram_nll -= math.log((unigram_counts[target] + 1) / (unigram_counts.sum() + softmax))
+            beyond += ids[i] >= softmax
     words = sum(len(text.split()) for text in lines)
-    unknown = sum(word not in tokenizer.get_vocab() for text in lines for word in text.split())
-    assert metrics["heldout_words"] == words == 21 and metrics["heldout_unknown_words"] == unknown >= 1
+    unspelt = sum(word not in tokenizer.get_vocab() for text in lines for word in text.split())
+    assert metrics["heldout_words"] == words == 21 and metrics["heldout_unspelt_words"] == unspelt >= 1 and beyond >= 1
+    assert metrics["heldout_unknown_words"] == unspelt + beyond
     assert metrics["heldout_forward_word_perplexity"] == pytest.approx(math.exp(nll[0] / words), rel=1e-4)
     assert metrics["heldout_backward_word_perplexity"] == pytest.approx(math.exp(nll[1] / words), rel=1e-4)
     assert metrics["heldout_word_perplexity"] == pytest.approx(math.exp(nll.mean() / words), rel=1e-4)
-    assert metrics["heldout_unigram_word_perplexity"] == pytest.approx(vocabulary, rel=1e-4)  # equal counts: uniform
+    assert metrics["heldout_unigram_word_perplexity"] == pytest.approx(math.exp(unigram_nll / words), rel=1e-4)
 
 
 def test_long_words_are_counted_in_a_warning() -> None:
