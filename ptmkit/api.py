@@ -21,7 +21,7 @@ Contract types (:mod:`ptmkit.contract`)
     :class:`EvaluatesPairs`,
     :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`ImportsCheckpoints`, :class:`WritesOwnExport`, :class:`HasQuickstart` (families, with :class:`QuickstartPlan`), :class:`TrainsOnWordVectors`
     (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask` (backbones), :class:`KeepsLayers` (``ptmkit compress``); :func:`capabilities` lists what a family offers objectives and heads
-    (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`, :data:`SELF_ATTENTION_MASK`).
+    (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`HIDDEN_STATES`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`, :data:`SELF_ATTENTION_MASK`).
 
 Errors (:mod:`ptmkit.errors`)
     :class:`PtmkitError` and its kinds (:class:`ConfigError`, :class:`DataError`,
@@ -91,6 +91,7 @@ from ptmkit.config import (
 )
 from ptmkit.console import default_console
 from ptmkit.contract import (
+    HIDDEN_STATES,
     POOLED_OUTPUT,
     SELF_ATTENTION_MASK,
     SEQUENCE_OUTPUT,
@@ -184,6 +185,7 @@ __all__ = [
     "__version__",
     "hookimpl",
     # contract types
+    "HIDDEN_STATES",
     "POOLED_OUTPUT",
     "SEQUENCE_OUTPUT",
     "SPECIAL_TOKEN_ROLES",

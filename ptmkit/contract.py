@@ -69,6 +69,7 @@ POOLED_OUTPUT = "pooled_output"  # (batch, hidden) float
 TOKEN_EMBEDDING = "token_embedding"  # the backbone's token-embedding layer, for tied output heads
 WORD_VECTORS = "word_vectors"  # static word vectors: offered by families that are ProvidesWordVectors
 SELF_ATTENTION_MASK = "self_attention_mask"  # the backbone is an AttendsWithMask (UniLM's masks)
+HIDDEN_STATES = "hidden_states"  # (batch, layers, sequence, hidden) float: each layer's states, for a scalar mix
 
 #: The tokenizer fields the core and the runtime derive inputs from (:mod:`ptmkit_export.fields`).
 TOKENIZER_FIELDS = ("ids", "type_ids", "attention_mask", "char_ids")
@@ -276,6 +277,10 @@ class ModelFamily:
         hf_model_types: frozenset of Hugging Face ``config.json`` ``model_type`` values whose
             checkpoints this family's :meth:`ImportsCheckpoints.import_checkpoint` reads;
             ``ptmkit import-hf DIR`` hands a checkpoint to the family that declares its type.
+        head_defaults: ``[head]`` values this family's runs start from instead of the head's own
+            defaults (keys of the chosen head's config; others are ignored), e.g. a family whose
+            paper fine-tunes frozen, mixed layers: ``{"layers": "mix", "freeze_backbone": True}``.
+            A ``--config`` file or ``--set`` still overrides them.
     """
 
     name: ClassVar[str]
@@ -287,6 +292,7 @@ class ModelFamily:
     provides: ClassVar[frozenset[str]] = frozenset()
     default_objectives: ClassVar[tuple[str, ...]] = ()
     hf_model_types: ClassVar[frozenset[str]] = frozenset()
+    head_defaults: ClassVar[Mapping[str, Any]] = {}
 
     @property
     def input_names(self) -> tuple[str, ...]:

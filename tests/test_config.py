@@ -168,7 +168,7 @@ def test_unknown_nested_objective_key(registry: Registry) -> None:
 
 def test_unknown_key_without_a_close_match_lists_the_known_keys(registry: Registry) -> None:
     message = config_error(registry, None, "head.zzzz=1")
-    assert message == "--set: unknown config key 'head.zzzz' (known keys: dropout, initializer_range, pooling)"
+    assert message == "--set: unknown config key 'head.zzzz' (known keys: dropout, freeze_backbone, initializer_range, layers, mix_layer_norm, pooling)"
 
 
 def test_unknown_section(registry: Registry, tmp_path: Path) -> None:

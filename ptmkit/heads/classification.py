@@ -1,16 +1,19 @@
 """Sequence classification: dropout and a dense layer on the pooled output (Devlin et al. 2019,
-section 4.1; keras-hub's ``BertTextClassifier``)."""
+section 4.1; keras-hub's ``BertTextClassifier``), or on the mean of a scalar mix of the backbone's
+layers with the backbone frozen (Peters et al. 2018, section 3.3; :mod:`ptmkit.heads.scalar_mix`)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from ptmkit.contract import POOLED_OUTPUT, Head
+from ptmkit.contract import HIDDEN_STATES, POOLED_OUTPUT, Head
 from ptmkit.errors import ConfigError
 
 #: What the classification head reads (``head.pooling``).
 POOLINGS = ("pooler", "mean")
+#: Which of the backbone's layers it reads (``head.layers``).
+LAYERS = ("last", "mix")
 
 
 @dataclasses.dataclass
@@ -36,10 +39,25 @@ class ClassificationConfig:
     over the non-padding tokens (sentence-transformers' pooling, Reimers and Gurevych 2019: the
     start that fits a checkpoint trained for mean-pooled embeddings, such as all-MiniLM-L6-v2,
     whose pooler is not in the checkpoint)."""
+    layers: str = "last"
+    """Which token states ``"mean"`` pooling averages: ``"last"``, the backbone's
+    ``sequence_output``, or ``"mix"``, a learnt scalar mix of all its layers (the backbone's
+    ``hidden_states`` output), ``gamma * sum_j softmax(w)_j h_j`` (Peters et al. 2018, equation 1;
+    ``"mix"`` needs ``pooling = "mean"`` and a backbone that outputs ``hidden_states``)."""
+    mix_layer_norm: bool = False
+    """With ``layers = "mix"``: normalise each layer over its hidden axis at each token before
+    mixing (Peters et al. 2018 found it helped in some tasks)."""
+    freeze_backbone: bool = False
+    """Keep the pre-trained backbone's weights fixed: only the mix and the output layer learn
+    (ELMo's recipe, Peters et al. 2018, section 3.3)."""
 
     def validate(self) -> None:
         if self.pooling not in POOLINGS:
             raise ConfigError(f"config key 'head.pooling' must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
+        if self.layers not in LAYERS:
+            raise ConfigError(f"config key 'head.layers' must be one of {', '.join(LAYERS)}, got {self.layers!r}")
+        if self.layers == "mix" and self.pooling != "mean":
+            raise ConfigError(f"config key 'head.layers' = 'mix' mixes token states and needs 'head.pooling' = 'mean', got {self.pooling!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"config key 'head.dropout' must be in [0, 1), got {self.dropout}")
         if not self.initializer_range > 0.0:
@@ -47,9 +65,16 @@ class ClassificationConfig:
 
 
 class SequenceClassification(Head):
-    """``pooled_output`` (or, with ``head.pooling = "mean"``, the masked mean of ``sequence_output``)
-    ``-> Dropout -> Dense(num_labels)``, returning ``logits`` ``(batch, num_labels)`` float32; the
-    dense kernel is drawn from ``normal(0, head.initializer_range)``, its bias is 0."""
+    """``pooled_output`` (or, with ``head.pooling = "mean"``, the masked mean of ``sequence_output``,
+    or with ``head.layers = "mix"`` of the :class:`~ptmkit.heads.scalar_mix.ScalarMix` of
+    ``hidden_states``) ``-> Dropout -> Dense(num_labels)``, returning ``logits`` ``(batch,
+    num_labels)`` float32; the dense kernel is drawn from ``normal(0, head.initializer_range)``,
+    its bias is 0. With ``head.freeze_backbone`` the backbone is not trained.
+
+    Raises:
+        ConfigError: ``mean`` pooling without a ``padding_mask`` input; ``mix`` on a backbone
+            without a ``hidden_states`` output.
+    """
 
     name = "classification"
     description = "sequence classification on the pooled output (logits over the labels)"
@@ -61,14 +86,24 @@ class SequenceClassification(Head):
 
         from ptmkit.training.pretrain import backbone_inputs
 
+        if config.freeze_backbone:
+            backbone.trainable = False
         inputs = backbone_inputs(backbone)
         outputs = backbone(inputs)
         if config.pooling == "mean" and "padding_mask" not in inputs:
             raise ConfigError(f"head.pooling = 'mean' needs a padding_mask input; this backbone takes {', '.join(inputs)}")
+        if config.layers == "mix" and HIDDEN_STATES not in outputs:
+            raise ConfigError(f"head.layers = 'mix' needs a backbone output {HIDDEN_STATES!r} (each layer's states); this backbone gives {', '.join(outputs)}")
         if config.pooling == "mean":
+            states = outputs["sequence_output"]
+            if config.layers == "mix":
+                from ptmkit.heads.scalar_mix import ScalarMix
+
+                hidden_states = outputs[HIDDEN_STATES]  # (batch, layers, sequence, hidden)
+                states = ScalarMix(int(hidden_states.shape[1]), layer_norm=config.mix_layer_norm, name="scalar_mix")(hidden_states)
             # (batch, sequence, hidden) averaged over the tokens where padding_mask is 1
-            mask = keras.ops.expand_dims(keras.ops.cast(inputs["padding_mask"], outputs["sequence_output"].dtype), -1)
-            total = keras.ops.sum(outputs["sequence_output"] * mask, axis=1)
+            mask = keras.ops.expand_dims(keras.ops.cast(inputs["padding_mask"], states.dtype), -1)
+            total = keras.ops.sum(states * mask, axis=1)
             pooled = total / keras.ops.maximum(keras.ops.sum(mask, axis=1), 1.0)
         else:
             pooled = outputs["pooled_output"]

@@ -80,6 +80,7 @@ def resolve_config(
     if data.get("family", family_name) != family_name:
         raise ConfigError(f"{source}: family = {data['family']!r} but the command trains {family_name!r}")
     data["family"] = family_name
+    data = _with_head_defaults(registry, family, data, overrides or [])
 
     def build(data: dict[str, Any], source: str) -> RunConfig:
         return build_run_config(
@@ -111,6 +112,25 @@ def resolve_config(
             )
     _refuse_clashing_objectives(registry, names, source)
     return config
+
+
+def _with_head_defaults(registry: Registry, family: Any, data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``data`` over the family's :attr:`~ptmkit.contract.ModelFamily.head_defaults` that the
+    chosen head (``finetune.head`` of ``overrides``, else of ``data``, else the default head) has."""
+    import dataclasses
+
+    if not family.head_defaults:
+        return data
+    head = (data.get("finetune") or {}).get("head", FinetuneConfig().head)
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.strip() == "finetune.head":
+            head = value.strip().strip('"')
+    if head not in registry.heads:
+        return data
+    fields = {f.name for f in dataclasses.fields(registry.heads[head].config_class)}
+    defaults = {key: value for key, value in family.head_defaults.items() if key in fields}
+    return _merge({"head": defaults}, data) if defaults else data
 
 
 def _refuse_clashing_objectives(registry: Registry, names: list[str], source: str) -> None:
