@@ -636,8 +636,9 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-readab
     from rich.table import Table
 
     table = Table(title="ptmkit plugins")
-    for column in ("plugin", "distribution", "version", "families", "objectives", "heads", "readers", "status"):
+    for column in ("plugin", "distribution", "version", "families", "objectives", "heads", "readers"):
         table.add_column(column)
+    table.add_column("status", min_width=30)  # "ok; clash: family 'NAME'" stays on one line
     for p in registry.plugins:
         status = "ok" if p.ok else f"[red]broken: {p.error}[/red]"
         if p.conflicts:  # the names two distributions provide; the plugin's others work

@@ -207,7 +207,7 @@ def test_a_family_name_clash_breaks_that_family_only(tmp_path: Path) -> None:
     site = make_distribution(tmp_path / "site", "ptmkit-otherw2v", "ptmkit_otherw2v", source, entry_name="otherw2v")
     listed = run_cli("plugins", path=[site])
     assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.count("clash: family") == 2  # in the rows of both plugins (the table folds the rest)
+    assert listed.stdout.count("clash: family 'word2vec'") == 2  # in the rows of both plugins
     plugins = plugins_json(run_cli("plugins", "--json", path=[site]))
     assert plugins["otherw2v"]["conflicts"] == ["family 'word2vec'"] and plugins["word2vec"]["conflicts"] == ["family 'word2vec'"]
     assert plugins["otherw2v"]["readers"] == ["reversed"]  # its other names are registered

@@ -48,11 +48,11 @@ def test_toy_plugin_is_discovered_through_its_entry_point(toys: Registry, ptmkit
     assert info.distribution == "ptmkit-toys" and info.version == "0.1" and info.ok
     assert info.families == ["toy-decoder", "toy-chars"] and info.objectives == ["toy_clm"]
     # Matching by capability: mlm and span need the token embedding, which neither toy exposes;
-    # nsp and sop need only a pooled output.
+    # nsp, sop and sso need only a pooled output.
     for name in info.families:
-        assert toys.objectives_for(toys.family(name)) == ["nsp", "sop", "toy_clm"]
+        assert toys.objectives_for(toys.family(name)) == ["nsp", "sop", "sso", "toy_clm"]
         assert toys.heads_for(toys.family(name)) == ["classification"]
-    assert toys.objectives_for(toys.family("bert")) == ["mlm", "nsp", "rtd", "sop", "span", "toy_clm"]
+    assert toys.objectives_for(toys.family("bert")) == ["mlm", "nsp", "rtd", "sop", "span", "sso", "toy_clm", "unilm", "wso"]
 
 
 @pytest.mark.parametrize("name", ["toy-decoder", "toy-chars"])
