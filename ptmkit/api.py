@@ -38,7 +38,7 @@ Configuration (:mod:`ptmkit.config`)
 Run directories and the registry (:mod:`ptmkit.rundir`, :mod:`ptmkit.plugins`)
     :class:`RunDir` and the names of the files in it (:data:`CONFIG`, :data:`TOKENIZER`,
     :data:`BACKBONE_WEIGHTS`, :data:`MODEL_WEIGHTS`, :data:`LABELS`, :data:`METRICS`,
-    :data:`POOLING`, :data:`MANIFEST`), :func:`load_weights`, :func:`save_model_weights`; :func:`get_registry` for an
+    :data:`POOLING`, :data:`MANIFEST`), :func:`load_weights`, :func:`save_model_weights`; :func:`staged_run`, :func:`write_backbone_run`, :func:`imported_run_config` (a run written whole or not at all: imports, ``compress``); :func:`get_registry` for an
     importer that records which plugin owns the family it writes.
 
 IO and console (:mod:`ptmkit.io`, :mod:`ptmkit.console`)
@@ -145,8 +145,11 @@ from ptmkit.rundir import (
     POOLING,
     TOKENIZER,
     RunDir,
+    imported_run_config,
     load_weights,
     save_model_weights,
+    staged_run,
+    write_backbone_run,
 )
 from ptmkit.training.finetune import macro_f1, top1_gold
 from ptmkit.training.pretrain import resolve_config
@@ -254,6 +257,9 @@ __all__ = [
     "get_registry",
     "load_weights",
     "save_model_weights",
+    "staged_run",
+    "write_backbone_run",
+    "imported_run_config",
     # io and console
     "atomic_path",
     "atomic_save",

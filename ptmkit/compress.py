@@ -9,19 +9,17 @@ into it (:mod:`ptmkit.training.distillation`), ``export`` and ``serve`` read it.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from ptmkit.config import read_toml, to_toml
+from ptmkit.config import read_toml
 from ptmkit.contract import KeepsLayers
 from ptmkit.errors import ConfigError, RunDirError
-from ptmkit.io import atomic_save, atomic_write_text, staging_directory
 from ptmkit.plugins import Registry, get_registry
-from ptmkit.rundir import BACKBONE_WEIGHTS, CONFIG, POOLING, TOKENIZER, RunDir
+from ptmkit.rundir import CONFIG, POOLING, TOKENIZER, RunDir, staged_run, write_backbone_run
 
 
 def parse_layers(text: str) -> list[int]:
@@ -57,7 +55,7 @@ def keep_layers_run(run_dir: str | Path, out: str | Path, layers: list[int], con
     family = registry.family(manifest["family"])
     if not isinstance(family, KeepsLayers):
         raise ConfigError(f"--keep-layers: the {family.name} family cannot drop blocks of its backbone (it does not implement KeepsLayers)")
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):  # before loading the backbone
         raise RunDirError(f"{target}: exists and is not an empty directory; choose another --out")
     quiet_tensorflow()
     backbone, config, _, _ = load_backbone(registry, source)
@@ -66,24 +64,14 @@ def keep_layers_run(run_dir: str | Path, out: str | Path, layers: list[int], con
     stored["model"] = _asdict(model_config)
     parameters = {"before": int(backbone.count_params()), "after": int(smaller.count_params())}
     console.print(f"kept blocks {','.join(map(str, layers))}: {parameters['before']:,} -> {parameters['after']:,} parameters")
-    with staging_directory(target, f".{target.name}.compress-") as staged:
-        run = RunDir(staged)
-        atomic_write_text(run / CONFIG, to_toml(stored))
-        shutil.copyfile(source.require(TOKENIZER), run / TOKENIZER)
+    with staged_run(target, "compress") as run:
         if (source / POOLING).exists():
             shutil.copyfile(source / POOLING, run / POOLING)
-        atomic_save(run / BACKBONE_WEIGHTS, lambda tmp: smaller.save_weights(str(tmp)))
-        fields = {key: manifest[key] for key in ("family", "plugin", "inputs", "pooling") if key in manifest}
-        written = run.write_manifest(
-            stage="pretrain", **fields, objectives=[], head=None, weights=BACKBONE_WEIGHTS, parameters=parameters,
+        fields = {key: manifest[key] for key in ("inputs", "pooling") if key in manifest}
+        written = write_backbone_run(
+            run, registry, family.name, stored, None, smaller, source.require(TOKENIZER), **fields, parameters=parameters,
             compressed_from={"path": str(source.path.resolve()), "method": "keep-layers", "layers": layers},
         )
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(staged, 0o777 & ~umask)  # mkdtemp's 0700 is for the build, not the run
-        if target.exists():
-            target.rmdir()
-        os.replace(staged, target)
     return written
 
 

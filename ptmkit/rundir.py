@@ -25,8 +25,10 @@ with a manifest is a finished run.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +150,80 @@ def save_model_weights(model: Any, file: Path) -> None:
 
     optimizer = getattr(model, "optimizer", None)
     saving_lib.save_weights_only(model, str(file), objects_to_skip=[optimizer] if optimizer is not None else None)
+
+
+@contextlib.contextmanager
+def staged_run(target: str | Path, purpose: str) -> Iterator[RunDir]:
+    """A run directory built beside ``target`` and moved into place only when the block ends
+    without an exception, so a failure leaves nothing at ``target``.
+
+    ``target`` must not exist, or be an empty directory (replaced). The staged directory gets the
+    umask's permissions (not ``mkdtemp``'s 0700) before it moves.
+
+    Args:
+        purpose: a word for the staging directory's name (``.TARGET.PURPOSE-XXXX``).
+
+    Raises:
+        RunDirError: ``target`` exists and is not an empty directory.
+        OutputError: ``target``'s directory cannot be written.
+    """
+    import os
+
+    from ptmkit.io import staging_directory
+
+    target = Path(target)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise RunDirError(f"{target}: exists and is not an empty directory; choose another --out")
+    with staging_directory(target, f".{target.name}.{purpose}-") as staged:
+        yield RunDir(staged)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staged, 0o777 & ~umask)
+        if target.exists():
+            target.rmdir()
+        os.replace(staged, target)
+
+
+def imported_run_config(registry: Any, family: str, model_config: Any) -> Any:
+    """The run config of a checkpoint imported into ``family``: the family's defaults with
+    ``model_config`` as ``[model]``, and the default ``[train]`` / ``[finetune]`` sequence lengths
+    cut to the checkpoint's ``max_sequence_length``."""
+    import dataclasses
+
+    from ptmkit.config import FinetuneConfig, TrainConfig
+    from ptmkit.training.pretrain import resolve_config
+
+    limit = model_config.max_sequence_length
+    lengths = {section: {"sequence_length": min(cls.sequence_length, limit)} for section, cls in (("train", TrainConfig), ("finetune", FinetuneConfig))}
+    return resolve_config(registry, family, base={"model": dataclasses.asdict(model_config), **lengths})
+
+
+def write_backbone_run(
+    run: RunDir, registry: Any, family: str, config: dict[str, Any], tokenizer: Any, backbone: Any,
+    tokenizer_file: Path | None = None, **manifest_fields: Any,
+) -> dict[str, Any]:
+    """Write a pre-trained run that is a backbone and its tokenizer (an imported checkpoint, a
+    compressed run): ``config.toml`` (``config``, a run config as a dict), ``tokenizer.json``
+    (``tokenizer_file`` copied as it is, else ``tokenizer`` saved), the backbone's weights, and
+    last the manifest (stage ``pretrain``, no objectives or head, ``family``'s plugin, and
+    ``manifest_fields``).
+
+    Returns:
+        the manifest.
+    """
+    import shutil
+
+    from ptmkit.config import to_toml
+    from ptmkit.io import atomic_save, atomic_write_text
+
+    atomic_write_text(run / CONFIG, to_toml(config))
+    if tokenizer_file is not None:
+        shutil.copyfile(tokenizer_file, run / TOKENIZER)
+    else:
+        tokenizer.save(str(run / TOKENIZER))
+    atomic_save(run / BACKBONE_WEIGHTS, lambda tmp: backbone.save_weights(str(tmp)))
+    plugin = registry.owner("family", family)
+    return run.write_manifest(
+        stage="pretrain", family=family, plugin={"name": plugin.name, "distribution": plugin.distribution, "version": plugin.version},
+        objectives=[], head=None, weights=BACKBONE_WEIGHTS, **manifest_fields,
+    )

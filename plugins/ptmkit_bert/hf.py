@@ -30,7 +30,6 @@ numbers from ``benchmarks/hf_reference.py``).
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -362,7 +361,15 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
             :func:`load_tokenizer`, :func:`read_pooling`.
         RunDirError: ``out`` exists and is not an empty directory.
     """
-    from ptmkit.api import BACKBONE_WEIGHTS, TOKENIZER, RunDir, get_registry, quiet_tensorflow, staging_directory
+    from ptmkit.api import (
+        POOLING,
+        TOKENIZER,
+        get_registry,
+        imported_run_config,
+        quiet_tensorflow,
+        staged_run,
+        write_backbone_run,
+    )
     from ptmkit_bert.tokenizer import special_tokens
 
     source, target = Path(directory), Path(out)
@@ -379,42 +386,23 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
 
     quiet_tensorflow()
     registry = get_registry()
-    run_config = _run_config(registry, config)
+    run_config = imported_run_config(registry, "bert", config)
     if console is not None:
         console.print(f"importing {source}: BERT {config.num_layers} layers, hidden {config.hidden_dim}, {config.num_heads} heads, "
                       f"vocabulary {config.vocabulary_size:,}, activation {config.hidden_activation}, layer-norm eps {config.layer_norm_epsilon:g}")
     backbone = _ported_backbone(config, source, hf, weights)
 
-    with staging_directory(target, f".{target.name}.import-") as tmp_name:
-        run = RunDir(tmp_name)
-        _write_run_files(run, run_config, tokenizer, source / TOKENIZER if unchanged else None, pooling, backbone)
-        plugin = registry.owner("family", "bert")
-        manifest = run.write_manifest(
-            stage="pretrain",
-            family="bert",
-            plugin={"name": plugin.name, "distribution": plugin.distribution, "version": plugin.version},
-            objectives=[],
-            head=None,
+    with staged_run(target, "import") as run:
+        run.write_json(POOLING, pooling)
+        manifest = write_backbone_run(
+            run, registry, "bert", run_config.to_dict(), tokenizer, backbone, source / TOKENIZER if unchanged else None,
             imported_from={"format": "huggingface", "path": str(source.resolve()), "weights": weights, "tokenizer": tokenizer_source,
                            "special_tokens": dict(special_tokens(tokenizer))},
-            pooling=pooling,
-            inputs=["token_ids", "segment_ids", "padding_mask"],
-            weights=BACKBONE_WEIGHTS,
+            pooling=pooling, inputs=["token_ids", "segment_ids", "padding_mask"],
         )
-        _move_into_place(tmp_name, target)
     return manifest
 
 
-def _run_config(registry: Any, config: BertConfig) -> Any:
-    """The imported run's config: the family's defaults with ``config`` as its model, and the
-    default sequence lengths unless the checkpoint has fewer positions."""
-    from ptmkit.api import FinetuneConfig, TrainConfig, resolve_config
-
-    lengths = {
-        section: {"sequence_length": min(cls.sequence_length, config.max_sequence_length)}
-        for section, cls in (("train", TrainConfig), ("finetune", FinetuneConfig))
-    }
-    return resolve_config(registry, "bert", base={"model": _asdict(config), **lengths})
 
 
 def _ported_backbone(config: BertConfig, source: Path, hf: dict[str, Any], weights: dict[str, Any]) -> Any:
@@ -434,34 +422,3 @@ def _ported_backbone(config: BertConfig, source: Path, hf: dict[str, Any], weigh
     except Exception as exc:
         raise CheckpointError(f"{weights['file']}: cannot read weights ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
     return backbone
-
-
-def _write_run_files(run: Any, run_config: Any, tokenizer: Any, copied: Path | None, pooling: dict[str, Any], backbone: Any) -> None:
-    """Write the run's config, tokenizer, pooling and backbone weights: the checkpoint's
-    ``tokenizer.json`` ``copied`` as it is (the checkpoint's own encoding), or ``tokenizer`` saved."""
-    from ptmkit.api import BACKBONE_WEIGHTS, CONFIG, POOLING, TOKENIZER, atomic_save, atomic_write_text, to_toml
-
-    atomic_write_text(run / CONFIG, to_toml(run_config.to_dict()))
-    if copied is not None:
-        shutil.copyfile(copied, run / TOKENIZER)
-    else:
-        tokenizer.save(str(run / TOKENIZER))
-    run.write_json(POOLING, pooling)
-    atomic_save(run / BACKBONE_WEIGHTS, lambda tmp: backbone.save_weights(str(tmp)))
-
-
-def _move_into_place(staged: str | os.PathLike[str], target: Path) -> None:
-    """Give the staged run directory the umask's permissions and move it to ``target`` (an
-    empty directory there is replaced)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(staged, 0o777 & ~umask)  # mkdtemp's 0700 is for the build, not the run
-    if target.exists():
-        target.rmdir()
-    os.replace(staged, target)
-
-
-def _asdict(config: BertConfig) -> dict[str, Any]:
-    import dataclasses
-
-    return dataclasses.asdict(config)

@@ -22,9 +22,7 @@ builds it).
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -239,30 +237,25 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
         RunDirError: ``out`` exists and is not an empty directory.
     """
     from ptmkit.api import (
-        BACKBONE_WEIGHTS,
-        CONFIG,
-        TOKENIZER,
-        RunDir,
-        atomic_save,
-        atomic_write_text,
         get_registry,
+        imported_run_config,
         quiet_tensorflow,
-        staging_directory,
-        to_toml,
+        staged_run,
+        write_backbone_run,
     )
     from ptmkit_roberta.backbone import build_backbone
 
     source, target = Path(directory), Path(out)
     if not source.is_dir():
         raise CheckpointError(f"{source}: no such checkpoint directory")
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):  # before reading weights
         raise RunDirError(f"{target}: exists and is not an empty directory; choose another --out")
     config, hf = read_roberta_config(source)
     weights = check_weights(source, config, hf)
     tokenizer, tokenizer_file = load_tokenizer(source, config)
     quiet_tensorflow()
     registry = get_registry()
-    run_config = _run_config(config)
+    run_config = imported_run_config(registry, "roberta", config)
     if console is not None:
         console.print(f"importing {source}: RoBERTa {config.num_layers} layers, hidden {config.hidden_dim}, {config.num_heads} heads, "
                       f"vocabulary {config.vocabulary_size:,}, {config.max_sequence_length} positions"
@@ -272,38 +265,13 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
         port_weights(backbone, source, hf, weights["pooler"])
     except Exception as exc:
         raise CheckpointError(f"{weights['file']}: cannot read weights ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
-    with staging_directory(target, f".{target.name}.import-") as tmp_name:
-        run = RunDir(tmp_name)
-        atomic_write_text(run / CONFIG, to_toml(run_config.to_dict()))
-        if tokenizer_file is not None:
-            shutil.copyfile(tokenizer_file, run / TOKENIZER)
-        else:
-            tokenizer.save(str(run / TOKENIZER))
-        atomic_save(run / BACKBONE_WEIGHTS, lambda tmp: backbone.save_weights(str(tmp)))
-        plugin = registry.owner("family", "roberta")
-        manifest = run.write_manifest(
-            stage="pretrain", family="roberta", plugin={"name": plugin.name, "distribution": plugin.distribution, "version": plugin.version},
-            objectives=[], head=None, inputs=["token_ids", "padding_mask"], weights=BACKBONE_WEIGHTS,
+    with staged_run(target, "import") as run:
+        manifest = write_backbone_run(
+            run, registry, "roberta", run_config.to_dict(), tokenizer, backbone, tokenizer_file, inputs=["token_ids", "padding_mask"],
             imported_from={"format": "huggingface", "path": str(source.resolve()), "weights": weights, "tokenizer": str(tokenizer_file or "vocab.json + merges.txt")},
         )
-        _move_into_place(tmp_name, target)
     return manifest
 
 
-def _run_config(config: RobertaConfig) -> Any:
-    """The imported run's config: the family's defaults with ``config`` as its model, sequence
-    lengths cut to the checkpoint's positions."""
-    from ptmkit.api import FinetuneConfig, TrainConfig, get_registry, resolve_config
-
-    lengths = {section: {"sequence_length": min(cls.sequence_length, config.max_sequence_length)} for section, cls in (("train", TrainConfig), ("finetune", FinetuneConfig))}
-    return resolve_config(get_registry(), "roberta", base={"model": dataclasses.asdict(config), **lengths})
 
 
-def _move_into_place(staged: str | os.PathLike[str], target: Path) -> None:
-    """Give the staged run directory the umask's permissions and move it to ``target``."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(staged, 0o777 & ~umask)
-    if target.exists():
-        target.rmdir()
-    os.replace(staged, target)
