@@ -145,14 +145,13 @@ from ptmkit.rundir import (
     POOLING,
     TOKENIZER,
     RunDir,
-    imported_run_config,
     load_weights,
     save_model_weights,
     staged_run,
     write_backbone_run,
 )
 from ptmkit.training.finetune import macro_f1, top1_gold
-from ptmkit.training.pretrain import resolve_config
+from ptmkit.training.pretrain import imported_run_config, resolve_config
 from ptmkit.training.setup import quiet_tensorflow, seed_everything
 from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, WordVectors, load_matrix, save_matrix
 from ptmkit.wordvectors.family import WordVectorFamily

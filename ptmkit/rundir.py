@@ -184,20 +184,6 @@ def staged_run(target: str | Path, purpose: str) -> Iterator[RunDir]:
         os.replace(staged, target)
 
 
-def imported_run_config(registry: Any, family: str, model_config: Any) -> Any:
-    """The run config of a checkpoint imported into ``family``: the family's defaults with
-    ``model_config`` as ``[model]``, and the default ``[train]`` / ``[finetune]`` sequence lengths
-    cut to the checkpoint's ``max_sequence_length``."""
-    import dataclasses
-
-    from ptmkit.config import FinetuneConfig, TrainConfig
-    from ptmkit.training.pretrain import resolve_config
-
-    limit = model_config.max_sequence_length
-    lengths = {section: {"sequence_length": min(cls.sequence_length, limit)} for section, cls in (("train", TrainConfig), ("finetune", FinetuneConfig))}
-    return resolve_config(registry, family, base={"model": dataclasses.asdict(model_config), **lengths})
-
-
 def write_backbone_run(
     run: RunDir, registry: Any, family: str, config: dict[str, Any], tokenizer: Any, backbone: Any,
     tokenizer_file: Path | None = None, **manifest_fields: Any,
