@@ -38,7 +38,7 @@ Configuration (:mod:`ptmkit.config`)
 Run directories and the registry (:mod:`ptmkit.rundir`, :mod:`ptmkit.plugins`)
     :class:`RunDir` and the names of the files in it (:data:`CONFIG`, :data:`TOKENIZER`,
     :data:`BACKBONE_WEIGHTS`, :data:`MODEL_WEIGHTS`, :data:`LABELS`, :data:`METRICS`,
-    :data:`POOLING`, :data:`MANIFEST`), :func:`load_weights`, :func:`save_model_weights`; :func:`staged_run`, :func:`write_backbone_run`, :func:`imported_run_config` (a run written whole or not at all: imports, ``compress``); :func:`get_registry` for an
+    :data:`POOLING`, :data:`MANIFEST`), :func:`load_weights`, :func:`save_model_weights`; :func:`staged_run`, :func:`write_backbone_run`, :func:`imported_run_config` (a run written whole or not at all: imports, ``compress``); :func:`generator_width` (ELECTRA's generator size, for a family's ``scale_config``); :func:`get_registry` for an
     importer that records which plugin owns the family it writes.
 
 IO and console (:mod:`ptmkit.io`, :mod:`ptmkit.console`)
@@ -134,6 +134,7 @@ from ptmkit.data.readers import is_labelled, read_corpus, read_labelled, read_mu
 from ptmkit.data.tokenization import derive_inputs
 from ptmkit.errors import ConfigError, DataError, ExportError, PluginError, PtmkitError, RunDirError
 from ptmkit.io import atomic_path, atomic_save, atomic_write_json, atomic_write_text, read_json, staging_directory
+from ptmkit.objectives.rtd import generator_width
 from ptmkit.plugins import get_registry
 from ptmkit.rundir import (
     BACKBONE_WEIGHTS,
@@ -256,6 +257,7 @@ __all__ = [
     "get_registry",
     "load_weights",
     "save_model_weights",
+    "generator_width",
     "staged_run",
     "write_backbone_run",
     "imported_run_config",

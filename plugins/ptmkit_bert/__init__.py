@@ -58,14 +58,11 @@ class BertFamily(ModelFamily):
         return GraphOptimizer("bert", config.num_heads, config.hidden_dim)
 
     def scale_config(self, config: BertConfig, width_ratio: float) -> BertConfig:
-        """ELECTRA's ``get_generator_config`` (Clark et al. 2020, reference implementation): hidden
-        ``round(hidden_dim * width_ratio)``, feed-forward 4 x that, ``max(1, hidden // 64)`` heads
-        (fewer while they do not divide it); layers, vocabulary, positions and dropout kept."""
-        hidden = max(1, int(round(config.hidden_dim * width_ratio)))
-        heads = max(1, hidden // 64)
-        while hidden % heads:
-            heads -= 1
-        return dataclasses.replace(config, hidden_dim=hidden, intermediate_dim=4 * hidden, num_heads=heads)
+        """ELECTRA's generator rule (:func:`ptmkit.api.generator_width`): hidden, feed-forward and
+        heads scaled; layers, vocabulary, positions and dropout kept."""
+        from ptmkit.api import generator_width
+
+        return dataclasses.replace(config, **generator_width(config.hidden_dim, width_ratio))
 
     def build_backbone(self, config: BertConfig) -> Any:
         from ptmkit_bert.backbone import build_backbone

@@ -115,6 +115,18 @@ def detection_metrics() -> list[Any]:
     ]
 
 
+def generator_width(hidden_dim: int, width_ratio: float) -> dict[str, int]:
+    """ELECTRA's ``get_generator_config`` (Clark et al. 2020, reference implementation) for a
+    Transformer encoder's config: ``hidden_dim`` ``round(hidden_dim * width_ratio)``,
+    ``intermediate_dim`` 4 x that, ``num_heads`` ``max(1, hidden // 64)`` (fewer while they do not
+    divide it). A family's :meth:`~ptmkit.contract.ModelFamily.scale_config` replaces these keys."""
+    hidden = max(1, int(round(hidden_dim * width_ratio)))
+    heads = max(1, hidden // 64)
+    while hidden % heads:
+        heads -= 1
+    return {"hidden_dim": hidden, "intermediate_dim": 4 * hidden, "num_heads": heads}
+
+
 def generator_config(family: ModelFamily, model_config: Any, ratio: float) -> Any:
     """The generator's config: ``family.scale_config(model_config, ratio)``, else (a family that
     cannot scale its config, or ``ratio`` 1) ``model_config`` itself."""
