@@ -8,7 +8,7 @@ from __future__ import annotations
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 #: Generations (decoder exports) a server runs at once; ``--generation-slots`` changes it.
 DEFAULT_GENERATION_SLOTS = 2
-SERVE_EXTRA = "pip install 'ptmkit-export[serve]'"
+SERVE_EXTRA = "pip install 'ptmkit-export[serve]' (from a ptmkit checkout: pip install -e './export[serve]')"
 
 
 def missing_extra_message(error: ImportError) -> str:

@@ -26,6 +26,7 @@ from ptmkit.api import (
     derive_inputs,
     get_registry,
     load_weights,
+    quiet_tensorflow,
     read_toml,
     resolve_config,
 )
@@ -57,6 +58,7 @@ class TextGenerator:
             raise RunDirError(f"{run.path}: a fine-tuned run (stage {manifest.get('stage')!r}: a classifier) does not generate; give its pre-trained run")
         self.config = resolve_config(registry, manifest["family"], None, None, base=read_toml(run.require(CONFIG))).model
         self.family = family
+        quiet_tensorflow()  # after the checks: TensorFlow imports without its start-up chatter
         self.backbone = family.build_backbone(self.config)
         load_weights(self.backbone, run.require(manifest.get("weights", "backbone.weights.h5")))
         self.tokenizer = run.load_tokenizer()

@@ -28,6 +28,7 @@ from ptmkit.api import (
     RunDirError,
     get_registry,
     load_weights,
+    quiet_tensorflow,
     read_parallel,
     read_toml,
     resolve_config,
@@ -53,6 +54,7 @@ class Translator:
         if manifest.get("family") != FAMILY:
             raise RunDirError(f"{run.path}: a {manifest.get('family')} run (stage {manifest.get('stage')!r}) does not translate; give a run of ptmkit train transformer")
         config = resolve_config(get_registry(), FAMILY, None, None, base=read_toml(run.require(CONFIG))).model
+        quiet_tensorflow()  # after the checks: TensorFlow imports without its start-up chatter
         from ptmkit_transformer.backbone import build_backbone
 
         backbone = build_backbone(config)

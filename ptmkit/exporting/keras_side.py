@@ -113,7 +113,9 @@ def main(argv: list[str]) -> int:
     from ptmkit.console import default_console
     from ptmkit.io import atomic_write_json
     from ptmkit.plugins import get_registry
+    from ptmkit.training.setup import quiet_tensorflow
 
+    quiet_tensorflow()  # the child's TensorFlow start-up chatter would land in the user's terminal
     run_dir, path, result = argv
     try:
         registry = get_registry()

@@ -137,5 +137,5 @@ def test_missing_serve_extra_is_one_line_exit_2(tiny_export: TinyExport) -> None
         )
         lines = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error") or "Traceback" in line]
         assert result.returncode == 2, (command, result.stdout, result.stderr)
-        assert lines == ["error: ptmkit serving needs the 'serve' extra (missing module 'starlette'): pip install 'ptmkit-export[serve]'"], (command, result.stderr)
+        assert lines == ["error: ptmkit serving needs the 'serve' extra (missing module 'starlette'): pip install 'ptmkit-export[serve]' (from a ptmkit checkout: pip install -e './export[serve]')"], (command, result.stderr)
         assert "Traceback" not in result.stderr, command
