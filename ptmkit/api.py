@@ -44,7 +44,7 @@ Run directories and the registry (:mod:`ptmkit.rundir`, :mod:`ptmkit.plugins`)
 IO and console (:mod:`ptmkit.io`, :mod:`ptmkit.console`)
     Atomic writes (:func:`atomic_path`, :func:`atomic_save`, :func:`atomic_write_text`,
     :func:`atomic_write_json`, :func:`staging_directory`): an interrupted run never leaves a half file that looks whole;
-    :func:`read_json` (a JSON file, or one line naming it); :func:`default_console`.
+    :func:`read_json` (a JSON file, or one line naming it), :func:`read_utf8_lines` (a `--file` of texts); :func:`default_console`.
 
 Data and training glue (:mod:`ptmkit.data.readers`, :mod:`ptmkit.training`)
     :func:`read_corpus`, :func:`read_labelled`, :func:`read_multilabelled`, :func:`is_labelled`
@@ -133,7 +133,15 @@ from ptmkit.data.parallel import ParallelCorpus, read_parallel
 from ptmkit.data.readers import is_labelled, read_corpus, read_labelled, read_multilabelled
 from ptmkit.data.tokenization import derive_inputs
 from ptmkit.errors import ConfigError, DataError, ExportError, PluginError, PtmkitError, RunDirError
-from ptmkit.io import atomic_path, atomic_save, atomic_write_json, atomic_write_text, read_json, staging_directory
+from ptmkit.io import (
+    atomic_path,
+    atomic_save,
+    atomic_write_json,
+    atomic_write_text,
+    read_json,
+    read_utf8_lines,
+    staging_directory,
+)
 from ptmkit.objectives.rtd import generator_width
 from ptmkit.plugins import get_registry
 from ptmkit.rundir import (
@@ -266,6 +274,7 @@ __all__ = [
     "atomic_save",
     "atomic_write_json",
     "read_json",
+    "read_utf8_lines",
     "staging_directory",
     "atomic_write_text",
     "default_console",

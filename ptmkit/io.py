@@ -138,3 +138,23 @@ def read_json(path: str | os.PathLike[str], error: type[Exception] = DataError) 
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise error(f"{path}: not valid JSON ({exc})") from None
+
+
+def read_utf8_lines(file: Path) -> list[str]:
+    """The non-blank lines of ``file`` as they are (strictly UTF-8): a ``--file`` of prompts or
+    sentences.
+
+    Raises:
+        DataError: a missing file, a directory, or invalid UTF-8 (naming the line and byte).
+    """
+    if not file.is_file():
+        raise DataError(f"{file}: {'is a directory, not a file' if file.is_dir() else 'no such file'}")
+    lines = []
+    for number, raw in enumerate(file.read_bytes().splitlines(), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{file}:{number}: not valid UTF-8 (byte {exc.start + 1} of the line)") from None
+        if line.strip():
+            lines.append(line)
+    return lines

@@ -28,6 +28,7 @@ from ptmkit.api import (
     load_weights,
     quiet_tensorflow,
     read_toml,
+    read_utf8_lines,
     resolve_config,
 )
 from ptmkit_export.generation import GenerationSettings, generate_ids
@@ -160,17 +161,7 @@ def read_prompt_file(file: Path) -> list[str]:
     Raises:
         DataError: a missing file, or invalid UTF-8 (naming the line).
     """
-    if not file.is_file():
-        raise DataError(f"{file}: {'is a directory, not a file' if file.is_dir() else 'no such file'}")
-    lines = []
-    for number, raw in enumerate(file.read_bytes().splitlines(), 1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise DataError(f"{file}:{number}: not valid UTF-8 (byte {exc.start + 1} of the line)") from None
-        if line.strip():
-            lines.append(line)
-    return lines
+    return read_utf8_lines(file)
 
 
 def register(cli: Any) -> None:

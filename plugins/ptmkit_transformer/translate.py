@@ -31,6 +31,7 @@ from ptmkit.api import (
     quiet_tensorflow,
     read_parallel,
     read_toml,
+    read_utf8_lines,
     resolve_config,
 )
 from ptmkit_export.generation import GenerationSettings, generate_ids
@@ -205,17 +206,7 @@ def read_source_file(file: Path) -> list[str]:
     Raises:
         DataError: a missing file or invalid UTF-8 (naming the line).
     """
-    if not file.is_file():
-        raise DataError(f"{file}: {'is a directory, not a file' if file.is_dir() else 'no such file'}")
-    lines = []
-    for number, raw in enumerate(file.read_bytes().splitlines(), 1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise DataError(f"{file}:{number}: not valid UTF-8 (byte {exc.start + 1} of the line)") from None
-        if line.strip():
-            lines.append(line.strip())
-    return lines
+    return [line.strip() for line in read_utf8_lines(file)]
 
 
 def register(cli: Any) -> None:
