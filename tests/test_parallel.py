@@ -37,3 +37,30 @@ def test_empty_sides_are_skipped_and_counted(tmp_path: Path) -> None:
     path.write_text("en\tde\n\tnur Ziel\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"no sentence pair \(1 with an empty source or target skipped\)"):
         read_parallel(path)
+
+
+def test_tab_only_line_is_a_pair_with_empty_sides(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.tsv"
+    path.write_text("one\teins\n\t\n  \n\t \ntwo\tzwei\n", encoding="utf-8")
+    with pytest.warns(UserWarning, match="skipped 2 pair"):  # lines 2 and 4; line 3 is blank
+        pairs = read_parallel(path)
+    assert pairs.lines == [1, 5] and pairs.skipped == 2
+
+
+@pytest.mark.parametrize(
+    ("first_line", "languages"),
+    [
+        ("en\tde", ("en", "de")),
+        ("pt_BR\tzh-Hans\tsource", ("pt_BR", "zh-Hans")),
+        ("yes\tja", None),  # "yes" is no ISO 639-1 code: a pair (English "yes", Japanese-ish "ja")
+        ("no\tno", None),  # the same code twice: a pair
+        ("ok\tja", None),  # "ok" is no ISO 639-1 code
+        ("deu\teng", None),  # three-letter codes are not headers
+    ],
+)
+def test_header_only_for_two_different_iso_639_1_codes(tmp_path: Path, first_line: str, languages: tuple[str, str] | None) -> None:
+    path = tmp_path / "pairs.tsv"
+    path.write_text(f"{first_line}\nHello\tHallo\n", encoding="utf-8")
+    pairs = read_parallel(path)
+    assert pairs.languages == languages
+    assert len(pairs) == (1 if languages else 2)

@@ -3,8 +3,9 @@
 A parallel file is UTF-8 text (``.gz``/``.bz2`` too), one pair a line: ``SOURCE<TAB>TARGET``,
 further tab-separated columns ignored (the shipped ``data/parallel/en-de-*.tsv`` carry a third,
 ``source``: the gettext domain each pair comes from). An optional header names the two languages
-with their codes (``en<TAB>de<TAB>source``): a first line whose first two cells are language
-codes (ISO 639: two or three lower-case letters, maybe with a region, ``pt_BR``, ``zh-Hans``).
+with their codes (``en<TAB>de<TAB>source``): a first line whose first two cells are two different
+ISO 639-1 codes (two lower-case letters, maybe with a region or script: ``pt_BR``, ``zh-Hans``).
+A pair such as ``yes<TAB>ja`` is a sentence pair, not a header (``yes`` is no ISO 639-1 code).
 
 Rules, as ``ptmkit train --parallel`` and ``ptmkit evaluate --parallel`` apply them:
 
@@ -12,7 +13,7 @@ Rules, as ``ptmkit train --parallel`` and ``ptmkit evaluate --parallel`` apply t
   ``file:line``): a missing target column is a broken file, not a pair to guess;
 - a pair with an empty source or target is skipped and counted in one warning; a file with no
   pair left is refused;
-- blank lines are skipped silently.
+- blank lines are skipped silently (a line holding a tab is a pair, with empty sides: counted).
 """
 
 from __future__ import annotations
@@ -24,8 +25,18 @@ from typing import NamedTuple
 
 from ptmkit.errors import DataError
 
-#: A language code as the header of a parallel file gives it (``en``, ``deu``, ``pt_BR``, ``zh-Hans``).
-LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}([-_][A-Za-z]{2,8})?$")
+#: A language code as the header of a parallel file gives it (``en``, ``pt_BR``, ``zh-Hans``): an
+#: ISO 639-1 code (:data:`ISO_639_1`), maybe with a region or script subtag.
+LANGUAGE_CODE = re.compile(r"^([a-z]{2})([-_][A-Za-z]{2,8})?$")
+
+#: The ISO 639-1 two-letter language codes (Library of Congress, ISO 639-2 registration authority).
+ISO_639_1 = frozenset(
+    "aa ab ae af ak am an ar as av ay az ba be bg bh bi bm bn bo br bs ca ce ch co cr cs cu cv cy da de dv dz ee el "
+    "en eo es et eu fa ff fi fj fo fr fy ga gd gl gn gu gv ha he hi ho hr ht hu hy hz ia id ie ig ii ik io is it iu "
+    "ja jv ka kg ki kj kk kl km kn ko kr ks ku kv kw ky la lb lg li ln lo lt lu lv mg mh mi mk ml mn mr ms mt my na "
+    "nb nd ne ng nl nn no nr nv ny oc oj om or os pa pi pl ps pt qu rm rn ro ru rw sa sc sd se sg si sk sl sm sn so "
+    "sq sr ss st su sv sw ta te tg th ti tk tl tn to tr ts tt tw ty ug uk ur uz ve vi vo wa wo xh yi yo za zh zu".split()
+)
 
 
 class ParallelCorpus(NamedTuple):
@@ -50,9 +61,15 @@ class ParallelCorpus(NamedTuple):
 
 
 def language_header(cells: list[str]) -> tuple[str, str] | None:
-    """``(source, target)`` when the first two ``cells`` are language codes, else None."""
+    """``(source, target)`` when the first two ``cells`` are two different ISO 639-1 codes, else None."""
     first, second = (cell.strip() for cell in cells[:2])
-    return (first, second) if LANGUAGE_CODE.match(first) and LANGUAGE_CODE.match(second) else None
+    return (first, second) if first != second and is_language_code(first) and is_language_code(second) else None
+
+
+def is_language_code(cell: str) -> bool:
+    """Whether ``cell`` is an ISO 639-1 code, maybe with a region or script (``de``, ``pt_BR``)."""
+    match = LANGUAGE_CODE.match(cell)
+    return match is not None and match.group(1) in ISO_639_1
 
 
 def read_parallel(path: str | Path) -> ParallelCorpus:
@@ -76,7 +93,7 @@ def read_parallel(path: str | Path) -> ParallelCorpus:
     seen_text = False
     for number, raw in enumerate(stream, 1):
         text = raw.rstrip("\r\n")
-        if not text.strip():
+        if not text.strip() and "\t" not in text:
             continue
         cells = text.split("\t")
         if len(cells) < 2:
