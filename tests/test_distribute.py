@@ -271,5 +271,5 @@ def test_unknown_strategy_is_refused(tmp_path: Path, capsys: pytest.CaptureFixtu
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("one line of text\n" * 20)
     assert main(["train", "bert", "--corpus", str(corpus), "--out", str(tmp_path / "run"), "--distribute", "horovod"]) == 2
-    assert "config key 'train.distribute' must be one of none, mirrored, multi-worker, got 'horovod'" in capsys.readouterr().err
+    assert "error: --distribute: expected one of none, mirrored, multi-worker, got 'horovod'" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()

@@ -64,8 +64,10 @@ def test_pretraining_with_each_objective(tiny_corpus: Path, tmp_path: Path, obje
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--objective", "mlm,span"], "error: --set: objectives 'mlm' and 'span' both corrupt the input tokens of a batch; 'train.objectives' may hold one of them"),
-        (["--set", "train.objectives=nsp,sop"], "error: --set: objectives 'nsp' and 'sop' both build the segment pairs of a batch; 'train.objectives' may hold one of them"),
+        (["--objective", "mlm,span"], "error: --objective: objectives 'mlm' and 'span' both corrupt the input tokens of a batch; keep one of them"),
+        (["--objective", "mlm,nsp,mlm"], "error: --objective: objective 'mlm' is listed twice; give each objective once"),
+        (["--set", "train.objectives=mlm,mlm"], "error: --set: objective 'mlm' is listed twice; give each objective once"),
+        (["--set", "train.objectives=nsp,sop"], "error: --set: objectives 'nsp' and 'sop' both build the segment pairs of a batch; keep one of them"),
         (["--set", "objectives.mlm.masking=sometimes"], "error: --set: config key 'objectives.mlm.masking' must be one of dynamic, static, got 'sometimes'"),
         (["--set", "objectives.mlm.dupe_factor=0"], "error: --set: config key 'objectives.mlm.dupe_factor' must be >= 1, got 0"),
         (["--set", "objectives.span.geometric_p=0"], "error: --set: config key 'objectives.span.geometric_p' must be in (0, 1], got 0.0"),
@@ -77,6 +79,15 @@ def test_bad_objective_settings_are_refused_in_one_line(tiny_corpus: Path, tmp_p
     assert main(["train", "bert", "--corpus", str(tiny_corpus), "--out", str(out), *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert err == message
+    assert not out.exists()
+
+
+def test_objective_flag_on_a_family_with_its_own_objective_is_refused(tiny_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert main(["train", "word2vec", "--corpus", str(tiny_corpus), "--out", str(out), "--objective", "mlm"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --objective: the word2vec family trains with its own objective; choose it with its [model] keys (ptmkit config word2vec) and drop --objective"
+    )
     assert not out.exists()
 
 

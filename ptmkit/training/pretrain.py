@@ -49,7 +49,7 @@ from ptmkit.errors import ConfigError, DataError, PluginError, PtmkitError, RunD
 from ptmkit.io import atomic_save, atomic_write_text
 from ptmkit.plugins import Registry, get_registry
 from ptmkit.rundir import BACKBONE_WEIGHTS, CONFIG, METRICS, STEP_LOG, TOKENIZER, RunDir
-from ptmkit.training.distribute import Cluster, barrier, check_global_batch, make_strategy, read_cluster
+from ptmkit.training.distribute import STRATEGIES, Cluster, barrier, check_global_batch, make_strategy, read_cluster
 
 
 def resolve_config(
@@ -102,16 +102,31 @@ def resolve_config(
         if limit is not None and length > limit:
             what = f"'{limits.max_sequence_length_key}' = {limit}" if limits.max_sequence_length_key else f"the model's limit of {limit} positions"
             raise ConfigError(f"{source}: config key '{section}.sequence_length' = {length} exceeds {what}")
-    names = config.train.objectives or list(family.default_objectives)
+    check_objectives(registry, family, config.train.objectives or list(family.default_objectives), source)
+    return config
+
+
+def check_objectives(registry: Registry, family: Any, names: list[str], source: str) -> None:
+    """Refuse an objective list that ``family``'s backbone cannot train in one batch.
+
+    Raises:
+        ConfigError: one line starting with ``source`` (``--objective``, ``--set``, the config
+            file): an objective listed twice, unknown, needing a capability the backbone lacks,
+            or clashing with another (:func:`_refuse_clashing_objectives`).
+    """
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ConfigError(f"{source}: objective {repeated[0]!r} is listed twice; give each objective once")
     for name in names:
+        if name not in registry.objectives:
+            raise ConfigError(f"{source}: unknown objective {name!r} (installed: {', '.join(sorted(registry.objectives))})")
         if name not in registry.objectives_for(family):
             raise ConfigError(
                 f"{source}: objective {name!r} needs {sorted(registry.objective(name).requires)}, which the "
-                f"{family_name} backbone does not provide (it provides {sorted(capabilities(family))}); "
+                f"{family.name} backbone does not provide (it provides {sorted(capabilities(family))}); "
                 f"it supports {registry.objectives_for(family)}"
             )
     _refuse_clashing_objectives(registry, names, source)
-    return config
 
 
 def _with_head_defaults(registry: Registry, family: Any, data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -139,11 +154,11 @@ def _refuse_clashing_objectives(registry: Registry, names: list[str], source: st
     alone = [name for name in names if registry.objective(name).trains_alone]
     if alone and len(names) > 1:
         others = ", ".join(repr(name) for name in names if name != alone[0])
-        raise ConfigError(f"{source}: objective {alone[0]!r} trains alone (its backbone reads the corrupted tokens it makes); drop {others} from 'train.objectives'")
+        raise ConfigError(f"{source}: objective {alone[0]!r} trains alone (its backbone reads the corrupted tokens it makes); drop {others}")
     for attribute, what in (("corrupts_token_ids", "corrupt the input tokens"), ("needs_segment_pairs", "build the segment pairs")):
         clashing = [name for name in names if getattr(registry.objective(name), attribute)]
         if len(clashing) > 1:
-            raise ConfigError(f"{source}: objectives {' and '.join(map(repr, clashing))} both {what} of a batch; 'train.objectives' may hold one of them")
+            raise ConfigError(f"{source}: objectives {' and '.join(map(repr, clashing))} both {what} of a batch; keep one of them")
 
 
 def own_loop(family: Any) -> bool:
@@ -365,9 +380,9 @@ def pretrain(
     family = registry.family(family_name)
     trains_itself = own_loop(family)
     _check_flags(family, corpus, parallel, dev, distribute, tokenizer, resume)
+    _check_objective_flag(registry, family, objectives)
     run = RunDir(out)
-    extra = [f"train.objectives={','.join(objectives)}"] if objectives else []
-    extra += [f"train.distribute={distribute}"] if distribute is not None else []
+    extra = [f"train.objectives={','.join(objectives)}"] * bool(objectives) + [f"train.distribute={distribute}"] * (distribute is not None)
     cluster = Cluster("none") if trains_itself else _cluster(registry, family_name, run, config_path, (overrides or []) + extra, resume)
     stored = _stored_config(run, family_name, trains_itself, resume, shared=not cluster.is_chief)
     config = _run_config(registry, family_name, run, stored, config_path, (overrides or []) + extra)
@@ -407,6 +422,8 @@ def _check_flags(
         ConfigError: one line naming the flag.
     """
     _check_data_flags(family, corpus, parallel, dev)
+    if distribute is not None and distribute not in STRATEGIES:
+        raise ConfigError(f"--distribute: expected one of {', '.join(STRATEGIES)}, got {distribute!r}")
     if not own_loop(family):
         return
     if distribute is not None:
@@ -415,6 +432,19 @@ def _check_flags(
         raise ConfigError(f"--tokenizer: the {family.name} family builds its own vocabulary; drop --tokenizer")
     if resume and not isinstance(family, Resumable | TrainsOnPairs):
         raise ConfigError(f"--resume: the {family.name} family trains in one pass without checkpoints; drop --resume (and delete an interrupted run directory)")
+
+
+def _check_objective_flag(registry: Registry, family: Any, objectives: list[str] | None) -> None:
+    """Refuse ``--objective`` on a family with its own objective, or naming objectives that
+    :func:`check_objectives` refuses (the error names ``--objective``, not ``--set``)."""
+    if not objectives:
+        return
+    if own_loop(family):
+        raise ConfigError(
+            f"--objective: the {family.name} family trains with its own objective; choose it with its [model] keys "
+            f"(ptmkit config {family.name}) and drop --objective"
+        )
+    check_objectives(registry, family, objectives, "--objective")
 
 
 def _check_paths(corpus: str | Path | None, parallel: str | Path | None, dev: str | Path | None) -> None:
