@@ -580,7 +580,9 @@ def _hf_importer(directory: Path) -> Any:
         raise PtmkitError(f"{directory}: no such checkpoint directory")
     path = directory / "config.json"
     if not path.is_file():
-        raise PtmkitError(f"{directory}: no config.json; a Hugging Face checkpoint directory holds config.json and model.safetensors")
+        inside = sorted(str(c.parent) for c in directory.glob("*/config.json") if (c.parent / "model.safetensors").is_file())
+        hint = f"; did you mean {inside[0]}?" if inside else ""
+        raise PtmkitError(f"{directory}: no config.json; a Hugging Face checkpoint directory holds config.json and model.safetensors{hint}")
     try:
         model_type = json.loads(path.read_text(encoding="utf-8")).get("model_type")
     except (OSError, UnicodeDecodeError, ValueError, AttributeError) as exc:

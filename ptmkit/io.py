@@ -145,7 +145,8 @@ def read_utf8_lines(file: Path) -> list[str]:
     sentences.
 
     Raises:
-        DataError: a missing file, a directory, or invalid UTF-8 (naming the line and byte).
+        DataError: a missing file, a directory, invalid UTF-8 (naming the line and byte), or a
+            file without a non-blank line.
     """
     if not file.is_file():
         raise DataError(f"{file}: {'is a directory, not a file' if file.is_dir() else 'no such file'}")
@@ -157,4 +158,6 @@ def read_utf8_lines(file: Path) -> list[str]:
             raise DataError(f"{file}:{number}: not valid UTF-8 (byte {exc.start + 1} of the line)") from None
         if line.strip():
             lines.append(line)
+    if not lines:
+        raise DataError(f"{file}: no text in it (the file is empty or holds blank lines only)")
     return lines

@@ -72,4 +72,6 @@ def test_a_teacher_with_other_labels_or_no_head_is_refused_in_one_line(tiny_pret
     assert capsys.readouterr().err.strip() == f"error: --teacher {teacher}: its labels differ from {three.resolve()}'s ('meh' in one and not the other)"
     assert main([*args, "--train", str(TRAIN), "--teacher", str(tiny_pretrained)]) == 2
     assert capsys.readouterr().err.strip() == f"error: --teacher {tiny_pretrained}: is a pretrain run; the teacher is a fine-tuned run (one with a head)"
+    assert main([*args, "--train", str(TRAIN), "--teacher", str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --teacher {tmp_path / 'nowhere'}: no such run directory; the teacher is a fine-tuned run (ptmkit finetune ... --out DIR)"
     assert not (tmp_path / "s").exists()

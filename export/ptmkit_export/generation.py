@@ -22,6 +22,7 @@ keras-hub's ``Sampler`` classes.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -71,14 +72,16 @@ class GenerationSettings:
             found.append(f"{flag('max_new_tokens')} {self.max_new_tokens}: must be at least 1")
         if self.strategy not in STRATEGIES:
             found.append(f"{flag('strategy')} {self.strategy!r}: expected one of {', '.join(STRATEGIES)}")
-        if not self.temperature >= 0:
-            found.append(f"{flag('temperature')} {self.temperature}: must be >= 0 (0 is greedy)")
+        if not 0 <= self.temperature < math.inf:
+            found.append(f"{flag('temperature')} {self.temperature}: must be a finite number >= 0 (0 is greedy)")
         if self.top_k < 0:
             found.append(f"{flag('top_k')} {self.top_k}: must be >= 0 (0 keeps every token)")
         if not 0.0 < self.top_p <= 1.0:
             found.append(f"{flag('top_p')} {self.top_p}: must be in (0, 1]")
         if self.num_beams < 1:
             found.append(f"{flag('num_beams')} {self.num_beams}: must be at least 1")
+        if not math.isfinite(self.length_penalty):
+            found.append(f"{flag('length_penalty')} {self.length_penalty}: must be a finite number")
         return found
 
 

@@ -12,6 +12,7 @@ decodes one sentence at a time, its beams as the batch. Scores: BLEU and chrF fr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -227,6 +228,8 @@ def register(cli: Any) -> None:
 
         if num_beams < 1:
             raise ConfigError(f"--num-beams {num_beams}: must be at least 1")
+        if not math.isfinite(length_penalty):
+            raise ConfigError(f"--length-penalty {length_penalty}: must be a finite number")
         if max_length is not None and max_length < 1:
             raise ConfigError(f"--max-length {max_length}: must be at least 1")
         sources = list(text or []) + (read_source_file(file) if file is not None else [])

@@ -263,8 +263,13 @@ def _check_sources(parent: RunDir, teacher: str | Path | None, overrides: list[s
     manifest = parent.manifest()
     if manifest["stage"] not in ("pretrain", "import"):
         raise RunDirError(f"{parent.path}: is a {manifest['stage']} run; fine-tune a pre-training run")
-    if teacher is not None and RunDir(teacher).manifest().get("stage") != "finetune":
-        raise RunDirError(f"--teacher {teacher}: is a {RunDir(teacher).manifest().get('stage')} run; the teacher is a fine-tuned run (one with a head)")
+    if teacher is not None:
+        try:
+            stage = RunDir(teacher).manifest().get("stage")
+        except RunDirError as exc:
+            raise RunDirError(f"--teacher {exc}; the teacher is a fine-tuned run (ptmkit finetune ... --out DIR)") from None
+        if stage != "finetune":
+            raise RunDirError(f"--teacher {teacher}: is a {stage} run; the teacher is a fine-tuned run (one with a head)")
     for override in overrides:
         section = override.partition("=")[0].strip().split(".")[0]
         if section not in ("finetune", "head"):

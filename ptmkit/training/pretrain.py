@@ -379,10 +379,10 @@ def pretrain(
     registry = registry or get_registry()
     family = registry.family(family_name)
     trains_itself = own_loop(family)
-    _check_flags(family, corpus, parallel, dev, distribute, tokenizer, resume)
-    _check_objective_flag(registry, family, objectives)
+    _check_flags(registry, family, corpus, parallel, dev, distribute, tokenizer, resume, objectives)
     run = RunDir(out)
-    extra = [f"train.objectives={','.join(objectives)}"] * bool(objectives) + [f"train.distribute={distribute}"] * (distribute is not None)
+    extra = [f"train.objectives={','.join(objectives)}"] if objectives else []
+    extra += [f"train.distribute={distribute}"] if distribute is not None else []
     cluster = Cluster("none") if trains_itself else _cluster(registry, family_name, run, config_path, (overrides or []) + extra, resume)
     stored = _stored_config(run, family_name, trains_itself, resume, shared=not cluster.is_chief)
     config = _run_config(registry, family_name, run, stored, config_path, (overrides or []) + extra)
@@ -412,16 +412,18 @@ def pretrain(
 
 
 def _check_flags(
-    family: Any, corpus: str | Path | None, parallel: str | Path | None, dev: str | Path | None, distribute: str | None,
-    tokenizer: str | Path | None, resume: bool,
+    registry: Registry, family: Any, corpus: str | Path | None, parallel: str | Path | None, dev: str | Path | None,
+    distribute: str | None, tokenizer: str | Path | None, resume: bool, objectives: list[str] | None,
 ) -> None:
-    """Refuse flags ``family`` cannot take: the wrong data flag (:func:`_check_data_flags`), and for
-    a family with its own loop ``--distribute``, ``--tokenizer``, or ``--resume`` without checkpoints.
+    """Refuse flags ``family`` cannot take: the wrong data flag (:func:`_check_data_flags`), an
+    unknown strategy, objectives it cannot train (:func:`_check_objective_flag`), and for a family
+    with its own loop ``--distribute``, ``--tokenizer``, or ``--resume`` without checkpoints.
 
     Raises:
         ConfigError: one line naming the flag.
     """
     _check_data_flags(family, corpus, parallel, dev)
+    _check_objective_flag(registry, family, objectives)
     if distribute is not None and distribute not in STRATEGIES:
         raise ConfigError(f"--distribute: expected one of {', '.join(STRATEGIES)}, got {distribute!r}")
     if not own_loop(family):

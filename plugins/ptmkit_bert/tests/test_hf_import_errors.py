@@ -152,6 +152,8 @@ def test_a_bad_checkpoint_is_refused_naming_the_file(case: str, tmp_path: Path) 
 
 def test_a_missing_directory_and_a_non_empty_out_are_refused(tmp_path: Path) -> None:
     refused(run_import(tmp_path / "nowhere", tmp_path / "run"), tmp_path / "run", "nowhere", "no such checkpoint directory")
+    nested = write_checkpoint(tmp_path / "package" / "model")  # a pip package that holds the checkpoint in model/
+    refused(run_import(nested.parent, tmp_path / "run"), tmp_path / "run", "no config.json", f"did you mean {nested}?")
     checkpoint = write_checkpoint(tmp_path / "ckpt")
     out = tmp_path / "taken"
     out.mkdir()

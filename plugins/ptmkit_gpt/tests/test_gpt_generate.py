@@ -122,14 +122,20 @@ def test_generate_command(gpt_run, tmp_path, capsys) -> None:
         (["--top-k", "-1"], "--top-k -1"),
         (["--strategy", "nucleus"], "--strategy 'nucleus'"),
         (["--temperature", "-1"], "--temperature -1"),
+        (["--temperature", "inf"], "--temperature inf: must be a finite number"),
+        (["--file", "EMPTY"], "no text in it (the file is empty or holds blank lines only)"),
         (["--prompt", "word " * 80], "--truncate left"),
     ],
 )
-def test_generate_refuses_bad_input(gpt_run, capsys, args: list[str], message: str) -> None:
+def test_generate_refuses_bad_input(gpt_run, capsys, tmp_path, args: list[str], message: str) -> None:
     from ptmkit.testing import main
 
     run, _, _ = gpt_run
-    base = [] if "--prompt" in args else ["--prompt", "the cat"]
+    base = [] if "--prompt" in args or "--file" in args else ["--prompt", "the cat"]
+    if "EMPTY" in args:
+        empty = tmp_path / "empty.txt"
+        empty.write_text("\n  \n", encoding="utf-8")
+        args = [str(empty) if a == "EMPTY" else a for a in args]
     assert main(["generate", str(run), *base, *args]) == 2
     captured = capsys.readouterr()
     output = (captured.out + captured.err).strip()

@@ -135,6 +135,12 @@ def test_translate_refusals(overfit_run, tmp_path: Path, capsys: pytest.CaptureF
     assert "error: --num-beams 0: must be at least 1" in capsys.readouterr().err
     assert main(["translate", str(run)]) == 2
     assert "nothing to translate" in capsys.readouterr().err
+    assert main(["translate", str(run), "--text", "hello", "--num-beams", "2", "--length-penalty", "nan"]) == 2
+    assert "error: --length-penalty nan: must be a finite number" in capsys.readouterr().err
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n \n", encoding="utf-8")
+    assert main(["translate", str(run), "--file", str(blank)]) == 2
+    assert f"error: {blank}: no text in it (the file is empty or holds blank lines only)" in capsys.readouterr().err
     classifier = tmp_path / "classifier"
     classifier.mkdir()
     (classifier / "manifest.json").write_text('{"family": "bert", "stage": "finetune", "format": "ptmkit-run/1"}')
