@@ -38,7 +38,7 @@ Configuration (:mod:`ptmkit.config`)
 Run directories and the registry (:mod:`ptmkit.rundir`, :mod:`ptmkit.plugins`)
     :class:`RunDir` and the names of the files in it (:data:`CONFIG`, :data:`TOKENIZER`,
     :data:`BACKBONE_WEIGHTS`, :data:`MODEL_WEIGHTS`, :data:`LABELS`, :data:`METRICS`,
-    :data:`POOLING`, :data:`MANIFEST`), :func:`load_weights`, :func:`save_model_weights`; :func:`staged_run`, :func:`write_backbone_run`, :func:`imported_run_config` (a run written whole or not at all: imports, ``compress``); :func:`generator_width` (ELECTRA's generator size, for a family's ``scale_config``); :func:`get_registry` for an
+    :data:`POOLING`, :data:`MANIFEST`), :func:`load_weights`, :func:`save_model_weights`; :func:`staged_run`, :func:`write_backbone_run`, :func:`imported_run_config` (a run written whole or not at all: imports, ``compress``); :func:`generator_width` (ELECTRA's generator size, for a family's ``scale_config``); :func:`feedforward_activation` (:data:`FEEDFORWARD_ACTIVATIONS`, exact GELU as :func:`gelu_erf`: transformer blocks that tf2onnx converts); :func:`get_registry` for an
     importer that records which plugin owns the family it writes.
 
 IO and console (:mod:`ptmkit.io`, :mod:`ptmkit.console`)
@@ -77,6 +77,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ptmkit import __version__, hookimpl
+from ptmkit.activations import FEEDFORWARD_ACTIVATIONS, feedforward_activation, gelu_erf
 from ptmkit.config import (
     FinetuneConfig,
     RunConfig,
@@ -266,6 +267,9 @@ __all__ = [
     "load_weights",
     "save_model_weights",
     "generator_width",
+    "FEEDFORWARD_ACTIVATIONS",
+    "feedforward_activation",
+    "gelu_erf",
     "staged_run",
     "write_backbone_run",
     "imported_run_config",

@@ -19,29 +19,9 @@ from typing import Any
 
 import keras
 import keras_hub
-from keras_hub.src.utils.keras_utils import gelu_approximate
 
+from ptmkit.api import feedforward_activation
 from ptmkit_bert.config import BertConfig
-
-
-@keras.saving.register_keras_serializable(package="ptmkit_bert")
-def gelu_erf(x: Any) -> Any:
-    """Exact GELU, ``0.5 * x * (1 + erf(x / sqrt(2)))`` (Hendrycks & Gimpel 2016).
-
-    Written with ``erf`` as BERT and Hugging Face's ``gelu`` are: TensorFlow lowers
-    ``keras.activations.gelu(approximate=False)`` to ``Erfc``, which tf2onnx cannot convert, while
-    ``Erf`` is an ONNX op that onnxruntime's transformer optimizer fuses into ``Gelu``.
-    """
-    from keras import ops
-
-    return 0.5 * x * (1.0 + ops.erf(x * 0.7071067811865476))
-
-
-_ACTIVATIONS = {
-    "gelu": gelu_erf,
-    "gelu_approximate": gelu_approximate,  # keras-hub's: gelu(x, approximate=True), the tanh form
-    "relu": keras.activations.relu,
-}
 
 
 @keras.saving.register_keras_serializable(package="ptmkit_bert")
@@ -58,10 +38,8 @@ class BertBackbone(keras_hub.models.BertBackbone):
     """
 
     def __init__(self, *args: Any, hidden_activation: str = "gelu", layer_norm_epsilon: float = 1e-12, **kwargs: Any) -> None:
-        if hidden_activation not in _ACTIVATIONS:
-            raise ValueError(f"hidden_activation must be one of {', '.join(_ACTIVATIONS)}, got {hidden_activation!r}")
+        activation = feedforward_activation(hidden_activation)
         super().__init__(*args, **kwargs)
-        activation = _ACTIVATIONS[hidden_activation]
         self.embeddings_layer_norm.epsilon = layer_norm_epsilon
         for layer in self.transformer_layers:
             layer._feedforward_intermediate_dense.activation = activation

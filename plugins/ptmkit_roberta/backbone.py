@@ -25,20 +25,9 @@ from typing import Any
 
 import keras
 import keras_hub
-from keras import ops
-from keras_hub.src.utils.keras_utils import gelu_approximate
 
+from ptmkit.api import feedforward_activation
 from ptmkit_roberta.config import RobertaConfig
-
-
-@keras.saving.register_keras_serializable(package="ptmkit_roberta")
-def gelu_erf(x: Any) -> Any:
-    """Exact GELU, ``0.5 * x * (1 + erf(x / sqrt(2)))`` (Hendrycks & Gimpel 2016), through ``Erf``
-    so that tf2onnx converts it (``keras.activations.gelu`` lowers to ``Erfc``)."""
-    return 0.5 * x * (1.0 + ops.erf(x * 0.7071067811865476))
-
-
-_ACTIVATIONS = {"gelu": gelu_erf, "gelu_approximate": gelu_approximate, "relu": keras.activations.relu}
 
 
 @keras.saving.register_keras_serializable(package="ptmkit_roberta")
@@ -80,8 +69,7 @@ class RobertaBackbone(keras_hub.models.Backbone):
         dtype: Any = None,
         **kwargs: Any,
     ) -> None:
-        if hidden_activation not in _ACTIVATIONS:
-            raise ValueError(f"hidden_activation must be one of {', '.join(_ACTIVATIONS)}, got {hidden_activation!r}")
+        activation = feedforward_activation(hidden_activation)
         initializer = keras.initializers.TruncatedNormal(stddev=0.02)  # keras-hub's roberta_kernel_initializer
         self.embeddings = keras_hub.layers.TokenAndPositionEmbedding(
             vocabulary_size=vocabulary_size, sequence_length=max_sequence_length, embedding_dim=hidden_dim,
@@ -92,7 +80,7 @@ class RobertaBackbone(keras_hub.models.Backbone):
         self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
         self.transformer_layers = [
             keras_hub.layers.TransformerEncoder(
-                num_heads=num_heads, intermediate_dim=intermediate_dim, activation=_ACTIVATIONS[hidden_activation], dropout=dropout,
+                num_heads=num_heads, intermediate_dim=intermediate_dim, activation=activation, dropout=dropout,
                 layer_norm_epsilon=layer_norm_epsilon, kernel_initializer=initializer, dtype=dtype, name=f"transformer_layer_{i}",
             )
             for i in range(num_layers)
