@@ -46,6 +46,12 @@ IO and console (:mod:`ptmkit.io`, :mod:`ptmkit.console`)
     :func:`atomic_write_json`, :func:`staging_directory`): an interrupted run never leaves a half file that looks whole;
     :func:`read_json` (a JSON file, or one line naming it), :func:`read_utf8_lines` (a `--file` of texts); :func:`default_console`.
 
+Hugging Face checkpoints (:mod:`ptmkit.hf_checkpoints`), for a family's ``import-hf``
+    :class:`CheckpointError`; :func:`check_import_paths`, :func:`read_hf_config`,
+    :func:`check_positive_key`, :func:`read_weight_shapes`, :func:`check_tensor_shapes`,
+    :func:`porting_weights`, :func:`write_imported_run`: the steps every importer shares, each
+    refusing in one line naming the file and key or tensor.
+
 Data and training glue (:mod:`ptmkit.data.readers`, :mod:`ptmkit.training`)
     :func:`read_corpus`, :func:`read_labelled`, :func:`read_multilabelled`, :func:`is_labelled`
     (every installed corpus format); :func:`read_parallel` and :class:`ParallelCorpus` (sentence
@@ -134,6 +140,16 @@ from ptmkit.data.parallel import ParallelCorpus, read_parallel
 from ptmkit.data.readers import is_labelled, read_corpus, read_labelled, read_multilabelled
 from ptmkit.data.tokenization import derive_inputs
 from ptmkit.errors import ConfigError, DataError, ExportError, PluginError, PtmkitError, RunDirError
+from ptmkit.hf_checkpoints import (
+    CheckpointError,
+    check_import_paths,
+    check_positive_key,
+    check_tensor_shapes,
+    porting_weights,
+    read_hf_config,
+    read_weight_shapes,
+    write_imported_run,
+)
 from ptmkit.io import (
     atomic_path,
     atomic_save,
@@ -270,6 +286,14 @@ __all__ = [
     "FEEDFORWARD_ACTIVATIONS",
     "feedforward_activation",
     "gelu_erf",
+    "CheckpointError",
+    "check_import_paths",
+    "check_positive_key",
+    "check_tensor_shapes",
+    "porting_weights",
+    "read_hf_config",
+    "read_weight_shapes",
+    "write_imported_run",
     "staged_run",
     "write_backbone_run",
     "imported_run_config",

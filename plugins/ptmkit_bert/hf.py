@@ -33,7 +33,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ptmkit.api import DataError, RunDirError, read_json
+from ptmkit.api import (
+    CheckpointError,
+    DataError,
+    check_positive_key,
+    check_tensor_shapes,
+    porting_weights,
+    read_hf_config,
+    read_json,
+    read_weight_shapes,
+)
 from ptmkit_bert.config import BertConfig
 
 CONFIG_FILE = "config.json"
@@ -42,10 +51,6 @@ WEIGHTS_FILE = "model.safetensors"
 #: Hugging Face ``hidden_act`` -> :attr:`BertConfig.hidden_activation`.
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate", "gelu_pytorch_tanh": "gelu_approximate", "relu": "relu"}
 _REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "max_position_embeddings")
-
-
-class CheckpointError(DataError):
-    """A Hugging Face checkpoint that ptmkit cannot import exactly; nothing was written."""
 
 
 def _read_json(path: Path) -> Any:
@@ -62,18 +67,7 @@ def read_bert_config(directory: Path) -> tuple[BertConfig, dict[str, Any]]:
         CheckpointError: no config.json, another architecture, a missing key, an activation or
             position-embedding type the backbone cannot compute, or a value out of range.
     """
-    path = directory / CONFIG_FILE
-    if not path.is_file():
-        raise CheckpointError(f"{directory}: no {CONFIG_FILE}; a Hugging Face checkpoint directory holds {CONFIG_FILE} and {WEIGHTS_FILE}")
-    hf = _read_json(path)
-    if not isinstance(hf, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, got {type(hf).__name__}")
-    model_type = hf.get("model_type")
-    if model_type != "bert":
-        raise CheckpointError(f"{path}: model_type {model_type!r} is not a BERT checkpoint (the BERT importer reads model_type 'bert')")
-    missing = [key for key in _REQUIRED if key not in hf]
-    if missing:
-        raise CheckpointError(f"{path}: missing key {missing[0]!r} (a BERT config needs {', '.join(_REQUIRED)})")
+    path, hf = read_hf_config(directory, "bert", "BERT", _REQUIRED)
     activation = hf.get("hidden_act", "gelu")
     if activation not in HF_ACTIVATIONS:
         raise CheckpointError(f"{path}: key 'hidden_act' = {activation!r} is not supported (supported: {', '.join(HF_ACTIVATIONS)})")
@@ -83,10 +77,7 @@ def read_bert_config(directory: Path) -> tuple[BertConfig, dict[str, Any]]:
     for key in ("is_decoder", "add_cross_attention"):
         if hf.get(key):
             raise CheckpointError(f"{path}: key {key!r} is true; the BERT importer reads encoders only")
-    for key in (*_REQUIRED, "type_vocab_size"):
-        value = hf.get(key, 2)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise CheckpointError(f"{path}: key {key!r} must be a positive integer, got {value!r}")
+    check_positive_key(path, hf, "type_vocab_size", default=2)
     if hf["hidden_size"] % hf["num_attention_heads"]:
         raise CheckpointError(f"{path}: key 'num_attention_heads' = {hf['num_attention_heads']} does not divide 'hidden_size' = {hf['hidden_size']}")
     config = BertConfig(
@@ -152,35 +143,12 @@ def check_weights(directory: Path, config: BertConfig) -> dict[str, Any]:
         CheckpointError: no weights (or only a pickled ``pytorch_model.bin``), an unreadable or
             truncated file, a missing tensor or a tensor of another shape.
     """
-    from safetensors import SafetensorError, safe_open
-
-    path = directory / WEIGHTS_FILE
-    if not path.is_file():
-        if (directory / "model.safetensors.index.json").is_file():
-            raise CheckpointError(f"{directory}: sharded safetensors checkpoints are not supported yet; merge the shards into {WEIGHTS_FILE}")
-        if (directory / "pytorch_model.bin").is_file():
-            raise CheckpointError(
-                f"{directory / 'pytorch_model.bin'}: a pickled torch checkpoint is refused (loading it can run arbitrary code); "
-                f"convert it to {WEIGHTS_FILE} with transformers: AutoModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)"
-            )
-        raise CheckpointError(f"{directory}: no {WEIGHTS_FILE}; a Hugging Face checkpoint directory holds {CONFIG_FILE} and {WEIGHTS_FILE}")
-    try:
-        with safe_open(str(path), framework="np") as weights:
-            names = {name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()}
-        size = path.stat().st_size
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-    pooler = True
-    for key, shape in expected_shapes(config).items():
-        name = _resolve(key, names)
-        if name is None:
-            if key.startswith("pooler."):
-                pooler = False
-                continue
-            raise CheckpointError(f"{path}: missing tensor {key!r} (expected for {config.num_layers} layers, hidden {config.hidden_dim})")
-        if names[name] != shape:
-            raise CheckpointError(f"{path}: tensor {name!r} has shape {list(names[name])}, config.json implies {list(shape)}")
-    return {"file": str(path), "bytes": size, "tensors": len(names), "pooler": pooler}
+    path, names = read_weight_shapes(directory)
+    absent = check_tensor_shapes(
+        path, names, expected_shapes(config), lambda key: _resolve(key, names),
+        f"{config.num_layers} layers, hidden {config.hidden_dim}", optional=("pooler.",),
+    )
+    return {"file": str(path), "bytes": path.stat().st_size, "tensors": len(names), "pooler": "pooler." not in absent}
 
 
 #: transformers' default special tokens of the tokenizer classes a BERT checkpoint names in
@@ -364,19 +332,15 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
     from ptmkit.api import (
         POOLING,
         TOKENIZER,
+        check_import_paths,
         get_registry,
         imported_run_config,
         quiet_tensorflow,
-        staged_run,
-        write_backbone_run,
+        write_imported_run,
     )
     from ptmkit_bert.tokenizer import special_tokens
 
-    source, target = Path(directory), Path(out)
-    if not source.is_dir():
-        raise CheckpointError(f"{source}: no such checkpoint directory")
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise RunDirError(f"{target}: exists and is not an empty directory; choose another --out")
+    source, target = check_import_paths(directory, out)
     config, hf = read_bert_config(source)
     weights = check_weights(source, config)
     tokenizer, tokenizer_source, unchanged = load_tokenizer(source, config, hf)
@@ -391,16 +355,11 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
         console.print(f"importing {source}: BERT {config.num_layers} layers, hidden {config.hidden_dim}, {config.num_heads} heads, "
                       f"vocabulary {config.vocabulary_size:,}, activation {config.hidden_activation}, layer-norm eps {config.layer_norm_epsilon:g}")
     backbone = _ported_backbone(config, source, hf, weights)
-
-    with staged_run(target, "import") as run:
-        run.write_json(POOLING, pooling)
-        manifest = write_backbone_run(
-            run, registry, "bert", run_config.to_dict(), tokenizer, backbone, source / TOKENIZER if unchanged else None,
-            imported_from={"format": "huggingface", "path": str(source.resolve()), "weights": weights, "tokenizer": tokenizer_source,
-                           "special_tokens": dict(special_tokens(tokenizer))},
-            pooling=pooling, inputs=["token_ids", "segment_ids", "padding_mask"],
-        )
-    return manifest
+    return write_imported_run(
+        target, registry, "bert", run_config, tokenizer, backbone, source / TOKENIZER if unchanged else None, source, weights, tokenizer_source,
+        inputs=["token_ids", "segment_ids", "padding_mask"], json_files={POOLING: pooling}, pooling=pooling,
+        imported_from={"special_tokens": dict(special_tokens(tokenizer))},
+    )
 
 
 
@@ -415,10 +374,6 @@ def _ported_backbone(config: BertConfig, source: Path, hf: dict[str, Any], weigh
     from ptmkit_bert.backbone import build_backbone
 
     backbone = build_backbone(config)
-    try:
+    with porting_weights(weights["file"]):
         port_weights(backbone, source, hf, weights["pooler"])
-    except CheckpointError:
-        raise
-    except Exception as exc:
-        raise CheckpointError(f"{weights['file']}: cannot read weights ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
     return backbone

@@ -20,23 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from ptmkit.api import DataError, RunDirError, read_json
+from ptmkit.api import CheckpointError, read_hf_config, read_weight_shapes
 from ptmkit_gpt.config import GPTConfig
 from ptmkit_gpt.tokenizer import END_OF_TEXT
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 _REQUIRED = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")
 #: transformers' ``activation_function`` values the backbone computes: GPT-2's tanh GELU.
 ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
-
-
-class CheckpointError(DataError):
-    """A Hugging Face GPT-2 checkpoint that ptmkit cannot import exactly; nothing was written."""
-
-
-def _read_json(path: Path) -> Any:
-    return read_json(path, CheckpointError)
 
 
 def read_gpt2_config(directory: Path) -> tuple[GPTConfig, dict[str, Any]]:
@@ -47,16 +37,7 @@ def read_gpt2_config(directory: Path) -> tuple[GPTConfig, dict[str, Any]]:
         CheckpointError: no config.json, another model type, a missing or non-positive key, an
             activation or attention option the backbone does not compute.
     """
-    path = directory / CONFIG_FILE
-    if not path.is_file():
-        raise CheckpointError(f"{directory}: no {CONFIG_FILE}; a Hugging Face checkpoint directory holds {CONFIG_FILE} and {WEIGHTS_FILE}")
-    hf = _read_json(path)
-    if not isinstance(hf, dict) or hf.get("model_type") != "gpt2":
-        raise CheckpointError(f"{path}: model_type {hf.get('model_type') if isinstance(hf, dict) else None!r} is not a GPT-2 checkpoint")
-    for key in _REQUIRED:
-        value = hf.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise CheckpointError(f"{path}: key {key!r} must be a positive integer, got {value!r}")
+    path, hf = read_hf_config(directory, "gpt2", "GPT-2", _REQUIRED)
     if hf["n_embd"] % hf["n_head"]:
         raise CheckpointError(f"{path}: key 'n_head' = {hf['n_head']} does not divide 'n_embd' = {hf['n_embd']}")
     activation = hf.get("activation_function", "gelu_new")
@@ -106,30 +87,23 @@ def check_weights(directory: Path, config: GPTConfig, hf: dict[str, Any]) -> dic
         CheckpointError: no (or a pickled-only, or an unreadable) weights file, a missing tensor, a
             tensor of another shape, untied output weights missing or different from ``wte``.
     """
-    from safetensors import SafetensorError, safe_open
+    from safetensors import safe_open
 
-    path = directory / WEIGHTS_FILE
-    if not path.is_file():
-        hint = " (a pickled pytorch_model.bin is refused: convert it with save_pretrained(DIR, safe_serialization=True))" if (directory / "pytorch_model.bin").is_file() else ""
-        raise CheckpointError(f"{directory}: no {WEIGHTS_FILE}{hint}")
-    try:
+    from ptmkit.api import check_tensor_shapes
+
+    path, names = read_weight_shapes(directory)
+
+    def resolve(key: str) -> str | None:
+        return next((n for n in (key, f"transformer.{key}") if n in names), None)
+
+    check_tensor_shapes(path, names, expected_shapes(config), resolve, f"{config.num_layers} layers, n_embd {config.hidden_dim}")
+    if not hf.get("tie_word_embeddings", True):
+        head = resolve("lm_head.weight")
+        if head is None:
+            raise CheckpointError(f"{path}: tie_word_embeddings is false but there is no 'lm_head.weight' tensor")
         with safe_open(str(path), framework="np") as weights:
-            names = {name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()}
-            resolve = {key: next((n for n in (key, f"transformer.{key}") if n in names), None) for key in [*expected_shapes(config), "lm_head.weight"]}
-            for key, shape in expected_shapes(config).items():
-                name = resolve[key]
-                if name is None:
-                    raise CheckpointError(f"{path}: missing tensor {key!r} (expected for {config.num_layers} layers, n_embd {config.hidden_dim})")
-                if names[name] != shape:
-                    raise CheckpointError(f"{path}: tensor {name!r} has shape {list(names[name])}, {CONFIG_FILE} implies {list(shape)}")
-            if not hf.get("tie_word_embeddings", True):
-                head = resolve["lm_head.weight"]
-                if head is None:
-                    raise CheckpointError(f"{path}: tie_word_embeddings is false but there is no 'lm_head.weight' tensor")
-                if not np.array_equal(weights.get_tensor(head), weights.get_tensor(resolve["wte.weight"] or "")):
-                    raise CheckpointError(f"{path}: 'lm_head.weight' differs from the token embedding; untied output weights are not supported")
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+            if not np.array_equal(weights.get_tensor(head), weights.get_tensor(resolve("wte.weight") or "")):
+                raise CheckpointError(f"{path}: 'lm_head.weight' differs from the token embedding; untied output weights are not supported")
     return {"file": str(path), "bytes": path.stat().st_size, "tensors": len(names)}
 
 
@@ -189,19 +163,16 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
         RunDirError: ``out`` exists and is not an empty directory.
     """
     from ptmkit.api import (
+        check_import_paths,
         get_registry,
         imported_run_config,
+        porting_weights,
         quiet_tensorflow,
-        staged_run,
-        write_backbone_run,
+        write_imported_run,
     )
     from ptmkit_gpt.backbone import build_backbone
 
-    source, target = Path(directory), Path(out)
-    if not source.is_dir():
-        raise CheckpointError(f"{source}: no such checkpoint directory")
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):  # before reading weights
-        raise RunDirError(f"{target}: exists and is not an empty directory; choose another --out")
+    source, target = check_import_paths(directory, out)
     config, hf = read_gpt2_config(source)
     weights = check_weights(source, config, hf)
     tokenizer, tokenizer_file = load_tokenizer(source, config)
@@ -212,17 +183,9 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
         console.print(f"importing {source}: GPT-2 {config.num_layers} layers, n_embd {config.hidden_dim}, {config.num_heads} heads, "
                       f"vocabulary {config.vocabulary_size:,}, {config.max_sequence_length} positions", markup=False, highlight=False)
     backbone = build_backbone(config)
-    try:
+    with porting_weights(weights["file"]):
         port_weights(backbone, source, hf)
-    except Exception as exc:
-        raise CheckpointError(f"{weights['file']}: cannot read weights ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
-    with staged_run(target, "import") as run:
-        manifest = write_backbone_run(
-            run, registry, "gpt", run_config.to_dict(), tokenizer, backbone, tokenizer_file, inputs=["token_ids", "padding_mask"],
-            imported_from={"format": "huggingface", "path": str(source.resolve()), "weights": weights, "tokenizer": str(tokenizer_file or "vocab.json + merges.txt")},
-        )
-    return manifest
-
-
-
-
+    return write_imported_run(
+        target, registry, "gpt", run_config, tokenizer, backbone, tokenizer_file, source, weights,
+        str(tokenizer_file or "vocab.json + merges.txt"), inputs=["token_ids", "padding_mask"],
+    )

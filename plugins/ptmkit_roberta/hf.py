@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ptmkit.api import DataError, RunDirError, read_json
+from ptmkit.api import CheckpointError, check_positive_key, check_tensor_shapes, read_hf_config, read_weight_shapes
 from ptmkit_roberta.config import RobertaConfig
 from ptmkit_roberta.tokenizer import SPECIAL_TOKEN_NAMES
 
@@ -39,10 +39,6 @@ _REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_he
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate", "gelu_pytorch_tanh": "gelu_approximate", "relu": "relu"}
 
 
-class CheckpointError(DataError):
-    """A Hugging Face RoBERTa checkpoint that ptmkit cannot import exactly; nothing was written."""
-
-
 def read_roberta_config(directory: Path) -> tuple[RobertaConfig, dict[str, Any]]:
     """Map ``DIR/config.json`` onto a :class:`RobertaConfig` (``max_sequence_length`` =
     ``max_position_embeddings - pad_token_id - 1``).
@@ -51,16 +47,8 @@ def read_roberta_config(directory: Path) -> tuple[RobertaConfig, dict[str, Any]]
         CheckpointError: no config.json, another model type, a missing or non-positive key, or an
             activation, position-embedding type or decoder option the backbone does not compute.
     """
-    path = directory / CONFIG_FILE
-    if not path.is_file():
-        raise CheckpointError(f"{directory}: no {CONFIG_FILE}; a Hugging Face checkpoint directory holds {CONFIG_FILE} and {WEIGHTS_FILE}")
-    hf = read_json(path, CheckpointError)
-    if not isinstance(hf, dict) or hf.get("model_type") != "roberta":
-        raise CheckpointError(f"{path}: model_type {hf.get('model_type') if isinstance(hf, dict) else None!r} is not a RoBERTa checkpoint")
-    for key in (*_REQUIRED, "type_vocab_size"):
-        value = hf.get(key, 1)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise CheckpointError(f"{path}: key {key!r} must be a positive integer, got {value!r}")
+    path, hf = read_hf_config(directory, "roberta", "RoBERTa", _REQUIRED)
+    check_positive_key(path, hf, "type_vocab_size", default=1)
     pad = hf.get("pad_token_id", 1)
     if not isinstance(pad, int) or isinstance(pad, bool) or not 0 <= pad < hf["max_position_embeddings"] - 1:
         raise CheckpointError(f"{path}: key 'pad_token_id' = {pad!r} leaves no position embedding (max_position_embeddings {hf['max_position_embeddings']})")
@@ -127,28 +115,12 @@ def check_weights(directory: Path, config: RobertaConfig, hf: dict[str, Any]) ->
         CheckpointError: no (or a pickled-only, or an unreadable) weights file, a missing tensor or
             a tensor of another shape than ``config.json`` implies.
     """
-    from safetensors import SafetensorError, safe_open
-
-    path = directory / WEIGHTS_FILE
-    if not path.is_file():
-        hint = " (a pickled pytorch_model.bin is refused: convert it with save_pretrained(DIR, safe_serialization=True))" if (directory / "pytorch_model.bin").is_file() else ""
-        raise CheckpointError(f"{directory}: no {WEIGHTS_FILE}{hint}")
-    try:
-        with safe_open(str(path), framework="np") as weights:
-            names = {name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()}
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-    pooler = True
-    for key, shape in expected_shapes(config, hf).items():
-        name = _resolve(key, names)
-        if name is None:
-            if key.startswith("pooler."):
-                pooler = False
-                continue
-            raise CheckpointError(f"{path}: missing tensor {key!r} (expected for {config.num_layers} layers, hidden {config.hidden_dim})")
-        if names[name] != shape:
-            raise CheckpointError(f"{path}: tensor {name!r} has shape {list(names[name])}, {CONFIG_FILE} implies {list(shape)}")
-    return {"file": str(path), "bytes": path.stat().st_size, "tensors": len(names), "pooler": pooler}
+    path, shapes = read_weight_shapes(directory)
+    absent = check_tensor_shapes(
+        path, shapes, expected_shapes(config, hf), lambda key: _resolve(key, shapes),
+        f"{config.num_layers} layers, hidden {config.hidden_dim}", optional=("pooler.",),
+    )
+    return {"file": str(path), "bytes": path.stat().st_size, "tensors": len(shapes), "pooler": "pooler." not in absent}
 
 
 def load_tokenizer(directory: Path, config: RobertaConfig) -> tuple[Any, Path | None]:
@@ -237,19 +209,16 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
         RunDirError: ``out`` exists and is not an empty directory.
     """
     from ptmkit.api import (
+        check_import_paths,
         get_registry,
         imported_run_config,
+        porting_weights,
         quiet_tensorflow,
-        staged_run,
-        write_backbone_run,
+        write_imported_run,
     )
     from ptmkit_roberta.backbone import build_backbone
 
-    source, target = Path(directory), Path(out)
-    if not source.is_dir():
-        raise CheckpointError(f"{source}: no such checkpoint directory")
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):  # before reading weights
-        raise RunDirError(f"{target}: exists and is not an empty directory; choose another --out")
+    source, target = check_import_paths(directory, out)
     config, hf = read_roberta_config(source)
     weights = check_weights(source, config, hf)
     tokenizer, tokenizer_file = load_tokenizer(source, config)
@@ -261,17 +230,9 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
                       f"vocabulary {config.vocabulary_size:,}, {config.max_sequence_length} positions"
                       + ("" if weights["pooler"] else "; no pooler in the checkpoint (initialised randomly)"), markup=False, highlight=False)
     backbone = build_backbone(config)
-    try:
+    with porting_weights(weights["file"]):
         port_weights(backbone, source, hf, weights["pooler"])
-    except Exception as exc:
-        raise CheckpointError(f"{weights['file']}: cannot read weights ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
-    with staged_run(target, "import") as run:
-        manifest = write_backbone_run(
-            run, registry, "roberta", run_config.to_dict(), tokenizer, backbone, tokenizer_file, inputs=["token_ids", "padding_mask"],
-            imported_from={"format": "huggingface", "path": str(source.resolve()), "weights": weights, "tokenizer": str(tokenizer_file or "vocab.json + merges.txt")},
-        )
-    return manifest
-
-
-
-
+    return write_imported_run(
+        target, registry, "roberta", run_config, tokenizer, backbone, tokenizer_file, source, weights,
+        str(tokenizer_file or "vocab.json + merges.txt"), inputs=["token_ids", "padding_mask"],
+    )
