@@ -69,7 +69,9 @@ Word-vector toolkit (shared by the word2vec, fastText, GloVe and NNLM families)
     :func:`encode_corpus`, :class:`EncodedCorpus`, :func:`noise_table`, :func:`huffman_codes`),
     word-prediction objectives (:class:`OutputLayer`, :class:`WindowExamples`, :class:`Subwords`),
     their trainer (:func:`prepare_corpus`, :func:`train_word_prediction`, :class:`SGDSchedule`,
-    :func:`auto_updates_per_call`), resumable epochs (:class:`ResumableEpochs`, the epoch loop
+    :func:`auto_updates_per_call`), the compiled CPU trainer of word2vec (:func:`train_kernel`,
+    :class:`KernelSchedule` with :data:`HOGBATCH` or :data:`PAIRS` updates, :func:`resolve_backend`,
+    :func:`cpu_threads`; loaded on first use: they import numba), resumable epochs (:class:`ResumableEpochs`, the epoch loop
     every trainer shares; :func:`epoch_rng`, :class:`EpochCheckpoints`, :func:`tokens_sha1`,
     :func:`vocabulary_fingerprint`) and the vector files a run holds
     (:class:`WordVectors`, :data:`VOCABULARY_FILE`, :data:`VECTORS_FILE`, :func:`save_matrix`,
@@ -207,6 +209,7 @@ if TYPE_CHECKING:
     from ptmkit.training.pretrain import step_dataset
     from ptmkit.training.progress import ProgressCallback
     from ptmkit.training.schedule import AdamW
+    from ptmkit.wordvectors.kernel import HOGBATCH, PAIRS, KernelSchedule, cpu_threads, resolve_backend, train_kernel
 
 __all__ = [
     # hook markers
@@ -351,11 +354,17 @@ __all__ = [
     "tokens_sha1",
     "train_word_prediction",
     "vocabulary_fingerprint",
+    "HOGBATCH",
+    "PAIRS",
+    "KernelSchedule",
+    "cpu_threads",
+    "resolve_backend",
+    "train_kernel",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    """Names whose modules import Keras, loaded on first use (PEP 562)."""
+    """Names whose modules import Keras (or numba), loaded on first use (PEP 562)."""
     if name == "AdamW":
         from ptmkit.training.schedule import AdamW
 
@@ -364,6 +373,10 @@ def __getattr__(name: str) -> Any:
         from ptmkit.training import checkpoint
 
         return getattr(checkpoint, name)
+    if name in ("HOGBATCH", "PAIRS", "KernelSchedule", "cpu_threads", "resolve_backend", "train_kernel"):
+        from ptmkit.wordvectors import kernel
+
+        return getattr(kernel, name)
     if name == "ProgressCallback":
         from ptmkit.training.progress import ProgressCallback
 
