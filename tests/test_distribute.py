@@ -261,7 +261,7 @@ def test_word_vector_families_refuse_distribute(tmp_path: Path, capsys: pytest.C
     code = main(["train", "word2vec", "--corpus", str(corpus), "--out", str(tmp_path / "run"), "--distribute", "mirrored"])
     error = capsys.readouterr().err.strip()
     assert code == 2 and len(error.splitlines()) == 1
-    assert error.startswith("error: --distribute: the word2vec family trains itself on one host with two threads") and error.endswith("drop --distribute")
+    assert error.startswith("error: --distribute: the word2vec family trains itself on one host: the CPU kernel (model.backend)") and error.endswith("drop --distribute")
     assert not (tmp_path / "run").exists()
     assert main(["config", "glove"]) == 0
     assert "# Scaling: the glove family trains itself in one process on one host" in capsys.readouterr().out

@@ -18,7 +18,10 @@ from ptmkit.wordvectors.training import EpochCheckpoints
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 SMALL = ["--set", "model.epochs=3", "--set", "model.min_count=2", "--set", "model.vector_size=16", "--set", "model.checkpoint_seconds=0"]
 FAMILIES = {
-    "word2vec": ["--set", "model.hs=true", "--set", "model.negative=2"],  # both output layers, window batches off
+    # both output layers; the CPU kernel (HogBatch windows) on one thread, and the Keras step (window batches off)
+    "word2vec": ["--set", "model.hs=true", "--set", "model.negative=2", "--set", "model.backend=cpu-kernel", "--set", "model.threads=1"],
+    "word2vec-pairs": ["--set", "model.negative=2", "--set", "model.backend=cpu-kernel", "--set", "model.threads=1", "--set", "model.batching=pairs"],
+    "word2vec-keras": ["--set", "model.hs=true", "--set", "model.negative=2", "--set", "model.backend=keras"],
     "fasttext": ["--set", "model.bucket=5000", "--set", "model.maxn=4"],
     "glove": ["--set", "model.window=5", "--set", "model.batch_size=512"],
     "nnlm": ["--set", "model.heldout_lines=20", "--set", "model.hidden=20"],
@@ -49,7 +52,8 @@ def interrupt_after_first_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_an_interrupted_run_resumes_to_the_uninterrupted_vectors(
     family: str, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["train", family, "--corpus", str(corpus), *SMALL, *FAMILIES[family]]
+    settings, family = FAMILIES[family], family.split("-")[0]
+    argv = ["train", family, "--corpus", str(corpus), *SMALL, *settings]
     with registered():
         assert main([*argv, "--out", str(tmp_path / "whole")]) == 0
         with monkeypatch.context() as patch:

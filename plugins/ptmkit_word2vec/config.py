@@ -8,6 +8,7 @@ from ptmkit.api import ConfigError, check_choice, check_non_negative, check_posi
 
 ARCHITECTURES = ("skipgram", "cbow")
 BATCHING = ("auto", "pairs", "windows")
+BACKENDS = ("auto", "cpu-kernel", "keras")
 
 
 @dataclasses.dataclass
@@ -44,14 +45,26 @@ class Word2VecConfig:
             output rows (its Huffman path; the center and ``negative`` noise words drawn once
             per window, as in Ji et al. 2016), each output row gathered and updated once per
             window; with hierarchical softmax alone this is the same gradient as ``pairs``.
-            ``batch_size`` then counts windows. ``auto``:
-            ``windows`` for hierarchical softmax without negatives, else ``pairs``. CBOW always
-            has one example per window.
+            ``batch_size`` then counts windows. ``auto``: on the ``keras`` backend ``windows``
+            for hierarchical softmax without negatives, else ``pairs``; on the ``cpu-kernel``
+            backend ``windows``. CBOW always has one example per window.
         hot_row_limit: a vector updated ``n`` times in one batch, ``n`` above this, gets this
             ``/ n`` of each update, so that frequent words cannot diverge (0: off).
         lowercase: lower-case the corpus before counting and training.
         seed: initial vectors, windows, sub-sampling and noise words.
-        jit_compile: XLA-compile the SGD step (much faster on CPU).
+        jit_compile: XLA-compile the SGD step of the ``keras`` backend (much faster on CPU).
+        backend: the training path. ``cpu-kernel``: compiled loops (numba) on ``threads``
+            threads updating shared matrices without locks, as word2vec.c and gensim do
+            (:mod:`ptmkit.wordvectors.kernel`); skip-gram with ``batching`` = ``windows`` or
+            ``auto`` updates a window at a time with its output rows shared (HogBatch, Ji et al.
+            2016), ``pairs`` one pair at a time (word2vec.c). ``keras``: the mini-batch SGD step
+            (XLA on CPU or GPU; ``batch_size``, ``updates_per_call``, ``hot_row_limit`` and
+            ``jit_compile`` apply to it alone). ``auto``: ``keras`` when TensorFlow sees a
+            GPU, else ``cpu-kernel``.
+        threads: threads of the ``cpu-kernel`` backend, one corpus shard each (0: the CPU
+            cores this process may use). One thread is reproducible bit for bit; several
+            interleave their updates as they run (equal in distribution, like gensim's
+            ``workers``).
         checkpoint_seconds: save the vectors at the end of an epoch once this many seconds of
             training have passed since the last save (0: after every epoch), in the run's
             ``checkpoint/``; ``ptmkit train ... --resume`` continues an interrupted run from there.
@@ -76,13 +89,16 @@ class Word2VecConfig:
     lowercase: bool = False
     seed: int = 1
     jit_compile: bool = True
+    backend: str = "auto"
+    threads: int = 0
     checkpoint_seconds: float = 60.0
 
     def validate(self) -> None:
         check_choice(self, "model", "architecture", ARCHITECTURES)
         check_choice(self, "model", "batching", BATCHING)
+        check_choice(self, "model", "backend", BACKENDS)
         check_positive(self, "model", "vector_size", "window", "min_count", "epochs")
-        check_non_negative(self, "model", "max_vocab", "negative", "sample", "alpha", "min_alpha", "hot_row_limit", "batch_size", "updates_per_call", "checkpoint_seconds")
+        check_non_negative(self, "model", "max_vocab", "negative", "sample", "alpha", "min_alpha", "hot_row_limit", "batch_size", "updates_per_call", "threads", "checkpoint_seconds")
         if not self.negative and not self.hs:
             raise ConfigError("config keys 'model.negative' = 0 and 'model.hs' = false leave no output layer; set one")
         if self.min_alpha > self.alpha:

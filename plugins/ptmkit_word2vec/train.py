@@ -1,9 +1,10 @@
 """word2vec training: vocabulary, encoded corpus, then skip-gram or CBOW with negative sampling
 and/or hierarchical softmax through ptmkit's shared word-prediction objective.
 
-Reference implementation: word2vec.c (Mikolov et al. 2013), as gensim 4.4 reproduces it; the
-differences are listed in :mod:`ptmkit.wordvectors.word_prediction` (mini-batch instead of Hogwild
-updates).
+Reference implementation: word2vec.c (Mikolov et al. 2013), as gensim 4.4 reproduces it. Two
+paths (``model.backend``): the compiled CPU kernel (:mod:`ptmkit.wordvectors.kernel`: Hogwild
+threads, word2vec.c's per-pair updates or Ji et al. 2016's HogBatch windows), and the Keras/XLA
+mini-batch step (differences listed in :mod:`ptmkit.wordvectors.word_prediction`).
 """
 
 from __future__ import annotations
@@ -16,17 +17,23 @@ import numpy as np
 from rich.console import Console
 
 from ptmkit.api import (
+    HOGBATCH,
+    PAIRS,
     VECTORS_FILE,
     VOCABULARY_FILE,
     EpochCheckpoints,
+    KernelSchedule,
     OutputLayer,
     SGDSchedule,
     WindowExamples,
     auto_updates_per_call,
+    cpu_threads,
     huffman_codes,
     noise_table,
     prepare_corpus,
+    resolve_backend,
     save_matrix,
+    train_kernel,
     train_word_prediction,
 )
 from ptmkit_word2vec.config import Word2VecConfig
@@ -43,7 +50,6 @@ def train_word2vec(corpus: Path, run_dir: Path, config: Word2VecConfig, console:
 
     quiet_tensorflow()
     vocabulary, tokens = prepare_corpus(corpus, run_dir, config.min_count, config.max_vocab, config.lowercase, console)
-    tokens_dir = run_dir / "tokens"
     size = len(vocabulary)
     rng = np.random.default_rng(config.seed)
     # word2vec.c: uniform in [-0.5, 0.5) / vector_size; output vectors start at zero.
@@ -54,6 +60,10 @@ def train_word2vec(corpus: Path, run_dir: Path, config: Word2VecConfig, console:
         noise_table(vocabulary.counts, config.ns_exponent) if config.negative else None,
         huffman_codes(vocabulary.counts) if config.hs else None,
     )
+    checkpoints = EpochCheckpoints.of_run(run_dir, config.checkpoint_seconds, resume)
+    if resolve_backend(config.backend) == "cpu-kernel":
+        model, stats = train_kernel(tokens, vocabulary.counts, output, initial, kernel_schedule(config), report=console.print, checkpoints=checkpoints, source=str(corpus))
+        return _finish(run_dir, vocabulary, model.syn0, checkpoints, config, {"backend": "cpu-kernel", **stats})
     windows = uses_window_batches(config)
     # Window batches take CBOW's examples (a center and its context rows), each row its own input.
     make = WindowExamples("cbow" if windows or config.architecture == "cbow" else "skipgram", config.window)
@@ -72,20 +82,40 @@ def train_word2vec(corpus: Path, run_dir: Path, config: Word2VecConfig, console:
         windows=windows,
         window=config.window if windows else 0,
     )
-    checkpoints = EpochCheckpoints.of_run(run_dir, config.checkpoint_seconds, resume)
     step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial, schedule, report=console.print, checkpoints=checkpoints, source=str(corpus))
+    return _finish(run_dir, vocabulary, step.input_vectors(), checkpoints, config, {"backend": "keras", **stats})
+
+
+def _finish(run_dir: Path, vocabulary: Any, vectors: np.ndarray, checkpoints: EpochCheckpoints, config: Word2VecConfig, stats: dict[str, Any]) -> dict[str, Any]:
+    """Write the run's vocabulary and vectors, remove its tokens and checkpoints; its metrics."""
     vocabulary.save(run_dir / VOCABULARY_FILE)
-    save_matrix(run_dir / VECTORS_FILE, step.input_vectors())
-    shutil.rmtree(tokens_dir, ignore_errors=True)
+    save_matrix(run_dir / VECTORS_FILE, vectors)
+    shutil.rmtree(run_dir / "tokens", ignore_errors=True)
     shutil.rmtree(checkpoints.directory, ignore_errors=True)
     return {
-        "vocabulary_size": size,
+        "vocabulary_size": len(vocabulary),
         "unique_words": vocabulary.unique_words,
         "tokens": vocabulary.tokens_seen,
         "lines": vocabulary.lines,
         "vector_size": config.vector_size,
         **stats,
     }
+
+
+def kernel_schedule(config: Word2VecConfig) -> KernelSchedule:
+    """The CPU kernel's schedule of ``config``: skip-gram updates a window at a time (HogBatch)
+    unless ``batching = pairs`` (word2vec.c's per-pair loop)."""
+    return KernelSchedule(
+        cbow=config.architecture == "cbow",
+        window=config.window,
+        epochs=config.epochs,
+        alpha=config.alpha,
+        min_alpha=config.min_alpha,
+        sample=config.sample,
+        seed=config.seed,
+        threads=cpu_threads(config.threads),
+        mode=PAIRS if config.batching == "pairs" else HOGBATCH,
+    )
 
 
 def uses_window_batches(config: Word2VecConfig) -> bool:

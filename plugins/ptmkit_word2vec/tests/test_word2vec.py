@@ -240,7 +240,7 @@ def test_skipgram_window_batches_learn(corpus: Path, tmp_path: Path, settings: l
     from ptmkit_word2vec.train import _default_batch, uses_window_batches
 
     out = tmp_path / "sg"
-    argv = ["train", "word2vec", "--corpus", str(corpus), "--out", str(out), *FAST]
+    argv = ["train", "word2vec", "--corpus", str(corpus), "--out", str(out), *FAST, "--set", "model.backend=keras"]  # the batching of the Keras step
     for setting in settings:
         argv += ["--set", setting]
     assert main(argv) == 0
