@@ -227,3 +227,87 @@ def test_two_threads_train_as_well_as_one() -> None:
         losses[threads] = stats["final_loss"]
         assert stats["threads"] == threads and np.isfinite(model.syn0).all()
     assert losses[2] < np.log(2) * 0.9 and abs(losses[2] - losses[1]) < 0.02, losses
+
+
+def reference_epoch_subwords(syn0, out, tokens, keep, output, schedule, subwords, epoch, state):  # noqa: ANN001 - a transcription
+    """One thread's fastText epoch (``Model::update``: the mean of a word's rows predicts,
+    every row gets the whole error), skip-gram per pair (:data:`kernel.PAIRS`) or per window
+    (:data:`kernel.HOGBATCH`), or CBOW over all the context words' rows."""
+
+    def rows_of(words: list[int]) -> list[int]:
+        return [int(r) for w in words for r in subwords.rows[subwords.offsets[w] : subwords.offsets[w + 1]]]
+
+    def mean(rows: list[int]) -> np.ndarray:  # summed in order, then scaled (as fastText's Vector::addRow, mul)
+        h = np.zeros(syn0.shape[1], np.float32)
+        for r in rows:
+            h += syn0[r]
+        return h * np.float32(1.0 / len(rows))
+
+    total = int(tokens.offsets[-1])
+    lo, hi = epoch / schedule.epochs, (epoch + 1) / schedule.epochs
+    seen = 0
+    for s in range(len(tokens.offsets) - 1):
+        start, stop = int(tokens.offsets[s]), int(tokens.offsets[s + 1])
+        lr = max(schedule.min_alpha, schedule.alpha - (schedule.alpha - schedule.min_alpha) * (lo + (hi - lo) * seen / total))
+        seen += stop - start
+        sentence = []
+        for word in tokens.ids[start:stop]:
+            state = lcg(state)
+            if keep[word] >= (state & 0xFFFF) / 65536.0:
+                sentence.append(int(word))
+        for pos, word in enumerate(sentence):
+            state = lcg(state)
+            b = state % schedule.window
+            contexts = [sentence[c] for a in range(b, 2 * schedule.window + 1 - b) if a != schedule.window and 0 <= (c := pos - schedule.window + a) < len(sentence)]
+            if not contexts:
+                continue
+            if schedule.cbow:
+                rows = rows_of(contexts)
+                found, state = items(word, output, state)
+                neu1e = update(mean(rows), out, found, lr)
+                for r in rows:
+                    syn0[r] += neu1e
+                continue
+            rows, window_error = rows_of([word]), np.zeros(syn0.shape[1], np.float32)
+            h = mean(rows)
+            for c in contexts:
+                if schedule.mode == kernel.PAIRS:
+                    h = mean(rows)
+                found, state = items(c, output, state)
+                neu1e = update(h, out, found, lr)
+                if schedule.mode == kernel.PAIRS:
+                    for r in rows:
+                        syn0[r] += neu1e
+                else:
+                    window_error += neu1e
+            if schedule.mode != kernel.PAIRS:
+                for r in rows:
+                    syn0[r] += window_error
+    return state
+
+
+@pytest.mark.parametrize("case", ["skip-gram pairs", "skip-gram windows", "CBOW"])
+def test_the_subword_kernel_equals_a_numpy_transcription_of_fasttext(case: str) -> None:
+    from ptmkit.wordvectors.word_prediction import Subwords
+
+    tokens, counts = tiny_corpus()
+    vocabulary = len(counts)
+    rng = np.random.default_rng(5)
+    # each word: its own row and 2 of 10 "n-gram" bucket rows
+    rows = np.concatenate([[w, *(vocabulary + rng.choice(10, 2, replace=False))] for w in range(vocabulary)]).astype(np.int32)
+    subwords = Subwords(rows, np.arange(0, 3 * vocabulary + 1, 3, dtype=np.int64))
+    output = OutputLayer(vocabulary, 3, noise_table(counts, 0.75, 1000), None)
+    mode = kernel.PAIRS if case == "skip-gram pairs" else kernel.HOGBATCH
+    schedule = kernel.KernelSchedule(cbow=case == "CBOW", window=3, epochs=2, alpha=0.1, min_alpha=0.01, sample=0.05, seed=3, threads=1, mode=mode)
+    syn0 = ((rng.random((vocabulary + 10, 8), dtype=np.float32) - 0.5) / 8).astype(np.float32)
+    out = (rng.standard_normal((output.rows, 8)) * 0.1).astype(np.float32)
+    model = kernel.KernelModel.create(syn0, output, counts, schedule.sample, out, subwords)
+    expected_syn0, expected_out = syn0.copy(), out.copy()
+    keep = keep_probabilities(counts, schedule.sample)
+    for epoch in range(schedule.epochs):
+        kernel.train_epoch(model, tokens, schedule, epoch)
+        seed = int(kernel.thread_seed(schedule.seed, epoch, 0))
+        reference_epoch_subwords(expected_syn0, expected_out, tokens, keep, output, schedule, subwords, epoch, seed)
+    assert np.abs(expected_syn0 - syn0).max() > 0.05 and np.abs(expected_out - out).max() > 0.05  # it learned
+    np.testing.assert_allclose(model.syn0, expected_syn0, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(model.out, expected_out, rtol=0, atol=1e-6)

@@ -43,7 +43,7 @@ import numpy as np
 from numba import njit
 
 from ptmkit.wordvectors.vocabulary import EncodedCorpus, keep_probabilities
-from ptmkit.wordvectors.word_prediction import OutputLayer
+from ptmkit.wordvectors.word_prediction import OutputLayer, Subwords
 
 MAX_EXP = 6.0
 #: Windows whose loss is measured: every ``LOSS_EVERY``-th center word (the loss is a log per
@@ -348,6 +348,99 @@ def _window_update(syn0, out, contexts, m, items, k, work, lr, measure, loss):  
                 row[d] += g * c[d]
 
 
+@njit(cache=True, nogil=True, fastmath=True)
+def _train_shard_subwords(syn0, out, ids, offsets, shard, keep, layer, settings, rates, subwords, state, loss):  # fmt: skip
+    """:func:`_train_shard` for words read from several input rows (fastText, Bojanowski et al.
+    2017): word ``w``'s input is the mean of rows ``subwords[0][subwords[1][w]:subwords[1][w + 1]]``
+    (its own row and its character n-grams'), and each of those rows gets the whole error (not
+    divided by their number, as in fastText's ``Model::update``).
+
+    Skip-gram: a center word's rows predict each context word (the orientation of fastText);
+    :data:`PAIRS` recomputes the mean and updates the rows after every pair, as fastText does;
+    :data:`HOGBATCH` takes the mean once per window and adds the window's summed error once (the
+    rows' update from one point, as Ji et al. 2016's windows). CBOW: the mean of every row of the
+    context words predicts the center word, as fastText's CBOW.
+    """
+    cbow, mode, window = settings
+    path_offsets, negative = layer[3], layer[5]
+    rows, row_offsets = subwords
+    most_items = negative + 1 + (int(np.max(path_offsets[1:] - path_offsets[:-1])) if path_offsets.shape[0] > 1 else 0)
+    dim, span = syn0.shape[1], max(2 * window, 1)
+    items = (np.empty(most_items, np.int64), np.empty(most_items, np.float32), np.empty(most_items, np.bool_))
+    h, neu1e, total = np.empty(dim, np.float32), np.empty(dim, np.float32), np.empty(dim, np.float32)
+    contexts = np.empty(span, np.int64)
+    sentence = np.empty(
+        max(1, np.max(offsets[shard[0] + 1 : shard[1] + 1] - offsets[shard[0] : shard[1]]))
+        if shard[1] > shard[0]
+        else 1,
+        np.int32,
+    )
+    shard_tokens = max(offsets[shard[1]] - offsets[shard[0]], 1)
+    seen, centers = 0, 0
+    sample = keep.shape[0] > 0 and np.min(keep) < 1.0
+    for s in range(shard[0], shard[1]):
+        start, stop = offsets[s], offsets[s + 1]
+        lr = _rate(rates, seen / shard_tokens)
+        n, state = _subsample(ids, start, stop, keep, sample, sentence, state)
+        for pos in range(n):
+            if pos % 10000 == 9999:
+                lr = _rate(rates, (seen + (stop - start) * pos / n) / shard_tokens)
+            word = sentence[pos]
+            state = _lcg(state)
+            m = _window(sentence, n, pos, window, np.int64(state % np.uint64(window)), contexts)
+            measure = centers % LOSS_EVERY == 0
+            centers += 1
+            if m == 0:
+                continue
+            if cbow:
+                _mean_rows(syn0, rows, row_offsets, contexts, m, h)
+                k, state = _items(word, layer, items, 0, state)
+                _predict(h, out, items, k, neu1e, lr, measure, loss)
+                _add_rows(syn0, rows, row_offsets, contexts, m, neu1e)
+                continue
+            contexts[m] = word  # the center's rows: one "context" of one word
+            total[:] = 0.0
+            for j in range(m):
+                if mode == PAIRS or j == 0:
+                    _mean_rows(syn0, rows, row_offsets, contexts[m:], 1, h)
+                k, state = _items(contexts[j], layer, items, 0, state)
+                _predict(h, out, items, k, neu1e, lr, measure, loss)
+                if mode == PAIRS:
+                    _add_rows(syn0, rows, row_offsets, contexts[m:], 1, neu1e)
+                else:
+                    total += neu1e
+            if mode != PAIRS:
+                _add_rows(syn0, rows, row_offsets, contexts[m:], 1, total)
+        seen += stop - start
+    return state
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _mean_rows(syn0, rows, row_offsets, words, m, h):  # fmt: skip
+    """``h`` = the mean of every input row of ``words[:m]``."""
+    h[:] = 0.0
+    count = 0
+    for j in range(m):
+        for r in range(row_offsets[words[j]], row_offsets[words[j] + 1]):
+            row = syn0[rows[r]]
+            for d in range(h.shape[0]):
+                h[d] += row[d]
+            count += 1
+    scale = np.float32(1.0 / max(count, 1))
+    for d in range(h.shape[0]):
+        h[d] *= scale
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _add_rows(syn0, rows, row_offsets, words, m, delta):  # fmt: skip
+    """Add ``delta`` to every input row of ``words[:m]``."""
+    for j in range(m):
+        for r in range(row_offsets[words[j]], row_offsets[words[j] + 1]):
+            row = syn0[rows[r]]
+            for d in range(delta.shape[0]):
+                row[d] += delta[d]
+
+
 def shard_bounds(offsets: np.ndarray, shards: int) -> list[tuple[int, int]]:
     """Split sentences ``0 .. len(offsets) - 2`` into ``shards`` runs of about equal tokens:
     ``[(first, stop), ...]`` (a shard may be empty on a corpus of fewer sentences)."""
@@ -372,12 +465,15 @@ class KernelModel:
         out: ``(output.rows, dim)`` float32 output vectors (in place).
         output: the output layer (noise table, Huffman codes).
         keep: ``(V,)`` float64 sub-sampling keep probabilities.
+        subwords: each word's input rows (fastText: its own and its n-grams'), or None: word
+            ``w`` reads row ``w``.
     """
 
     syn0: np.ndarray
     out: np.ndarray
     output: OutputLayer
     keep: np.ndarray
+    subwords: Subwords | None = None
 
     @classmethod
     def create(
@@ -387,6 +483,7 @@ class KernelModel:
         counts: np.ndarray,
         sample: float,
         output_matrix: np.ndarray | None = None,
+        subwords: Subwords | None = None,
     ) -> KernelModel:
         syn0 = np.array(input_matrix, np.float32, order="C", copy=True)
         dim = syn0.shape[1]
@@ -395,7 +492,11 @@ class KernelModel:
             if output_matrix is None
             else np.array(output_matrix, np.float32, order="C", copy=True)
         )
-        return cls(syn0, out, output, np.ascontiguousarray(keep_probabilities(counts, sample), np.float64))
+        if subwords is not None:
+            subwords = Subwords(
+                np.ascontiguousarray(subwords.rows, np.int32), np.ascontiguousarray(subwords.offsets, np.int64)
+            )
+        return cls(syn0, out, output, np.ascontiguousarray(keep_probabilities(counts, sample), np.float64), subwords)
 
     def arrays(self) -> tuple[Any, ...]:
         """The table and Huffman arguments of :func:`_train_shard`."""
@@ -437,19 +538,37 @@ def train_epoch(model: KernelModel, tokens: EncodedCorpus, schedule: KernelSched
             layer = (table, codes, points, path_offsets, hs_base, model.output.negative)
             settings = (bool(schedule.cbow), int(schedule.mode), int(schedule.window))
             rates = (float(schedule.alpha), float(schedule.min_alpha), lo, hi)
-            _train_shard(
-                model.syn0,
-                model.out,
-                ids,
-                offsets,
-                (first, stop),
-                model.keep,
-                layer,
-                settings,
-                rates,
-                thread_seed(schedule.seed, epoch, shard),
-                losses[shard],
-            )
+            seed = thread_seed(schedule.seed, epoch, shard)
+            if model.subwords is None:
+                _train_shard(
+                    model.syn0,
+                    model.out,
+                    ids,
+                    offsets,
+                    (first, stop),
+                    model.keep,
+                    layer,
+                    settings,
+                    rates,
+                    seed,
+                    losses[shard],
+                )
+            else:
+                subwords = (model.subwords.rows, model.subwords.offsets)
+                _train_shard_subwords(
+                    model.syn0,
+                    model.out,
+                    ids,
+                    offsets,
+                    (first, stop),
+                    model.keep,
+                    layer,
+                    settings,
+                    rates,
+                    subwords,
+                    seed,
+                    losses[shard],
+                )
         except BaseException as error:  # re-raised on the calling thread
             failures.append(error)
 
@@ -496,19 +615,23 @@ def train_kernel(
     report: Callable[[str], Any] | None = None,
     checkpoints: Any = None,
     source: str = "corpus",
+    subwords: Subwords | None = None,
 ) -> tuple[KernelModel, dict[str, Any]]:
-    """Train word2vec's input and output vectors on ``tokens`` with the compiled kernel.
+    """Train input and output vectors on ``tokens`` with the compiled kernel (word2vec; with
+    ``subwords``, fastText's skip-gram and CBOW with negative sampling).
 
     Args:
         tokens: the encoded corpus.
         counts: ``(V,)`` word counts (sub-sampling).
         output: negative sampling and/or hierarchical softmax.
-        input_matrix: ``(V, dim)`` float32 initial input vectors (output vectors start at 0).
+        input_matrix: ``(V, dim)`` float32 initial input vectors (output vectors start at 0);
+            with ``subwords``, ``(rows, dim)``.
         schedule: architecture, window, epochs, learning rate, threads.
         report: called with one progress line per epoch.
         checkpoints: an :class:`ptmkit.wordvectors.training.EpochCheckpoints` (save the
             matrices ``input`` and ``output`` at epoch ends; with ``resume``, start from them).
         source: the corpus's name in error messages.
+        subwords: each word's input rows (its own and its character n-grams'), or None.
 
     Returns:
         ``(model, stats)``: the model holds the trained matrices; ``stats`` as
@@ -537,6 +660,7 @@ def train_kernel(
         counts,
         schedule.sample,
         state["output"] if state is not None else None,
+        subwords,
     )
     loop.start()
     loss, items = 0.0, 0.0
