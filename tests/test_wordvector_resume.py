@@ -22,7 +22,8 @@ FAMILIES = {
     "word2vec": ["--set", "model.hs=true", "--set", "model.negative=2", "--set", "model.backend=cpu-kernel", "--set", "model.threads=1"],
     "word2vec-pairs": ["--set", "model.negative=2", "--set", "model.backend=cpu-kernel", "--set", "model.threads=1", "--set", "model.batching=pairs"],
     "word2vec-keras": ["--set", "model.hs=true", "--set", "model.negative=2", "--set", "model.backend=keras"],
-    "fasttext": ["--set", "model.bucket=5000", "--set", "model.maxn=4"],
+    "fasttext": ["--set", "model.bucket=5000", "--set", "model.maxn=4", "--set", "model.backend=cpu-kernel", "--set", "model.threads=1"],
+    "fasttext-keras": ["--set", "model.bucket=5000", "--set", "model.maxn=4", "--set", "model.backend=keras"],
     "glove": ["--set", "model.window=5", "--set", "model.batch_size=512"],
     "nnlm": ["--set", "model.heldout_lines=20", "--set", "model.hidden=20"],
 }

@@ -45,7 +45,17 @@ class FastTextConfig:
             ``/ n`` of each update, so that frequent words and n-grams cannot diverge (0: off).
         lowercase: lower-case the corpus before counting and training.
         seed: initial vectors, windows, sub-sampling and noise words.
-        jit_compile: XLA-compile the SGD step (much faster on CPU).
+        jit_compile: XLA-compile the SGD step of the ``keras`` backend (much faster on CPU).
+        backend: the training path. ``cpu-kernel``: compiled loops (numba) on ``threads``
+            threads updating shared matrices without locks, as fastText does
+            (:mod:`ptmkit.wordvectors.kernel`); skip-gram takes the mean of a center word's rows
+            once per window and adds the window's error to them once (Ji et al. 2016's windows;
+            each context word draws its own noise words). ``keras``: the mini-batch SGD step
+            (``batch_size``, ``updates_per_call``, ``shared_negatives``, ``hot_row_limit`` and
+            ``jit_compile`` apply to it alone). ``auto``: ``keras`` when TensorFlow sees a GPU,
+            else ``cpu-kernel``.
+        threads: threads of the ``cpu-kernel`` backend, one corpus shard each (0: the CPU
+            cores this process may use); one thread is reproducible bit for bit.
         checkpoint_seconds: save the vectors at the end of an epoch once this many seconds of
             training have passed since the last save (0: after every epoch), in the run's
             ``checkpoint/``; ``ptmkit train ... --resume`` continues an interrupted run from there.
@@ -72,12 +82,15 @@ class FastTextConfig:
     lowercase: bool = False
     seed: int = 1
     jit_compile: bool = True
+    backend: str = "auto"
+    threads: int = 0
     checkpoint_seconds: float = 60.0
 
     def validate(self) -> None:
         check_choice(self, "model", "architecture", ARCHITECTURES)
+        check_choice(self, "model", "backend", ("auto", "cpu-kernel", "keras"))
         check_positive(self, "model", "vector_size", "window", "min_count", "epochs", "batch_size", "negative")
-        check_non_negative(self, "model", "max_vocab", "minn", "maxn", "bucket", "sample", "alpha", "min_alpha", "hot_row_limit", "updates_per_call", "checkpoint_seconds")
+        check_non_negative(self, "model", "max_vocab", "minn", "maxn", "bucket", "sample", "alpha", "min_alpha", "hot_row_limit", "updates_per_call", "threads", "checkpoint_seconds")
         if self.maxn and (self.minn < 1 or self.minn > self.maxn):
             raise ConfigError(f"config keys 'model.minn' = {self.minn} and 'model.maxn' = {self.maxn}: need 1 <= minn <= maxn (or maxn = 0)")
         if self.maxn and not self.bucket:

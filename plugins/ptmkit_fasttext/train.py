@@ -17,9 +17,11 @@ import numpy as np
 from rich.console import Console
 
 from ptmkit.api import (
+    HOGBATCH,
     VECTORS_FILE,
     VOCABULARY_FILE,
     EpochCheckpoints,
+    KernelSchedule,
     OutputLayer,
     RunDirError,
     SGDSchedule,
@@ -28,10 +30,13 @@ from ptmkit.api import (
     WindowExamples,
     atomic_write_json,
     auto_updates_per_call,
+    cpu_threads,
     load_matrix,
     noise_table,
     prepare_corpus,
+    resolve_backend,
     save_matrix,
+    train_kernel,
     train_word_prediction,
 )
 from ptmkit_fasttext.config import FastTextConfig
@@ -105,10 +110,28 @@ def train_fasttext(corpus: Path, run_dir: Path, config: FastTextConfig, console:
     # renumbered into a compact matrix: the same updates, but 190K rows of 80 MB instead of 2M
     # rows of 800 MB to gather from, so that rows share pages and cache lines.
     used, compact = np.unique(subwords.rows, return_inverse=True)
-    make = WindowExamples(config.architecture, config.window, Subwords(compact.astype(np.int32), subwords.offsets))
+    rows = Subwords(compact.astype(np.int32), subwords.offsets)
     checkpoints = EpochCheckpoints.of_run(run_dir, config.checkpoint_seconds, resume)
-    step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial[used], schedule, report=console.print, checkpoints=checkpoints, source=str(corpus))
-    initial[used] = step.input_vectors()
+    if resolve_backend(config.backend) == "cpu-kernel":
+        kernel = KernelSchedule(
+            cbow=config.architecture == "cbow",
+            window=config.window,
+            epochs=config.epochs,
+            alpha=config.alpha,
+            min_alpha=config.min_alpha,
+            sample=config.sample,
+            seed=config.seed,
+            threads=cpu_threads(config.threads),
+            mode=HOGBATCH,
+        )
+        model, stats = train_kernel(tokens, vocabulary.counts, output, initial[used], kernel, console.print, checkpoints, str(corpus), subwords=rows)
+        initial[used] = model.syn0
+        stats = {"backend": "cpu-kernel", **stats}
+    else:
+        make = WindowExamples(config.architecture, config.window, rows)
+        step, stats = train_word_prediction(tokens, vocabulary.counts, make, output, initial[used], schedule, report=console.print, checkpoints=checkpoints, source=str(corpus))
+        initial[used] = step.input_vectors()
+        stats = {"backend": "keras", **stats}
     save_run(run_dir, vocabulary, initial, config.minn, config.maxn, bucket)
     shutil.rmtree(tokens_dir, ignore_errors=True)
     shutil.rmtree(checkpoints.directory, ignore_errors=True)
