@@ -100,8 +100,9 @@ def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3]) if Path("/proc/loadavg").exists() else "unknown"
 
 
-def measure(args: argparse.Namespace, corpus: Path, scratch: Path) -> dict[str, dict[int, dict[str, list[dict[str, float]]]]]:
-    """``results[variant][threads][side]``: the rounds' outcomes, gensim and ptmkit alternating."""
+def measure(args: argparse.Namespace, corpus: Path, scratch: Path, done: Any = None) -> dict[str, dict[int, dict[str, list[dict[str, float]]]]]:
+    """``results[variant][threads][side]``: the rounds' outcomes, gensim and ptmkit alternating;
+    ``done(results)`` is called after each variant (the page so far is written)."""
     results: dict[str, dict[int, dict[str, list[dict[str, float]]]]] = {}
     for variant in args.variants:
         results[variant] = {}
@@ -116,6 +117,8 @@ def measure(args: argparse.Namespace, corpus: Path, scratch: Path) -> dict[str, 
                     outcome = run()
                     results[variant][threads][side].append(outcome)
                     print(f"{variant} {threads} thread(s) seed {seed} {side}: {outcome['words_per_second']:,.0f} words/s, rho {outcome['rho']:.4f}", file=sys.stderr, flush=True)
+        if done is not None:
+            done(results)
     return results
 
 
@@ -186,15 +189,17 @@ def main(argv: list[str] | None = None) -> None:
         corpus = scratch / "enwiki-106.lower.txt"
         lines = CORPUS.read_text(encoding="utf-8").lower().splitlines(keepends=True)
         corpus.write_text("".join(lines[:300] if args.quick else lines), encoding="utf-8")
-        results = measure(args, corpus, scratch)
         tokens = len(corpus.read_text(encoding="utf-8").split())
-    rows = table(results)
-    print("\n".join(rows))
-    command = "python benchmarks/word2vec_vs_gensim.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    if args.out:
-        args.out.write_text(report(rows, started, (first_load, load()), command.strip(), tokens), encoding="utf-8")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        command = "python benchmarks/word2vec_vs_gensim.py " + " ".join(argv if argv is not None else sys.argv[1:])
+
+        def write(results: dict[str, Any]) -> None:
+            if args.out:
+                args.out.write_text(report(table(results), started, (first_load, load()), command.strip(), tokens), encoding="utf-8")
+            if args.json:
+                args.json.write_text(json.dumps(results, indent=2))
+
+        results = measure(args, corpus, scratch, write)
+    print("\n".join(table(results)))
 
 
 if __name__ == "__main__":

@@ -86,12 +86,12 @@ def reference_epoch(syn0, out, tokens, keep, output, schedule, epoch, state):  #
         for word in tokens.ids[start:stop]:
             if schedule.sample > 0:
                 state = lcg(state)
-                if keep[word] < (state & 0xFFFF) / 65536.0:
+                if keep[word] < ((state >> 16) & 0xFFFF) / 65536.0:
                     continue
             sentence.append(int(word))
         for pos, word in enumerate(sentence):
             state = lcg(state)
-            b = state % schedule.window
+            b = (state >> 16) % schedule.window  # gensim's bits (word2vec.c: next_random % window)
             contexts = [
                 sentence[c]
                 for a in range(b, 2 * schedule.window + 1 - b)
@@ -253,11 +253,11 @@ def reference_epoch_subwords(syn0, out, tokens, keep, output, schedule, subwords
         sentence = []
         for word in tokens.ids[start:stop]:
             state = lcg(state)
-            if keep[word] >= (state & 0xFFFF) / 65536.0:
+            if keep[word] >= ((state >> 16) & 0xFFFF) / 65536.0:
                 sentence.append(int(word))
         for pos, word in enumerate(sentence):
             state = lcg(state)
-            b = state % schedule.window
+            b = (state >> 16) % schedule.window  # gensim's bits (word2vec.c: next_random % window)
             contexts = [sentence[c] for a in range(b, 2 * schedule.window + 1 - b) if a != schedule.window and 0 <= (c := pos - schedule.window + a) < len(sentence)]
             if not contexts:
                 continue

@@ -18,8 +18,11 @@ References:
   once per pair. :data:`HOGBATCH` selects it (``model.batching = windows``; the default for
   skip-gram on this path); ``pairs`` is word2vec.c's per-pair loop.
 
-Differences from word2vec.c, all shared with gensim: the sigmoid is computed exactly (word2vec.c
-and gensim read a 1,000-entry table), no word is reserved for ``</s>`` (word2vec.c redraws noise
+Differences from word2vec.c, all shared with gensim: sub-sampling and the window read the
+generator's bits from 16 up (``next_random >> 16``, as gensim; word2vec.c takes the lowest bits,
+``next_random & 0xFFFF`` and ``next_random % window``, which repeat with period 2^16: skip-gram with
+hierarchical softmax lost some 0.04 of WordSim-353 rho with them), the sigmoid is computed exactly
+(word2vec.c and gensim read a 1,000-entry table), no word is reserved for ``</s>`` (word2vec.c redraws noise
 word 0), sentences are not cut at 1,000 words, and the learning rate decays with each thread's own
 progress through its shard (word2vec.c: the words all threads have done). Negative sampling
 clamps ``sigmoid`` to 0 / 1 beyond ``|f| > 6``; hierarchical softmax skips those nodes.
@@ -182,7 +185,7 @@ def _train_shard(syn0, out, ids, offsets, shard, keep, layer, settings, rates, s
                 lr = _rate(rates, (seen + (stop - start) * pos / n) / shard_tokens)
             word = sentence[pos]
             state = _lcg(state)
-            m = _window(sentence, n, pos, window, np.int64(state % np.uint64(window)), contexts)
+            m = _window(sentence, n, pos, window, np.int64((state >> np.uint64(16)) % np.uint64(window)), contexts)
             measure = centers % LOSS_EVERY == 0
             centers += 1
             if m == 0:
@@ -204,14 +207,15 @@ def _train_shard(syn0, out, ids, offsets, shard, keep, layer, settings, rates, s
 @njit(cache=True, nogil=True)
 def _subsample(ids, start, stop, keep, sample, sentence, state):  # fmt: skip
     """Copy the words of ``ids[start:stop]`` that sub-sampling keeps into ``sentence``
-    (word2vec.c: one draw per word, dropped when ``keep < (next_random & 0xFFFF) / 65536``;
-    no draw when sub-sampling is off); returns ``(words kept, state)``."""
+    (word2vec.c: one draw per word, dropped when ``keep < r / 65536`` with ``r`` 16 bits of
+    ``next_random``, bits 16-31 as gensim reads them; no draw when sub-sampling is off); returns
+    ``(words kept, state)``."""
     n = 0
     for t in range(start, stop):
         word = ids[t]
         if sample:
             state = _lcg(state)
-            if keep[word] < (state & np.uint64(0xFFFF)) / 65536.0:
+            if keep[word] < ((state >> np.uint64(16)) & np.uint64(0xFFFF)) / 65536.0:
                 continue
         sentence[n] = word
         n += 1
@@ -387,7 +391,7 @@ def _train_shard_subwords(syn0, out, ids, offsets, shard, keep, layer, settings,
                 lr = _rate(rates, (seen + (stop - start) * pos / n) / shard_tokens)
             word = sentence[pos]
             state = _lcg(state)
-            m = _window(sentence, n, pos, window, np.int64(state % np.uint64(window)), contexts)
+            m = _window(sentence, n, pos, window, np.int64((state >> np.uint64(16)) % np.uint64(window)), contexts)
             measure = centers % LOSS_EVERY == 0
             centers += 1
             if m == 0:
@@ -653,15 +657,11 @@ def train_kernel(
         lambda: kernel_fingerprint(tokens, counts, input_matrix, output, schedule),
         report,
     )
-    state = loop.resume({"input": input_matrix.shape, "output": (output.rows, input_matrix.shape[1])})
-    model = KernelModel.create(
-        state["input"] if state is not None else input_matrix,
-        output,
-        counts,
-        schedule.sample,
-        state["output"] if state is not None else None,
-        subwords,
-    )
+    state = loop.resume({"input": input_matrix.shape, "output": (output.rows, input_matrix.shape[1])}) or {
+        "input": input_matrix,
+        "output": None,
+    }
+    model = KernelModel.create(state["input"], output, counts, schedule.sample, state["output"], subwords)
     loop.start()
     loss, items = 0.0, 0.0
     for epoch in loop.run(lambda: {"input": model.syn0.copy(), "output": model.out.copy()}):
@@ -674,12 +674,7 @@ def train_kernel(
     seconds = loop.seconds()
     epochs_run = schedule.epochs - loop.start_epoch
     if epochs_run and not items:
-        from ptmkit.errors import DataError
-
-        raise DataError(
-            f"{source}: no training example in {epochs_run} epoch(s): sub-sampling (model.sample = {schedule.sample:g}) and the window left no pair of words "
-            f"in {len(tokens.ids):,} tokens; on a corpus this small set --set model.sample=0"
-        )
+        raise _no_pairs_error(source, tokens, schedule, epochs_run)
     raw_words = tokens.raw_tokens * epochs_run
     stats: dict[str, Any] = {
         "train_seconds": round(seconds, 2),
@@ -691,6 +686,16 @@ def train_kernel(
         **loop.stats(seconds),
     }
     return model, stats
+
+
+def _no_pairs_error(source: str, tokens: EncodedCorpus, schedule: KernelSchedule, epochs_run: int) -> Exception:
+    """The :class:`~ptmkit.errors.DataError` of a run that trained no pair of words."""
+    from ptmkit.errors import DataError
+
+    return DataError(
+        f"{source}: no training example in {epochs_run} epoch(s): sub-sampling (model.sample = {schedule.sample:g}) and the window left no pair of words "
+        f"in {len(tokens.ids):,} tokens; on a corpus this small set --set model.sample=0"
+    )
 
 
 def cpu_threads(threads: int) -> int:
