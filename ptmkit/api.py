@@ -69,8 +69,8 @@ Word-vector toolkit (shared by the word2vec, fastText, GloVe and NNLM families)
     :func:`encode_corpus`, :class:`EncodedCorpus`, :func:`noise_table`, :func:`huffman_codes`),
     word-prediction objectives (:class:`OutputLayer`, :class:`WindowExamples`, :class:`Subwords`),
     their trainer (:func:`prepare_corpus`, :func:`train_word_prediction`, :class:`SGDSchedule`,
-    :func:`auto_updates_per_call`), the compiled CPU trainer of word2vec (:func:`train_kernel`,
-    :class:`KernelSchedule` with :data:`HOGBATCH` or :data:`PAIRS` updates, :func:`resolve_backend`,
+    :func:`auto_updates_per_call`), the compiled CPU trainer of word2vec and fastText (:func:`train_kernel`,
+    :class:`KernelSchedule` with ``HOGBATCH`` or ``PAIRS`` updates, :func:`resolve_backend`,
     :func:`cpu_threads`; loaded on first use: they import numba), resumable epochs (:class:`ResumableEpochs`, the epoch loop
     every trainer shares; :func:`epoch_rng`, :class:`EpochCheckpoints`, :func:`tokens_sha1`,
     :func:`vocabulary_fingerprint`) and the vector files a run holds
@@ -209,7 +209,7 @@ if TYPE_CHECKING:
     from ptmkit.training.pretrain import step_dataset
     from ptmkit.training.progress import ProgressCallback
     from ptmkit.training.schedule import AdamW
-    from ptmkit.wordvectors.kernel import HOGBATCH, PAIRS, KernelSchedule, cpu_threads, resolve_backend, train_kernel
+    from ptmkit.wordvectors.kernel import KernelSchedule, cpu_threads, resolve_backend, train_kernel
 
 __all__ = [
     # hook markers
@@ -354,8 +354,6 @@ __all__ = [
     "tokens_sha1",
     "train_word_prediction",
     "vocabulary_fingerprint",
-    "HOGBATCH",
-    "PAIRS",
     "KernelSchedule",
     "cpu_threads",
     "resolve_backend",
@@ -373,7 +371,7 @@ def __getattr__(name: str) -> Any:
         from ptmkit.training import checkpoint
 
         return getattr(checkpoint, name)
-    if name in ("HOGBATCH", "PAIRS", "KernelSchedule", "cpu_threads", "resolve_backend", "train_kernel"):
+    if name in ("KernelSchedule", "cpu_threads", "resolve_backend", "train_kernel"):
         from ptmkit.wordvectors import kernel
 
         return getattr(kernel, name)

@@ -17,7 +17,6 @@ import numpy as np
 from rich.console import Console
 
 from ptmkit.api import (
-    HOGBATCH,
     VECTORS_FILE,
     VOCABULARY_FILE,
     EpochCheckpoints,
@@ -122,7 +121,7 @@ def train_fasttext(corpus: Path, run_dir: Path, config: FastTextConfig, console:
             sample=config.sample,
             seed=config.seed,
             threads=cpu_threads(config.threads),
-            mode=HOGBATCH,
+            mode=KernelSchedule.HOGBATCH,
         )
         model, stats = train_kernel(tokens, vocabulary.counts, output, initial[used], kernel, console.print, checkpoints, str(corpus), subwords=rows)
         initial[used] = model.syn0

@@ -17,8 +17,6 @@ import numpy as np
 from rich.console import Console
 
 from ptmkit.api import (
-    HOGBATCH,
-    PAIRS,
     VECTORS_FILE,
     VOCABULARY_FILE,
     EpochCheckpoints,
@@ -114,7 +112,7 @@ def kernel_schedule(config: Word2VecConfig) -> KernelSchedule:
         sample=config.sample,
         seed=config.seed,
         threads=cpu_threads(config.threads),
-        mode=PAIRS if config.batching == "pairs" else HOGBATCH,
+        mode=KernelSchedule.PAIRS if config.batching == "pairs" else KernelSchedule.HOGBATCH,
     )
 
 

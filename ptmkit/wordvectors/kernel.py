@@ -40,7 +40,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numba import njit
@@ -69,9 +69,15 @@ class KernelSchedule:
         sample: sub-sampling threshold ``t`` (0: off).
         seed: the random numbers of thread ``s`` in epoch ``e`` are seeded with ``(seed, e, s)``.
         threads: corpus shards trained at once, one thread each (Hogwild).
-        mode: skip-gram's update: :data:`PAIRS` (word2vec.c) or :data:`HOGBATCH` (Ji et al.
-            2016); CBOW ignores it.
+        mode: skip-gram's update: :attr:`PAIRS` (word2vec.c; fastText: the mean recomputed
+            after every pair) or :attr:`HOGBATCH` (Ji et al. 2016: a window at a time); CBOW
+            ignores it.
     """
+
+    #: ``mode``: word2vec.c's per-pair updates.
+    PAIRS: ClassVar[int] = PAIRS
+    #: ``mode``: a window at a time, its output rows shared (HogBatch).
+    HOGBATCH: ClassVar[int] = HOGBATCH
 
     cbow: bool = False
     window: int = 5
