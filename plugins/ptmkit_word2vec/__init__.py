@@ -23,10 +23,7 @@ class Word2VecFamily(WordVectorFamily):
     """word2vec: one vector per word, trained to predict its neighbours (or be predicted by them)."""
 
     name = "word2vec"
-    scaling = (
-        "trains itself on one host: the CPU kernel (model.backend) on model.threads threads that share the matrices (Hogwild), "
-        "or the Keras step on two threads (one builds the examples, one runs the XLA step); it does not run under tf.distribute"
-    )
+    scaling = WordVectorFamily.PRODUCER_AND_STEP
     description = "word2vec skip-gram / CBOW, negative sampling or hierarchical softmax (static word vectors)"
     config_class = Word2VecConfig
 

@@ -24,10 +24,11 @@ class WordVectorFamily(ModelFamily):
 
     #: How training uses a machine, for ``ptmkit config`` and the refusal of ``--distribute``.
     scaling: ClassVar[str] = "trains itself in one process on one host (TensorFlow's CPU thread pools use its cores); it does not run under tf.distribute"
-    #: ``scaling`` of the word-prediction families (word2vec, fastText: :mod:`ptmkit.wordvectors.training`).
+    #: ``scaling`` of the word-prediction families (word2vec, fastText: :mod:`ptmkit.wordvectors.kernel`
+    #: and :mod:`ptmkit.wordvectors.training`).
     PRODUCER_AND_STEP: ClassVar[str] = (
-        "trains itself on one host with two threads: one builds the examples in NumPy while the other runs the XLA update step "
-        "(TensorFlow's pools held to one thread); more cores beyond two and more hosts do not speed it up, and it does not run under tf.distribute"
+        "trains itself on one host: the CPU kernel (model.backend) on model.threads threads that share the matrices (Hogwild), "
+        "or the Keras step on two threads (one builds the examples, one runs the XLA step); it does not run under tf.distribute"
     )
     inputs: ClassVar[tuple[InputSpec, ...]] = (
         InputSpec("row_ids", ("batch", "rows"), "int32", field="row_ids"),

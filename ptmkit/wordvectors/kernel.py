@@ -1,4 +1,4 @@
-"""The CPU training path of word2vec: compiled loops (numba) updating shared matrices from one
+"""The CPU training path of word2vec and fastText: compiled loops (numba) updating shared matrices from one
 thread per corpus shard, without locks (Hogwild; Recht et al. 2011), as word2vec.c and gensim do.
 
 References:
