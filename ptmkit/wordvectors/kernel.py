@@ -156,7 +156,7 @@ def _train_shard(syn0, out, ids, offsets, shard, keep, layer, settings, rates, s
             progress_hi`` of it.
         state: the generator's first state (uint64).
         loss: ``(2,)`` float64, receives the summed item log loss and the item count of every
-            :data:`LOSS_EVERY`-th center word.
+            :data:`LOSS_EVERY`-th window (center word with context words), the first included.
 
     Returns:
         the generator's last state.
@@ -192,10 +192,10 @@ def _train_shard(syn0, out, ids, offsets, shard, keep, layer, settings, rates, s
             word = sentence[pos]
             state = _lcg(state)
             m = _window(sentence, n, pos, window, np.int64((state >> np.uint64(16)) % np.uint64(window)), contexts)
-            measure = centers % LOSS_EVERY == 0
-            centers += 1
             if m == 0:
                 continue
+            measure = centers % LOSS_EVERY == 0  # the first window always: a run that trained measured some loss
+            centers += 1
             if cbow:
                 k, state = _items(word, layer, items, 0, state)
                 _cbow_update(syn0, out, contexts, m, items, k, vectors, lr, measure, loss)
@@ -398,10 +398,10 @@ def _train_shard_subwords(syn0, out, ids, offsets, shard, keep, layer, settings,
             word = sentence[pos]
             state = _lcg(state)
             m = _window(sentence, n, pos, window, np.int64((state >> np.uint64(16)) % np.uint64(window)), contexts)
-            measure = centers % LOSS_EVERY == 0
-            centers += 1
             if m == 0:
                 continue
+            measure = centers % LOSS_EVERY == 0  # the first window always: a run that trained measured some loss
+            centers += 1
             if cbow:
                 _mean_rows(syn0, rows, row_offsets, contexts, m, h)
                 k, state = _items(word, layer, items, 0, state)
