@@ -20,7 +20,7 @@ Contract types (:mod:`ptmkit.contract`)
     checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`, :class:`TrainsOnPairs`,
     :class:`EvaluatesPairs`,
     :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`ImportsCheckpoints`, :class:`WritesOwnExport`, :class:`HasQuickstart` (families, with :class:`QuickstartPlan`), :class:`TrainsOnWordVectors`
-    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask` (backbones), :class:`KeepsLayers` (``ptmkit compress``); :func:`capabilities` lists what a family offers objectives and heads
+    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask` (backbones), :class:`KeepsLayers` (``ptmkit compress``), :class:`SharesEmbeddings` (a generator on the backbone's embeddings, ``rtd``); :func:`capabilities` lists what a family offers objectives and heads
     (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`HIDDEN_STATES`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`, :data:`SELF_ATTENTION_MASK`).
 
 Errors (:mod:`ptmkit.errors`)
@@ -129,6 +129,7 @@ from ptmkit.contract import (
     Resumable,
     RowClassifier,
     ScoresHeldoutLines,
+    SharesEmbeddings,
     SpecialTokens,
     TrainedHead,
     TrainsItself,
@@ -246,6 +247,7 @@ __all__ = [
     "ScoresHeldoutLines",
     "AttendsWithMask",
     "KeepsLayers",
+    "SharesEmbeddings",
     "SpecialTokens",
     "TrainedHead",
     "TrainsItself",
