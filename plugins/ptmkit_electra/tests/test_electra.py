@@ -122,8 +122,8 @@ def test_rtd_run_trains_both_and_saves_the_discriminator_alone(tmp_path: Path) -
 
     corpus = write_tiny_corpus(tmp_path / "corpus.txt", lines=160)
     out = tmp_path / "run"
-    settings = [*TINY_ELECTRA, "train.batch_size=8", "train.sequence_length=32", "train.max_steps=20", "train.heldout_lines=8", "train.learning_rate=3e-3"]
-    assert main(["train", "electra", "--corpus", str(corpus), "--out", str(out), *[f"--set={s}" for s in settings]]) == 0
+    settings = [*TINY_ELECTRA, "train.batch_size=8", "train.sequence_length=32", "train.heldout_lines=8", "train.learning_rate=3e-3"]
+    assert main(["train", "electra", "--corpus", str(corpus), "--out", str(out), *[f"--set={s}" for s in [*settings, "train.max_steps=20"]]]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["objectives"] == ["rtd"] and manifest["inputs"] == ["token_ids", "segment_ids", "padding_mask"]
@@ -139,6 +139,16 @@ def test_rtd_run_trains_both_and_saves_the_discriminator_alone(tmp_path: Path) -
         sizes: list[int] = []
         file.visititems(lambda name, item: sizes.append(item.size) if isinstance(item, h5py.Dataset) else None)
     assert sum(sizes) == backbone.count_params() == metrics["parameters"]  # the generator is dropped
+    # The training checkpoint holds the generator and the layers it shares: a run of 22 steps
+    # stopped after its step-20 checkpoint (the same run, its end markers removed) resumes from it.
+    stored = (out / "config.toml").read_text(encoding="utf-8")
+    assert "max_steps = 20\n" in stored and len(list((out / "checkpoints").glob("ckpt-*.npz"))) == 1
+    (out / "config.toml").write_text(stored.replace("max_steps = 20\n", "max_steps = 22\n"), encoding="utf-8")
+    for name in ("manifest.json", "metrics.json", "backbone.weights.h5"):
+        (out / name).unlink()
+    assert main(["train", "electra", "--corpus", str(corpus), "--out", str(out), "--resume"]) == 0
+    resumed = json.loads((out / "metrics.json").read_text())
+    assert resumed["resumed_from_step"] == 20 and resumed["steps"] == 22
 
 
 @pytest.mark.parametrize("objective", ["unilm"])
