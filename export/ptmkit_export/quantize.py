@@ -106,11 +106,8 @@ def quantize_int8(
         preprocess: run step (1).
         exclude_nodes: names of nodes (in the graph after steps 1-2, see
             :func:`quantizable_matmuls`) to leave in float.
-        unfuse_layer_norm: before step (2), split ONNX Runtime's ``SkipLayerNormalization``
-            into ``Add`` + ``LayerNormalization``
-            (:func:`ptmkit_export.graph_passes.unfuse_skip_layer_normalization`; exact).
-        fast_gelu: before step (2), replace ``Gelu``/``BiasGelu`` with the tanh approximation
-            ``FastGelu`` (:func:`ptmkit_export.graph_passes.approximate_gelu`; not exact).
+        unfuse_layer_norm, fast_gelu: before step (2), split ``SkipLayerNormalization`` (exact) /
+            make the exact GELU ``FastGelu`` (not exact); see :mod:`ptmkit_export.graph_passes`.
 
     Returns:
         A JSON-serializable summary: ``gemm_rewritten`` (Gemm nodes turned into MatMul),
@@ -144,21 +141,15 @@ def quantize_int8(
         onnx.save(model, str(work / "rewritten.onnx"))
         del model  # quantize_dynamic reads the file
         quantized = _run_quantizer(
-            quantize_dynamic,
-            work / "rewritten.onnx",
-            work / "int8.onnx",
-            per_channel=per_channel,
-            reduce_range=reduce_range,
-            weight_type=QuantType.QInt8,
-            nodes_to_exclude=list(exclude_nodes),
+            quantize_dynamic, work / "rewritten.onnx", work / "int8.onnx", per_channel=per_channel, reduce_range=reduce_range,
+            weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude_nodes),
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},  # contrib ops of an optimised graph
         )
         _write_atomically(work / "int8.onnx", dst)
     return {
         **_quantized_matmul_counts(rewritten, quantized),
         **_size_summary(before, count_ops(quantized), dst, per_channel, reduce_range, exclude_nodes),
-        "preprocessed": preprocess and preprocess_error is None,
-        "preprocess_error": preprocess_error,
+        "preprocessed": preprocess and preprocess_error is None, "preprocess_error": preprocess_error,
         **prepared,
     }
 
@@ -389,10 +380,7 @@ def quantize_int8_static(
         onnx.save(model, str(work / "folded.onnx"))
         del model  # quantize_static reads the file
         quantized = _run_quantizer(
-            quantize_static,
-            work / "folded.onnx",
-            work / "int8.onnx",
-            calibration_data_reader=_calibration_reader(batches),
+            quantize_static, work / "folded.onnx", work / "int8.onnx", calibration_data_reader=_calibration_reader(batches),
             quant_format=QuantFormat.QDQ,
             activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,

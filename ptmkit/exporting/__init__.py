@@ -112,9 +112,8 @@ def export_run(
 
     A fine-tuned run exports its head's ``logits``; a run without a head (pre-trained or imported
     with ``ptmkit import-hf``) exports sentence ``embeddings`` with the run's pooling
-    (:mod:`ptmkit.embedding`). A run of a family providing
-    :class:`~ptmkit.contract.ClassifiesRows` (a bag-of-rows classifier) goes to
-    :func:`ptmkit.exporting.rows.export_row_classifier` (fp32 only); one providing
+    (:mod:`ptmkit.embedding`). A bag-of-rows classifier (:class:`~ptmkit.contract.ClassifiesRows`)
+    goes to :func:`ptmkit.exporting.rows.export_row_classifier` (fp32 only); a family that
     :class:`~ptmkit.contract.WritesOwnExport` writes it itself unless it declines the run.
 
     Args:
@@ -130,15 +129,12 @@ def export_run(
         static: static QDQ int8 calibrated on ``calibration`` instead of dynamic int8.
         calibration: text file (any format ``ptmkit`` reads, labels ignored) for static int8.
         method: static calibration: ``minmax``, ``entropy`` or ``percentile``.
-        fused_layer_norm: int8: keep ONNX Runtime's ``SkipLayerNormalization`` (default: split it
-            into ``Add`` + ``LayerNormalization`` before quantizing, which is faster).
-        exact_gelu: int8: keep the exact (erf) GELU (default: the tanh approximation ``FastGelu``,
-            faster; the gate checks the agreement).
-        int4: also write ``model.int4.onnx``: 4-bit weight-only ``MatMulNBits`` (block 32).
+        fused_layer_norm, exact_gelu: int8 keeps ``SkipLayerNormalization`` / the erf GELU
+            (default: split / ``FastGelu``, faster; :mod:`~ptmkit.exporting.variants`).
+        int4: also write ``model.int4.onnx`` (4-bit weight-only ``MatMulNBits``, block 32).
         fp16: also write ``model.fp16.onnx`` (for GPUs).
-        with_tokenizer: also write single-file models that tokenize inside the graph
-            (``model.with_tokenizer.onnx``, variant ``fp32+tokenizer``, and ``int8+tokenizer``
-            with ``int8``; :func:`ptmkit.exporting.variants.tokenizer_variants`).
+        with_tokenizer: also write single-file models that tokenize inside the graph (variants
+            ``fp32+tokenizer``, ``int8+tokenizer``; :func:`~ptmkit.exporting.variants.tokenizer_variants`).
         isolate: convert and check parity in a child process, so that this one never imports
             TensorFlow; None (default): when this process has not imported it already
             (:func:`ptmkit.exporting.keras_side.convert_and_check`).
@@ -149,19 +145,18 @@ def export_run(
     Raises:
         RunDirError: missing or corrupted files.
         ExportError: bad options (:func:`check_options`); the ONNX graph failed a check (nothing is
-            written); no dev texts for the gate; ``exclude_nodes`` names no node of the graph;
-            ``--int8``/``--optimize``/``--fp16``/``--with-tokenizer`` for a bag-of-rows classifier.
+            written); no dev texts for the gate; ``exclude_nodes`` names no node of the graph; a
+            variant option for a bag-of-rows classifier; ``int4`` without ``onnx-ir``.
     """
     from ptmkit.plugins import get_registry
 
     check_options(optimize, int8, static, calibration, method, exclude_nodes, per_channel, reduce_range, fused_layer_norm, exact_gelu, int4)
-    console = console or default_console()
-    registry = get_registry()
+    console, registry = console or default_console(), get_registry()
     run = RunDir(run_dir)
     family = registry.family(run.manifest()["family"])
-    options = {"int8": int8, "dev": dev, "optimize": optimize, "per_channel": per_channel, "reduce_range": reduce_range, "static": static,
+    options = {"int8": int8, "dev": dev, "optimize": optimize, "per_channel": per_channel, "reduce_range": reduce_range, "static": static, "int4": int4,
                "exclude_nodes": tuple(exclude_nodes), "calibration": calibration, "method": method, "fp16": fp16, "with_tokenizer": with_tokenizer,
-               "fused_layer_norm": fused_layer_norm, "exact_gelu": exact_gelu, "int4": int4}
+               "fused_layer_norm": fused_layer_norm, "exact_gelu": exact_gelu}
     if (special := _family_export(family, run.path, out, options, console)) is not None:
         return special
     wanted = [name for name, on in (("optimized", optimize > 0), ("int8", int8), ("int4", int4), ("fp16", fp16)) if on]
@@ -172,15 +167,13 @@ def export_run(
         fp32_path = tmp / VARIANT_FILES["fp32"]
         parity = convert_and_check(source, fp32_path, console, isolate)  # 1. convert, 2. check parity (Keras: in a child process)
         worst = report_parity(parity, console)
-        session = open_session(fp32_path)
-        source = with_width(source, session.get_outputs()[0].shape[-1])
+        source = with_width(source, (session := open_session(fp32_path)).get_outputs()[0].shape[-1])
         gate = Gate(session, source, console)  # 4. gate, fp32 first
         variants: dict[str, Any] = {"fp32": gate.fp32_entry(fp32_path, parity)}
         if wanted:
             variants["fp32"] |= gate.load_dev()
         int8_options = Int8Options(per_channel, reduce_range, exclude_nodes, static, calibration, method, fused_layer_norm, exact_gelu) if int8 else None
-        int4_excluded = tuple(exclude_nodes) if int4 else None
-        variants |= _built_and_gated(gate, source, tmp, optimize, int8_options, fp16, console, int4_excluded)  # 3. variants, each gated
+        variants |= _built_and_gated(gate, source, tmp, optimize, int8_options, fp16, console, tuple(exclude_nodes) if int4 else None)  # 3. variants
         gate_table = gate.table(variants)
         print_gate_table(gate_table, console)
         shutil.copyfile(run.require("tokenizer.json"), tmp / "tokenizer.json")
