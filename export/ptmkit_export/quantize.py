@@ -106,8 +106,8 @@ def quantize_int8(
         preprocess: run step (1).
         exclude_nodes: names of nodes (in the graph after steps 1-2, see
             :func:`quantizable_matmuls`) to leave in float.
-        unfuse_layer_norm, fast_gelu: before step (2), split ``SkipLayerNormalization`` (exact) /
-            make the exact GELU ``FastGelu`` (not exact); see :mod:`ptmkit_export.graph_passes`.
+        unfuse_layer_norm: before step (2), split ``SkipLayerNormalization`` (exact; :mod:`ptmkit_export.graph_passes`).
+        fast_gelu: before step (2), make the exact GELU ``FastGelu`` (the tanh approximation; not exact).
 
     Returns:
         A JSON-serializable summary: ``gemm_rewritten`` (Gemm nodes turned into MatMul),
@@ -355,7 +355,8 @@ def quantize_int8_static(
         src, dst: fp32 model in, QDQ model out (written atomically).
         calibration: batches of model inputs (``{input name: array}``), e.g. tokenized dev text.
         method: one of :data:`CALIBRATION_METHODS`.
-        per_channel, reduce_range, exclude_nodes, unfuse_layer_norm, fast_gelu: as :func:`quantize_int8`.
+        per_channel, reduce_range, exclude_nodes: as :func:`quantize_int8`.
+        unfuse_layer_norm, fast_gelu: as :func:`quantize_int8`.
 
     Returns:
         ``{"mode": "static-qdq", "method", "calibration_batches", "quantize_linear",
