@@ -222,7 +222,12 @@ def mask_tokens(
 
 def masked_lm_head(backbone: Any, sequence_output: Any, mask_positions: Any, name: str) -> Any:
     """keras-hub's ``MaskedLMHead`` tied to ``backbone.token_embedding`` (as ``BertMaskedLM``):
-    ``(batch, predictions, vocabulary)`` float32 logits at ``mask_positions``."""
+    ``(batch, predictions, vocabulary)`` float32 logits at ``mask_positions``.
+
+    The head computes in the backbone's dtype policy, as ``BertMaskedLM`` does: under
+    ``mixed_bfloat16`` its output projection (hidden x vocabulary, the largest matmul of a small
+    model's step) runs in bfloat16 on the CPU's matrix units instead of an fp32 GEMM; the logits are
+    cast to float32 for the softmax and the loss."""
     import keras
     import keras_hub
 
@@ -231,10 +236,11 @@ def masked_lm_head(backbone: Any, sequence_output: Any, mask_positions: Any, nam
         token_embedding=backbone.token_embedding,
         intermediate_activation="gelu",
         kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
-        dtype="float32",
+        dtype=backbone.dtype_policy,
         name=name,
     )
-    return head(sequence_output, mask_positions=mask_positions)
+    logits = head(sequence_output, mask_positions=mask_positions)
+    return logits if logits.dtype == "float32" else keras.layers.Activation("linear", dtype="float32", name=f"{name}_logits")(logits)
 
 
 def prediction_loss() -> Any:
