@@ -180,7 +180,7 @@ def onednn_probe(family: str, precision: str, steps: int) -> None:
     registry = get_registry()
     config = resolve_config(registry, family, None, [f"train.mixed_precision={precision}"])
     with policy(config.train.mixed_precision):
-        _, model, _ = build_pretraining_model(registry, config)
+        _, model, objectives = build_pretraining_model(registry, config)
     rng = np.random.default_rng(0)
     batch, length = config.train.batch_size, config.train.sequence_length
     x = {}
@@ -190,7 +190,7 @@ def onednn_probe(family: str, precision: str, steps: int) -> None:
             shape = (batch, 20)
         x[spec.name] = rng.integers(0, 20 if spec.name == "mask_positions" else 2, shape).astype(spec.dtype)
     x["token_ids"] = rng.integers(5, config.model.vocabulary_size, (batch, length)).astype("int32")
-    y = {name: rng.integers(5, config.model.vocabulary_size, (batch, 20)).astype("int32") for name in model.output_names}
+    y = {name: rng.integers(5, config.model.vocabulary_size, (batch, 20)).astype("int32") for name in objectives}  # masked-LM targets
     for _ in range(steps):
         model.fit(x, y, batch_size=batch, epochs=1, verbose=0)
 
