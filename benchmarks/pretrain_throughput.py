@@ -67,10 +67,21 @@ after the training rows (the best is kept).
 ``token_ids``, ``padding_mask``, ``mask_positions``; no segment ids), ptmkit's rows build the
 roberta family's model, and the batches are its own (byte-level BPE, ``<s> ... </s>`` windows).
 
+``--precision bf16`` runs every row under Keras' ``mixed_bfloat16`` policy (the anchor too, so
+the ratio to it stays measured; ptmkit's rows with ``train.mixed_precision = "bf16"``) and adds
+one row, the anchor in float32, so that bf16's speed-up over fp32 is measured in the same
+process. The share of peak is then given against the bf16 peak too: a 4096^3 bfloat16 matmul in
+TensorFlow (oneDNN: AMX tiles on CPUs that have them). ``--onednn`` runs a few training steps of
+ptmkit's model in a child process with ``ONEDNN_VERBOSE=1`` and sums oneDNN's own execution
+times by primitive and implementation, e.g. ``brg_matmul:avx10_1_512_amx`` (AMX ran) against
+``gemm:jit`` (it did not), with the dtypes; what does not appear there (layer norms, softmax,
+the embedding gathers) ran in TensorFlow's Eigen kernels.
+
 Run (about 10 minutes with the defaults on 2 idle cores; longer on a busy machine)::
 
     python benchmarks/pretrain_throughput.py [--family bert|roberta] [--steps 20] [--warmup 3] [--rounds 3] \\
-        [--no-xla] [--corpus data/corpus/enwiki-106.txt] [--keep] [--json results.json]
+        [--precision float32|bf16] [--onednn] [--no-xla] [--corpus data/corpus/enwiki-106.txt] [--keep] \\
+        [--json results.json]
 """
 
 from __future__ import annotations
@@ -112,6 +123,76 @@ def default_corpus() -> Path:
 
 
 # --------------------------------------------------------------------------- peak
+
+
+def bf16_matmul_peak(n: int = 4096, repeats: int = 5) -> float:
+    """GFLOP/s of an ``n x n`` bfloat16 matmul in TensorFlow (oneDNN; median of ``repeats``)."""
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    a, b = (tf.cast(rng.standard_normal((n, n), dtype=np.float32), tf.bfloat16) for _ in range(2))
+
+    @tf.function
+    def product(x: Any, y: Any) -> Any:
+        return tf.reduce_sum(tf.cast(tf.linalg.matmul(x, y), tf.float32))
+
+    product(a, b).numpy()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        product(a, b).numpy()
+        times.append(time.perf_counter() - start)
+    return round(2.0 * n**3 / statistics.median(times) / 1e9, 1)
+
+
+def onednn_kernels(family: str, precision: str, steps: int = 4) -> list[dict[str, Any]]:
+    """oneDNN's primitives over ``steps`` training steps of ptmkit's ``family`` model under
+    ``precision``, from ``ONEDNN_VERBOSE=1`` in a child process: one dict per (primitive,
+    implementation, source dtype) with its calls and summed execution milliseconds."""
+    import subprocess
+
+    env = {**os.environ, "ONEDNN_VERBOSE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    command = [sys.executable, __file__, "--onednn-probe", "--family", family, "--precision", precision, "--steps", str(steps)]
+    output = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+    totals: dict[tuple[str, str, str], list[float]] = {}
+    for line in output.splitlines():
+        fields = line.split(",")
+        if len(fields) < 11 or fields[:4] != ["onednn_verbose", "v1", "primitive", "exec"]:
+            continue
+        source = next((f.split(":")[0][4:] or f.split(":")[1] for f in fields[8].split() if f.startswith("src")), "?")
+        # "src:bf16::blocked..." (primitives) or "src_f32::blocked..." (gemm_api, which names no implementation)
+        entry = totals.setdefault((fields[5], fields[6] or "(sgemm-style call)", source), [0, 0.0])
+        entry[0] += 1
+        entry[1] += float(fields[-1])
+    rows = [{"primitive": k[0], "implementation": k[1], "dtype": k[2], "calls": int(v[0]), "ms": round(v[1], 1)} for k, v in totals.items()]
+    return sorted(rows, key=lambda r: -r["ms"])
+
+
+def onednn_probe(family: str, precision: str, steps: int) -> None:
+    """What ``--onednn`` runs in the child: ``steps`` fits of one batch of ptmkit's model."""
+    import numpy as np
+
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.pretrain import build_pretraining_model, resolve_config
+    from ptmkit.training.setup import precision as policy
+
+    registry = get_registry()
+    config = resolve_config(registry, family, None, [f"train.mixed_precision={precision}"])
+    with policy(config.train.mixed_precision):
+        _, model, objectives = build_pretraining_model(registry, config)
+    rng = np.random.default_rng(0)
+    batch, length = config.train.batch_size, config.train.sequence_length
+    x = {}
+    for spec in model.inputs:
+        shape = (batch, *[length if d is None else d for d in spec.shape[1:]])
+        if spec.name == "mask_positions":
+            shape = (batch, 20)
+        x[spec.name] = rng.integers(0, 20 if spec.name == "mask_positions" else 2, shape).astype(spec.dtype)
+    x["token_ids"] = rng.integers(5, config.model.vocabulary_size, (batch, length)).astype("int32")
+    y = {name: rng.integers(5, config.model.vocabulary_size, (batch, 20)).astype("int32") for name in objectives}  # masked-LM targets
+    for _ in range(steps):
+        model.fit(x, y, batch_size=batch, epochs=1, verbose=0)
 
 
 def matmul_peak(n: int = 4096, repeats: int = 5) -> dict[str, float]:
@@ -238,11 +319,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3, help="steps dropped at the start of each fit (default 3)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of every row (default 3)")
     parser.add_argument("--family", choices=sorted(ANCHORS), default="bert", help="the family to measure (default bert)")
+    parser.add_argument("--precision", choices=("float32", "bf16"), default="float32",
+                        help="the Keras policy of every row: float32 or bf16 (mixed_bfloat16; adds a float32 anchor row)")
+    parser.add_argument("--onednn", action="store_true", help="also list oneDNN's kernels and their time (ONEDNN_VERBOSE, a child process)")
+    parser.add_argument("--onednn-probe", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-xla", action="store_true", help="skip the keras-hub XLA row")
     parser.add_argument("--corpus", type=Path, default=default_corpus(), help="pre-training corpus (default %(default)s)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory with the pretrain() runs (default: deleted)")
     parser.add_argument("--json", type=Path, help="write the results as JSON to this file")
     args = parser.parse_args(argv)
+    if args.onednn_probe:
+        onednn_probe(args.family, args.precision, args.steps)
+        return 0
     if args.steps < 1 or args.warmup < 1 or args.rounds < 1:
         parser.error("--steps, --warmup and --rounds must be >= 1 (the first step of a fit is always tracing)")
     if not args.corpus.exists():
@@ -269,7 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     total = args.warmup + args.steps
     registry = get_registry()
     family = registry.family(args.family)
-    config = resolve_config(registry, args.family, None, [])
+    precision_overrides = [f"train.mixed_precision={args.precision}"]
+    config = resolve_config(registry, args.family, None, precision_overrides)
+    policy = config.train.mixed_precision
     model_config, train = config.model, config.train
     for key, value in ISSUE_MODEL.items():
         if getattr(model_config, key) != value:
@@ -285,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
 
     peak_before = matmul_peak()
     print(f"fp32 matmul peak (4096^3): NumPy {peak_before['numpy_gflops']} GFLOP/s, TF {peak_before['tensorflow_gflops']} GFLOP/s", flush=True)
+    bf16_peak = bf16_matmul_peak() if args.precision == "bf16" else None
+    if bf16_peak:
+        print(f"bf16 matmul peak (4096^3, TF/oneDNN): {bf16_peak} GFLOP/s", flush=True)
 
     # ---- ptmkit's real path: pretrain() (also produces the tokenized corpus the batches come from)
     pretrain_runs: list[dict[str, Any]] = []
@@ -306,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         progress_module.ProgressCallback = TimedProgress
         try:
             started = time.perf_counter()
-            metrics = pretrain(args.family, args.corpus, out, overrides=[f"train.max_steps={total}"], console=Console(quiet=True))
+            overrides = [f"train.max_steps={total}", *precision_overrides]
+            metrics = pretrain(args.family, args.corpus, out, overrides=overrides, console=Console(quiet=True))
             wall = time.perf_counter() - started
         finally:
             progress_module.ProgressCallback = original
@@ -369,6 +463,12 @@ def main(argv: list[str] | None = None) -> int:
         return run
 
     keras.utils.set_random_seed(train.seed)
+    if args.precision != "float32":  # the anchor in float32 beside it: bf16's speed-up, measured in this process
+        fp32_model = task(backbone=plain_backbone(), preprocessor=None)
+        fp32_model.compile(jit_compile=False)
+        name = f"keras-hub {task_name}, float32"
+        rows[name] = Row(name, fit_arrays(fp32_model, plain_x, y["mlm"], w["mlm"]), "the anchor under the float32 policy")
+    keras.mixed_precision.set_global_policy(policy)  # every model built from here on, as ptmkit's run does
     anchor_model = task(backbone=plain_backbone(), preprocessor=None)
     anchor_model.compile(jit_compile=False)
     rows[anchor] = Row(anchor, fit_arrays(anchor_model, plain_x, y["mlm"], w["mlm"]), "Adam 5e-5 (Task.compile defaults), jit_compile=False")
@@ -436,6 +536,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_ratio_vs_anchor": round(anchor_cpu / statistics.median(row.cpu_times()), 3),
             "gflops": round(tps * flops["total"] / 1e9, 1),
             "share_of_peak": round(tps * flops["total"] / 1e9 / peak, 3),
+            "share_of_bf16_peak": round(tps * flops["total"] / 1e9 / bf16_peak, 3) if bf16_peak else None,
             "step_ms_per_round": [[round(1e3 * t, 1) for t, _ in r] for r in row.raw],  # warm-up steps included
         }
         if row is pretrain_row:
@@ -474,6 +575,20 @@ def main(argv: list[str] | None = None) -> int:
             verdict = "meets" if r["ratio_vs_anchor"] >= TARGET_RATIO else "MISSES"
             print(f"  {r['name']:<42} {r['ratio_vs_anchor']:.3f}x (paired {r['paired_ratio_vs_anchor']:.3f}x, CPU {r['cpu_ratio_vs_anchor']:.3f}x)  "
                   f"{verdict} the >= {TARGET_RATIO}x target")
+    if args.precision != "float32":
+        fp32 = next(r for r in results if r["name"] == f"keras-hub {task_name}, float32")
+        print(f"bf16 peak = {bf16_peak:.1f} GFLOP/s ({bf16_peak / peak:.2f}x the fp32 peak); share of it: "
+              + ", ".join(f"{r['name']} {100 * r['share_of_bf16_peak']:.1f}%" for r in results if r is not fp32))
+        for r in results:
+            if r is not fp32:
+                print(f"  {r['name']:<42} {r['tokens_per_second'] / fp32['tokens_per_second']:.2f}x the float32 anchor "
+                      f"(paired {r['paired_ratio_vs_anchor'] / fp32['paired_ratio_vs_anchor']:.2f}x)")
+    kernels = onednn_kernels(args.family, args.precision) if args.onednn else []
+    if kernels:
+        total_ms = sum(k["ms"] for k in kernels)
+        print(f"\noneDNN kernels over 4 training steps of ptmkit's model ({args.precision}; ONEDNN_VERBOSE=1), {total_ms:,.0f} ms in all:")
+        for k in kernels:
+            print(f"  {k['primitive']:<14} {k['implementation']:<32} {k['dtype']:<5} {k['calls']:>6} calls {k['ms']:>9,.1f} ms {100 * k['ms'] / total_ms:>5.1f}%")
     spread = max(max(r["per_round_tokens_per_second"]) / min(r["per_round_tokens_per_second"]) for r in results) if args.rounds > 1 else 1.0
     if spread > 1.05:
         print(f"note: per-round results differ by up to {100 * (spread - 1):.0f}%: the machine was probably busy; rerun to confirm")
@@ -488,7 +603,9 @@ def main(argv: list[str] | None = None) -> int:
                       "make_step_ms_median": round(1e3 * statistics.median(make_times), 3),
                       "versions": {"python": platform.python_version(), "tensorflow": tf.__version__, "keras": keras.__version__,
                                    "keras_hub": keras_hub.__version__, "numpy": np.__version__}, "cpus": os.cpu_count()},
-            "peak": {"before": peak_before, "after": peak_after, "gflops": peak},
+            "peak": {"before": peak_before, "after": peak_after, "gflops": peak, "bf16_gflops": bf16_peak},
+            "precision": args.precision,
+            "onednn_kernels": kernels,
             "flops_per_token": flops,
             "anchor": anchor,
             "team_anchor_tokens_per_second": TEAM_ANCHOR_TOKENS_PER_SECOND,

@@ -222,19 +222,32 @@ def mask_tokens(
 
 def masked_lm_head(backbone: Any, sequence_output: Any, mask_positions: Any, name: str) -> Any:
     """keras-hub's ``MaskedLMHead`` tied to ``backbone.token_embedding`` (as ``BertMaskedLM``):
-    ``(batch, predictions, vocabulary)`` float32 logits at ``mask_positions``."""
+    ``(batch, predictions, vocabulary)`` float32 logits at ``mask_positions``.
+
+    The head computes in the backbone's dtype policy, as ``BertMaskedLM`` does: under
+    ``mixed_bfloat16`` its output projection (hidden x vocabulary, the largest matmul of a small
+    model's step) runs in bfloat16 on the CPU's matrix units instead of an fp32 GEMM; the logits are
+    cast to float32 for the softmax and the loss. The tied table's reverse projection is set to the
+    policy's compute dtype too: Keras' ``Embedding`` keeps its table out of autocasting, so the
+    ``matmul`` of bfloat16 states with it would otherwise be promoted to a float32 GEMM (a third
+    of oneDNN's time in a bf16 step of the quickstart's BERT, measured with ``ONEDNN_VERBOSE``)."""
     import keras
     import keras_hub
 
+    embedding = backbone.token_embedding
+    compute_dtype = backbone.dtype_policy.compute_dtype
+    if compute_dtype != "float32" and getattr(embedding, "reverse_dtype", "") is None:
+        embedding.reverse_dtype = compute_dtype
     head = keras_hub.layers.MaskedLMHead(
         vocabulary_size=backbone.vocabulary_size,
         token_embedding=backbone.token_embedding,
         intermediate_activation="gelu",
         kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
-        dtype="float32",
+        dtype=backbone.dtype_policy,
         name=name,
     )
-    return head(sequence_output, mask_positions=mask_positions)
+    logits = head(sequence_output, mask_positions=mask_positions)
+    return logits if logits.dtype == "float32" else keras.layers.Activation("linear", dtype="float32", name=f"{name}_logits")(logits)
 
 
 def prediction_loss() -> Any:
