@@ -3,14 +3,15 @@ vocabulary is a unigram language model over pieces (ALBERT, T5, XLNet).
 
 Kudo 2018, "Subword Regularization: Improving Neural Network Translation Models with Multiple
 Subword Candidates" (the unigram model) and Kudo & Richardson 2018, "SentencePiece" (the
-whitespace handling). A text is normalised, every space becomes the meta symbol ``▁`` (U+2581)
-and one is prepended (``Metaspace``, ``prepend_scheme="always"``), and the pieces are those of
-the Viterbi segmentation under the unigram model. This is the layout Hugging Face's
-``convert_slow_tokenizer`` gives the SentencePiece tokenizers it converts (``AlbertConverter``,
-``XLNetConverter``, ``T5Converter``): the same normaliser steps (less SentencePiece's
+whitespace handling). A text is normalised and split at whitespace, each word gets the meta
+symbol ``▁`` (U+2581) in front (``Metaspace``, ``prepend_scheme="always"``), and its pieces are
+those of the Viterbi segmentation under the unigram model. This is the layout Hugging Face
+transformers gives the SentencePiece tokenizers it builds from a vocabulary (``AlbertTokenizer``,
+``XLNetTokenizer`` in transformers 5): the same normaliser steps (less SentencePiece's
 ``precompiled_charsmap``, an NFKC table that only the ``sentencepiece`` trainer writes; NFKD is
-applied instead when accents are stripped), the same pre-tokeniser and decoder, so a
-``tokenizer.json`` written here loads in ``AlbertTokenizerFast`` and friends unchanged.
+applied when accents are stripped), the same pre-tokeniser and decoder, so that
+``AlbertTokenizer(vocab=...)`` on the pieces and scores of a model trained here tokenizes as it
+does, and the ``tokenizer.json`` loads there unchanged.
 
 A family sets its own post-processor (the specials it adds around a text) on what
 :func:`train_unigram` returns, as with :func:`ptmkit.data.byte_level_bpe.train_byte_level_bpe`.
@@ -28,31 +29,32 @@ META_SPACE = "\u2581"
 
 
 def unigram_normalizer(lowercase: bool, strip_accents: bool) -> Any:
-    """The normaliser of Hugging Face's SentencePiece converters: LaTeX quotes (``````, ``''``)
-    to ``"``, then (``strip_accents``) NFKD and accent removal, then (``lowercase``) lower
-    case, then runs of spaces collapsed to one (SentencePiece's ``remove_extra_whitespaces``)."""
-    from tokenizers import Regex, normalizers
+    """The normaliser of Hugging Face's SentencePiece tokenizers: LaTeX quotes (``````, ``''``)
+    to ``"``, then (``strip_accents``) NFKD and accent removal, then (``lowercase``) lower case."""
+    from tokenizers import normalizers
 
     steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
     if strip_accents:
         steps += [normalizers.NFKD(), normalizers.StripAccents()]
     if lowercase:
         steps.append(normalizers.Lowercase())
-    steps.append(normalizers.Replace(Regex(" {2,}"), " "))
     return normalizers.Sequence(steps)
 
 
 def unigram_tokenizer(model: Any, lowercase: bool = True, strip_accents: bool = True) -> Any:
     """A ``tokenizers.Tokenizer`` around the ``Unigram`` ``model`` with SentencePiece's
-    whitespace handling: :func:`unigram_normalizer`, a ``Metaspace`` pre-tokeniser (``▁``,
-    prepended always, split on spaces) and the matching ``Metaspace`` decoder. No post-processor:
-    the family adds its specials."""
+    whitespace handling: :func:`unigram_normalizer`, a split at any run of whitespace (tabs and
+    newlines included, as SentencePiece's normalisation makes them spaces) and a ``Metaspace``
+    pre-tokeniser (``▁`` before every word), and the matching ``Metaspace`` decoder. No
+    post-processor: the family adds its specials."""
     from tokenizers import Tokenizer, decoders, pre_tokenizers
 
     tokenizer = Tokenizer(model)
     tokenizer.normalizer = unigram_normalizer(lowercase, strip_accents)
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement=META_SPACE, prepend_scheme="always", split=True)
-    tokenizer.decoder = decoders.Metaspace(replacement=META_SPACE, prepend_scheme="always", split=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement=META_SPACE, prepend_scheme="always")]
+    )
+    tokenizer.decoder = decoders.Metaspace(replacement=META_SPACE, prepend_scheme="always")
     return tokenizer
 
 
