@@ -162,10 +162,11 @@ def load_tokenizer(directory: Path, config: AlbertConfig) -> tuple[Any, Path | N
 def _spiece_tokenizer(directory: Path) -> Any:
     """The pieces and scores of ``spiece.model`` as the core's unigram tokenizer with ALBERT's
     template, lower-cased and accent-stripped as ``tokenizer_config.json`` says (ALBERT's
-    defaults: both). SentencePiece's ``precompiled_charsmap`` (an NFKC table) is not applied."""
+    defaults: both), then SentencePiece's own normalisation table (``precompiled_charsmap``), in
+    the order of transformers' ``AlbertTokenizer``."""
     import importlib.util
 
-    from tokenizers import models
+    from tokenizers import models, normalizers
 
     from ptmkit.api import unigram_tokenizer
     from ptmkit_albert.tokenizer import albert_post_processor
@@ -173,14 +174,19 @@ def _spiece_tokenizer(directory: Path) -> Any:
     path = directory / SPIECE_FILE
     if importlib.util.find_spec("sentencepiece") is None:
         raise CheckpointError(f"{path}: a SentencePiece model, which needs the sentencepiece package to read (pip install sentencepiece), or save the checkpoint's tokenizer.json")
-    import sentencepiece
+    from sentencepiece import sentencepiece_model_pb2
 
-    processor = sentencepiece.SentencePieceProcessor(model_file=str(path))
-    vocab = [(processor.id_to_piece(i), processor.get_score(i)) for i in range(processor.get_piece_size())]
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(path.read_bytes())
+    if not proto.pieces:
+        raise CheckpointError(f"{path}: no pieces; not a SentencePiece model")
     settings_path = directory / "tokenizer_config.json"
     settings = json.loads(settings_path.read_text(encoding="utf-8")) if settings_path.is_file() else {}
-    model = models.Unigram(vocab, unk_id=processor.unk_id(), byte_fallback=False)
+    model = models.Unigram([(piece.piece, piece.score) for piece in proto.pieces], unk_id=proto.trainer_spec.unk_id, byte_fallback=False)
     tokenizer = unigram_tokenizer(model, bool(settings.get("do_lower_case", True)), not settings.get("keep_accents", False))
+    if proto.normalizer_spec.precompiled_charsmap:
+        tokenizer.normalizer = normalizers.Sequence([tokenizer.normalizer, normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap)])
+    tokenizer.add_special_tokens(list(SPECIAL_TOKEN_NAMES.values()))  # SentencePiece's control symbols: never split
     tokenizer.post_processor = albert_post_processor(tokenizer)
     return tokenizer
 
