@@ -181,3 +181,20 @@ def test_train_finetune_export_predict_from_the_command_line(tmp_path: Path) -> 
         [list(p.probabilities.values()) for p in predictor.predict(["a wonderful film", "a dull film"])]
     )
     assert probabilities.shape == (2, len(export["labels"])) and np.allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_an_objective_the_backbone_cannot_serve_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
+    """UniLM's attention masks need a backbone that takes them; ALBERT's keras-hub layers do not."""
+    from ptmkit.api import get_registry
+    from ptmkit.testing import main, write_tiny_corpus
+
+    registry = get_registry()
+    assert registry.objectives_for(registry.family("albert")) == ["mlm", "nsp", "rtd", "sop", "span", "sso", "wso"]
+    corpus = write_tiny_corpus(tmp_path / "corpus.txt", lines=10)
+    assert (
+        main(["train", "albert", "--corpus", str(corpus), "--out", str(tmp_path / "run"), "--objective", "mlm,unilm"])
+        == 2
+    )
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "objective 'unilm' needs" in lines[0] and "'self_attention_mask'" in lines[0], lines
+    assert "albert backbone does not provide" in lines[0] and not (tmp_path / "run").exists()
