@@ -54,7 +54,9 @@ class AlbertBackbone(keras_hub.models.AlbertBackbone):
         ((2, 5, 32), (2, 32))
     """
 
-    def __init__(self, *args: Any, hidden_activation: str = "gelu_approximate", layer_norm_epsilon: float = 1e-12, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, hidden_activation: str = "gelu_approximate", layer_norm_epsilon: float = 1e-12, **kwargs: Any
+    ) -> None:
         activation = feedforward_activation(hidden_activation)
         super().__init__(*args, **kwargs)
         self.embeddings_layer_norm.epsilon = layer_norm_epsilon

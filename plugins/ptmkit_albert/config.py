@@ -67,17 +67,35 @@ class AlbertConfig:
 
     def validate(self) -> None:
         check_positive(
-            self, "model", "vocabulary_size", "num_layers", "num_groups", "inner_group_num", "num_heads", "embedding_dim",
-            "hidden_dim", "intermediate_dim", "max_sequence_length", "num_segments",
+            self,
+            "model",
+            "vocabulary_size",
+            "num_layers",
+            "num_groups",
+            "inner_group_num",
+            "num_heads",
+            "embedding_dim",
+            "hidden_dim",
+            "intermediate_dim",
+            "max_sequence_length",
+            "num_segments",
         )
         if self.num_layers % self.num_groups:
-            raise ConfigError(f"config key 'model.num_groups' = {self.num_groups} must divide 'model.num_layers' = {self.num_layers}")
+            raise ConfigError(
+                f"config key 'model.num_groups' = {self.num_groups} must divide 'model.num_layers' = {self.num_layers}"
+            )
         if self.hidden_dim % self.num_heads:
-            raise ConfigError(f"config key 'model.num_heads' = {self.num_heads} must divide 'model.hidden_dim' = {self.hidden_dim}")
+            raise ConfigError(
+                f"config key 'model.num_heads' = {self.num_heads} must divide 'model.hidden_dim' = {self.hidden_dim}"
+            )
         if self.vocabulary_size < 10:
-            raise ConfigError(f"config key 'model.vocabulary_size' = {self.vocabulary_size} must be at least 10 (5 special tokens and some pieces)")
+            raise ConfigError(
+                f"config key 'model.vocabulary_size' = {self.vocabulary_size} must be at least 10 (5 special tokens and some pieces)"
+            )
         if self.hidden_activation not in ACTIVATIONS:
-            raise ConfigError(f"config key 'model.hidden_activation' must be one of {', '.join(ACTIVATIONS)}, got {self.hidden_activation!r}")
+            raise ConfigError(
+                f"config key 'model.hidden_activation' must be one of {', '.join(ACTIVATIONS)}, got {self.hidden_activation!r}"
+            )
         if not 0.0 < self.layer_norm_epsilon < 1.0:
             raise ConfigError(f"config key 'model.layer_norm_epsilon' must be in (0, 1), got {self.layer_norm_epsilon}")
         if not 0.0 <= self.dropout < 1.0:

@@ -31,9 +31,22 @@ from ptmkit_albert.tokenizer import SPECIAL_TOKEN_NAMES
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 SPIECE_FILE = "spiece.model"
-_REQUIRED = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "max_position_embeddings")
+_REQUIRED = (
+    "vocab_size",
+    "embedding_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+)
 #: Hugging Face ``hidden_act`` -> :attr:`AlbertConfig.hidden_activation`.
-HF_ACTIVATIONS = {"gelu_new": "gelu_approximate", "gelu_pytorch_tanh": "gelu_approximate", "gelu": "gelu", "relu": "relu"}
+HF_ACTIVATIONS = {
+    "gelu_new": "gelu_approximate",
+    "gelu_pytorch_tanh": "gelu_approximate",
+    "gelu": "gelu",
+    "relu": "relu",
+}
 
 
 def read_albert_config(directory: Path) -> tuple[AlbertConfig, dict[str, Any]]:
@@ -49,14 +62,22 @@ def read_albert_config(directory: Path) -> tuple[AlbertConfig, dict[str, Any]]:
         check_positive_key(path, hf, key, default=1)
     check_positive_key(path, hf, "type_vocab_size", default=2)
     if hf["num_hidden_layers"] % hf.get("num_hidden_groups", 1):
-        raise CheckpointError(f"{path}: key 'num_hidden_groups' = {hf['num_hidden_groups']} does not divide 'num_hidden_layers' = {hf['num_hidden_layers']}")
+        raise CheckpointError(
+            f"{path}: key 'num_hidden_groups' = {hf['num_hidden_groups']} does not divide 'num_hidden_layers' = {hf['num_hidden_layers']}"
+        )
     if hf["hidden_size"] % hf["num_attention_heads"]:
-        raise CheckpointError(f"{path}: key 'num_attention_heads' = {hf['num_attention_heads']} does not divide 'hidden_size' = {hf['hidden_size']}")
+        raise CheckpointError(
+            f"{path}: key 'num_attention_heads' = {hf['num_attention_heads']} does not divide 'hidden_size' = {hf['hidden_size']}"
+        )
     activation = hf.get("hidden_act", "gelu_new")
     if activation not in HF_ACTIVATIONS:
-        raise CheckpointError(f"{path}: key 'hidden_act' = {activation!r} is not supported (supported: {', '.join(HF_ACTIVATIONS)})")
+        raise CheckpointError(
+            f"{path}: key 'hidden_act' = {activation!r} is not supported (supported: {', '.join(HF_ACTIVATIONS)})"
+        )
     if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise CheckpointError(f"{path}: key 'position_embedding_type' = {hf['position_embedding_type']!r} is not supported (only 'absolute')")
+        raise CheckpointError(
+            f"{path}: key 'position_embedding_type' = {hf['position_embedding_type']!r} is not supported (only 'absolute')"
+        )
     config = AlbertConfig(
         vocabulary_size=hf["vocab_size"],
         num_layers=hf["num_hidden_layers"],
@@ -119,7 +140,10 @@ def check_weights(directory: Path, config: AlbertConfig) -> dict[str, Any]:
     """
     path, shapes = read_weight_shapes(directory)
     absent = check_tensor_shapes(
-        path, shapes, expected_shapes(config), lambda key: _resolve(key, shapes),
+        path,
+        shapes,
+        expected_shapes(config),
+        lambda key: _resolve(key, shapes),
         f"{config.num_groups} group(s) of {config.inner_group_num} layer(s), embedding {config.embedding_dim}, hidden {config.hidden_dim}",
         optional=("pooler.",),
     )
@@ -152,10 +176,14 @@ def load_tokenizer(directory: Path, config: AlbertConfig) -> tuple[Any, Path | N
         raise CheckpointError(f"{where}: cannot be read as a tokenizer ({str(exc).splitlines()[0]})") from None
     missing = [token for token in SPECIAL_TOKEN_NAMES.values() if tokenizer.token_to_id(token) is None]
     if missing:
-        raise CheckpointError(f"{where}: no {', '.join(missing)} token; an ALBERT vocabulary needs {', '.join(SPECIAL_TOKEN_NAMES.values())}")
+        raise CheckpointError(
+            f"{where}: no {', '.join(missing)} token; an ALBERT vocabulary needs {', '.join(SPECIAL_TOKEN_NAMES.values())}"
+        )
     rows = max(tokenizer.get_vocab(with_added_tokens=True).values()) + 1
     if rows > config.vocabulary_size:
-        raise CheckpointError(f"{where}: the vocabulary has ids up to {rows - 1}, the embedding matrix {config.vocabulary_size} rows ({CONFIG_FILE} vocab_size)")
+        raise CheckpointError(
+            f"{where}: the vocabulary has ids up to {rows - 1}, the embedding matrix {config.vocabulary_size} rows ({CONFIG_FILE} vocab_size)"
+        )
     return tokenizer, source
 
 
@@ -173,7 +201,9 @@ def _spiece_tokenizer(directory: Path) -> Any:
 
     path = directory / SPIECE_FILE
     if importlib.util.find_spec("sentencepiece") is None:
-        raise CheckpointError(f"{path}: a SentencePiece model, which needs the sentencepiece package to read (pip install sentencepiece), or save the checkpoint's tokenizer.json")
+        raise CheckpointError(
+            f"{path}: a SentencePiece model, which needs the sentencepiece package to read (pip install sentencepiece), or save the checkpoint's tokenizer.json"
+        )
     from sentencepiece import sentencepiece_model_pb2
 
     proto = sentencepiece_model_pb2.ModelProto()
@@ -182,10 +212,16 @@ def _spiece_tokenizer(directory: Path) -> Any:
         raise CheckpointError(f"{path}: no pieces; not a SentencePiece model")
     settings_path = directory / "tokenizer_config.json"
     settings = json.loads(settings_path.read_text(encoding="utf-8")) if settings_path.is_file() else {}
-    model = models.Unigram([(piece.piece, piece.score) for piece in proto.pieces], unk_id=proto.trainer_spec.unk_id, byte_fallback=False)
-    tokenizer = unigram_tokenizer(model, bool(settings.get("do_lower_case", True)), not settings.get("keep_accents", False))
+    model = models.Unigram(
+        [(piece.piece, piece.score) for piece in proto.pieces], unk_id=proto.trainer_spec.unk_id, byte_fallback=False
+    )
+    tokenizer = unigram_tokenizer(
+        model, bool(settings.get("do_lower_case", True)), not settings.get("keep_accents", False)
+    )
     if proto.normalizer_spec.precompiled_charsmap:
-        tokenizer.normalizer = normalizers.Sequence([tokenizer.normalizer, normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap)])
+        tokenizer.normalizer = normalizers.Sequence(
+            [tokenizer.normalizer, normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap)]
+        )
     tokenizer.add_special_tokens(list(SPECIAL_TOKEN_NAMES.values()))  # SentencePiece's control symbols: never split
     tokenizer.post_processor = albert_post_processor(tokenizer)
     return tokenizer
@@ -249,13 +285,26 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
     registry = get_registry()
     run_config = imported_run_config(registry, "albert", config)
     if console is not None:
-        console.print(f"importing {source}: ALBERT {config.num_layers} layers ({config.num_groups} group(s) of {config.inner_group_num}), "
-                      f"embedding {config.embedding_dim}, hidden {config.hidden_dim}, {config.num_heads} heads, vocabulary {config.vocabulary_size:,}"
-                      + ("" if weights["pooler"] else "; no pooler in the checkpoint (initialised randomly)"), markup=False, highlight=False)
+        console.print(
+            f"importing {source}: ALBERT {config.num_layers} layers ({config.num_groups} group(s) of {config.inner_group_num}), "
+            f"embedding {config.embedding_dim}, hidden {config.hidden_dim}, {config.num_heads} heads, vocabulary {config.vocabulary_size:,}"
+            + ("" if weights["pooler"] else "; no pooler in the checkpoint (initialised randomly)"),
+            markup=False,
+            highlight=False,
+        )
     backbone = build_backbone(config)
     with porting_weights(weights["file"]):
         port_weights(backbone, source, weights["pooler"])
     return write_imported_run(
-        target, registry, "albert", run_config, tokenizer, backbone, tokenizer_file, source, weights,
-        str(tokenizer_file or SPIECE_FILE), inputs=["token_ids", "segment_ids", "padding_mask"],
+        target,
+        registry,
+        "albert",
+        run_config,
+        tokenizer,
+        backbone,
+        tokenizer_file,
+        source,
+        weights,
+        str(tokenizer_file or SPIECE_FILE),
+        inputs=["token_ids", "segment_ids", "padding_mask"],
     )

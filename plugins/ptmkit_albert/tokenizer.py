@@ -33,7 +33,9 @@ def albert_post_processor(tokenizer: Any) -> Any:
     )
 
 
-def train_albert_unigram(texts: Iterable[str], vocabulary_size: int, lowercase: bool = True, strip_accents: bool = True) -> Any:
+def train_albert_unigram(
+    texts: Iterable[str], vocabulary_size: int, lowercase: bool = True, strip_accents: bool = True
+) -> Any:
     """Train ALBERT's unigram vocabulary of at most ``vocabulary_size`` pieces on ``texts``.
 
     Returns:
@@ -42,6 +44,8 @@ def train_albert_unigram(texts: Iterable[str], vocabulary_size: int, lowercase: 
     Raises:
         DataError: the texts held no text to learn from.
     """
-    tokenizer = train_unigram(texts, vocabulary_size, list(SPECIAL_TOKEN_NAMES.values()), SPECIAL_TOKEN_NAMES["unk"], lowercase, strip_accents)
+    tokenizer = train_unigram(
+        texts, vocabulary_size, list(SPECIAL_TOKEN_NAMES.values()), SPECIAL_TOKEN_NAMES["unk"], lowercase, strip_accents
+    )
     tokenizer.post_processor = albert_post_processor(tokenizer)
     return tokenizer
