@@ -20,7 +20,7 @@ Contract types (:mod:`ptmkit.contract`)
     checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`, :class:`TrainsOnPairs`,
     :class:`EvaluatesPairs`,
     :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`ImportsCheckpoints`, :class:`WritesOwnExport`, :class:`HasQuickstart` (families, with :class:`QuickstartPlan`), :class:`TrainsOnWordVectors`
-    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask` (backbones), :class:`KeepsLayers` (``ptmkit compress``); :func:`capabilities` lists what a family offers objectives and heads
+    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask` (backbones), :class:`KeepsLayers` (``ptmkit compress``), :class:`SharesEmbeddings` (a generator on the backbone's embeddings, ``rtd``); :func:`capabilities` lists what a family offers objectives and heads
     (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`HIDDEN_STATES`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`, :data:`SELF_ATTENTION_MASK`).
 
 Errors (:mod:`ptmkit.errors`)
@@ -56,7 +56,9 @@ Data and training glue (:mod:`ptmkit.data.readers`, :mod:`ptmkit.training`)
     :func:`read_corpus`, :func:`read_labelled`, :func:`read_multilabelled`, :func:`is_labelled`
     (every installed corpus format); :func:`read_parallel` and :class:`ParallelCorpus` (sentence
     pairs); :func:`train_byte_level_bpe`, :func:`byte_level_tokenizer`
-    (byte-level BPE, for every family that learns its vocabulary on bytes); :func:`train_unigram`,
+    (byte-level BPE, for every family that learns its vocabulary on bytes); :func:`train_wordpiece`,
+    :func:`wordpiece_special_tokens`, :data:`WORDPIECE_SPECIALS`, :func:`load_checkpoint_wordpiece`
+    (WordPiece, for every family whose vocabulary is WordPiece, and its import from a checkpoint); :func:`train_unigram`,
     :func:`unigram_tokenizer` (SentencePiece-style unigram pieces: ALBERT, T5, XLNet); :func:`derive_inputs` (a family's declared inputs from
     token ids, segment ids and a padding mask); :func:`quiet_tensorflow`, :func:`seed_everything`;
     :func:`macro_f1`, :func:`top1_gold` (precision at 1 on lines with several labels);
@@ -128,6 +130,7 @@ from ptmkit.contract import (
     Resumable,
     RowClassifier,
     ScoresHeldoutLines,
+    SharesEmbeddings,
     SpecialTokens,
     TrainedHead,
     TrainsItself,
@@ -141,6 +144,8 @@ from ptmkit.data.parallel import ParallelCorpus, read_parallel
 from ptmkit.data.readers import is_labelled, read_corpus, read_labelled, read_multilabelled
 from ptmkit.data.tokenization import derive_inputs
 from ptmkit.data.unigram import train_unigram, unigram_tokenizer
+from ptmkit.data.wordpiece import SPECIALS as WORDPIECE_SPECIALS
+from ptmkit.data.wordpiece import load_checkpoint_wordpiece, train_wordpiece, wordpiece_special_tokens
 from ptmkit.errors import ConfigError, DataError, ExportError, PluginError, PtmkitError, RunDirError
 from ptmkit.hf_checkpoints import (
     CheckpointError,
@@ -244,6 +249,7 @@ __all__ = [
     "ScoresHeldoutLines",
     "AttendsWithMask",
     "KeepsLayers",
+    "SharesEmbeddings",
     "SpecialTokens",
     "TrainedHead",
     "TrainsItself",
@@ -327,6 +333,10 @@ __all__ = [
     "train_byte_level_bpe",
     "train_unigram",
     "unigram_tokenizer",
+    "WORDPIECE_SPECIALS",
+    "train_wordpiece",
+    "wordpiece_special_tokens",
+    "load_checkpoint_wordpiece",
     "is_labelled",
     "read_labelled",
     "read_multilabelled",

@@ -157,6 +157,9 @@ def export(
     static: Annotated[bool, typer.Option("--static", help="int8: static QDQ quantization calibrated on --calibration text instead of dynamic.")] = False,
     calibration: Annotated[Path | None, typer.Option(help="int8 --static: text file to calibrate activation ranges on (first 256 examples).")] = None,
     method: Annotated[str, typer.Option(help="int8 --static calibration: minmax, entropy or percentile.")] = "minmax",
+    fused_layer_norm: Annotated[bool, typer.Option("--fused-layer-norm", help="int8: keep onnxruntime's fused SkipLayerNormalization (default: split into Add + LayerNormalization before quantizing: faster int8).")] = False,
+    exact_gelu: Annotated[bool, typer.Option("--exact-gelu", help="int8: keep the exact erf GELU (default: the tanh approximation FastGelu, faster; the gate checks agreement with fp32).")] = False,
+    int4: Annotated[bool, typer.Option("--int4", help="Also write model.int4.onnx: 4-bit weight-only MatMulNBits, block 32 (variant int4; needs onnx-ir).")] = False,
     fp16: Annotated[bool, typer.Option("--fp16", help="Also write model.fp16.onnx (for GPUs; float32 inputs and outputs).")] = False,
     triton: Annotated[Path | None, typer.Option(help="Also write a Triton Inference Server model repository here (REPO_DIR/NAME/config.pbtxt, 1/model.onnx).")] = None,
     vectors: Annotated[str | None, typer.Option(help="Word-vector runs: write a vector file: word2vec, word2vec-binary, glove or fasttext-vec.")] = None,
@@ -164,7 +167,7 @@ def export(
     with_tokenizer: Annotated[bool, typer.Option("--with-tokenizer", help="Also write model.with_tokenizer.onnx: WordPiece tokenization inside the graph (onnxruntime-extensions), raw text in; variant fp32+tokenizer (and int8+tokenizer).")] = False,
 ) -> None:
     """Export RUN_DIR to ONNX (checked against Keras), optionally optimised (--optimize 1-3), quantized
-    (--int8, dynamic or --static) and in fp16 (--fp16); every variant is gated against fp32 (dev
+    (--int8, dynamic or --static; --int4 weight-only) and in fp16 (--fp16); every variant is gated against fp32 (dev
     agreement, latency at batch 1x128, throughput at 32x128) and one that fails is marked not ok. Or
     write a word-vector run's vectors in a format the field reads (--vectors FORMAT --output FILE)."""
     from ptmkit.wordvectors import commands as word_vectors
@@ -172,8 +175,8 @@ def export(
     if vectors is not None or word_vectors.is_word_vector_run(run_dir):
         if vectors is None and not onnx:
             raise PtmkitError("nothing to export: give --vectors FORMAT --output FILE, or --onnx")
-        if int8 or dev is not None or optimize or fp16 or static or with_tokenizer:
-            raise PtmkitError("--int8/--dev/--optimize/--fp16/--with-tokenizer apply to transformer runs; word vectors are exported as float32 lookups")
+        if int8 or int4 or dev is not None or optimize or fp16 or static or with_tokenizer:
+            raise PtmkitError("--int8/--int4/--dev/--optimize/--fp16/--with-tokenizer apply to transformer runs; word vectors are exported as float32 lookups")
         _report(f"exported {run_dir}", word_vectors.export(run_dir, vectors, output, out))
         return
     if not onnx:
@@ -181,10 +184,11 @@ def export(
     from ptmkit.exporting import check_options, export_run
 
     excluded = [name.strip() for name in (exclude_nodes or "").split(",") if name.strip()]
-    check_options(optimize, int8, static, calibration, method, excluded, per_channel, reduce_range)  # before the slow conversion
+    check_options(optimize, int8, static, calibration, method, excluded, per_channel, reduce_range, fused_layer_norm, exact_gelu, int4)  # before the slow conversion
     manifest = export_run(
         run_dir, out, int8=int8, dev=dev, console=console, optimize=optimize, per_channel=per_channel, reduce_range=reduce_range,
         exclude_nodes=excluded, static=static, calibration=calibration, method=method, fp16=fp16, with_tokenizer=with_tokenizer,
+        fused_layer_norm=fused_layer_norm, exact_gelu=exact_gelu, int4=int4,
     )
     _report(f"exported -> {manifest['directory']}", manifest["summary"])
     if triton is not None:

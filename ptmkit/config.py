@@ -46,7 +46,11 @@ class TrainConfig:
         seed: seeds Python, NumPy, TensorFlow/Keras and the masking; same seed, same run.
         checkpoint_every: steps between checkpoints (what ``--resume`` continues from).
         heldout_lines: corpus lines (documents/paragraphs) held out for MLM evaluation.
-        mixed_precision: ``mixed_float16`` compute (for GPUs; slower on CPUs).
+        mixed_precision: the Keras dtype policy of the computation; variables stay float32.
+            ``"float32"`` (or ``false``); ``"bf16"`` (``mixed_bfloat16``: bfloat16 matmuls, on
+            CPUs with AVX-512 BF16 / AMX through oneDNN, and on Ampere or newer GPUs); ``"fp16"``
+            (or ``true``; ``mixed_float16`` with dynamic loss scaling, for GPUs). Logits and losses
+            are computed in float32 either way. Stored as the Keras policy name.
         jit_compile: XLA compilation of the train step (for GPUs).
         distribute: ``none``; ``mirrored`` (``tf.distribute.MirroredStrategy``: the GPUs of one
             host); or ``multi-worker`` (``tf.distribute.MultiWorkerMirroredStrategy``: several
@@ -65,11 +69,12 @@ class TrainConfig:
     seed: int = 42
     checkpoint_every: int = 100
     heldout_lines: int = 200
-    mixed_precision: bool = False
+    mixed_precision: bool | str = "float32"
     jit_compile: bool = False
     distribute: str = "none"
 
     def validate(self) -> None:
+        self.mixed_precision = precision_policy(self.mixed_precision, "train")
         check_positive(self, "train", "batch_size", "sequence_length", "max_steps", "checkpoint_every")
         check_unit_interval(self, "train", "warmup_ratio")
         check_choice(self, "train", "distribute", ("none", "mirrored", "multi-worker"))
@@ -111,12 +116,13 @@ class FinetuneConfig:
     seed: int = 42
     max_train_examples: int = 0
     checkpoint_every: int = 0
-    mixed_precision: bool = False
+    mixed_precision: bool | str = "float32"
     jit_compile: bool = False
     distill_temperature: float = 2.0
     distill_alpha: float = 0.5
 
     def validate(self) -> None:
+        self.mixed_precision = precision_policy(self.mixed_precision, "finetune")
         check_positive(self, "finetune", "epochs", "batch_size", "sequence_length", "distill_temperature")
         check_unit_interval(self, "finetune", "distill_alpha")
         check_non_negative(self, "finetune", "checkpoint_every")
@@ -144,6 +150,34 @@ class RunConfig:
             "finetune": dataclasses.asdict(self.finetune),
             "head": dataclasses.asdict(self.head),
         }
+
+
+PRECISION_POLICIES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "bf16": "mixed_bfloat16",
+    "mixed_bfloat16": "mixed_bfloat16",
+    "fp16": "mixed_float16",
+    "mixed_float16": "mixed_float16",
+}
+
+
+def precision_policy(value: bool | str, section: str) -> str:
+    """The Keras dtype policy name that ``SECTION.mixed_precision`` asks for.
+
+    ``false`` and ``true`` are the key's older boolean spelling (``float32`` / ``mixed_float16``).
+
+    Raises:
+        ConfigError: a string that is none of ``float32``, ``bf16``, ``fp16`` (or the policy names).
+    """
+    if isinstance(value, bool):
+        return "mixed_float16" if value else "float32"
+    if value not in PRECISION_POLICIES:
+        raise ConfigError(
+            f"{section}.mixed_precision must be one of float32, bf16, fp16 "
+            f"(or mixed_bfloat16, mixed_float16), got {value!r}"
+        )
+    return PRECISION_POLICIES[value]
 
 
 def check_positive(cfg: Any, section: str, *names: str) -> None:
@@ -295,7 +329,16 @@ def _check_type(value: Any, hint: Any, key: str, source: str) -> Any:
         options = typing.get_args(hint)
         if value is None and type(None) in options:
             return None
-        hint = next(o for o in options if o is not type(None))
+        options = tuple(o for o in options if o is not type(None))
+        if len(options) > 1:  # ``bool | str``: the first type the value fits
+            for option in options:
+                try:
+                    return _check_type(value, option, key, source)
+                except ConfigError:
+                    continue
+            names = " or ".join(getattr(o, "__name__", str(o)) for o in options)
+            raise ConfigError(f"{source}: config key '{key}' must be {names}, got {value!r} ({type(value).__name__})")
+        hint = options[0]
         origin = typing.get_origin(hint)
     if origin is list:
         (item,) = typing.get_args(hint)

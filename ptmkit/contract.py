@@ -39,7 +39,8 @@ UTF-8 bytes, see :mod:`ptmkit_export.fields`), or a family's own featurizer (``r
 :class:`typing.Protocol`, checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
 :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`WritesOwnExport`, :class:`TrainsOnWordVectors`,
 :class:`TrainsOnPairs`, :class:`EvaluatesPairs`,
-:class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask` (backbones), :class:`KeepsLayers`. A family has the capability by defining the protocol's methods; there is no flag to keep in step.
+:class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask` (backbones), :class:`KeepsLayers`,
+:class:`SharesEmbeddings`. A family has the capability by defining the protocol's methods; there is no flag to keep in step.
 
 **Matching.** Objectives and heads list the backbone capabilities they ``require`` (e.g.
 ``sequence_output``, ``pooled_output``, ``token_embedding``); a family offers its declared
@@ -728,6 +729,29 @@ class KeepsLayers(Protocol):
 
         Raises:
             ConfigError: an index out of range, repeated or out of order.
+        """
+        ...
+
+
+@runtime_checkable
+class SharesEmbeddings(Protocol):
+    """A family that can build a backbone on another backbone's input embeddings (the same layers
+    and variables): what replaced-token detection needs to share the embeddings between its
+    generator and the discriminator as ELECTRA does (Clark et al. 2020, section 3.2: "we share
+    the embeddings (both the token and positional embeddings) of the generator and
+    discriminator"). A family without it gets a generator with its own input embeddings."""
+
+    def build_on_embeddings(self, model_config: Any, backbone: keras.Model) -> keras.Model:
+        """A backbone of ``model_config`` whose input embeddings are ``backbone``'s.
+
+        Args:
+            model_config: the new backbone's ``[model]`` config (e.g. a narrower generator's,
+                from :meth:`ModelFamily.scale_config`); its embedding sizes are ``backbone``'s.
+            backbone: the backbone whose embedding layers are reused (trained together).
+
+        Returns:
+            a Keras model taking the family's declared inputs and returning at least
+            ``sequence_output`` ``(batch, sequence, model_config's hidden size)``.
         """
         ...
 

@@ -107,6 +107,11 @@ dropout = 0.0
         ("train.objectives=mlm,nsp", "train", "objectives", ["mlm", "nsp"]),
         ('train.objectives=["nsp"]', "train", "objectives", ["nsp"]),
         (" train.seed = 7 ", "train", "seed", 7),
+        ("train.mixed_precision=bf16", "train", "mixed_precision", "mixed_bfloat16"),
+        ("train.mixed_precision=true", "train", "mixed_precision", "mixed_float16"),
+        ("train.mixed_precision=false", "train", "mixed_precision", "float32"),
+        ("finetune.mixed_precision=fp16", "finetune", "mixed_precision", "mixed_float16"),
+        ("finetune.mixed_precision=mixed_bfloat16", "finetune", "mixed_precision", "mixed_bfloat16"),
     ],
 )
 def test_set_overrides_are_typed(registry: Registry, override: str, section: str, key: str, expected: object) -> None:
@@ -207,6 +212,8 @@ def test_set_without_equals(registry: Registry) -> None:
         ("train.warmup_ratio=-inf", "config key 'train.warmup_ratio' must be a finite number, got -inf"),
         ("finetune.head=3", "config key 'finetune.head' must be str, got 3 (int)"),
         ("train.objectives=[1, 2]", "config key 'train.objectives' must be str, got 1 (int)"),
+        ("train.mixed_precision=16", "config key 'train.mixed_precision' must be bool or str, got 16 (int)"),
+        ("train.mixed_precision=half", "train.mixed_precision must be one of float32, bf16, fp16 (or mixed_bfloat16, mixed_float16), got 'half'"),
     ],
 )
 def test_wrong_type_via_set(registry: Registry, override: str, expected: str) -> None:

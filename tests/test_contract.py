@@ -97,8 +97,10 @@ def test_contract_imports_nothing_above_itself() -> None:
 
 # Where the core may name a family or a tool: the quickstart's choice of family, and the file
 # formats named after the tools that defined them (word2vec text/binary, GloVe text, fastText .vec
-# and __label__ files). Docstrings, comments, help texts and descriptions are documentation.
-FORMAT_MODULES = {"ptmkit/quickstart.py", "ptmkit/wordvectors/formats.py", "ptmkit/data/readers.py"}
+# and __label__ files), and WordPiece, whose tokenizers components bear the name of the model that
+# introduced it (BertNormalizer, BertPreTokenizer, BertProcessing). Docstrings, comments, help
+# texts and descriptions are documentation.
+FORMAT_MODULES = {"ptmkit/quickstart.py", "ptmkit/wordvectors/formats.py", "ptmkit/data/readers.py", "ptmkit/data/wordpiece.py"}
 FAMILY = re.compile(r"bert|word2vec|fasttext|glove|nnlm", re.IGNORECASE)
 
 

@@ -38,6 +38,7 @@ def tiny_finetuned(tiny_pretrained: Path, tmp_path_factory: pytest.TempPathFacto
         (["--optimize", "5"], "--optimize must be one of 0, 1, 2, 3, got 5"),
         (["--static", "--calibration", str(DEV)], "--static, --calibration configure int8 quantization; add --int8"),
         (["--int8", "--static", "--calibration", str(DEV), "--method", "kl"], "--method must be one of minmax, entropy, percentile"),
+        (["--fused-layer-norm", "--exact-gelu"], "--fused-layer-norm, --exact-gelu configure int8 quantization; add --int8"),
     ],
 )
 def test_bad_flags_exit_2_before_converting(tiny_finetuned: Path, tmp_path: Path, extra: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -80,6 +81,11 @@ def test_optimize_int8_fp16_variants_and_gate(tiny_finetuned: Path, tmp_path: Pa
     # q, k, v in QAttention; attention output, 2 feed-forward and the head's 2 Dense as MatMulInteger.
     assert quantization["float_weight_matmul"] == 0 and quantization["quantized_attention"] == 1 and quantization["quantized_matmul"] == 5
     assert quantization["reduce_range_source"] == "auto" and isinstance(quantization["reduce_range"], bool)
+    # The default int8 graph: SkipLayerNormalization split into Add + LayerNormalization, BiasGelu -> FastGelu.
+    assert quantization["skip_layer_norm_unfused"] == 2 and quantization["gelu_approximated"] == 1
+    int8_ops = {node.op_type for node in onnx.load(str(directory / "model.int8.onnx")).graph.node}
+    assert "SkipLayerNormalization" not in int8_ops and "BiasGelu" not in int8_ops
+    assert {"LayerNormalization", "FastGelu", "QAttention", "MatMulInteger"} <= int8_ops
     for name in ("optimized", "int8", "fp16"):
         entry = variants[name]
         assert 0.0 <= entry["dev_agreement_with_fp32"] <= 1.0 and entry["latency_ms_b1x128"] > 0
@@ -130,6 +136,25 @@ def test_static_int8_from_the_cli(tiny_finetuned: Path, tmp_path: Path) -> None:
     ops = {node.op_type for node in onnx.load(str(out / "model.int8.onnx")).graph.node}
     assert {"QuantizeLinear", "DequantizeLinear"} <= ops
     assert manifest["variants"]["int8"]["dev_agreement_with_fp32"] >= 0.9
+
+
+def test_int8_fused_layer_norm_exact_gelu_and_int4_from_the_cli(tiny_finetuned: Path, tmp_path: Path) -> None:
+    pytest.importorskip("onnx_ir")
+    out = tmp_path / "export"
+    assert main(["export", str(tiny_finetuned), "--out", str(out), "--optimize", "2", "--int8", "--fused-layer-norm", "--exact-gelu", "--int4"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert list(manifest["variants"]) == ["fp32", "optimized", "int8", "int4"]
+    quantization = manifest["variants"]["int8"]["quantization"]
+    assert quantization["skip_layer_norm_unfused"] == 0 and quantization["gelu_approximated"] == 0
+    int8_ops = [node.op_type for node in onnx.load(str(out / "model.int8.onnx")).graph.node]
+    assert int8_ops.count("SkipLayerNormalization") == 2 and int8_ops.count("BiasGelu") == 1
+    int4 = manifest["variants"]["int4"]
+    # Attention output, 2 feed-forward layers and the head's 2 Dense; q/k/v stay in the fp32 Attention.
+    assert int4["quantization"]["mode"] == "int4-weight-only" and int4["quantization"]["matmul_nbits"] == 5
+    assert int4["quantization"]["block_size"] == 32 and int4["quantization"]["source_variant"] == "optimized"
+    assert [node.op_type for node in onnx.load(str(out / "model.int4.onnx")).graph.node].count("MatMulNBits") == 5
+    assert int4["dev_agreement_with_fp32"] >= 0.95
+    assert [row["variant"] for row in manifest["gate"]["rows"]] == ["fp32", "optimized", "int8", "int4"]
 
 
 def test_embedding_export_with_optimize(tiny_pretrained: Path, tmp_path: Path) -> None:

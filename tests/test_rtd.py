@@ -237,3 +237,31 @@ def test_a_family_that_cannot_scale_its_config_gets_a_generator_of_its_size() ->
     assert generator_config(Fixed(), config, 0.25) is config
     assert generator_config(BertFamily(), config, 1.0) is config
     assert generator_config(BertFamily(), config, 0.5).hidden_dim == 32
+
+
+def test_a_family_that_shares_embeddings_gets_its_generator_on_the_discriminators_embeddings() -> None:
+    """:class:`~ptmkit.contract.SharesEmbeddings`: the objective asks the family for a generator
+    on the backbone's embeddings (ELECTRA 3.2) at the scaled config; without it, a backbone of its own."""
+    import keras
+
+    from ptmkit.contract import SharesEmbeddings
+    from ptmkit_bert import BertConfig, BertFamily
+
+    asked = []
+
+    class Sharing(BertFamily):
+        def build_on_embeddings(self, model_config, backbone):  # a one-layer encoder on the backbone's token table
+            asked.append(model_config.hidden_dim)
+            inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name) for name in self.input_names}
+            states = keras.layers.Dense(model_config.hidden_dim)(backbone.token_embedding(inputs["token_ids"]))
+            return keras.Model(inputs, {"sequence_output": states})
+
+    assert isinstance(Sharing(), SharesEmbeddings) and not isinstance(BertFamily(), SharesEmbeddings)
+    config = BertConfig(vocabulary_size=VOCABULARY, num_layers=1, hidden_dim=32, num_heads=2, intermediate_dim=64, max_sequence_length=16)
+    for family, shared in ((Sharing(), True), (BertFamily(), False)):
+        backbone = family.build_backbone(config)
+        inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name) for name in family.input_names}
+        extra, outputs, _, _ = ReplacedTokenDetection().build_on_family(family, config, backbone, inputs, ReplacedTokenDetectionConfig())
+        generator = keras.Model({**inputs, **extra}, outputs).get_layer("rtd_generator_backbone")
+        assert any(layer is backbone.token_embedding for layer in generator.layers) is shared
+    assert asked == [8]  # a quarter of 32

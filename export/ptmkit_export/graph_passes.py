@@ -31,6 +31,10 @@ and returns how many subgraphs it rewrote. :func:`canonicalize` runs them all.
 * the embeddings (token and segment ``Gather`` behind a ``SelectV2`` that wraps negative ids, a
   ``Slice`` + ``Expand`` of the position table, two ``Add``, a layer norm) match none of the
   optimizer's ``EmbedLayerNormalization`` patterns (:func:`fuse_embed_layer_normalization`).
+
+Two passes prepare an optimised graph for int8 (``ptmkit export --int8`` runs them unless
+``--fused-layer-norm`` / ``--exact-gelu``): :func:`unfuse_skip_layer_normalization` (exact) and
+:func:`approximate_gelu` (the tanh GELU; not exact, gated).
 """
 
 from __future__ import annotations
@@ -42,7 +46,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-__all__ = ["canonicalize", "fold_constants", "fold_tensordot_reshapes", "fuse_attention", "fuse_embed_layer_normalization", "fuse_gelu", "fuse_layer_normalization", "rewrite_gemm_as_matmul", "set_opset"]
+__all__ = [
+    "approximate_gelu", "canonicalize", "fold_constants", "fold_tensordot_reshapes", "fuse_attention", "fuse_embed_layer_normalization", "fuse_gelu",
+    "fuse_layer_normalization", "rewrite_gemm_as_matmul", "set_opset", "unfuse_skip_layer_normalization",
+]
 
 #: Lowest default-domain opset with ``LayerNormalization``.
 LAYER_NORM_OPSET = 17
@@ -896,6 +903,81 @@ def fuse_gelu(model: onnx.ModelProto) -> int:
         _prune_initializers(model)
         _ensure_domain(model, "com.microsoft")
     return len(add)
+
+
+
+def unfuse_skip_layer_normalization(model: onnx.ModelProto) -> int:
+    """Split each ``com.microsoft.SkipLayerNormalization`` back into ``Add`` (+ bias ``Add``) and
+    ONNX ``LayerNormalization`` (in place; opset raised to 17).
+
+    ``SkipLayerNormalization(input, skip, gamma, beta, bias)`` computes
+    ``LayerNorm(input + skip + bias) * gamma + beta`` over the last axis, with ``epsilon``; its
+    fourth output, when read, is the sum ``input + skip + bias`` (the next residual). ONNX Runtime's
+    transformer optimizer writes it. Split again before dynamic int8, the graph runs faster on
+    ONNX Runtime's CPU provider (all-MiniLM-L6-v2, one thread: 12 ``SkipLayerNormalization`` took
+    275 ms per batch of 32 x 128, the ``Add`` + ``LayerNormalization`` pairs 136 ms;
+    ``benchmarks/results/minilm_inference.md``); the session's own optimizations
+    (``ORT_ENABLE_ALL``) leave the pairs as they are after quantization. Exact up to float
+    rounding. A node whose mean or inverse standard deviation output (outputs 1-2) is read is
+    left alone.
+
+    Returns:
+        How many nodes were split.
+    """
+    g = _Graph(model)
+    remove: list[onnx.NodeProto] = []
+    add: list[tuple[onnx.NodeProto, onnx.NodeProto]] = []
+    for node in model.graph.node:
+        if node.op_type != "SkipLayerNormalization" or node.domain != "com.microsoft":
+            continue
+        outputs = list(node.output) + [""] * (4 - len(node.output))
+        if any(name and (g.consumers.get(name) or name in g.outputs) for name in outputs[1:3]):
+            continue
+        inputs = list(node.input) + [""] * (5 - len(node.input))
+        x, skip, gamma, beta, bias = inputs[:5]
+        base = node.name or node.output[0]
+        summed = outputs[3] or f"{base}/skip_sum"
+        new = []
+        if bias:
+            new.append(helper.make_node("Add", [x, skip], [f"{base}/skip_add"], name=f"{base}/SkipAdd"))
+            new.append(helper.make_node("Add", [f"{base}/skip_add", bias], [summed], name=f"{base}/BiasAdd"))
+        else:
+            new.append(helper.make_node("Add", [x, skip], [summed], name=f"{base}/SkipAdd"))
+        norm_inputs = [summed, gamma] + ([beta] if beta else [])
+        new.append(helper.make_node("LayerNormalization", norm_inputs, [outputs[0]], name=f"{base}/LayerNorm",
+                                    axis=-1, epsilon=float(_attr(node, "epsilon", 1e-12))))
+        remove.append(node)
+        add.extend((created, node) for created in new)
+    if add:
+        _replace(model, remove, add)
+        set_opset(model, 17)
+    return len(remove)
+
+
+#: ONNX Runtime's exact (erf) GELU ops and their tanh-approximation counterpart.
+_EXACT_GELU_OPS = ("Gelu", "BiasGelu")
+
+
+def approximate_gelu(model: onnx.ModelProto) -> int:
+    """Replace ``com.microsoft.Gelu(x)`` and ``BiasGelu(x, bias)`` with ``com.microsoft.FastGelu``
+    (same inputs), in place.
+
+    ``FastGelu`` is the tanh approximation ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``
+    (Hendrycks & Gimpel 2016, eq. for GELU's approximation; the ``gelu_new`` of BERT's original
+    TensorFlow code), within about 1e-3 of the exact GELU; ONNX Runtime's CPU kernel for it is
+    vectorised, where ``Erf`` is not as fast. A model trained with the exact GELU changes by that
+    much: the export's gate (mean cosine or top-1 agreement to fp32) decides whether it is kept.
+
+    Returns:
+        How many nodes were replaced.
+    """
+    count = 0
+    for node in model.graph.node:
+        if node.domain == "com.microsoft" and node.op_type in _EXACT_GELU_OPS:
+            node.op_type = "FastGelu"
+            del node.attribute[:]
+            count += 1
+    return count
 
 
 def fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:

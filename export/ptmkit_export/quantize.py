@@ -20,7 +20,12 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ptmkit_export.graph_passes import fold_constants, rewrite_gemm_as_matmul
+from ptmkit_export.graph_passes import (
+    approximate_gelu,
+    fold_constants,
+    rewrite_gemm_as_matmul,
+    unfuse_skip_layer_normalization,
+)
 
 #: Op types an int8-quantized matmul shows up as in ONNX Runtime's output.
 QUANTIZED_MATMUL_OPS = frozenset(
@@ -74,6 +79,8 @@ def quantize_int8(
     reduce_range: bool = False,
     preprocess: bool = True,
     exclude_nodes: Sequence[str] = (),
+    unfuse_layer_norm: bool = False,
+    fast_gelu: bool = False,
 ) -> dict[str, Any]:
     """Write a dynamically int8-quantized copy of the fp32 ONNX model ``src`` to ``dst``.
 
@@ -99,6 +106,8 @@ def quantize_int8(
         preprocess: run step (1).
         exclude_nodes: names of nodes (in the graph after steps 1-2, see
             :func:`quantizable_matmuls`) to leave in float.
+        unfuse_layer_norm: before step (2), split ``SkipLayerNormalization`` (exact; :mod:`ptmkit_export.graph_passes`).
+        fast_gelu: before step (2), make the exact GELU ``FastGelu`` (the tanh approximation; not exact).
 
     Returns:
         A JSON-serializable summary: ``gemm_rewritten`` (Gemm nodes turned into MatMul),
@@ -108,7 +117,8 @@ def quantize_int8(
         multiplying by a float weight; 0 when all were quantized), ``nodes_before`` /
         ``nodes_after`` (``{op type: count}`` of ``src`` and ``dst``), ``bytes_before`` /
         ``bytes_after`` (file sizes), ``per_channel``, ``reduce_range``, ``weight_type``
-        (``"QInt8"``), ``preprocessed`` (bool) and ``preprocess_error`` (str or None).
+        (``"QInt8"``), ``preprocessed`` (bool), ``preprocess_error`` (str or None),
+        ``skip_layer_norm_unfused`` and ``gelu_approximated`` (nodes rewritten; 0 when not asked).
 
     Raises:
         FileNotFoundError: ``src`` or ``dst``'s directory does not exist.
@@ -124,27 +134,31 @@ def quantize_int8(
         if model is None:  # not asked for, or the optimizer failed: quantize the raw graph
             model = original
         del original  # one copy of the weights in memory at a time (each is the model's size)
+        prepared = _prepare_for_int8(model, unfuse_layer_norm, fast_gelu)
         rewritten = _gemms_to_matmuls(model)
         onnx.checker.check_model(model)
         _check_excluded(model, exclude_nodes)
         onnx.save(model, str(work / "rewritten.onnx"))
         del model  # quantize_dynamic reads the file
         quantized = _run_quantizer(
-            quantize_dynamic,
-            work / "rewritten.onnx",
-            work / "int8.onnx",
-            per_channel=per_channel,
-            reduce_range=reduce_range,
-            weight_type=QuantType.QInt8,
-            nodes_to_exclude=list(exclude_nodes),
+            quantize_dynamic, work / "rewritten.onnx", work / "int8.onnx", per_channel=per_channel, reduce_range=reduce_range,
+            weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude_nodes),
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},  # contrib ops of an optimised graph
         )
         _write_atomically(work / "int8.onnx", dst)
     return {
         **_quantized_matmul_counts(rewritten, quantized),
         **_size_summary(before, count_ops(quantized), dst, per_channel, reduce_range, exclude_nodes),
-        "preprocessed": preprocess and preprocess_error is None,
-        "preprocess_error": preprocess_error,
+        "preprocessed": preprocess and preprocess_error is None, "preprocess_error": preprocess_error,
+        **prepared,
+    }
+
+
+def _prepare_for_int8(model: onnx.ModelProto, unfuse_layer_norm: bool, fast_gelu: bool) -> dict[str, int]:
+    """The int8 preparation passes asked for, in place; ``{"skip_layer_norm_unfused", "gelu_approximated"}`` counts."""
+    return {
+        "skip_layer_norm_unfused": unfuse_skip_layer_normalization(model) if unfuse_layer_norm else 0,
+        "gelu_approximated": approximate_gelu(model) if fast_gelu else 0,
     }
 
 
@@ -323,6 +337,8 @@ def quantize_int8_static(
     per_channel: bool = True,
     reduce_range: bool = False,
     exclude_nodes: Sequence[str] = (),
+    unfuse_layer_norm: bool = False,
+    fast_gelu: bool = False,
 ) -> dict[str, Any]:
     """Static int8 quantization in QDQ format, calibrated on real inputs.
 
@@ -340,6 +356,7 @@ def quantize_int8_static(
         calibration: batches of model inputs (``{input name: array}``), e.g. tokenized dev text.
         method: one of :data:`CALIBRATION_METHODS`.
         per_channel, reduce_range, exclude_nodes: as :func:`quantize_int8`.
+        unfuse_layer_norm, fast_gelu: as :func:`quantize_int8`.
 
     Returns:
         ``{"mode": "static-qdq", "method", "calibration_batches", "quantize_linear",
@@ -358,16 +375,13 @@ def quantize_int8_static(
     if not batches:
         raise ValueError("no calibration batches")
     src, dst = Path(src), Path(dst)
-    model, before, nodes = _static_quantization_graph(src, exclude_nodes)
+    model, before, nodes, prepared = _static_quantization_graph(src, exclude_nodes, unfuse_layer_norm, fast_gelu)
     with tempfile.TemporaryDirectory(prefix="ptmkit-quantize-static-") as tmp:
         work = Path(tmp)
         onnx.save(model, str(work / "folded.onnx"))
         del model  # quantize_static reads the file
         quantized = _run_quantizer(
-            quantize_static,
-            work / "folded.onnx",
-            work / "int8.onnx",
-            calibration_data_reader=_calibration_reader(batches),
+            quantize_static, work / "folded.onnx", work / "int8.onnx", calibration_data_reader=_calibration_reader(batches),
             quant_format=QuantFormat.QDQ,
             activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,
@@ -392,16 +406,18 @@ def quantize_int8_static(
         "dequantize_linear": after.get("DequantizeLinear", 0),
         "quantized_matmul": len(nodes),
         **_size_summary(before, after, dst, per_channel, reduce_range, exclude_nodes),
+        **prepared,
     }
 
 
 def _static_quantization_graph(
-    src: Path, exclude_nodes: Sequence[str]
-) -> tuple[onnx.ModelProto, tuple[int, dict[str, int]], list[str]]:
+    src: Path, exclude_nodes: Sequence[str], unfuse_layer_norm: bool = False, fast_gelu: bool = False
+) -> tuple[onnx.ModelProto, tuple[int, dict[str, int]], list[str], dict[str, int]]:
     """``src`` constant-folded, its Gemms as MatMuls, ready for ``quantize_static``.
 
-    Returns ``(model, (bytes, count_ops) of src, names of the MatMul nodes to quantize)``: the
-    quantizable MatMuls less ``exclude_nodes``, their activations declared float32.
+    Returns ``(model, (bytes, count_ops) of src, names of the MatMul nodes to quantize,
+    preparation counts)``: the quantizable MatMuls less ``exclude_nodes``, their activations
+    declared float32; the preparation as :func:`quantize_int8`'s.
 
     Raises:
         UnknownNodeError: ``exclude_nodes`` names a node that is not in the graph.
@@ -409,11 +425,12 @@ def _static_quantization_graph(
     original, before = _load_measured(src)
     model = fold_constants(original)
     del original
+    prepared = _prepare_for_int8(model, unfuse_layer_norm, fast_gelu)
     _gemms_to_matmuls(model)
     _check_excluded(model, exclude_nodes)
     nodes = [name for name in quantizable_matmuls(model) if name not in set(exclude_nodes)]
     _declare_float_types(model, nodes)
-    return model, before, nodes
+    return model, before, nodes, prepared
 
 
 def _calibration_method(method: str) -> Any:
@@ -438,3 +455,80 @@ def _calibration_reader(batches: Sequence[dict[str, np.ndarray]]) -> Any:
             return next(self._iter, None)
 
     return Reader()
+
+
+#: ``MatMulNBits`` settings of :func:`quantize_int4`.
+INT4_BLOCK_SIZE = 32
+#: ONNX Runtime's ``accuracy_level`` 4: the activations are quantized to int8 per block at run time
+#: and multiplied by the 4-bit weights with the integer (VNNI / AMX) kernels; lower levels compute
+#: in fp32 (1), fp16 (2) or bf16 (3).
+INT4_ACCURACY_LEVEL = 4
+
+
+def quantize_int4(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    block_size: int = INT4_BLOCK_SIZE,
+    accuracy_level: int = INT4_ACCURACY_LEVEL,
+    exclude_nodes: Sequence[str] = (),
+) -> dict[str, Any]:
+    """4-bit weight-only quantization: each ``MatMul`` with a constant weight becomes
+    ``com.microsoft.MatMulNBits`` (4-bit weights, one fp32 scale per ``block_size`` weights of a
+    column, symmetric).
+
+    Steps: constant folding and :func:`rewrite_gemm_as_matmul` (as for static int8), then ONNX
+    Runtime's ``MatMulNBitsQuantizer`` (``onnxruntime.quantization.matmul_nbits_quantizer``, which
+    needs the ``onnx-ir`` package: ``pip install ptmkit-export[int4]``). A fused ``Attention``'s
+    query/key/value weights are an input of that op, not of a ``MatMul``: they stay fp32.
+
+    Args:
+        src, dst: fp32 model in, int4 model out (written atomically).
+        block_size: weights per scale, a power of two >= 16 (default 32).
+        accuracy_level: ONNX Runtime's compute type of ``MatMulNBits`` (:data:`INT4_ACCURACY_LEVEL`).
+        exclude_nodes: node names kept in float, as :func:`quantize_int8`.
+
+    Returns:
+        ``{"mode": "int4-weight-only", "block_size", "accuracy_level", "matmul_nbits",
+        "float_weight_matmul", "nodes_before", "nodes_after", "bytes_before", "bytes_after",
+        "excluded_nodes"}``.
+
+    Raises:
+        ImportError: ``onnx-ir`` is not installed (the message says which package to install).
+        UnknownNodeError: ``exclude_nodes`` names a node that is not in the graph.
+        RuntimeError: no ``MatMul`` was quantized.
+    """
+    try:
+        from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+    except ImportError as error:
+        raise ImportError(f"int4 quantization needs ONNX Runtime's MatMulNBits quantizer and the onnx-ir package ({error}); pip install 'ptmkit-export[int4]'") from None
+
+    src, dst = _checked_paths(Path(src), Path(dst))
+    original, (bytes_before, nodes_before) = _load_measured(src)
+    model = fold_constants(original)
+    del original
+    _gemms_to_matmuls(model)
+    _check_excluded(model, exclude_nodes)
+    config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True, accuracy_level=accuracy_level)
+    quantizer = MatMulNBitsQuantizer(model, block_size=block_size, is_symmetric=True, accuracy_level=accuracy_level,
+                                     nodes_to_exclude=list(exclude_nodes), algo_config=config)
+    quantizer.process()
+    quantized = quantizer.model.model if hasattr(quantizer.model, "model") else quantizer.model
+    onnx.checker.check_model(quantized)
+    after = count_ops(quantized)
+    if not after.get("MatMulNBits"):
+        raise RuntimeError("int4 quantization quantized no MatMul (0 MatMulNBits nodes); nothing written")
+    with tempfile.TemporaryDirectory(prefix="ptmkit-quantize-int4-") as tmp:
+        onnx.save(quantized, str(Path(tmp) / "int4.onnx"))
+        _write_atomically(Path(tmp) / "int4.onnx", dst)
+    return {
+        "mode": "int4-weight-only",
+        "block_size": block_size,
+        "accuracy_level": accuracy_level,
+        "matmul_nbits": after["MatMulNBits"],
+        "float_weight_matmul": count_float_weight_matmuls(quantized),
+        "nodes_before": nodes_before,
+        "nodes_after": after,
+        "bytes_before": bytes_before,
+        "bytes_after": dst.stat().st_size,
+        "excluded_nodes": list(exclude_nodes),
+    }

@@ -35,9 +35,9 @@ from typing import Any
 
 from ptmkit.api import (
     CheckpointError,
-    DataError,
     check_positive_key,
     check_tensor_shapes,
+    load_checkpoint_wordpiece,
     porting_weights,
     read_hf_config,
     read_json,
@@ -151,83 +151,10 @@ def check_weights(directory: Path, config: BertConfig) -> dict[str, Any]:
     return {"file": str(path), "bytes": path.stat().st_size, "tensors": len(names), "pooler": "pooler." not in absent}
 
 
-#: transformers' default special tokens of the tokenizer classes a BERT checkpoint names in
-#: ``tokenizer_config.json`` (``tokenizer_class``): BertTokenizer's unless a RoBERTa-style one.
-BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]"}
-ROBERTA_SPECIALS = {"unk_token": "<unk>", "sep_token": "</s>", "pad_token": "<pad>", "cls_token": "<s>", "mask_token": "<mask>"}
-ROBERTA_CLASSES = ("RobertaTokenizer", "XLMRobertaTokenizer", "CamembertTokenizer")
-
-
-def special_token_names(directory: Path) -> dict[str, str]:
-    """The special tokens transformers' ``AutoTokenizer`` gives the checkpoint, by role.
-
-    The tokenizer class's defaults (:data:`BERT_SPECIALS`, or :data:`ROBERTA_SPECIALS` for a
-    ``tokenizer_class`` in :data:`ROBERTA_CLASSES`), overridden by ``tokenizer_config.json``, then
-    by ``special_tokens_map.json`` (the order of ``PreTrainedTokenizerBase.from_pretrained``); a
-    value is a string or an AddedToken dict (``{"content": ...}``); ``null`` removes the role.
-
-    Returns:
-        ``{"unk_token": ..., "sep_token": ..., "pad_token": ..., "cls_token": ..., "mask_token": ...}``
-        (roles set to ``null`` are absent).
-
-    Raises:
-        CheckpointError: either file is not valid JSON.
-    """
-    files = [directory / "tokenizer_config.json", directory / "special_tokens_map.json"]
-    options = [_read_json(path) if path.is_file() else {} for path in files]
-    options = [option if isinstance(option, dict) else {} for option in options]
-    tokenizer_class = str(options[0].get("tokenizer_class") or "").removesuffix("Fast")
-    names: dict[str, str | None] = dict(ROBERTA_SPECIALS if tokenizer_class in ROBERTA_CLASSES else BERT_SPECIALS)
-    for option in options:
-        for role in BERT_SPECIALS:
-            if role in option:
-                value = option[role]
-                names[role] = value.get("content") if isinstance(value, dict) else value
-    return {role: str(name) for role, name in names.items() if name is not None}
-
-
-def _read_tokenizer(directory: Path, names: dict[str, str]) -> tuple[Any, Path]:
-    """``tokenizer.json`` as it is, else the WordPiece tokenizer transformers' BertTokenizer builds
-    from ``vocab.txt`` and ``tokenizer_config.json`` (a token listed twice keeps its last line's
-    id, as in transformers)."""
-    from tokenizers import Tokenizer
-
-    json_path, vocab_path = directory / "tokenizer.json", directory / "vocab.txt"
-    if json_path.is_file():
-        try:
-            return Tokenizer.from_file(str(json_path)), json_path
-        except Exception as exc:  # tokenizers raises a bare Exception
-            raise CheckpointError(f"{json_path}: cannot be read as a tokenizers file ({str(exc).splitlines()[0]})") from None
-    if not vocab_path.is_file():
-        raise CheckpointError(f"{directory}: no tokenizer.json or vocab.txt; the checkpoint's tokenizer is needed to encode text as it was trained")
-    from tokenizers.implementations import BertWordPieceTokenizer
-
-    options = _read_json(directory / "tokenizer_config.json") if (directory / "tokenizer_config.json").is_file() else {}
-    lowercase = bool(options.get("do_lower_case", True))
-    try:
-        wordpiece = BertWordPieceTokenizer(
-            str(vocab_path),
-            lowercase=lowercase,
-            strip_accents=options.get("strip_accents"),
-            handle_chinese_chars=bool(options.get("tokenize_chinese_chars", True)),
-            **{role: names.get(role, default) for role, default in BERT_SPECIALS.items()},
-        )
-    except Exception as exc:
-        raise CheckpointError(f"{vocab_path}: cannot be read as a WordPiece vocabulary ({str(exc).splitlines()[0]})") from None
-    return Tokenizer.from_str(wordpiece.to_str()), vocab_path
-
-
 def load_tokenizer(directory: Path, config: BertConfig, hf: dict[str, Any]) -> tuple[Any, str, bool]:
-    """The checkpoint's tokenizer, as transformers' ``AutoTokenizer`` loads it.
-
-    ``tokenizer.json`` as it is, else one built from ``vocab.txt`` (:func:`_read_tokenizer`).
-    As in transformers, the vocabulary may be smaller than the embedding matrix (rows padded to a
-    multiple of 8, a duplicated ``vocab.txt`` line): every id the tokenizer gives needs a row. The
-    segment ids are the post-processor's (a RoBERTa-style one gives zeros, as transformers feeds
-    a tokenizer without ``token_type_ids``). The pad token is transformers'
-    (:func:`special_token_names`); when the file does not declare it, the returned tokenizer
-    carries it in its ``padding`` section, where :func:`ptmkit_bert.tokenizer.special_tokens`
-    reads it.
+    """The checkpoint's tokenizer, as transformers' ``AutoTokenizer`` loads it: the core's
+    :func:`ptmkit.api.load_checkpoint_wordpiece` (``tokenizer.json`` as it is, else one built from
+    ``vocab.txt`` and ``tokenizer_config.json``; every id needs an embedding row of ``config``).
 
     Returns:
         ``(tokenizers.Tokenizer, source file name, unchanged)``; ``unchanged`` when the run may
@@ -237,31 +164,7 @@ def load_tokenizer(directory: Path, config: BertConfig, hf: dict[str, Any]) -> t
         CheckpointError: neither file, an unreadable file, a token id without an embedding row,
             or a special token missing from the vocabulary.
     """
-    from ptmkit_bert.tokenizer import special_tokens
-
-    names = special_token_names(directory)
-    tokenizer, source = _read_tokenizer(directory, names)
-    vocabulary = tokenizer.get_vocab(with_added_tokens=True)
-    rows = max(vocabulary.values(), default=-1) + 1
-    if rows > config.vocabulary_size:
-        token = max(vocabulary, key=vocabulary.__getitem__)
-        raise CheckpointError(
-            f"{source}: vocabulary has {len(vocabulary)} tokens, ids up to {rows - 1} ({token!r}), but the embedding matrix has "
-            f"{config.vocabulary_size} rows ({CONFIG_FILE} vocab_size / embeddings.word_embeddings.weight)"
-        )
-    pad = names.get("pad_token", BERT_SPECIALS["pad_token"])
-    pad_id = tokenizer.token_to_id(pad)
-    if pad_id is None:
-        raise CheckpointError(f"{source}: the pad token {pad!r} (tokenizer_config.json / special_tokens_map.json pad_token) is not in the vocabulary")
-    unchanged = source.name == "tokenizer.json"
-    try:
-        if special_tokens(tokenizer).pad != pad_id:
-            tokenizer.enable_padding(pad_id=pad_id, pad_token=pad)
-            unchanged = False
-        special_tokens(tokenizer)
-    except DataError as exc:
-        raise CheckpointError(f"{source}: {exc}") from None
-    return tokenizer, source.name, unchanged
+    return load_checkpoint_wordpiece(directory, config.vocabulary_size)
 
 
 def read_pooling(directory: Path) -> dict[str, Any]:
@@ -338,7 +241,7 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
         quiet_tensorflow,
         write_imported_run,
     )
-    from ptmkit_bert.tokenizer import special_tokens
+    from ptmkit.api import wordpiece_special_tokens as special_tokens
 
     source, target = check_import_paths(directory, out)
     config, hf = read_bert_config(source)

@@ -29,7 +29,8 @@ PARITY_TOLERANCE = 1e-4
 GATE_KEYS = ("ok", "greedy_token_agreement_with_fp32", "identical_continuations", "latency_ms_per_token_b1", "fp32_paired_latency_ms_per_token_b1")
 FORMAT = "ptmkit-export/1"
 #: ``ptmkit export`` options this export does not honour yet, with the value meaning "not given".
-UNSUPPORTED = {"optimize": 0, "fp16": False, "static": False, "with_tokenizer": False, "calibration": None, "exclude_nodes": ()}
+UNSUPPORTED = {"optimize": 0, "fp16": False, "static": False, "with_tokenizer": False, "calibration": None, "exclude_nodes": (), "int4": False,
+               "fused_layer_norm": False, "exact_gelu": False}
 
 
 def keras_logits(generator: Any, token_ids: np.ndarray, padding_mask: np.ndarray) -> np.ndarray:

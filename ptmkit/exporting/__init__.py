@@ -1,4 +1,4 @@
-"""``ptmkit export RUN_DIR --onnx [--optimize N] [--int8 [--static ...]] [--fp16]``: Keras -> ONNX, checked, optimised, quantised, gated.
+"""``ptmkit export RUN_DIR --onnx [--optimize N] [--int8 [--static ...]] [--int4] [--fp16]``: Keras -> ONNX, checked, optimised, quantised, gated.
 
 :func:`export_run` runs the stages in order, one module each:
 
@@ -10,7 +10,7 @@
 2. check parity (:mod:`~ptmkit.exporting.parity`): ONNX Runtime against Keras at shapes other than
    the trace's, max abs difference <= 1e-4;
 3. variants (:mod:`~ptmkit.exporting.variants`): ``--optimize`` (``model.opt.onnx``), ``--int8``
-   (dynamic, or static QDQ), ``--fp16``; ``--with-tokenizer`` single-file models;
+   (dynamic, or static QDQ), ``--int4`` (weight-only ``MatMulNBits``), ``--fp16``; ``--with-tokenizer`` single-file models;
 4. gate (:mod:`~ptmkit.exporting.gate`): every variant against fp32 on the dev set and in paired
    timings; one that disagrees or is slower is stored with ``ok: false``;
 5. write (:mod:`~ptmkit.exporting.write`): the manifest, and the files moved from a staging
@@ -42,6 +42,7 @@ from ptmkit.exporting.variants import (
     VARIANT_FILES,
     Int8Options,
     fp16_variant,
+    int4_variant,
     int8_variant,
     optimized_variant,
     tokenizer_variants,
@@ -65,12 +66,16 @@ def check_options(
     exclude_nodes: tuple[str, ...] | list[str] = (),
     per_channel: bool = True,
     reduce_range: bool | None = None,
+    fused_layer_norm: bool = False,
+    exact_gelu: bool = False,
+    int4: bool = False,
 ) -> None:
     """Reject inconsistent export options before anything is converted.
 
     Raises:
         ExportError: ``optimize`` not in 0-3; ``--static``, ``--calibration``, ``--method``,
-            ``--exclude-nodes``, ``--per-tensor`` or ``--reduce-range`` without ``--int8``;
+            ``--exclude-nodes`` (unless ``--int4``), ``--per-tensor``, ``--reduce-range``,
+            ``--fused-layer-norm`` or ``--exact-gelu`` without ``--int8``;
             ``--static`` without ``--calibration`` (or the reverse); a calibration file that does
             not exist; an unknown calibration method.
     """
@@ -81,8 +86,9 @@ def check_options(
         raise ExportError(f"--optimize must be one of {', '.join(map(str, LEVELS))}, got {optimize}")
     if not int8:
         given = [flag for flag, on in (("--static", static), ("--calibration", calibration is not None), ("--method", method != "minmax"),
-                                       ("--exclude-nodes", bool(exclude_nodes)), ("--per-tensor", not per_channel),
-                                       ("--reduce-range/--no-reduce-range", reduce_range is not None)) if on]
+                                       ("--exclude-nodes", bool(exclude_nodes) and not int4), ("--per-tensor", not per_channel),
+                                       ("--reduce-range/--no-reduce-range", reduce_range is not None),
+                                       ("--fused-layer-norm", fused_layer_norm), ("--exact-gelu", exact_gelu)) if on]
         if given:
             raise ExportError(f"{', '.join(given)} configure int8 quantization; add --int8")
         return
@@ -100,15 +106,14 @@ def export_run(
     run_dir: str | Path, out: str | Path | None = None, int8: bool = False, dev: str | Path | None = None, console: Console | None = None,
     *, optimize: int = 0, per_channel: bool = True, reduce_range: bool | None = None, exclude_nodes: tuple[str, ...] | list[str] = (),
     static: bool = False, calibration: str | Path | None = None, method: str = "minmax", fp16: bool = False, with_tokenizer: bool = False,
-    isolate: bool | None = None,
+    isolate: bool | None = None, fused_layer_norm: bool = False, exact_gelu: bool = False, int4: bool = False,
 ) -> dict[str, Any]:
     """Export a run to ONNX (optimised, int8, fp16 variants on request); see the module docstring.
 
     A fine-tuned run exports its head's ``logits``; a run without a head (pre-trained or imported
     with ``ptmkit import-hf``) exports sentence ``embeddings`` with the run's pooling
-    (:mod:`ptmkit.embedding`). A run of a family providing
-    :class:`~ptmkit.contract.ClassifiesRows` (a bag-of-rows classifier) goes to
-    :func:`ptmkit.exporting.rows.export_row_classifier` (fp32 only); one providing
+    (:mod:`ptmkit.embedding`). A bag-of-rows classifier (:class:`~ptmkit.contract.ClassifiesRows`)
+    goes to :func:`ptmkit.exporting.rows.export_row_classifier` (fp32 only); a family that
     :class:`~ptmkit.contract.WritesOwnExport` writes it itself unless it declines the run.
 
     Args:
@@ -124,10 +129,12 @@ def export_run(
         static: static QDQ int8 calibrated on ``calibration`` instead of dynamic int8.
         calibration: text file (any format ``ptmkit`` reads, labels ignored) for static int8.
         method: static calibration: ``minmax``, ``entropy`` or ``percentile``.
+        fused_layer_norm, exact_gelu: int8 keeps ``SkipLayerNormalization`` / the erf GELU
+            (default: split / ``FastGelu``, faster; :mod:`~ptmkit.exporting.variants`).
+        int4: also write ``model.int4.onnx`` (4-bit weight-only ``MatMulNBits``, block 32).
         fp16: also write ``model.fp16.onnx`` (for GPUs).
-        with_tokenizer: also write single-file models that tokenize inside the graph
-            (``model.with_tokenizer.onnx``, variant ``fp32+tokenizer``, and ``int8+tokenizer``
-            with ``int8``; :func:`ptmkit.exporting.variants.tokenizer_variants`).
+        with_tokenizer: also write single-file models that tokenize inside the graph (variants
+            ``fp32+tokenizer``, ``int8+tokenizer``; :func:`~ptmkit.exporting.variants.tokenizer_variants`).
         isolate: convert and check parity in a child process, so that this one never imports
             TensorFlow; None (default): when this process has not imported it already
             (:func:`ptmkit.exporting.keras_side.convert_and_check`).
@@ -138,21 +145,21 @@ def export_run(
     Raises:
         RunDirError: missing or corrupted files.
         ExportError: bad options (:func:`check_options`); the ONNX graph failed a check (nothing is
-            written); no dev texts for the gate; ``exclude_nodes`` names no node of the graph;
-            ``--int8``/``--optimize``/``--fp16``/``--with-tokenizer`` for a bag-of-rows classifier.
+            written); no dev texts for the gate; ``exclude_nodes`` names no node of the graph; a
+            variant option for a bag-of-rows classifier; ``int4`` without ``onnx-ir``.
     """
     from ptmkit.plugins import get_registry
 
-    check_options(optimize, int8, static, calibration, method, exclude_nodes, per_channel, reduce_range)
-    console = console or default_console()
-    registry = get_registry()
+    check_options(optimize, int8, static, calibration, method, exclude_nodes, per_channel, reduce_range, fused_layer_norm, exact_gelu, int4)
+    console, registry = console or default_console(), get_registry()
     run = RunDir(run_dir)
     family = registry.family(run.manifest()["family"])
-    options = {"int8": int8, "dev": dev, "optimize": optimize, "per_channel": per_channel, "reduce_range": reduce_range, "static": static,
-               "exclude_nodes": tuple(exclude_nodes), "calibration": calibration, "method": method, "fp16": fp16, "with_tokenizer": with_tokenizer}
+    options = {"int8": int8, "dev": dev, "optimize": optimize, "per_channel": per_channel, "reduce_range": reduce_range, "static": static, "int4": int4,
+               "exclude_nodes": tuple(exclude_nodes), "calibration": calibration, "method": method, "fp16": fp16, "with_tokenizer": with_tokenizer,
+               "fused_layer_norm": fused_layer_norm, "exact_gelu": exact_gelu}
     if (special := _family_export(family, run.path, out, options, console)) is not None:
         return special
-    wanted = [name for name, on in (("optimized", optimize > 0), ("int8", int8), ("fp16", fp16)) if on]
+    wanted = [name for name, on in (("optimized", optimize > 0), ("int8", int8), ("int4", int4), ("fp16", fp16)) if on]
     source = read_run(run_dir, registry, dev, optimize, wanted)  # 0. read the run (no TensorFlow)
     target = Path(out) if out is not None else run.path / "export"
     with staging_directory(target, ".export-") as tmp_name:
@@ -160,14 +167,13 @@ def export_run(
         fp32_path = tmp / VARIANT_FILES["fp32"]
         parity = convert_and_check(source, fp32_path, console, isolate)  # 1. convert, 2. check parity (Keras: in a child process)
         worst = report_parity(parity, console)
-        session = open_session(fp32_path)
-        source = with_width(source, session.get_outputs()[0].shape[-1])
+        source = with_width(source, (session := open_session(fp32_path)).get_outputs()[0].shape[-1])
         gate = Gate(session, source, console)  # 4. gate, fp32 first
         variants: dict[str, Any] = {"fp32": gate.fp32_entry(fp32_path, parity)}
         if wanted:
             variants["fp32"] |= gate.load_dev()
-        int8_options = Int8Options(per_channel, reduce_range, exclude_nodes, static, calibration, method) if int8 else None
-        variants |= _built_and_gated(gate, source, tmp, optimize, int8_options, fp16, console)  # 3. variants, each gated
+        int8_options = Int8Options(per_channel, reduce_range, exclude_nodes, static, calibration, method, fused_layer_norm, exact_gelu) if int8 else None
+        variants |= _built_and_gated(gate, source, tmp, optimize, int8_options, fp16, console, tuple(exclude_nodes) if int4 else None)  # 3. variants
         gate_table = gate.table(variants)
         print_gate_table(gate_table, console)
         shutil.copyfile(run.require("tokenizer.json"), tmp / "tokenizer.json")
@@ -184,7 +190,7 @@ def _family_export(family: ModelFamily, run_dir: Path, out: str | Path | None, o
     :class:`~ptmkit.contract.WritesOwnExport` and accepts this run; None for the standard export."""
     if isinstance(family, ClassifiesRows):
         check_row_options(run_dir, family.name, int8=options["int8"], optimize=options["optimize"], fp16=options["fp16"],
-                          with_tokenizer=options["with_tokenizer"])
+                          with_tokenizer=options["with_tokenizer"], int4=options["int4"])
         return export_row_classifier(family.load_row_classifier(run_dir), run_dir, family.name, out, options["dev"], console)
     if isinstance(family, WritesOwnExport):
         return family.export_own(run_dir, Path(out) if out is not None else run_dir / "export", options, console)
@@ -192,11 +198,13 @@ def _family_export(family: ModelFamily, run_dir: Path, out: str | Path | None, o
 
 
 def _built_and_gated(
-    gate: Gate, source: ExportSource, tmp: Path, optimize: int, int8: Int8Options | None, fp16: bool, console: Console
+    gate: Gate, source: ExportSource, tmp: Path, optimize: int, int8: Int8Options | None, fp16: bool, console: Console,
+    int4: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     """Build the variants asked for in ``tmp``, each gated against fp32 as soon as it is built:
-    ``optimized`` from fp32 (``optimize`` > 0), then ``int8`` (with ``int8``'s options) and
-    ``fp16`` from the optimised graph when there is one, else from fp32.
+    ``optimized`` from fp32 (``optimize`` > 0), then ``int8`` (with ``int8``'s options), ``int4``
+    (unless ``int4`` is None; it holds the node names kept float) and ``fp16`` from the optimised
+    graph when there is one, else from fp32.
 
     Returns:
         ``{variant: manifest entry}`` in that order.
@@ -215,6 +223,11 @@ def _built_and_gated(
         with gate.set_aside(fp32):
             built = int8_variant(source, base, path, base_name, int8, console)
         variants["int8"] = gate.check("int8", path, built)
+    if int4 is not None:
+        path = tmp / VARIANT_FILES["int4"]
+        with gate.set_aside(fp32):
+            built = int4_variant(base, path, base_name, int4, console)
+        variants["int4"] = gate.check("int4", path, built)
     if fp16:
         path = tmp / VARIANT_FILES["fp16"]
         with gate.set_aside(fp32):

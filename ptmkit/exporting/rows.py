@@ -155,13 +155,14 @@ def row_inputs() -> list[dict[str, Any]]:
     return [dict(spec, shape=list(spec["shape"])) for spec in ROW_INPUTS]
 
 
-def check_row_options(run_path: Path, family: str, *, int8: bool, optimize: int, fp16: bool, with_tokenizer: bool) -> None:
+def check_row_options(run_path: Path, family: str, *, int8: bool, optimize: int, fp16: bool, with_tokenizer: bool, int4: bool = False) -> None:
     """Refuse the transformer export's options for a bag-of-rows classifier.
 
     Raises:
-        ExportError: ``--int8``, ``--optimize N``, ``--fp16`` or ``--with-tokenizer`` given.
+        ExportError: ``--int8``, ``--int4``, ``--optimize N``, ``--fp16`` or ``--with-tokenizer`` given.
     """
-    given = [flag for flag, on in (("--int8", int8), (f"--optimize {optimize}", optimize > 0), ("--fp16", fp16), ("--with-tokenizer", with_tokenizer)) if on]
+    given = [flag for flag, on in (("--int8", int8), ("--int4", int4), (f"--optimize {optimize}", optimize > 0), ("--fp16", fp16),
+                                   ("--with-tokenizer", with_tokenizer)) if on]
     if given:
         raise ExportError(
             f"{run_path}: {', '.join(given)}: a {family} run is a bag-of-rows classifier (a row gather, a mean, one matrix "

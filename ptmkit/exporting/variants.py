@@ -9,7 +9,13 @@ gated against it (:mod:`ptmkit.exporting.gate`).
 - ``--int8``: dynamic int8 (:func:`ptmkit_export.quantize.quantize_int8`; per-channel unless
   ``per_channel=False``; ``reduce_range`` chosen from the CPU unless given; ``exclude_nodes`` kept
   float), or with ``static=True`` QDQ static int8 calibrated on texts of ``calibration``
-  (:func:`ptmkit_export.quantize.quantize_int8_static`) (:func:`int8_variant`).
+  (:func:`ptmkit_export.quantize.quantize_int8_static`) (:func:`int8_variant`). Before quantizing,
+  by default, ONNX Runtime's ``SkipLayerNormalization`` is split back into ``Add`` +
+  ``LayerNormalization`` (``fused_layer_norm=False``) and the exact GELU (``Gelu``/``BiasGelu``)
+  becomes the tanh approximation ``FastGelu`` (``exact_gelu=False``): the fastest int8 graph that
+  passed the gate in ``benchmarks/minilm_inference.py`` (see ``benchmarks/results/minilm_inference.md``).
+- ``--int4``: 4-bit weight-only ``MatMulNBits`` (block 32; :func:`ptmkit_export.quantize.quantize_int4`)
+  from the same base graph (:func:`int4_variant`).
 - ``--fp16``: ``model.fp16.onnx`` (:func:`fp16_variant`).
 - ``--with-tokenizer``: single-file models that tokenize inside the graph
   (:func:`tokenizer_variants`). The graph, its checks and the manifest entries are
@@ -33,7 +39,7 @@ from ptmkit.exporting.parity import length_batches
 from ptmkit.exporting.source import ExportSource
 
 #: Variant names and files, in the order they are built and shown.
-VARIANT_FILES = {"fp32": "model.onnx", "optimized": "model.opt.onnx", "int8": "model.int8.onnx", "fp16": "model.fp16.onnx"}
+VARIANT_FILES = {"fp32": "model.onnx", "optimized": "model.opt.onnx", "int8": "model.int8.onnx", "int4": "model.int4.onnx", "fp16": "model.fp16.onnx"}
 #: The single-file models of ``--with-tokenizer`` (:func:`tokenizer_variants`).
 TOKENIZER_VARIANT_FILES = ("model.with_tokenizer.onnx", "model.int8.with_tokenizer.onnx")
 CALIBRATION_TEXTS = 256  # texts of --calibration used for static int8
@@ -51,6 +57,8 @@ class Int8Options(NamedTuple):
     static: bool = False
     calibration: str | Path | None = None
     method: str = "minmax"
+    fused_layer_norm: bool = False  # keep SkipLayerNormalization (default: split before quantizing)
+    exact_gelu: bool = False  # keep the erf GELU (default: FastGelu, the tanh approximation)
 
 
 def optimized_variant(source: ExportSource, fp32_path: Path, path: Path, level: int, console: Console) -> dict[str, Any]:
@@ -94,20 +102,44 @@ def int8_variant(source: ExportSource, base: Path, path: Path, source_variant: s
     else:
         reduce_choice = {"reduce_range": reduce_range, "reduce_range_source": "--reduce-range" if reduce_range else "--no-reduce-range"}
     kind = f"static QDQ, {options.method} calibration" if options.static else "dynamic"
+    prepare = {"unfuse_layer_norm": not options.fused_layer_norm, "fast_gelu": not options.exact_gelu}
     with console.status(f"quantizing to int8 ({kind}, {'per-channel' if options.per_channel else 'per-tensor'})"):
         try:
             if options.static:
                 assert options.calibration is not None
                 batches = calibration_batches(options.calibration, source.tokenizer, source.sequence_length, source.family.inputs, source.padding_id, source.mask_input)
-                quantization = quantize_int8_static(base, path, batches, options.method, options.per_channel, reduce_choice["reduce_range"], options.exclude_nodes)
+                quantization = quantize_int8_static(base, path, batches, options.method, options.per_channel, reduce_choice["reduce_range"], options.exclude_nodes, **prepare)
             else:
-                quantization = quantize_int8(base, path, per_channel=options.per_channel, reduce_range=reduce_choice["reduce_range"], exclude_nodes=options.exclude_nodes)
+                quantization = quantize_int8(base, path, per_channel=options.per_channel, reduce_range=reduce_choice["reduce_range"], exclude_nodes=options.exclude_nodes, **prepare)
                 quantization["mode"] = "dynamic"
         except UnknownNodeError as exc:
             raise ExportError(str(exc)) from None
     quantization |= reduce_choice
     quantization["source_variant"] = source_variant
+    if quantization["skip_layer_norm_unfused"] or quantization["gelu_approximated"]:
+        console.print(f"int8: {quantization['skip_layer_norm_unfused']} SkipLayerNormalization split into Add + LayerNormalization, "
+                      f"{quantization['gelu_approximated']} GELU made FastGelu (tanh approximation) before quantizing")
     return {"quantization": quantization}
+
+
+def int4_variant(base: Path, path: Path, source_variant: str, exclude_nodes: Sequence[str], console: Console) -> dict[str, Any]:
+    """4-bit weight-only quantization of ``base`` (the graph of variant ``source_variant``) at ``path``.
+
+    Returns:
+        the variant's build record: ``{"quantization": {"mode": "int4-weight-only", "block_size", ...}}``.
+
+    Raises:
+        ExportError: ONNX Runtime's MatMulNBits quantizer cannot be imported (``onnx-ir`` missing);
+            ``exclude_nodes`` names no node of the graph.
+    """
+    from ptmkit_export.quantize import UnknownNodeError, quantize_int4
+
+    with console.status("quantizing weights to int4 (MatMulNBits, block 32)"):
+        try:
+            quantization = quantize_int4(base, path, exclude_nodes=exclude_nodes)
+        except (ImportError, UnknownNodeError) as exc:
+            raise ExportError(f"--int4: {exc}") from None
+    return {"quantization": quantization | {"source_variant": source_variant}}
 
 
 def fp16_variant(base: Path, path: Path, source_variant: str, console: Console) -> dict[str, Any]:

@@ -15,9 +15,12 @@ position is then replaced by the generator's sample.
 **Embedding sharing.** The generator's masked-LM output layer is tied to the discriminator's
 token embedding (keras-hub's ``MaskedLMHead`` projects the generator's narrower states to the
 embedding width, as ELECTRA's ``get_masked_lm_output`` does), so the generator's softmax updates
-every row of the shared table, the reason the paper gives for sharing. The generator's own input
-embedding is a narrower table of its own: the families' backbones have no separate embedding
-width (ELECTRA's ``embedding_size``) to feed a shared table through a projection.
+every row of the shared table, the reason the paper gives for sharing. A family that can build a
+backbone on another's embeddings (:class:`~ptmkit.contract.SharesEmbeddings`, a backbone with an
+embedding width apart from its hidden size and a projection between them, as ELECTRA's
+``embedding_size``) gets a generator whose input embeddings are the discriminator's own layers,
+token, position and segment embeddings and their layer norm (section 3.2); for any other family
+the generator's input embedding is a narrower table of its own.
 
 Only the discriminator is the run's backbone: ``backbone.weights.h5`` holds it alone, so
 ``finetune`` and ``export`` read an RTD run as any other; the generator lives in the training
@@ -32,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ptmkit.contract import SEQUENCE_OUTPUT, TOKEN_EMBEDDING, ModelFamily, Objective, SpecialTokens
+from ptmkit.contract import SEQUENCE_OUTPUT, TOKEN_EMBEDDING, ModelFamily, Objective, SharesEmbeddings, SpecialTokens
 from ptmkit.errors import ConfigError
 from ptmkit.objectives.mlm import (
     MaskedLMConfig,
@@ -184,7 +187,8 @@ class ReplacedTokenDetection(Objective):
             "rtd_mask_ids": keras.Input(shape=(None,), dtype="int32", name="rtd_mask_ids"),
             "rtd_mask_weights": keras.Input(shape=(None,), dtype="float32", name="rtd_mask_weights"),
         }
-        generator = family.build_backbone(generator_config(family, model_config, config.generator_hidden_ratio))
+        small = generator_config(family, model_config, config.generator_hidden_ratio)
+        generator = family.build_on_embeddings(small, backbone) if isinstance(family, SharesEmbeddings) else family.build_backbone(small)
         generator.name = "rtd_generator_backbone"
         logits = masked_lm_head(backbone, generator(inputs)["sequence_output"], extra["mask_positions"], "rtd_generator")
         corrupted, is_replaced = SampleAndReplace(config.temperature, name="rtd_sample")(

@@ -39,6 +39,7 @@ from ptmkit.rundir import (
     load_weights,
     save_model_weights,
 )
+from ptmkit.training.setup import precision
 
 #: What a fine-tuning run read (parent run, train and dev files), for --resume to compare.
 INPUTS = "inputs.json"
@@ -246,7 +247,8 @@ def finetune(
         _check_resume_inputs(target, inputs)
     created = not target.path.exists()
     try:
-        return _finetune_backbone(registry, parent, manifest, family, config, inputs, test_file, target, console)
+        with precision(config.finetune.mixed_precision):
+            return _finetune_backbone(registry, parent, manifest, family, config, inputs, test_file, target, console)
     except BaseException:
         if created and not (target / "checkpoints" / "latest.json").exists():
             shutil.rmtree(target.path, ignore_errors=True)  # nothing to resume: leave nothing behind
@@ -311,7 +313,7 @@ def _finetune_backbone(
 ) -> dict[str, Any]:
     """Fine-tune a head on ``parent``'s backbone into ``target`` (see :func:`finetune`)."""
     from ptmkit.data.tokenization import encode_texts
-    from ptmkit.training.setup import seed_everything, set_precision
+    from ptmkit.training.setup import seed_everything
 
     ft = config.finetune
     texts, labels, y_train = load_labelled(inputs["train"])
@@ -326,7 +328,6 @@ def _finetune_backbone(
 
     teacher = _teacher_logits(inputs["teacher"], [texts, dev_texts], console) if "teacher" in inputs else None
     seed_everything(ft.seed)
-    set_precision(ft.mixed_precision)
     backbone, _, tokenizer, _ = load_backbone(registry, parent)
     specials = family.special_tokens(tokenizer)
     x_train = encode_texts(tokenizer, texts, ft.sequence_length, family.inputs, specials.padding_id)

@@ -50,6 +50,7 @@ from ptmkit.io import atomic_save, atomic_write_text
 from ptmkit.plugins import Registry, get_registry
 from ptmkit.rundir import BACKBONE_WEIGHTS, CONFIG, METRICS, STEP_LOG, TOKENIZER, RunDir
 from ptmkit.training.distribute import STRATEGIES, Cluster, barrier, check_global_batch, make_strategy, read_cluster
+from ptmkit.training.setup import precision
 
 
 def resolve_config(
@@ -435,13 +436,15 @@ def pretrain(
         check_global_batch(config.train.batch_size, replicas, f"{cluster.num_workers} worker(s) x {replicas // cluster.num_workers} device(s)")
     if not cluster.is_chief:  # the chief prepares the shared run directory; the others wait, then read it
         barrier(strategy)
-        return _fit(registry, config, family, run.load_tokenizer(), run, corpus, console, strategy, cluster)
+        with precision(config.train.mixed_precision):
+            return _fit(registry, config, family, run.load_tokenizer(), run, corpus, console, strategy, cluster)
     tokenizer = _given_tokenizer(tokenizer, run, resume)
     word_objectives = [name for name, (o, c) in selected_objectives(registry, config).items() if o.needs_word_starts(c)]
     trained = _prepare_run(run, family, config, corpus, tokenizer, console, word_objectives)
     if cluster.kind == "multi-worker":
         barrier(strategy)
-    return _fit(registry, config, family, trained, run, corpus, console, strategy, cluster)
+    with precision(config.train.mixed_precision):
+        return _fit(registry, config, family, trained, run, corpus, console, strategy, cluster)
 
 
 def _check_flags(
@@ -766,12 +769,11 @@ def _fit(
     from ptmkit.training.checkpoint import latest_step, restore_state
     from ptmkit.training.distribute import describe
     from ptmkit.training.progress import ProgressCallback
-    from ptmkit.training.setup import seed_everything, set_precision
+    from ptmkit.training.setup import seed_everything
 
     cluster = cluster or Cluster("none")
     train = config.train
     seed_everything(train.seed)
-    set_precision(train.mixed_precision)
     scope = strategy.scope if strategy is not None else contextlib.nullcontext
     with scope():
         backbone, model, objectives = build_pretraining_model(registry, config)

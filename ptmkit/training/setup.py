@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+from collections.abc import Iterator
 
 
 def quiet_tensorflow() -> None:
@@ -42,8 +44,17 @@ def seed_everything(seed: int) -> None:
     keras.utils.set_random_seed(seed)
 
 
-def set_precision(mixed_precision: bool) -> None:
-    """``mixed_float16`` compute when asked (GPUs), ``float32`` otherwise."""
+@contextlib.contextmanager
+def precision(policy: str) -> Iterator[None]:
+    """Keras' global dtype policy set to ``policy`` (``float32``, ``mixed_bfloat16`` or
+    ``mixed_float16``: the normalised ``mixed_precision`` of a validated config, see
+    :func:`ptmkit.config.precision_policy`) inside the block, the previous one restored after it,
+    so that a bf16 run does not leave the rest of the process in bf16."""
     import keras
 
-    keras.mixed_precision.set_global_policy("mixed_float16" if mixed_precision else "float32")
+    previous = keras.mixed_precision.global_policy().name
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)

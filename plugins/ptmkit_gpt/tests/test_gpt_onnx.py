@@ -96,6 +96,8 @@ def test_generate_command_on_the_export_is_the_runs(gpt_run, gpt_export, capsys)
     assert "--truncate left" in capsys.readouterr().err
     assert main(["export", str(run), "--out", str(out.parent / "int8"), "--fp16"]) == 2
     assert "--fp16: not supported yet" in capsys.readouterr().err
+    assert main(["export", str(run), "--out", str(out.parent / "int8"), "--int8", "--int4", "--exact-gelu"]) == 2
+    assert "--int4, --exact-gelu: not supported yet" in capsys.readouterr().err
     assert not (out.parent / "int8").exists()
 
 
