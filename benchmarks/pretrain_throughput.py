@@ -19,6 +19,9 @@ What it measures (tokens/s = batch x sequence_length per step, padding included,
   (``build_pretraining_model(registry, resolve_config(registry, "bert", None, []))``: the BERT
   plugin's backbone + the core masked-LM objective, compiled by ptmkit) fed the very same arrays:
   the cost of the plugin layer alone.
+* ``ptmkit model, arrays, unshared forward`` (``--unshared-row``): the same model built as before
+  :class:`ptmkit.training.pretrain.SharedForward`, each objective calling the backbone itself (with
+  masked LM + NSP or SOP, the backbone runs twice per step): what sharing the forward pass saves.
 * ``ptmkit model, PyDataset (pre-made)``: the same model fed through ptmkit's ``step_dataset``
   (a ``keras.utils.PyDataset``, what ``ptmkit train`` feeds ``fit`` with) returning the same
   pre-made batches: the cost of the PyDataset -> ``tf.data.Dataset.from_generator`` adapter.
@@ -52,8 +55,8 @@ does not see time lost waiting, e.g. for input). The 1-minute load average after
 printed to show contention (this process alone accounts for ~2).
 
 Share of peak: training FLOPs per token are estimated as
-``6 * N + 12 * L * H * S + 6 * (H*H + H*V) * P / S`` where N = parameters of the L transformer
-layers (non-embedding, pooler excluded), H = hidden, S = sequence length, V = vocabulary, P =
+``6 * N + 12 * L * H * S + 6 * (H*E + E*V) * P / S`` where N = parameters of the L transformer
+layers applied (non-embedding, pooler excluded; a shared ALBERT layer counted once per call), E = the MLM head's width (H; ALBERT's E), H = hidden, S = sequence length, V = vocabulary, P =
 prediction slots per sequence: 6N for the dense layers (forward 2N, backward 4N); 12*L*H*S for
 attention scores and the weighted sum (2 * 2*S*H per token and layer forward, x3 with the
 backward); the MLM head (dense H x H + output projection H x V tied to the embedding) on the P
@@ -61,6 +64,12 @@ masked positions only. The fp32 peak is the best of: NumPy (OpenBLAS, all cores)
 (``tf.linalg.matmul`` in a ``tf.function``, default thread pools = all cores) multiplying two
 4096 x 4096 float32 matrices (2 * 4096^3 FLOPs), median of repeated runs, measured before and
 after the training rows (the best is kept).
+
+``--family albert`` measures the albert family: the anchor is a plain ``keras_hub.models.AlbertMaskedLM``
+on an ``AlbertBackbone`` of ptmkit's default ALBERT (embedding 128, hidden 256, 4 layers sharing one
+set of weights); ptmkit's rows train the family's defaults, masked LM **and** sentence-order
+prediction (the anchor trains masked LM only, so ptmkit does a little more work per step: the SOP
+head and its loss), on the family's own batches (unigram pieces, segment pairs).
 
 ``--family roberta`` measures the roberta family the same way: the anchor is a plain
 ``keras_hub.models.RobertaMaskedLM`` on a ``RobertaBackbone`` of the same size (inputs
@@ -79,9 +88,9 @@ the embedding gathers) ran in TensorFlow's Eigen kernels.
 
 Run (about 10 minutes with the defaults on 2 idle cores; longer on a busy machine)::
 
-    python benchmarks/pretrain_throughput.py [--family bert|roberta] [--steps 20] [--warmup 3] [--rounds 3] \\
-        [--precision float32|bf16] [--onednn] [--no-xla] [--corpus data/corpus/enwiki-106.txt] [--keep] \\
-        [--json results.json]
+    python benchmarks/pretrain_throughput.py [--family bert|roberta|albert] [--steps 20] [--warmup 3] [--rounds 3] \\
+        [--precision float32|bf16] [--onednn] [--no-xla] [--unshared-row] [--corpus data/corpus/enwiki-106.txt] \\
+        [--keep] [--json results.json]
 """
 
 from __future__ import annotations
@@ -108,6 +117,11 @@ CORPUS_CANDIDATES = (REPO / "data/corpus/enwiki-106.txt", Path("/work/shared/dat
 ANCHORS = {
     "bert": ("BertMaskedLM", "BertBackbone", ("token_ids", "segment_ids", "padding_mask", "mask_positions")),
     "roberta": ("RobertaMaskedLM", "RobertaBackbone", ("token_ids", "padding_mask", "mask_positions")),
+    "albert": ("AlbertMaskedLM", "AlbertBackbone", ("token_ids", "segment_ids", "padding_mask", "mask_positions")),
+}
+#: family -> the anchor backbone's further arguments, from ptmkit's model config.
+ANCHOR_EXTRA = {
+    "albert": lambda model: {"embedding_dim": model.embedding_dim, "num_groups": model.num_groups, "num_inner_repetitions": model.inner_group_num},
 }
 ANCHOR = "keras-hub BertMaskedLM, arrays"
 TEAM_ANCHOR_TOKENS_PER_SECOND = 5700.0
@@ -234,12 +248,15 @@ def matmul_peak(n: int = 4096, repeats: int = 5) -> dict[str, float]:
 
 def flops_per_token(backbone: Any, sequence_length: int, predictions: int) -> dict[str, float]:
     """Training FLOPs per token; see the module docstring for the formula."""
-    layers = list(backbone.transformer_layers)
-    n = sum(layer.count_params() for layer in layers)
+    layers = [layer for item in backbone.transformer_layers for layer in (item if isinstance(item, list) else [item])]
+    # ALBERT: each of the num_groups x inner layers runs num_layers / num_groups times (shared weights)
+    calls = backbone.num_layers // getattr(backbone, "num_groups", backbone.num_layers)
+    n = calls * sum(layer.count_params() for layer in layers)
     hidden, vocab = backbone.hidden_dim, backbone.vocabulary_size
+    width = backbone.token_embedding.output_dim  # the MLM head's transform: H -> E, then E -> V (tied)
     dense = 6.0 * n
-    attention = 12.0 * len(layers) * hidden * sequence_length
-    head = 6.0 * (hidden * hidden + hidden * vocab) * predictions / sequence_length
+    attention = 12.0 * calls * len(layers) * hidden * sequence_length
+    head = 6.0 * (hidden * width + width * vocab) * predictions / sequence_length
     return {
         "non_embedding_parameters": n,
         "dense": dense,
@@ -324,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--onednn", action="store_true", help="also list oneDNN's kernels and their time (ONEDNN_VERBOSE, a child process)")
     parser.add_argument("--onednn-probe", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-xla", action="store_true", help="skip the keras-hub XLA row")
+    parser.add_argument("--unshared-row", action="store_true",
+                        help="add a row of ptmkit's model with one backbone call per objective (before the shared forward pass)")
     parser.add_argument("--corpus", type=Path, default=default_corpus(), help="pre-training corpus (default %(default)s)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory with the pretrain() runs (default: deleted)")
     parser.add_argument("--json", type=Path, help="write the results as JSON to this file")
@@ -440,7 +459,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # ---- the models
     def plain_backbone() -> Any:
-        return getattr(keras_hub.models, backbone_name)(**ISSUE_MODEL, dropout=model_config.dropout, max_sequence_length=model_config.max_sequence_length)
+        extra = ANCHOR_EXTRA[args.family](model_config) if args.family in ANCHOR_EXTRA else {}
+        return getattr(keras_hub.models, backbone_name)(**ISSUE_MODEL, **extra, dropout=model_config.dropout, max_sequence_length=model_config.max_sequence_length)
 
     plain_x = {k: x[k] for k in anchor_inputs}
     task = getattr(keras_hub.models, task_name)
@@ -488,6 +508,17 @@ def main(argv: list[str] | None = None) -> int:
     flops = flops_per_token(backbone, length, predictions)
     name = "ptmkit model, arrays"
     rows[name] = Row(name, fit_arrays(ptmkit_model, x, y, w), "build_pretraining_model() on the same arrays: plugin layer only")
+    if args.unshared_row:
+        import ptmkit.training.pretrain as pretrain_module
+
+        shared_forward = pretrain_module.SharedForward
+        pretrain_module.SharedForward = lambda backbone: backbone  # each objective calls the backbone itself, as before
+        try:
+            _, unshared_model, _ = build_pretraining_model(registry, config)
+        finally:
+            pretrain_module.SharedForward = shared_forward
+        name = "ptmkit model, arrays, unshared forward"
+        rows[name] = Row(name, fit_arrays(unshared_model, x, y, w), "one backbone call per objective (before SharedForward)")
     name = "ptmkit model, PyDataset (pre-made)"
     rows[name] = Row(name, fit_dataset(ptmkit_model, lambda step: batches[step]), "step_dataset returning the same in-memory batches")
     name = "ptmkit model, PyDataset (live pipeline)"
@@ -546,8 +577,9 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
 
     print()
-    print(f"FLOPs/token = 6*N + 12*L*H*S + 6*(H*H + H*V)*P/S = 6*{flops['non_embedding_parameters']:,} + 12*4*256*128 + "
-          f"6*(256*256 + 256*8000)*{predictions}/128 = {flops['dense'] / 1e6:.2f}M + {flops['attention'] / 1e6:.2f}M + "
+    e = backbone.token_embedding.output_dim  # the MLM head's width: H, or ALBERT's embedding size
+    print(f"FLOPs/token = 6*N + 12*L*H*S + 6*(H*E + E*V)*P/S = 6*{flops['non_embedding_parameters']:,} + 12*4*256*128 + "
+          f"6*(256*{e} + {e}*8000)*{predictions}/128 = {flops['dense'] / 1e6:.2f}M + {flops['attention'] / 1e6:.2f}M + "
           f"{flops['mlm_head'] / 1e6:.2f}M = {flops['total'] / 1e6:.2f} MFLOP/token")
     print(f"fp32 peak = {peak:.1f} GFLOP/s (best of NumPy and TF 4096^3 matmuls, before and after)")
     print()

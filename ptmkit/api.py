@@ -58,7 +58,8 @@ Data and training glue (:mod:`ptmkit.data.readers`, :mod:`ptmkit.training`)
     pairs); :func:`train_byte_level_bpe`, :func:`byte_level_tokenizer`
     (byte-level BPE, for every family that learns its vocabulary on bytes); :func:`train_wordpiece`,
     :func:`wordpiece_special_tokens`, :data:`WORDPIECE_SPECIALS`, :func:`load_checkpoint_wordpiece`
-    (WordPiece, for every family whose vocabulary is WordPiece, and its import from a checkpoint); :func:`derive_inputs` (a family's declared inputs from
+    (WordPiece, for every family whose vocabulary is WordPiece, and its import from a checkpoint); :func:`train_unigram`,
+    :func:`unigram_tokenizer` (SentencePiece-style unigram pieces: ALBERT, T5, XLNet); :func:`derive_inputs` (a family's declared inputs from
     token ids, segment ids and a padding mask); :func:`quiet_tensorflow`, :func:`seed_everything`;
     :func:`macro_f1`, :func:`top1_gold` (precision at 1 on lines with several labels);
     :class:`AdamW`; checkpoint and resume of a Keras ``fit`` (:class:`CheckpointCallback`,
@@ -144,6 +145,7 @@ from ptmkit.data.byte_level_bpe import byte_level_tokenizer, train_byte_level_bp
 from ptmkit.data.parallel import ParallelCorpus, read_parallel
 from ptmkit.data.readers import is_labelled, read_corpus, read_labelled, read_multilabelled
 from ptmkit.data.tokenization import derive_inputs
+from ptmkit.data.unigram import train_unigram, unigram_tokenizer
 from ptmkit.data.wordpiece import SPECIALS as WORDPIECE_SPECIALS
 from ptmkit.data.wordpiece import load_checkpoint_wordpiece, train_wordpiece, wordpiece_special_tokens
 from ptmkit.errors import ConfigError, DataError, ExportError, PluginError, PtmkitError, RunDirError
@@ -332,6 +334,8 @@ __all__ = [
     "derive_inputs",
     "byte_level_tokenizer",
     "train_byte_level_bpe",
+    "train_unigram",
+    "unigram_tokenizer",
     "WORDPIECE_SPECIALS",
     "train_wordpiece",
     "wordpiece_special_tokens",

@@ -145,3 +145,17 @@ def test_an_objective_the_backbone_cannot_serve(objective: str, needs: str) -> N
         f"--set: objective {objective!r} needs {needs}, which the bare-encoder backbone does not provide "
         "(it provides ['sequence_output']); it supports []"
     )
+
+
+@pytest.mark.parametrize("objectives", ["mlm", "mlm,nsp", "mlm,sop"])
+def test_objectives_on_the_same_inputs_share_one_forward_pass(objectives: str) -> None:
+    """Masked LM and a sentence objective read one call of the backbone (its sequence and pooled
+    outputs), not one call each: each call of a functional backbone is computed at every step."""
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.pretrain import build_pretraining_model
+
+    registry = get_registry()
+    backbone, model, _ = build_pretraining_model(registry, resolve_config(registry, "bert", None, [*TINY, f"train.objectives={objectives}"]))
+    calls = [node for nodes in model._nodes_by_depth.values() for node in nodes if node.operation is backbone]
+    assert len(calls) == 1
+    assert set(model.output) == set(objectives.split(","))

@@ -268,13 +268,14 @@ def build_pretraining_model(registry: Registry, config: RunConfig) -> tuple[Any,
     family = registry.family(config.family)
     objectives = selected_objectives(registry, config)
     backbone = family.build_backbone(config.model)
+    shared = SharedForward(backbone)  # objectives on the same inputs share one forward pass
     inputs = keras_inputs(family.inputs)
     all_inputs, outputs, losses, metrics = dict(inputs), {}, {}, {}
     for objective, objective_config in objectives.values():
         if isinstance(objective, BuildsOnFamily):  # a companion model of the family (ELECTRA's generator)
-            extra, out, loss, metric = objective.build_on_family(family, config.model, backbone, inputs, objective_config)
+            extra, out, loss, metric = objective.build_on_family(family, config.model, shared, inputs, objective_config)
         else:
-            extra, out, loss, metric = objective.build(backbone, inputs, objective_config)
+            extra, out, loss, metric = objective.build(shared, inputs, objective_config)
         all_inputs.update(extra)
         outputs.update(out)
         losses.update(loss)
@@ -288,6 +289,38 @@ def build_pretraining_model(registry: Registry, config: RunConfig) -> tuple[Any,
         jit_compile=train.jit_compile,
     )
     return backbone, model, objectives
+
+
+class SharedForward:
+    """The backbone as the objectives see it while the training model is built: a call on the
+    very inputs (the same symbolic tensors, no other arguments) of an earlier call returns that
+    call's outputs, so that objectives reading the same forward pass (masked LM's
+    ``sequence_output`` and a sentence objective's ``pooled_output``) share one. Each call of a
+    functional backbone is a node of the training graph, run at every step: without this, two
+    objectives ran the whole backbone twice per step (and a backbone whose layers are reused,
+    ``num_layers`` calls of one shared layer, twice as many shared-layer calls). A call on other
+    inputs (ELECTRA's discriminator on corrupted ids) or with other arguments runs the backbone
+    again, as it must. Every other attribute is the backbone's (``token_embedding``, sizes,
+    ``sequence_output_with_attention_mask`` ...).
+
+    Args:
+        backbone: the family's functional ``keras.Model``.
+    """
+
+    def __init__(self, backbone: Any) -> None:
+        self._backbone = backbone
+        self._calls: dict[tuple[tuple[str, int], ...], tuple[Any, Any]] = {}
+
+    def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs or not isinstance(inputs, dict):
+            return self._backbone(inputs, *args, **kwargs)
+        key = tuple(sorted((name, id(tensor)) for name, tensor in inputs.items()))
+        if key not in self._calls:  # the inputs are kept with the outputs: their ids stay theirs
+            self._calls[key] = (dict(inputs), self._backbone(inputs))
+        return self._calls[key][1]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backbone, name)
 
 
 def selected_objectives(registry: Registry, config: RunConfig) -> dict[str, tuple[Any, Any]]:
