@@ -436,15 +436,13 @@ def pretrain(
         check_global_batch(config.train.batch_size, replicas, f"{cluster.num_workers} worker(s) x {replicas // cluster.num_workers} device(s)")
     if not cluster.is_chief:  # the chief prepares the shared run directory; the others wait, then read it
         barrier(strategy)
-        with precision(config.train.mixed_precision):
-            return _fit(registry, config, family, run.load_tokenizer(), run, corpus, console, strategy, cluster)
+        return _fit(registry, config, family, run.load_tokenizer(), run, corpus, console, strategy, cluster)
     tokenizer = _given_tokenizer(tokenizer, run, resume)
     word_objectives = [name for name, (o, c) in selected_objectives(registry, config).items() if o.needs_word_starts(c)]
     trained = _prepare_run(run, family, config, corpus, tokenizer, console, word_objectives)
     if cluster.kind == "multi-worker":
         barrier(strategy)
-    with precision(config.train.mixed_precision):
-        return _fit(registry, config, family, trained, run, corpus, console, strategy, cluster)
+    return _fit(registry, config, family, trained, run, corpus, console, strategy, cluster)
 
 
 def _check_flags(
@@ -756,7 +754,13 @@ def _tokenizer(run: RunDir, family: Any, config: RunConfig, corpus: str | Path, 
     return tokenizer, counter["lines"]
 
 
-def _fit(
+def _fit(registry: Registry, config: RunConfig, *args: Any) -> dict[str, Any]:
+    """:func:`_fit_steps` under the run's dtype policy (``train.mixed_precision``), restored after."""
+    with precision(config.train.mixed_precision):
+        return _fit_steps(registry, config, *args)
+
+
+def _fit_steps(
     registry: Registry, config: RunConfig, family: Any, tokenizer: Any, run: RunDir, corpus: str | Path, console: Console,
     strategy: Any = None, cluster: Cluster | None = None,
 ) -> dict[str, Any]:
