@@ -50,7 +50,9 @@ Hugging Face checkpoints (:mod:`ptmkit.hf_checkpoints`), for a family's ``import
     :class:`CheckpointError`; :func:`check_import_paths`, :func:`read_hf_config`,
     :func:`check_positive_key`, :func:`read_weight_shapes`, :func:`check_tensor_shapes`,
     :func:`porting_weights`, :func:`write_imported_run`: the steps every importer shares, each
-    refusing in one line naming the file and key or tensor.
+    refusing in one line naming the file and key or tensor; :func:`assemble_import` (the run
+    config, the console line, the backbone, the port and the run, in that order) and
+    :func:`open_safetensors` (the weights through safetensors' NumPy API).
 
 Data and training glue (:mod:`ptmkit.data.readers`, :mod:`ptmkit.training`)
     :func:`read_corpus`, :func:`read_labelled`, :func:`read_multilabelled`, :func:`is_labelled`
@@ -151,9 +153,11 @@ from ptmkit.data.wordpiece import load_checkpoint_wordpiece, train_wordpiece, wo
 from ptmkit.errors import ConfigError, DataError, ExportError, PluginError, PtmkitError, RunDirError
 from ptmkit.hf_checkpoints import (
     CheckpointError,
+    assemble_import,
     check_import_paths,
     check_positive_key,
     check_tensor_shapes,
+    open_safetensors,
     porting_weights,
     read_hf_config,
     read_weight_shapes,
@@ -298,9 +302,11 @@ __all__ = [
     "feedforward_activation",
     "gelu_erf",
     "CheckpointError",
+    "assemble_import",
     "check_import_paths",
     "check_positive_key",
     "check_tensor_shapes",
+    "open_safetensors",
     "porting_weights",
     "read_hf_config",
     "read_weight_shapes",

@@ -12,7 +12,9 @@ depend on the architecture are here, with one-line errors naming the file and th
   safetensors' NumPy API (no torch; a pickled ``pytorch_model.bin`` is refused: loading one can run
   arbitrary code); :func:`check_tensor_shapes` against what the config implies;
 * :func:`porting_weights` around the port, :func:`write_imported_run` to write the run whole or
-  not at all.
+  not at all; :func:`assemble_import` runs these last steps in their order (the run config, the
+  console line, the backbone, the port, the run), and :func:`open_safetensors` opens the weights
+  for a family's own loader.
 
 Importing this module imports neither TensorFlow nor safetensors.
 """
@@ -20,7 +22,7 @@ Importing this module imports neither TensorFlow nor safetensors.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -205,3 +207,71 @@ def write_imported_run(
         return write_backbone_run(
             run, registry, family, run_config.to_dict(), tokenizer, backbone, tokenizer_file, imported_from=imported, inputs=inputs, **manifest_fields
         )
+
+
+def open_safetensors(path: str | Path) -> Any:
+    """``path`` opened with safetensors' NumPy API (no torch), for a weights loader of a family's
+    own (``with open_safetensors(path) as file: file.get_tensor(name)``, a ``float32`` ... array).
+
+    Returns:
+        safetensors' ``safe_open`` handle (a context manager).
+
+    Raises:
+        safetensors.SafetensorError, OSError: an unreadable file (inside :func:`porting_weights`
+            these become a :class:`CheckpointError`).
+    """
+    from safetensors import safe_open
+
+    return safe_open(str(path), framework="np")
+
+
+def assemble_import(
+    target: Path, source: Path, family: str, config: Any, weights: dict[str, Any], tokenizer: Any, tokenizer_file: Path | None,
+    tokenizer_source: str, *, build_backbone: Callable[[Any], Any], port_weights: Callable[[Any], None], description: str,
+    inputs: Sequence[str], console: Any = None, json_files: dict[str, Any] | None = None, **manifest_fields: Any,
+) -> dict[str, Any]:
+    """The end of every ``import-hf``, once the checkpoint was read and checked: the run's config,
+    one console line, the backbone with the checkpoint's weights, and the run written whole or not
+    at all (:func:`write_imported_run`).
+
+    Args:
+        target: the run directory to write, from :func:`check_import_paths`.
+        source: the checkpoint directory, from :func:`check_import_paths`.
+        family: the family of the run (its plugin is recorded in the manifest).
+        config: the family's model config (mapped from ``config.json``).
+        weights: the family's report of the weights file, with its ``file``.
+        tokenizer: the checkpoint's ``tokenizers.Tokenizer``.
+        tokenizer_file: its ``tokenizer.json`` to copy as it is, or None (see :func:`write_imported_run`).
+        tokenizer_source: where the tokenizer came from, in words.
+        build_backbone: ``config`` -> the family's Keras backbone.
+        port_weights: fills that backbone from the checkpoint; any error it raises that is not a
+            :class:`CheckpointError` becomes one naming ``weights["file"]`` (:func:`porting_weights`).
+        description: printed to ``console`` as it is (no Rich markup), before the backbone is built.
+        inputs: the backbone's input names, for the manifest.
+        console: a Rich console, or None for silence.
+        json_files: more files of the run, passed to :func:`write_imported_run`.
+        **manifest_fields: more manifest fields, passed to :func:`write_imported_run`.
+
+    Returns:
+        the manifest.
+
+    Raises:
+        CheckpointError: the port fails; RunDirError: ``target`` is taken; OutputError: its
+            directory cannot be written.
+    """
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.pretrain import imported_run_config
+    from ptmkit.training.setup import quiet_tensorflow
+
+    quiet_tensorflow()
+    registry = get_registry()
+    run_config = imported_run_config(registry, family, config)
+    if console is not None:
+        console.print(description, markup=False, highlight=False)
+    backbone = build_backbone(config)
+    with porting_weights(weights["file"]):
+        port_weights(backbone)
+    return write_imported_run(
+        target, registry, family, run_config, tokenizer, backbone, tokenizer_file, source, weights, tokenizer_source,
+        inputs=list(inputs), json_files=json_files, **manifest_fields,
+    )

@@ -38,7 +38,6 @@ from ptmkit.api import (
     check_positive_key,
     check_tensor_shapes,
     load_checkpoint_wordpiece,
-    porting_weights,
     read_hf_config,
     read_json,
     read_weight_shapes,
@@ -232,15 +231,7 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
             :func:`load_tokenizer`, :func:`read_pooling`.
         RunDirError: ``out`` exists and is not an empty directory.
     """
-    from ptmkit.api import (
-        POOLING,
-        TOKENIZER,
-        check_import_paths,
-        get_registry,
-        imported_run_config,
-        quiet_tensorflow,
-        write_imported_run,
-    )
+    from ptmkit.api import POOLING, TOKENIZER, assemble_import, check_import_paths
     from ptmkit.api import wordpiece_special_tokens as special_tokens
 
     source, target = check_import_paths(directory, out)
@@ -250,33 +241,21 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
     pooling = read_pooling(source)
     options = _read_json(source / "tokenizer_config.json") if (source / "tokenizer_config.json").is_file() else {}
     config.lowercase = bool(options.get("do_lower_case", config.lowercase))
-
-    quiet_tensorflow()
-    registry = get_registry()
-    run_config = imported_run_config(registry, "bert", config)
-    if console is not None:
-        console.print(f"importing {source}: BERT {config.num_layers} layers, hidden {config.hidden_dim}, {config.num_heads} heads, "
-                      f"vocabulary {config.vocabulary_size:,}, activation {config.hidden_activation}, layer-norm eps {config.layer_norm_epsilon:g}")
-    backbone = _ported_backbone(config, source, hf, weights)
-    return write_imported_run(
-        target, registry, "bert", run_config, tokenizer, backbone, source / TOKENIZER if unchanged else None, source, weights, tokenizer_source,
-        inputs=["token_ids", "segment_ids", "padding_mask"], json_files={POOLING: pooling}, pooling=pooling,
-        imported_from={"special_tokens": dict(special_tokens(tokenizer))},
+    description = (
+        f"importing {source}: BERT {config.num_layers} layers, hidden {config.hidden_dim}, {config.num_heads} heads, "
+        f"vocabulary {config.vocabulary_size:,}, activation {config.hidden_activation}, layer-norm eps {config.layer_norm_epsilon:g}"
+    )
+    return assemble_import(
+        target, source, "bert", config, weights, tokenizer, source / TOKENIZER if unchanged else None, tokenizer_source,
+        build_backbone=_build_backbone, port_weights=lambda backbone: port_weights(backbone, source, hf, weights["pooler"]),
+        description=description, inputs=["token_ids", "segment_ids", "padding_mask"], console=console,
+        json_files={POOLING: pooling}, pooling=pooling, imported_from={"special_tokens": dict(special_tokens(tokenizer))},
     )
 
 
-
-
-def _ported_backbone(config: BertConfig, source: Path, hf: dict[str, Any], weights: dict[str, Any]) -> Any:
-    """The BERT backbone of ``config`` holding the checkpoint's weights (:func:`port_weights`).
-
-    Raises:
-        CheckpointError: a weights file that cannot be read (safetensors reads lazily: a file
-            truncated inside its data fails only here).
-    """
+def _build_backbone(config: BertConfig) -> Any:
+    """:func:`ptmkit_bert.backbone.build_backbone`, imported only once the checkpoint was checked
+    (it imports Keras, and TensorFlow's start-up lines would follow a refusal's one line)."""
     from ptmkit_bert.backbone import build_backbone
 
-    backbone = build_backbone(config)
-    with porting_weights(weights["file"]):
-        port_weights(backbone, source, hf, weights["pooler"])
-    return backbone
+    return build_backbone(config)

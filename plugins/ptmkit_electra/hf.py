@@ -125,9 +125,11 @@ def port_weights(backbone: Any, directory: Path, hf: dict[str, Any]) -> None:
     from keras_hub.src.utils.transformers.convert_bert import convert_weights
     from keras_hub.src.utils.transformers.safetensor_utils import SafetensorLoader
 
+    from ptmkit.api import open_safetensors
+
     class Loader(SafetensorLoader):  # type: ignore[misc]
         def get_tensor(self, hf_weight_key: str) -> Any:
-            file = self.safetensor_files.get(WEIGHTS_FILE) or self.enter_context(_open(directory / WEIGHTS_FILE))
+            file = self.safetensor_files.get(WEIGHTS_FILE) or self.enter_context(open_safetensors(directory / WEIGHTS_FILE))
             self.safetensor_files[WEIGHTS_FILE] = file
             return file.get_tensor(_resolve(hf_weight_key, set(file.keys())) or hf_weight_key)
 
@@ -141,12 +143,6 @@ def port_weights(backbone: Any, directory: Path, hf: dict[str, Any]) -> None:
         if backbone.embedding_dim != backbone.hidden_dim:
             backbone.embeddings_projection.kernel.assign(np.transpose(loader.get_tensor("embeddings_project.weight")))
             backbone.embeddings_projection.bias.assign(loader.get_tensor("embeddings_project.bias"))
-
-
-def _open(path: Path) -> Any:
-    from safetensors import safe_open
-
-    return safe_open(str(path), framework="np")
 
 
 def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], console: Any = None) -> dict[str, Any]:
@@ -163,17 +159,7 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
             :func:`ptmkit.api.load_checkpoint_wordpiece`.
         RunDirError: ``out`` exists and is not an empty directory.
     """
-    from ptmkit.api import (
-        TOKENIZER,
-        check_import_paths,
-        get_registry,
-        imported_run_config,
-        load_checkpoint_wordpiece,
-        porting_weights,
-        quiet_tensorflow,
-        read_json,
-        write_imported_run,
-    )
+    from ptmkit.api import TOKENIZER, assemble_import, check_import_paths, load_checkpoint_wordpiece, read_json
     from ptmkit_electra.backbone import build_backbone
 
     source, target = check_import_paths(directory, out)
@@ -182,17 +168,12 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
     tokenizer, tokenizer_source, unchanged = load_checkpoint_wordpiece(source, config.vocabulary_size)
     options = source / "tokenizer_config.json"
     config.lowercase = bool((read_json(options, CheckpointError) if options.is_file() else {}).get("do_lower_case", config.lowercase))
-    quiet_tensorflow()
-    registry = get_registry()
-    run_config = imported_run_config(registry, "electra", config)
-    if console is not None:
-        console.print(f"importing {source}: ELECTRA {config.num_layers} layers, hidden {config.hidden_dim}, embedding {config.embedding_dim}, "
-                      f"{config.num_heads} heads, vocabulary {config.vocabulary_size:,}; no pooler in the checkpoint (initialised randomly)",
-                      markup=False, highlight=False)
-    backbone = build_backbone(config)
-    with porting_weights(weights["file"]):
-        port_weights(backbone, source, hf)
-    return write_imported_run(
-        target, registry, "electra", run_config, tokenizer, backbone, source / TOKENIZER if unchanged else None, source, weights,
-        tokenizer_source, inputs=["token_ids", "segment_ids", "padding_mask"],
+    description = (
+        f"importing {source}: ELECTRA {config.num_layers} layers, hidden {config.hidden_dim}, embedding {config.embedding_dim}, "
+        f"{config.num_heads} heads, vocabulary {config.vocabulary_size:,}; no pooler in the checkpoint (initialised randomly)"
+    )
+    return assemble_import(
+        target, source, "electra", config, weights, tokenizer, source / TOKENIZER if unchanged else None, tokenizer_source,
+        build_backbone=build_backbone, port_weights=lambda backbone: port_weights(backbone, source, hf),
+        description=description, inputs=["token_ids", "segment_ids", "padding_mask"], console=console,
     )

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ptmkit.api import CheckpointError, read_hf_config, read_weight_shapes
+from ptmkit.api import CheckpointError, open_safetensors, read_hf_config, read_weight_shapes
 from ptmkit_gpt.config import GPTConfig
 from ptmkit_gpt.tokenizer import END_OF_TEXT
 
@@ -87,8 +87,6 @@ def check_weights(directory: Path, config: GPTConfig, hf: dict[str, Any]) -> dic
         CheckpointError: no (or a pickled-only, or an unreadable) weights file, a missing tensor, a
             tensor of another shape, untied output weights missing or different from ``wte``.
     """
-    from safetensors import safe_open
-
     from ptmkit.api import check_tensor_shapes
 
     path, names = read_weight_shapes(directory)
@@ -101,7 +99,7 @@ def check_weights(directory: Path, config: GPTConfig, hf: dict[str, Any]) -> dic
         head = resolve("lm_head.weight")
         if head is None:
             raise CheckpointError(f"{path}: tie_word_embeddings is false but there is no 'lm_head.weight' tensor")
-        with safe_open(str(path), framework="np") as weights:
+        with open_safetensors(path) as weights:
             if not np.array_equal(weights.get_tensor(head), weights.get_tensor(resolve("wte.weight") or "")):
                 raise CheckpointError(f"{path}: 'lm_head.weight' differs from the token embedding; untied output weights are not supported")
     return {"file": str(path), "bytes": path.stat().st_size, "tensors": len(names)}
@@ -162,30 +160,19 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
         CheckpointError: see :func:`read_gpt2_config`, :func:`check_weights`, :func:`load_tokenizer`.
         RunDirError: ``out`` exists and is not an empty directory.
     """
-    from ptmkit.api import (
-        check_import_paths,
-        get_registry,
-        imported_run_config,
-        porting_weights,
-        quiet_tensorflow,
-        write_imported_run,
-    )
+    from ptmkit.api import assemble_import, check_import_paths
     from ptmkit_gpt.backbone import build_backbone
 
     source, target = check_import_paths(directory, out)
     config, hf = read_gpt2_config(source)
     weights = check_weights(source, config, hf)
     tokenizer, tokenizer_file = load_tokenizer(source, config)
-    quiet_tensorflow()
-    registry = get_registry()
-    run_config = imported_run_config(registry, "gpt", config)
-    if console is not None:
-        console.print(f"importing {source}: GPT-2 {config.num_layers} layers, n_embd {config.hidden_dim}, {config.num_heads} heads, "
-                      f"vocabulary {config.vocabulary_size:,}, {config.max_sequence_length} positions", markup=False, highlight=False)
-    backbone = build_backbone(config)
-    with porting_weights(weights["file"]):
-        port_weights(backbone, source, hf)
-    return write_imported_run(
-        target, registry, "gpt", run_config, tokenizer, backbone, tokenizer_file, source, weights,
-        str(tokenizer_file or "vocab.json + merges.txt"), inputs=["token_ids", "padding_mask"],
+    description = (
+        f"importing {source}: GPT-2 {config.num_layers} layers, n_embd {config.hidden_dim}, {config.num_heads} heads, "
+        f"vocabulary {config.vocabulary_size:,}, {config.max_sequence_length} positions"
+    )
+    return assemble_import(
+        target, source, "gpt", config, weights, tokenizer, tokenizer_file, str(tokenizer_file or "vocab.json + merges.txt"),
+        build_backbone=build_backbone, port_weights=lambda backbone: port_weights(backbone, source, hf),
+        description=description, inputs=["token_ids", "padding_mask"], console=console,
     )

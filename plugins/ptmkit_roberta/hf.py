@@ -167,9 +167,11 @@ def port_weights(backbone: Any, directory: Path, hf: dict[str, Any], pooler: boo
     from keras_hub.src.utils.transformers.convert_roberta import convert_weights
     from keras_hub.src.utils.transformers.safetensor_utils import SafetensorLoader
 
+    from ptmkit.api import open_safetensors
+
     class Loader(SafetensorLoader):  # type: ignore[misc]
         def get_tensor(self, hf_weight_key: str) -> Any:
-            file = self.safetensor_files.get(WEIGHTS_FILE) or self.enter_context(_open(directory / WEIGHTS_FILE))
+            file = self.safetensor_files.get(WEIGHTS_FILE) or self.enter_context(open_safetensors(directory / WEIGHTS_FILE))
             self.safetensor_files[WEIGHTS_FILE] = file
             return file.get_tensor(_resolve(hf_weight_key, set(file.keys())) or hf_weight_key)
 
@@ -189,12 +191,6 @@ def port_weights(backbone: Any, directory: Path, hf: dict[str, Any], pooler: boo
             backbone.pooled_dense.bias.assign(loader.get_tensor("pooler.dense.bias"))
 
 
-def _open(path: Path) -> Any:
-    from safetensors import safe_open
-
-    return safe_open(str(path), framework="np")
-
-
 def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], console: Any = None) -> dict[str, Any]:
     """Import the Hugging Face RoBERTa checkpoint in ``directory`` as a ``roberta`` run in ``out``.
 
@@ -208,31 +204,20 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
         CheckpointError: see :func:`read_roberta_config`, :func:`check_weights`, :func:`load_tokenizer`.
         RunDirError: ``out`` exists and is not an empty directory.
     """
-    from ptmkit.api import (
-        check_import_paths,
-        get_registry,
-        imported_run_config,
-        porting_weights,
-        quiet_tensorflow,
-        write_imported_run,
-    )
+    from ptmkit.api import assemble_import, check_import_paths
     from ptmkit_roberta.backbone import build_backbone
 
     source, target = check_import_paths(directory, out)
     config, hf = read_roberta_config(source)
     weights = check_weights(source, config, hf)
     tokenizer, tokenizer_file = load_tokenizer(source, config)
-    quiet_tensorflow()
-    registry = get_registry()
-    run_config = imported_run_config(registry, "roberta", config)
-    if console is not None:
-        console.print(f"importing {source}: RoBERTa {config.num_layers} layers, hidden {config.hidden_dim}, {config.num_heads} heads, "
-                      f"vocabulary {config.vocabulary_size:,}, {config.max_sequence_length} positions"
-                      + ("" if weights["pooler"] else "; no pooler in the checkpoint (initialised randomly)"), markup=False, highlight=False)
-    backbone = build_backbone(config)
-    with porting_weights(weights["file"]):
-        port_weights(backbone, source, hf, weights["pooler"])
-    return write_imported_run(
-        target, registry, "roberta", run_config, tokenizer, backbone, tokenizer_file, source, weights,
-        str(tokenizer_file or "vocab.json + merges.txt"), inputs=["token_ids", "padding_mask"],
+    description = (
+        f"importing {source}: RoBERTa {config.num_layers} layers, hidden {config.hidden_dim}, {config.num_heads} heads, "
+        f"vocabulary {config.vocabulary_size:,}, {config.max_sequence_length} positions"
+        + ("" if weights["pooler"] else "; no pooler in the checkpoint (initialised randomly)")
+    )
+    return assemble_import(
+        target, source, "roberta", config, weights, tokenizer, tokenizer_file, str(tokenizer_file or "vocab.json + merges.txt"),
+        build_backbone=build_backbone, port_weights=lambda backbone: port_weights(backbone, source, hf, weights["pooler"]),
+        description=description, inputs=["token_ids", "padding_mask"], console=console,
     )
