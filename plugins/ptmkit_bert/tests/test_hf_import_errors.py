@@ -132,7 +132,7 @@ CASES = {
     "no weights": (_drop("model.safetensors"), ["ckpt", "no model.safetensors"]),
     "pickled weights only": (_pickle_only, ["pytorch_model.bin", "pickle", "safe_serialization=True"]),
     "truncated safetensors": (_truncate, ["model.safetensors", "not a readable safetensors file"]),
-    "a model type no plugin imports": (_t5, ["config.json", "model_type 't5'", "they read: bert"]),
+    "a model type no plugin imports": (_t5, ["config.json", "model_type 't5'", "they read: ", "bert"]),
     "a vocabulary larger than the embeddings": (_long_vocabulary, ["tokenizer.json", f"vocabulary has {len(VOCAB) + 3} tokens", "'##ing'", f"embedding matrix has {len(VOCAB)} rows"]),
     "a tensor of another shape": (_wrong_shape, ["model.safetensors", "encoder.layer.0.intermediate.dense.weight", "[12, 8]", "[16, 8]"]),
     "a missing config key": (_config(hidden_size=None), ["config.json", "missing key 'hidden_size'"]),
