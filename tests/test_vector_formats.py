@@ -192,5 +192,6 @@ def test_a_400d_word2vec_export_evaluates_as_its_run_and_as_gensim(tmp_path: Pat
         found = json.loads(capsys.readouterr().out)["neighbors"]
         assert [n["word"] for n in found] == [w for w, _ in kv.most_similar("cat", topn=5)]
     kv = KeyedVectors.load_word2vec_format(str(tmp_path / "vectors-word2vec.txt"))
-    # 4 pairs: rho is a multiple of 0.2; the issue measured -0.8, this trainer gives +0.8 here
-    assert kv.vector_size == 400 and abs(expected) == pytest.approx(0.8)
+    # 4 pairs without ties: rho = 1 - sum(d^2) / 10, a multiple of 0.2 (its value on 4 pairs of a
+    # 16-line corpus is noise of the trainer; what is tested above is that every file gives the run's)
+    assert kv.vector_size == 400 and -1.0 <= expected <= 1.0 and round(expected / 0.2, 9) == round(expected / 0.2)
