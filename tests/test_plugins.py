@@ -173,7 +173,7 @@ def test_broken_plugin_is_skipped_with_a_warning_and_listed(tmp_path: Path) -> N
     warning = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert len(warning) == 1
     assert "'broken'" in warning[0] and "ptmkit-broken 1.0" in warning[0] and "ImportError: needs libfoo 2" in warning[0]
-    assert "unknown model family 'nope'; installed: bert" in result.stderr
+    assert "unknown model family 'nope'; installed: albert, bert" in result.stderr
 
 
 def test_strict_mode_reraises_a_broken_plugin(tmp_path: Path) -> None:
@@ -225,7 +225,7 @@ def test_a_family_name_clash_breaks_that_family_only(tmp_path: Path) -> None:
 def test_unknown_family_lists_installed_ones() -> None:
     from ptmkit.errors import PluginError
 
-    with pytest.raises(PluginError, match=r"unknown model family 'gpt9'; installed: bert"):
+    with pytest.raises(PluginError, match=r"unknown model family 'gpt9'; installed: albert, bert"):
         Registry.load().family("gpt9")
 
 
