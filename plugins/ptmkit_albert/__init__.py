@@ -92,13 +92,9 @@ class AlbertFamily(ModelFamily):
         self, first: list[int], second: list[int] | None, sequence_length: int, specials: SpecialTokens
     ) -> tuple[list[int], list[int]]:
         """``[CLS] first [SEP]`` or ``[CLS] first [SEP] second [SEP]``, segment ids 0 then 1."""
-        cls, sep = specials["cls"], specials["sep"]
-        token_ids = [cls, *first, sep]
-        segment_ids = [0] * len(token_ids)
-        if second is not None:
-            token_ids += [*second, sep]
-            segment_ids += [1] * (len(second) + 1)
-        return token_ids[:sequence_length], segment_ids[:sequence_length]
+        from ptmkit.api import pack_cls_sep
+
+        return pack_cls_sep(first, second, sequence_length, specials["cls"], specials["sep"])
 
 
 @hookimpl

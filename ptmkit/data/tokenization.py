@@ -90,3 +90,14 @@ def word_start_table(tokenizer: Any) -> np.ndarray | None:
         if token.startswith(prefix) and token not in added:
             table[index] = False
     return table
+
+
+def pack_cls_sep(first: list[int], second: list[int] | None, sequence_length: int, cls: int, sep: int) -> tuple[list[int], list[int]]:
+    """BERT's packing (Devlin et al. 2019): ``[CLS] first [SEP]`` as segment 0 and ``second [SEP]``
+    as segment 1, cut to ``sequence_length``; returns ``(token_ids, segment_ids)``."""
+    token_ids = [cls, *first, sep]
+    segment_ids = [0] * len(token_ids)
+    if second is not None:
+        token_ids += [*second, sep]
+        segment_ids += [1] * (len(second) + 1)
+    return token_ids[:sequence_length], segment_ids[:sequence_length]
