@@ -63,7 +63,8 @@ Data and training glue (:mod:`ptmkit.data.readers`, :mod:`ptmkit.training`)
     (WordPiece, for every family whose vocabulary is WordPiece, and its import from a checkpoint); :func:`train_unigram`,
     :func:`unigram_tokenizer` (SentencePiece-style unigram pieces: ALBERT, T5, XLNet); :func:`derive_inputs` (a family's declared inputs from
     token ids, segment ids and a padding mask); :func:`pack_cls_sep` (BERT's ``[CLS] A [SEP] B [SEP]``
-    packing with segment ids); :func:`quiet_tensorflow`, :func:`seed_everything`;
+    packing with segment ids) and :class:`ClsSepInputs` (a family's ``pack`` and
+    ``num_special_tokens`` for it); :func:`quiet_tensorflow`, :func:`seed_everything`;
     :func:`macro_f1`, :func:`top1_gold` (precision at 1 on lines with several labels);
     :class:`AdamW`; checkpoint and resume of a Keras ``fit`` (:class:`CheckpointCallback`,
     :func:`restore_state`, :func:`latest_step`, :func:`interrupt_note`, :func:`step_dataset`:
@@ -147,7 +148,7 @@ from ptmkit.contract import (
 from ptmkit.data.byte_level_bpe import byte_level_tokenizer, train_byte_level_bpe
 from ptmkit.data.parallel import ParallelCorpus, read_parallel
 from ptmkit.data.readers import is_labelled, read_corpus, read_labelled, read_multilabelled
-from ptmkit.data.tokenization import derive_inputs, pack_cls_sep
+from ptmkit.data.tokenization import ClsSepInputs, derive_inputs, pack_cls_sep
 from ptmkit.data.unigram import train_unigram, unigram_tokenizer
 from ptmkit.data.wordpiece import SPECIALS as WORDPIECE_SPECIALS
 from ptmkit.data.wordpiece import load_checkpoint_wordpiece, train_wordpiece, wordpiece_special_tokens
@@ -225,6 +226,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "pack_cls_sep",
+    "ClsSepInputs",
     # hook markers
     "__version__",
     "hookimpl",

@@ -17,12 +17,12 @@ from typing import Any
 
 from ptmkit.api import (
     TOKEN_EMBEDDING,
+    ClsSepInputs,
     GraphOptimizer,
     InputSpec,
     Limits,
     ModelFamily,
     OutputSpec,
-    SpecialTokens,
     hookimpl,
 )
 from ptmkit_albert.config import AlbertConfig
@@ -31,7 +31,7 @@ from ptmkit_albert.tokenizer import SPECIAL_TOKEN_NAMES
 __all__ = ["AlbertConfig", "AlbertFamily"]
 
 
-class AlbertFamily(ModelFamily):
+class AlbertFamily(ClsSepInputs, ModelFamily):
     """ALBERT (Lan et al. 2020): a unigram vocabulary, BERT's encoder with a factorised embedding
     and cross-layer parameter sharing, ``[CLS] A [SEP] B [SEP]`` inputs; pre-trained by masked LM
     and sentence-order prediction (section 3.1, the core's ``mlm`` and ``sop``)."""
@@ -85,16 +85,7 @@ class AlbertFamily(ModelFamily):
 
         return import_hf(directory, out, console=console)
 
-    def num_special_tokens(self, pair: bool) -> int:
-        return 3 if pair else 2
 
-    def pack(
-        self, first: list[int], second: list[int] | None, sequence_length: int, specials: SpecialTokens
-    ) -> tuple[list[int], list[int]]:
-        """``[CLS] first [SEP]`` or ``[CLS] first [SEP] second [SEP]``, segment ids 0 then 1."""
-        from ptmkit.api import pack_cls_sep
-
-        return pack_cls_sep(first, second, sequence_length, specials["cls"], specials["sep"])
 
 
 @hookimpl
