@@ -215,7 +215,10 @@ def table(rows: dict[str, dict[str, Any]], header: str) -> str:
         if "error" in row or "skipped" in row:
             lines.append(f"| {name} ({paper}) | {year} | {row.get('error') or row.get('skipped')} | | | | | |")
             continue
-        lines.append(f"| {name} ({paper}) | {year} | {row['feature_kind']} | {row['feature_dim']:,} | {row['dev_accuracy']:.4f} | {row['test_accuracy']:.4f} | {row['train_seconds']:.0f} | {row['probe_seconds']:.0f} |")
+        mark = " *" if row.get("converged") is False else ""
+        lines.append(f"| {name} ({paper}) | {year} | {row['feature_kind']} | {row['feature_dim']:,} | {row['dev_accuracy']:.4f}{mark} | {row['test_accuracy']:.4f}{mark} | {row['train_seconds']:.0f} | {row['probe_seconds']:.0f} |")
+    if any(row.get("converged") is False for row in rows.values()):
+        lines += ["", "\\* L-BFGS stopped at `--max-iter` (1,000) before its tolerance (1e-8 on the gradient); the accuracy is that of the last iterate."]
     return "\n".join(lines) + "\n"
 
 
