@@ -44,7 +44,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "data" / "corpus" / "enwiki-106.txt"
 CLASSIFY = REPO / "data" / "classify"
-SPLITS = {"train": "wordnet-supersense-train-20k.tsv", "dev": "wordnet-supersense-dev.tsv", "test": "wordnet-supersense-test.tsv"}
+SPLITS = {
+    "train": "wordnet-supersense-train-20k.tsv",
+    "dev": "wordnet-supersense-dev.tsv",
+    "test": "wordnet-supersense-test.tsv",
+}
 QUICK_SIZES = {"train": 2000, "dev": 500, "test": 500, "corpus": 300}
 
 #: (row, family or reference, year, paper), in historical order.
@@ -66,15 +70,41 @@ ROWS = [
 WORD_VECTORS = {"nnlm", "word2vec", "glove", "fasttext"}
 #: The BERT quickstart's pre-training (ptmkit.quickstart, "full").
 ENCODER_FULL = ["train.max_steps=250", "train.checkpoint_every=50", "train.learning_rate=1e-3"]
-_TINY_TRANSFORMER = ["model.hidden_dim=32", "model.num_heads=2", "model.intermediate_dim=64", "model.vocabulary_size=600", "model.max_sequence_length=64"]
-_TINY_TRAIN = ["train.max_steps=10", "train.batch_size=8", "train.sequence_length=64", "train.heldout_lines=20", "train.checkpoint_every=5", "train.learning_rate=1e-3"]
+_TINY_TRANSFORMER = [
+    "model.hidden_dim=32",
+    "model.num_heads=2",
+    "model.intermediate_dim=64",
+    "model.vocabulary_size=600",
+    "model.max_sequence_length=64",
+]
+_TINY_TRAIN = [
+    "train.max_steps=10",
+    "train.batch_size=8",
+    "train.sequence_length=64",
+    "train.heldout_lines=20",
+    "train.checkpoint_every=5",
+    "train.learning_rate=1e-3",
+]
 QUICK = {
-    "nnlm": ["model.epochs=1", "model.vector_size=32", "model.hidden=32", "model.min_count=2", "model.heldout_lines=20"],
+    "nnlm": [
+        "model.epochs=1",
+        "model.vector_size=32",
+        "model.hidden=32",
+        "model.min_count=2",
+        "model.heldout_lines=20",
+    ],
     "word2vec": ["model.epochs=1", "model.vector_size=32", "model.min_count=2"],
     "glove": ["model.epochs=3", "model.vector_size=32", "model.min_count=2"],
     "fasttext": ["model.epochs=1", "model.vector_size=32", "model.min_count=2", "model.bucket=20000"],
-    "elmo": ["model.vocabulary_size=800", "model.char_embedding_dim=4", "model.filter_widths=[1,2,3]", "model.filter_counts=[8,8,16]",
-             "model.projection_dim=16", "model.lstm_dim=32", *_TINY_TRAIN],
+    "elmo": [
+        "model.vocabulary_size=800",
+        "model.char_embedding_dim=4",
+        "model.filter_widths=[1,2,3]",
+        "model.filter_counts=[8,8,16]",
+        "model.projection_dim=16",
+        "model.lstm_dim=32",
+        *_TINY_TRAIN,
+    ],
     "gpt": ["model.num_layers=2", *_TINY_TRANSFORMER, *_TINY_TRAIN],
     "bert": ["model.num_layers=2", *_TINY_TRANSFORMER, *_TINY_TRAIN],
     "roberta": ["model.num_layers=2", *_TINY_TRANSFORMER, *_TINY_TRAIN],
@@ -92,7 +122,11 @@ def full_overrides(family: str) -> list[str]:
     from ptmkit.plugins import get_registry
 
     installed = get_registry().families[family]
-    return list(installed.quickstart_plan("full").pretrain_overrides) if isinstance(installed, HasQuickstart) else list(ENCODER_FULL)
+    return (
+        list(installed.quickstart_plan("full").pretrain_overrides)
+        if isinstance(installed, HasQuickstart)
+        else list(ENCODER_FULL)
+    )
 
 
 def ptmkit(*args: str, log: Path) -> float:
@@ -105,7 +139,17 @@ def ptmkit(*args: str, log: Path) -> float:
     with open(log, "a", encoding="utf-8") as handle:
         handle.write(f"$ ptmkit {' '.join(args)}\n")
         handle.flush()
-        done = subprocess.run([sys.executable, "-m", "ptmkit.cli", *args], stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "plugins"), str(REPO / "export"), os.environ.get("PYTHONPATH", "")])})
+        done = subprocess.run(
+            [sys.executable, "-m", "ptmkit.cli", *args],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(
+                    [str(REPO), str(REPO / "plugins"), str(REPO / "export"), os.environ.get("PYTHONPATH", "")]
+                ),
+            },
+        )
     if done.returncode != 0:
         last = log.read_text(encoding="utf-8").strip().splitlines()[-1:]
         raise RuntimeError(f"ptmkit {args[0]} exited {done.returncode}: {last[0] if last else ''} (log: {log})")
@@ -137,7 +181,21 @@ def prepare_data(work: Path, quick: bool) -> dict[str, Path]:
 def probe_run(run: Path, files: dict[str, Path], work: Path, name: str, c: float) -> dict[str, Any]:
     out = work / "probes" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    seconds = ptmkit("probe", str(run), "--task", str(files["train"]), "--dev", str(files["dev"]), "--test", str(files["test"]), "--c", str(c), "--out", str(out), log=work / "logs" / f"{name}.log")
+    seconds = ptmkit(
+        "probe",
+        str(run),
+        "--task",
+        str(files["train"]),
+        "--dev",
+        str(files["dev"]),
+        "--test",
+        str(files["test"]),
+        "--c",
+        str(c),
+        "--out",
+        str(out),
+        log=work / "logs" / f"{name}.log",
+    )
     return {**json.loads(out.read_text(encoding="utf-8")), "probe_seconds": round(seconds, 1)}
 
 
@@ -147,10 +205,23 @@ def family_row(name: str, family: str, files: dict[str, Path], work: Path, quick
     train_seconds = 0.0
     if not (run / "manifest.json").exists():
         sets = [arg for override in overrides for arg in ("--set", override)]
-        train_seconds = ptmkit("train", family, "--corpus", str(files["corpus"]), "--out", str(run), *sets, log=work / "logs" / f"{name}.log")
+        train_seconds = ptmkit(
+            "train",
+            family,
+            "--corpus",
+            str(files["corpus"]),
+            "--out",
+            str(run),
+            *sets,
+            log=work / "logs" / f"{name}.log",
+        )
     metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8")) if (run / "metrics.json").exists() else {}
-    return {**probe_run(run, files, work, name, c), "train_seconds": round(train_seconds, 1), "overrides": overrides,
-            "heldout": {k: v for k, v in metrics.items() if k.startswith("heldout_") and isinstance(v, int | float)}}
+    return {
+        **probe_run(run, files, work, name, c),
+        "train_seconds": round(train_seconds, 1),
+        "overrides": overrides,
+        "heldout": {k: v for k, v in metrics.items() if k.startswith("heldout_") and isinstance(v, int | float)},
+    }
 
 
 def minilm_row(files: dict[str, Path], work: Path, c: float) -> dict[str, Any]:
@@ -180,8 +251,18 @@ def tfidf_row(files: dict[str, Path], c: float) -> dict[str, Any]:
     for split in ("dev", "test"):
         texts, _, y = load_labelled(files[split], labels)
         accuracy[split] = float(np.mean(model.predict(vectorizer.transform(texts)) == y))
-    return {"family": "-", "feature_kind": "TF-IDF (1-2 grams, sublinear tf)", "feature_dim": int(train_x.shape[1]), "train": len(train_texts), "labels": len(labels),
-            "dev_accuracy": accuracy["dev"], "test_accuracy": accuracy["test"], "C": c, "probe_seconds": round(time.perf_counter() - started, 1), "train_seconds": 0.0}
+    return {
+        "family": "-",
+        "feature_kind": "TF-IDF (1-2 grams, sublinear tf)",
+        "feature_dim": int(train_x.shape[1]),
+        "train": len(train_texts),
+        "labels": len(labels),
+        "dev_accuracy": accuracy["dev"],
+        "test_accuracy": accuracy["test"],
+        "C": c,
+        "probe_seconds": round(time.perf_counter() - started, 1),
+        "train_seconds": 0.0,
+    }
 
 
 def run_row(name: str, family: str | None, files: dict[str, Path], work: Path, quick: bool, c: float) -> dict[str, Any]:
@@ -207,7 +288,12 @@ def available(name: str, family: str | None) -> str | None:
 
 
 def table(rows: dict[str, dict[str, Any]], header: str) -> str:
-    lines = [header, "", "| row | year | features | dim | dev acc | test acc | train s | probe s |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        header,
+        "",
+        "| row | year | features | dim | dev acc | test acc | train s | probe s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, _, year, paper in ROWS:
         row = rows.get(name)
         if row is None:
@@ -216,15 +302,22 @@ def table(rows: dict[str, dict[str, Any]], header: str) -> str:
             lines.append(f"| {name} ({paper}) | {year} | {row.get('error') or row.get('skipped')} | | | | | |")
             continue
         mark = " *" if row.get("converged") is False else ""
-        lines.append(f"| {name} ({paper}) | {year} | {row['feature_kind']} | {row['feature_dim']:,} | {row['dev_accuracy']:.4f}{mark} | {row['test_accuracy']:.4f}{mark} | {row['train_seconds']:.0f} | {row['probe_seconds']:.0f} |")
+        lines.append(
+            f"| {name} ({paper}) | {year} | {row['feature_kind']} | {row['feature_dim']:,} | {row['dev_accuracy']:.4f}{mark} | {row['test_accuracy']:.4f}{mark} | {row['train_seconds']:.0f} | {row['probe_seconds']:.0f} |"
+        )
     if any(row.get("converged") is False for row in rows.values()):
-        lines += ["", "\\* L-BFGS stopped at `--max-iter` (1,000) before its tolerance (1e-8 on the gradient); the accuracy is that of the last iterate."]
+        lines += [
+            "",
+            "\\* L-BFGS stopped at `--max-iter` (1,000) before its tolerance (1e-8 on the gradient); the accuracy is that of the last iterate.",
+        ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny models, 300 corpus lines, 2,000/500/500 glosses: a smoke test")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny models, 300 corpus lines, 2,000/500/500 glosses: a smoke test"
+    )
     parser.add_argument("--work", type=Path, help="runs, logs and cached rows (default /tmp/ptmkit-lineage[-quick])")
     parser.add_argument("--only", action="append", help="run only these rows (repeatable)")
     parser.add_argument("--c", type=float, default=1.0, help="the logistic regression's C (every row)")
@@ -258,13 +351,20 @@ def main(argv: list[str] | None = None) -> int:
         row["load_average"] = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None
         cached.write_text(json.dumps(row, indent=2), encoding="utf-8")
         rows[name] = row
-        print(f"{name}: dev {row['dev_accuracy']:.4f} test {row['test_accuracy']:.4f} ({row['feature_kind']}, {row['feature_dim']} dims)", flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+        print(
+            f"{name}: dev {row['dev_accuracy']:.4f} test {row['test_accuracy']:.4f} ({row['feature_kind']}, {row['feature_dim']} dims)",
+            flush=True,
+        )
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else "?"
     mode = "--quick (tiny models: a smoke test, not the lineage)" if args.quick else "full"
-    header = (f"Lineage table, {mode}: {datetime.date.today()}, commit {commit}, load average {' '.join(load)} at the end.\n"
-              f"Command: `python benchmarks/lineage.py{' --quick' if args.quick else ''}{''.join(f' --only {o}' for o in args.only or [])}` "
-              f"(C={args.c}; train {files['train'].name}, dev {files['dev'].name}, test {files['test'].name}).")
+    header = (
+        f"Lineage table, {mode}: {datetime.date.today()}, commit {commit}, load average {' '.join(load)} at the end.\n"
+        f"Command: `python benchmarks/lineage.py{' --quick' if args.quick else ''}{''.join(f' --only {o}' for o in args.only or [])}` "
+        f"(C={args.c}; train {files['train'].name}, dev {files['dev'].name}, test {files['test'].name})."
+    )
     text = table(rows, header)
     print(text)
     if args.out:

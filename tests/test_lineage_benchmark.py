@@ -17,7 +17,19 @@ pytest.importorskip("sklearn")
 
 def test_quick_rows_are_probed_cached_and_tabled(tmp_path: Path) -> None:
     out, work = tmp_path / "lineage.md", tmp_path / "work"
-    command = [sys.executable, str(ROOT / "benchmarks" / "lineage.py"), "--quick", "--only", "tfidf", "--only", "word2vec", "--work", str(work), "--out", str(out)]
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "lineage.py"),
+        "--quick",
+        "--only",
+        "tfidf",
+        "--only",
+        "word2vec",
+        "--work",
+        str(work),
+        "--out",
+        str(out),
+    ]
     first = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     rows = {name: json.loads((work / "rows" / f"{name}.json").read_text()) for name in ("tfidf", "word2vec")}
