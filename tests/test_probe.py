@@ -1,5 +1,5 @@
 """``ptmkit probe``: the NumPy logistic regression against scikit-learn's, and the probe on tiny runs
-of three kinds (word2vec, BERT, ELMo): its features are the family's own embeddings (``ptmkit embed``
+of four kinds (word2vec, BERT, ELMo, GPT): its features are the family's own embeddings (``ptmkit embed``
 and a NumPy pooling of the backbone's outputs) and its accuracy is scikit-learn's on the same
 features; bad input is one line and exit code 2."""
 
@@ -258,3 +258,31 @@ def test_bad_input_is_one_line_and_exit_2(work: Path, tmp_path: Path, capsys: py
             assert main(["probe", *args]) == 2, args
             err = capsys.readouterr().err
             assert expected in err and err.count("\n") == 1, err
+
+
+TINY_GPT = [
+    "model.num_layers=1",
+    "model.hidden_dim=32",
+    "model.num_heads=2",
+    "model.intermediate_dim=64",
+    "model.vocabulary_size=400",
+    "model.max_sequence_length=64",
+    "train.sequence_length=64",
+    "train.batch_size=8",
+    "train.max_steps=2",
+    "train.heldout_lines=12",
+]
+
+
+def test_gpt_probe_features_are_its_states_mean_pooled_without_the_padding(work: Path) -> None:
+    run = work / "gpt"
+    texts = ["the cat saw the bridge", "a small child followed the river at night with care", "dog"]
+    with registered():
+        tiny_pretrain("gpt", work / "corpus.txt", run, TINY_GPT)
+        features, _ = features_of(run)
+        actual = features.featurize(texts)
+        alone = np.concatenate([features.featurize([text]) for text in texts])  # no padding at all
+        reference = backbone_reference(run, texts, "sequence_output")
+    np.testing.assert_allclose(actual, alone, atol=1e-5)
+    np.testing.assert_allclose(actual, reference, atol=1e-5)
+    assert (features.kind, features.dim) == ("mean-pooled sequence_output", 32)
