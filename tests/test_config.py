@@ -54,7 +54,7 @@ def test_defaults(registry: Registry) -> None:
     model = config.model
     assert (model.vocabulary_size, model.num_layers, model.num_heads, model.hidden_dim) == (8000, 4, 4, 256)
     assert model.lowercase is True
-    assert sorted(config.objectives) == ["bilm", "clm", "mlm", "nsp", "rtd", "sop", "span", "sso", "unilm", "wso"]  # every installed objective's section is known (clm, bilm: the gpt and elmo plugins')
+    assert sorted(config.objectives) == ["bilm", "clm", "mlm", "nsp", "rtd", "sop", "span", "sso", "tlm", "unilm", "wso"]  # every installed objective's section is known (clm, bilm: the gpt and elmo plugins')
     assert config.objectives["mlm"].mask_rate == 0.15
     assert config.finetune.head == "classification"
     assert config.head.dropout == 0.1
@@ -328,7 +328,7 @@ def test_objective_the_backbone_does_not_provide(tmp_path: Path) -> None:
         resolve_config(registry, "bert", None, ["train.objectives=mlm,causal"])
     message = str(info.value)
     assert message.startswith("--set: objective 'causal' needs ['decoder_output'], which the bert backbone does not provide")
-    assert "it supports ['mlm', 'nsp', 'rtd', 'sop', 'span', 'sso', 'unilm', 'wso']" in message
+    assert "it supports ['mlm', 'nsp', 'rtd', 'sop', 'span', 'sso', 'tlm', 'unilm', 'wso']" in message
     # Its config section is still checked and known once the plugin is installed.
     assert resolve_config(registry, "bert", None, ["objectives.causal.window=4"]).objectives["causal"].window == 4
 
