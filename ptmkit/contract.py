@@ -283,6 +283,10 @@ class ModelFamily:
             defaults (keys of the chosen head's config; others are ignored), e.g. a family whose
             paper fine-tunes frozen, mixed layers: ``{"layers": "mix", "freeze_backbone": True}``.
             A ``--config`` file or ``--set`` still overrides them.
+        objective_defaults: ``[objectives.NAME]`` values this family's runs start from instead of
+            the objective's own defaults, by objective name (keys of its config), e.g. a family
+            whose paper masks n-grams: ``{"mlm": {"max_ngram": 3}}``. A ``--config`` file or
+            ``--set`` still overrides them.
     """
 
     name: ClassVar[str]
@@ -295,6 +299,7 @@ class ModelFamily:
     default_objectives: ClassVar[tuple[str, ...]] = ()
     hf_model_types: ClassVar[frozenset[str]] = frozenset()
     head_defaults: ClassVar[Mapping[str, Any]] = {}
+    objective_defaults: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
 
     @property
     def input_names(self) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ import dataclasses
 import tomllib
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -507,3 +508,27 @@ def test_core_training_sections_are_refused_for_families_that_train_themselves(r
     )
     with pytest.raises(ConfigError, match=r"^--set: \[train\] is for the core's pre-training loop"):
         resolve_config(registry, "glove", None, ["train.max_steps=2"])
+
+
+def test_a_family_sets_objective_defaults_under_the_file_and_set() -> None:
+    """:attr:`ModelFamily.objective_defaults` start its runs' ``[objectives.NAME]`` sections; the
+    config file and ``--set`` still override them, and other families keep the objective's own."""
+    from ptmkit_bert import BertFamily
+
+    class NgramBert(BertFamily):
+        name = "ngram-bert"
+        objective_defaults = {"mlm": {"max_ngram": 3, "whole_word": True}}
+
+    plugin = types.ModuleType("ptmkit_test_ngram")
+
+    @hookimpl
+    def ptmkit_model_families() -> list[Any]:
+        return [NgramBert()]
+
+    plugin.ptmkit_model_families = ptmkit_model_families  # type: ignore[attr-defined]
+    registry = Registry.load()
+    registry.register(plugin, PluginInfo("ngram", "ptmkit-test-ngram", "0", plugin.__name__))
+    mlm = resolve_config(registry, "ngram-bert").objectives["mlm"]
+    assert (mlm.max_ngram, mlm.whole_word, mlm.mask_rate) == (3, True, 0.15)
+    assert resolve_config(registry, "ngram-bert", None, ["objectives.mlm.max_ngram=2"]).objectives["mlm"].max_ngram == 2
+    assert resolve_config(registry, "bert").objectives["mlm"].max_ngram == 1

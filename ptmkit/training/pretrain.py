@@ -82,6 +82,8 @@ def resolve_config(
         raise ConfigError(f"{source}: family = {data['family']!r} but the command trains {family_name!r}")
     data["family"] = family_name
     data = _with_head_defaults(registry, family, data, overrides or [])
+    if family.objective_defaults:  # the family's objective settings under the file's and --set's
+        data = _merge({"objectives": {name: dict(values) for name, values in family.objective_defaults.items()}}, data)
 
     def build(data: dict[str, Any], source: str) -> RunConfig:
         return build_run_config(
