@@ -237,6 +237,30 @@ def test_word_start_table_agrees_with_the_tokenizers_word_ids(tmp_path: Path) ->
     assert continuations > 1000  # a 600-token vocabulary splits many words
 
 
+def test_a_unigram_tokenizers_word_starts_follow_alberts_start_pieces() -> None:
+    """A SentencePiece-style (``Metaspace``) unigram tokenizer: a piece begins a word where the
+    tokenizer's ``word_ids`` start a new word, or where it is a lone punctuation piece (ALBERT's
+    ``_is_start_piece``), on the shipped corpus."""
+    from tinyconfig import DATA
+
+    from ptmkit.data.tokenization import SENTENCEPIECE_START_PIECES, word_start_table
+    from ptmkit.data.unigram import train_unigram
+
+    lines = (DATA / "corpus" / "enwiki-106.txt").read_text(encoding="utf-8").splitlines()[:300]
+    tokenizer = train_unigram(lines[:200], 600, ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"], "<unk>")
+    table = word_start_table(tokenizer)
+    assert table is not None and table.shape == (tokenizer.get_vocab_size(),)
+    continuations = 0
+    for encoding in tokenizer.encode_batch(lines[200:], add_special_tokens=False):
+        word_ids = np.array(encoding.word_ids)
+        punctuation = np.array([token in SENTENCEPIECE_START_PIECES for token in encoding.tokens])
+        unknown = np.array(encoding.ids) == tokenizer.token_to_id("<unk>")  # "<unk>" starts with "<"
+        expected = np.concatenate([[True], word_ids[1:] != word_ids[:-1]]) | punctuation | unknown
+        np.testing.assert_array_equal(table[encoding.ids], expected)
+        continuations += int((~expected).sum())
+    assert continuations > 1000
+
+
 # -- SpanBERT span masking and the span-boundary objective ------------------------------------------
 
 

@@ -649,7 +649,7 @@ def _prepare_run(
             if word_start_table(trained) is None:
                 raise ConfigError(
                     f"objective {word_objectives[0]!r} masks whole words, but the tokenizer's {type(trained.model).__name__} model marks no word "
-                    "continuations (a WordPiece '##' continuing_subword_prefix); use token-level masking or such a tokenizer"
+                    "continuations (a WordPiece '##' continuing_subword_prefix, or a Metaspace '▁' before words); use token-level masking or such a tokenizer"
                 )
         tokens_dir = run / "tokens"
         if not (tokens_dir / "tokens.json").exists():
