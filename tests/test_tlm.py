@@ -88,13 +88,14 @@ def test_positions_restart_at_the_second_sentence_and_languages_follow_the_sides
     assert positions.tolist() == [[0, 1, 2, 3, 4]] and languages.tolist() == [[0] * 5]
 
 
-def test_the_sampler_packs_each_pair_as_source_then_target(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pairs_name", ["en-de-dev.tsv", "en-fr-train-2k.tsv"])
+def test_the_sampler_packs_each_pair_as_source_then_target(tmp_path: Path, pairs_name: str) -> None:
     from ptmkit.data.parallel import read_parallel
     from ptmkit.data.pretraining import InstanceSampler, corpus_texts, load_token_file, tokenize_corpus
     from ptmkit_bert import BertConfig, BertFamily
 
     pairs_file = tmp_path / "pairs.tsv"
-    pairs_file.write_text("\n".join((DATA / "parallel" / "en-de-dev.tsv").read_text(encoding="utf-8").splitlines()[:61]) + "\n", encoding="utf-8")
+    pairs_file.write_text("\n".join((DATA / "parallel" / pairs_name).read_text(encoding="utf-8").splitlines()[:61]) + "\n", encoding="utf-8")
     texts = list(corpus_texts(pairs_file, parallel_pairs=True))
     pairs = read_parallel(pairs_file)
     assert texts[:4] == [pairs.sources[0], pairs.targets[0], pairs.sources[1], pairs.targets[1]] and len(texts) == 120
