@@ -417,17 +417,12 @@ def pretrain(
     trains_itself = own_loop(family)
     _check_flags(registry, family, corpus, parallel, dev, distribute, tokenizer, resume, objectives)
     run = RunDir(out)
-    extra = [f"train.objectives={','.join(objectives)}"] if objectives else []
-    extra += [f"train.distribute={distribute}"] if distribute is not None else []
+    extra = ([f"train.objectives={','.join(objectives)}"] if objectives else []) + ([f"train.distribute={distribute}"] if distribute is not None else [])
     cluster = Cluster("none") if trains_itself else _cluster(registry, family_name, run, config_path, (overrides or []) + extra, resume)
     stored = _stored_config(run, family_name, trains_itself, resume, shared=not cluster.is_chief)
     config = _run_config(registry, family_name, run, stored, config_path, (overrides or []) + extra)
-    pairs_objective = None if trains_itself else _pairs_objective(registry, config)
-    if not trains_itself:
-        _check_data_flags(family, corpus, parallel, dev, pairs_objective, _pairs_objectives(registry))
     _check_paths(corpus, parallel, dev)
-    if pairs_objective is not None:  # the parallel file is the run's corpus, read as pairs
-        corpus = parallel
+    corpus, pairs = (corpus, False) if trains_itself else _core_data(registry, family, config, corpus, parallel, dev)  # --parallel, as pairs?
     if cluster.kind == "multi-worker":
         check_global_batch(config.train.batch_size, cluster.num_workers, f"{cluster.num_workers} workers in TF_CONFIG")
     quiet_tensorflow()  # after the checks above: a wrong path or key is refused without importing TensorFlow
@@ -446,7 +441,7 @@ def pretrain(
         return _fit(registry, config, family, run.load_tokenizer(), run, corpus, console, strategy, cluster)
     tokenizer = _given_tokenizer(tokenizer, run, resume)
     word_objectives = [name for name, (o, c) in selected_objectives(registry, config).items() if o.needs_word_starts(c)]
-    trained = _prepare_run(run, family, config, corpus, tokenizer, console, word_objectives, parallel_pairs=pairs_objective is not None)
+    trained = _prepare_run(run, family, config, corpus, tokenizer, console, word_objectives, parallel_pairs=pairs)
     if cluster.kind == "multi-worker":
         barrier(strategy)
     return _fit(registry, config, family, trained, run, corpus, console, strategy, cluster)
@@ -539,6 +534,16 @@ def _cluster(registry: Registry, family_name: str, run: RunDir, config_path: str
     if stored is not None and stored.get("family") != family_name:
         return Cluster("none")  # _stored_config says what is wrong
     return read_cluster(_run_config(registry, family_name, run, stored, config_path, overrides).train.distribute)
+
+
+def _core_data(
+    registry: Registry, family: Any, config: RunConfig, corpus: str | Path | None, parallel: str | Path | None, dev: str | Path | None
+) -> tuple[str | Path | None, bool]:
+    """The data a core-trained run reads, after :func:`_check_data_flags`: ``(parallel, True)``
+    when one of its objectives trains on sentence pairs, else ``(corpus, False)``."""
+    pairs_objective = _pairs_objective(registry, config)
+    _check_data_flags(family, corpus, parallel, dev, pairs_objective, _pairs_objectives(registry))
+    return (parallel, True) if pairs_objective is not None else (corpus, False)
 
 
 def _pairs_objectives(registry: Registry) -> list[str]:
