@@ -844,7 +844,7 @@ def _fit_steps(
     progress = ProgressCallback("pre-training", start, train.max_steps, tokens_per_step, console, reset_metrics=True, step_log=run / STEP_LOG if chief else None)
     started = time.perf_counter()
     if start < train.max_steps:
-        _run_fit(model, make, start, config, run, corpus, progress, strategy, chief)
+        _run_fit(model, make, start, config, run, corpus, progress, strategy, chief, "--parallel" if options["parallel_pairs"] else "--corpus")
     train_seconds = time.perf_counter() - started
     sampler.close()
     if not chief:
@@ -868,10 +868,13 @@ def _fit_steps(
     return metrics
 
 
-def _run_fit(model: Any, make: Any, start: int, config: RunConfig, run: RunDir, corpus: str | Path, progress: Any, strategy: Any, chief: bool) -> None:
+def _run_fit(
+    model: Any, make: Any, start: int, config: RunConfig, run: RunDir, corpus: str | Path, progress: Any, strategy: Any, chief: bool, data_flag: str = "--corpus"
+) -> None:
     """Keras ``fit`` over steps ``start .. train.max_steps``: the step's batch as it is (no
     strategy) or each replica's slice of it (:mod:`ptmkit.training.distribute`); checkpoints and
-    TensorBoard logs on the ``chief`` only."""
+    TensorBoard logs on the ``chief`` only. ``data_flag`` gives ``corpus`` in the command that
+    resumes an interrupted run (``--parallel`` for sentence pairs)."""
     import keras
 
     from ptmkit.training.checkpoint import CheckpointCallback, interrupt_note
@@ -881,7 +884,7 @@ def _run_fit(model: Any, make: Any, start: int, config: RunConfig, run: RunDir, 
     checkpoints = run / "checkpoints"
     # Objectives that do not use the pooler (masked LM alone) leave it without gradients.
     warnings.filterwarnings("ignore", message=r"Gradients do not exist for variables \['pooled_dense")
-    command = ["ptmkit", "train", config.family, "--corpus", str(corpus), "--out", str(run.path), "--resume"]
+    command = ["ptmkit", "train", config.family, data_flag, str(corpus), "--out", str(run.path), "--resume"]
     callbacks: list[Any] = [progress]
     if chief:  # the checkpoint first: a step's checkpoint is written before its progress line
         callbacks = [
