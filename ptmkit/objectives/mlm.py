@@ -87,7 +87,8 @@ class MaskedLMConfig:
         dupe_factor: with static masking, how many differently masked copies of each sequence
             there are (BERT: 10); ignored with dynamic masking.
         whole_word: select whole words: every piece of a word is masked with it (BERT's whole-word
-            masking); needs a tokenizer that marks word continuations (WordPiece ``##``).
+            masking); needs a tokenizer that marks word continuations (WordPiece ``##``) or word
+            starts (SentencePiece's ``▁``, :func:`ptmkit.data.tokenization.word_start_table`).
         max_ngram: the longest n-gram selected at once, in units (words with ``whole_word``, else
             tokens); 1 (the default): single units (BERT); 3: ALBERT's n-gram masking, lengths
             ``n ~ p(n) = (1/n) / sum_{k=1..max_ngram} 1/k`` (:func:`choose_ngrams`).
