@@ -20,8 +20,8 @@ Contract types (:mod:`ptmkit.contract`)
     checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`, :class:`TrainsOnPairs`,
     :class:`EvaluatesPairs`,
     :class:`ProvidesWordVectors`, :class:`ProvidesSentenceFeatures` (with :class:`SentenceFeatures`), :class:`ClassifiesRows`, :class:`ImportsCheckpoints`, :class:`WritesOwnExport`, :class:`HasQuickstart` (families, with :class:`QuickstartPlan`), :class:`TrainsOnWordVectors`
-    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask` (backbones), :class:`KeepsLayers` (``ptmkit compress``), :class:`SharesEmbeddings` (a generator on the backbone's embeddings, ``rtd``); :func:`pooled_states` and :func:`averaged_word_vectors` build a family's :class:`SentenceFeatures` (:mod:`ptmkit.features`); :func:`capabilities` lists what a family offers objectives and heads
-    (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`HIDDEN_STATES`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`, :data:`SELF_ATTENTION_MASK`).
+    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask` and :class:`EmbedsLanguages` (backbones), :class:`KeepsLayers` (``ptmkit compress``), :class:`SharesEmbeddings` (a generator on the backbone's embeddings, ``rtd``); :func:`pooled_states` and :func:`averaged_word_vectors` build a family's :class:`SentenceFeatures` (:mod:`ptmkit.features`); :func:`capabilities` lists what a family offers objectives and heads
+    (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`HIDDEN_STATES`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`, :data:`SELF_ATTENTION_MASK`, :data:`POSITIONS_AND_LANGUAGES`).
 
 Errors (:mod:`ptmkit.errors`)
     :class:`PtmkitError` and its kinds (:class:`ConfigError`, :class:`DataError`,
@@ -109,6 +109,7 @@ from ptmkit.console import default_console
 from ptmkit.contract import (
     HIDDEN_STATES,
     POOLED_OUTPUT,
+    POSITIONS_AND_LANGUAGES,
     SELF_ATTENTION_MASK,
     SEQUENCE_OUTPUT,
     SPECIAL_TOKEN_ROLES,
@@ -118,6 +119,7 @@ from ptmkit.contract import (
     AttendsWithMask,
     ClassifiesRows,
     CorpusReader,
+    EmbedsLanguages,
     EvaluatesPairs,
     GraphOptimizer,
     HasQuickstart,
@@ -236,6 +238,7 @@ __all__ = [
     # contract types
     "HIDDEN_STATES",
     "POOLED_OUTPUT",
+    "POSITIONS_AND_LANGUAGES",
     "SEQUENCE_OUTPUT",
     "SPECIAL_TOKEN_ROLES",
     "SELF_ATTENTION_MASK",
@@ -264,6 +267,7 @@ __all__ = [
     "RowClassifier",
     "ScoresHeldoutLines",
     "AttendsWithMask",
+    "EmbedsLanguages",
     "KeepsLayers",
     "SharesEmbeddings",
     "SpecialTokens",

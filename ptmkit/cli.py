@@ -64,7 +64,7 @@ def train(
     family: Annotated[str, typer.Argument(help="Model family, e.g. bert (see `ptmkit plugins`).")],
     out: Annotated[Path, typer.Option(help="Run directory to create.")],
     corpus: Annotated[Path | None, typer.Option(help="Text file (.gz/.bz2 too) or directory, one paragraph per line.", show_default=False)] = None,
-    parallel: Annotated[Path | None, typer.Option(help="Sentence pairs, SOURCE<TAB>TARGET a line (an 'en<TAB>de' header optional), for a family that trains on pairs (an encoder-decoder).", show_default=False)] = None,
+    parallel: Annotated[Path | None, typer.Option(help="Sentence pairs, SOURCE<TAB>TARGET a line (an 'en<TAB>de' header optional), for a family that trains on pairs (an encoder-decoder) or an objective that does (--objective tlm).", show_default=False)] = None,
     dev: Annotated[Path | None, typer.Option(help="Held-out pairs, same format as --parallel.", show_default=False)] = None,
     config: ConfigOption = None,
     set_: SetOption = None,

@@ -39,7 +39,7 @@ UTF-8 bytes, see :mod:`ptmkit_export.fields`), or a family's own featurizer (``r
 :class:`typing.Protocol`, checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
 :class:`ProvidesWordVectors`, :class:`ProvidesSentenceFeatures`, :class:`ClassifiesRows`, :class:`WritesOwnExport`, :class:`TrainsOnWordVectors`,
 :class:`TrainsOnPairs`, :class:`EvaluatesPairs`,
-:class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask` (backbones), :class:`KeepsLayers`,
+:class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask` and :class:`EmbedsLanguages` (backbones), :class:`KeepsLayers`,
 :class:`SharesEmbeddings`. A family has the capability by defining the protocol's methods; there is no flag to keep in step.
 
 **Matching.** Objectives and heads list the backbone capabilities they ``require`` (e.g.
@@ -71,6 +71,7 @@ TOKEN_EMBEDDING = "token_embedding"  # the backbone's token-embedding layer, for
 WORD_VECTORS = "word_vectors"  # static word vectors: offered by families that are ProvidesWordVectors
 SELF_ATTENTION_MASK = "self_attention_mask"  # the backbone is an AttendsWithMask (UniLM's masks)
 HIDDEN_STATES = "hidden_states"  # (batch, layers, sequence, hidden) float: each layer's states, for a scalar mix
+POSITIONS_AND_LANGUAGES = "positions_and_languages"  # the backbone is an EmbedsLanguages (XLM's TLM)
 
 #: The tokenizer fields the core and the runtime derive inputs from (:mod:`ptmkit_export.fields`).
 TOKENIZER_FIELDS = ("ids", "type_ids", "attention_mask", "char_ids")
@@ -282,6 +283,10 @@ class ModelFamily:
             defaults (keys of the chosen head's config; others are ignored), e.g. a family whose
             paper fine-tunes frozen, mixed layers: ``{"layers": "mix", "freeze_backbone": True}``.
             A ``--config`` file or ``--set`` still overrides them.
+        objective_defaults: ``[objectives.NAME]`` values this family's runs start from instead of
+            the objective's own defaults, by objective name (keys of its config), e.g. a family
+            whose paper masks n-grams: ``{"mlm": {"max_ngram": 3}}``. A ``--config`` file or
+            ``--set`` still overrides them.
     """
 
     name: ClassVar[str]
@@ -294,6 +299,7 @@ class ModelFamily:
     default_objectives: ClassVar[tuple[str, ...]] = ()
     hf_model_types: ClassVar[frozenset[str]] = frozenset()
     head_defaults: ClassVar[Mapping[str, Any]] = {}
+    objective_defaults: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -645,6 +651,11 @@ class Objective:
             (masked LM, span masking); at most one such objective per run. A config with
             ``masking = "static"`` makes the sampler draw fixed windows (BERT's instances, made
             once; :func:`ptmkit.data.pretraining.sampler_options`).
+        needs_parallel_pairs: bool. True when instances are the sentence pairs of a parallel file
+            (``SOURCE<TAB>TARGET``, :mod:`ptmkit.data.parallel`), each packed as the segment pair
+            ``source, target`` (XLM's translation LM): ``ptmkit train FAMILY --parallel FILE``
+            then pre-trains on that file instead of a ``--corpus`` (the tokenizer learns both
+            sides); at most one such objective per run.
         trains_alone: bool. True when no other objective can share its runs (replaced-token
             detection: its backbone reads the generator's corrupted ids, not the batch's).
         token_level_lm: bool. True when its loss is the mean negative log-likelihood (nats) of
@@ -658,6 +669,7 @@ class Objective:
     config_class: ClassVar[type]
     needs_segment_pairs: ClassVar[bool] = False
     corrupts_token_ids: ClassVar[bool] = False
+    needs_parallel_pairs: ClassVar[bool] = False
     trains_alone: ClassVar[bool] = False
     token_level_lm: ClassVar[bool] = False
 
@@ -808,6 +820,39 @@ class AttendsWithMask(Protocol):
 
         Returns:
             ``(batch, sequence, hidden)`` float, through the backbone's own layers and weights.
+        """
+        ...
+
+
+@runtime_checkable
+class EmbedsLanguages(Protocol):
+    """A backbone (the Keras model a family builds) that can embed each token at a given position id
+    and with a given language id instead of positions ``0 .. sequence - 1`` and its segment ids:
+    what cross-lingual objectives over concatenated sentence pairs need (XLM's translation LM,
+    Lample & Conneau 2019, section 3.3: "we also reset the positional embeddings of target
+    sentences" and add "language embeddings" to the input). A family whose backbones are one
+    offers :data:`POSITIONS_AND_LANGUAGES` in its ``provides``.
+
+    Attributes:
+        num_languages: int. How many language embeddings it holds: language ids are in
+            ``[0, num_languages)``.
+    """
+
+    num_languages: int
+
+    def sequence_output_with_languages(self, inputs: dict[str, Any], position_ids: Any, language_ids: Any) -> Any:
+        """The backbone's ``sequence_output`` with each token's position and language embeddings
+        taken from ``position_ids`` and ``language_ids``.
+
+        Args:
+            inputs: the backbone's inputs by name (symbolic or eager tensors), as its call takes.
+            position_ids: ``(batch, sequence)`` int32 in ``[0, max_sequence_length)``.
+            language_ids: ``(batch, sequence)`` int32 in ``[0, num_languages)``.
+
+        Returns:
+            ``(batch, sequence, hidden)`` float, through the backbone's own layers and weights;
+            with ``position_ids`` ``0 .. sequence - 1`` and the language embeddings the ones its
+            plain call uses, equal to ``sequence_output``.
         """
         ...
 

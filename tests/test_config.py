@@ -7,6 +7,7 @@ import dataclasses
 import tomllib
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,7 +55,7 @@ def test_defaults(registry: Registry) -> None:
     model = config.model
     assert (model.vocabulary_size, model.num_layers, model.num_heads, model.hidden_dim) == (8000, 4, 4, 256)
     assert model.lowercase is True
-    assert sorted(config.objectives) == ["bilm", "clm", "mlm", "nsp", "rtd", "sop", "span", "sso", "unilm", "wso"]  # every installed objective's section is known (clm, bilm: the gpt and elmo plugins')
+    assert sorted(config.objectives) == ["bilm", "clm", "mlm", "nsp", "rtd", "sop", "span", "sso", "tlm", "unilm", "wso"]  # every installed objective's section is known (clm, bilm: the gpt and elmo plugins')
     assert config.objectives["mlm"].mask_rate == 0.15
     assert config.finetune.head == "classification"
     assert config.head.dropout == 0.1
@@ -328,7 +329,7 @@ def test_objective_the_backbone_does_not_provide(tmp_path: Path) -> None:
         resolve_config(registry, "bert", None, ["train.objectives=mlm,causal"])
     message = str(info.value)
     assert message.startswith("--set: objective 'causal' needs ['decoder_output'], which the bert backbone does not provide")
-    assert "it supports ['mlm', 'nsp', 'rtd', 'sop', 'span', 'sso', 'unilm', 'wso']" in message
+    assert "it supports ['mlm', 'nsp', 'rtd', 'sop', 'span', 'sso', 'tlm', 'unilm', 'wso']" in message
     # Its config section is still checked and known once the plugin is installed.
     assert resolve_config(registry, "bert", None, ["objectives.causal.window=4"]).objectives["causal"].window == 4
 
@@ -507,3 +508,27 @@ def test_core_training_sections_are_refused_for_families_that_train_themselves(r
     )
     with pytest.raises(ConfigError, match=r"^--set: \[train\] is for the core's pre-training loop"):
         resolve_config(registry, "glove", None, ["train.max_steps=2"])
+
+
+def test_a_family_sets_objective_defaults_under_the_file_and_set() -> None:
+    """:attr:`ModelFamily.objective_defaults` start its runs' ``[objectives.NAME]`` sections; the
+    config file and ``--set`` still override them, and other families keep the objective's own."""
+    from ptmkit_bert import BertFamily
+
+    class NgramBert(BertFamily):
+        name = "ngram-bert"
+        objective_defaults = {"mlm": {"max_ngram": 3, "whole_word": True}}
+
+    plugin = types.ModuleType("ptmkit_test_ngram")
+
+    @hookimpl
+    def ptmkit_model_families() -> list[Any]:
+        return [NgramBert()]
+
+    plugin.ptmkit_model_families = ptmkit_model_families  # type: ignore[attr-defined]
+    registry = Registry.load()
+    registry.register(plugin, PluginInfo("ngram", "ptmkit-test-ngram", "0", plugin.__name__))
+    mlm = resolve_config(registry, "ngram-bert").objectives["mlm"]
+    assert (mlm.max_ngram, mlm.whole_word, mlm.mask_rate) == (3, True, 0.15)
+    assert resolve_config(registry, "ngram-bert", None, ["objectives.mlm.max_ngram=2"]).objectives["mlm"].max_ngram == 2
+    assert resolve_config(registry, "bert").objectives["mlm"].max_ngram == 1

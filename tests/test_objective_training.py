@@ -106,7 +106,7 @@ def test_whole_words_need_a_tokenizer_that_marks_them(tiny_corpus: Path, tmp_pat
     err = capsys.readouterr().err.strip()
     assert err == (
         "error: objective 'span' masks whole words, but the tokenizer's WordLevel model marks no word continuations "
-        "(a WordPiece '##' continuing_subword_prefix); use token-level masking or such a tokenizer"
+        "(a WordPiece '##' continuing_subword_prefix, or a Metaspace '▁' before words); use token-level masking or such a tokenizer"
     )
     assert not out.exists()  # nothing was trained: the half-made run directory is gone
 

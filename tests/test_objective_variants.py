@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from ptmkit.contract import SpecialTokens
-from ptmkit.objectives.mlm import MaskedLMConfig, mask_tokens, word_groups
+from ptmkit.objectives.mlm import MaskedLMConfig, choose_ngrams, mask_tokens, ngram_length_probabilities, word_groups
 from ptmkit.objectives.span import SpanMaskingConfig, choose_spans, mask_spans, runs, span_length_probabilities
 
 SPECIALS = SpecialTokens(pad=0, unk=1, cls=2, sep=3, mask=4)
@@ -105,6 +105,79 @@ def test_static_masking_keeps_bert_15_80_10_10() -> None:
     assert within(float(np.mean(corrupted == token_ids[rows, chosen])), 0.1 + 0.1 / VOCAB, n)
 
 
+# -- ALBERT's n-gram masking -----------------------------------------------------------------------
+
+
+def test_ngram_length_probabilities_are_alberts() -> None:
+    np.testing.assert_allclose(ngram_length_probabilities(3), [6 / 11, 3 / 11, 2 / 11])
+    np.testing.assert_allclose(ngram_length_probabilities(1), [1.0])
+
+
+def test_ngram_lengths_are_drawn_from_p_n() -> None:
+    # The first n-gram of a sequence is drawn before any budget cut or overlap: its length is p(n).
+    rng = np.random.default_rng(0)
+    units = [np.array([i]) for i in range(512)]
+    first = [choose_ngrams(units, 3, 3, rng)[1][0] for _ in range(6000)]
+    shares = np.bincount(first, minlength=4)[1:] / len(first)
+    for observed, expected in zip(shares, ngram_length_probabilities(3), strict=True):
+        assert within(float(observed), float(expected), len(first))
+
+
+def test_ngram_lengths_over_a_whole_budget_stay_near_p_n() -> None:
+    # Every n-gram of 15% budgets: shortened only near the budget's end and when overlapping one
+    # chosen already (ALBERT's rule), so the shares stay within 0.03 of p(n), shorter ones a bit more.
+    rng = np.random.default_rng(1)
+    units = [np.array([i]) for i in range(512)]
+    lengths = [n for _ in range(200) for n in choose_ngrams(units, 77, 3, rng)[1]]
+    shares = np.bincount(lengths, minlength=4)[1:] / len(lengths)
+    np.testing.assert_allclose(shares, ngram_length_probabilities(3), atol=0.03)
+    assert shares[0] >= ngram_length_probabilities(3)[0]
+
+
+def test_ngram_masking_takes_whole_words_and_keeps_bert_15_80_10_10() -> None:
+    token_ids, padding_mask, word_start = packed_words(np.random.default_rng(0))
+    config = MaskedLMConfig(whole_word=True, max_ngram=3)
+    masked, positions, ids, weights = mask_tokens(token_ids, padding_mask, np.random.default_rng(1), config, SPECIALS, VOCAB, word_start)
+    selected = np.zeros_like(token_ids, bool)
+    rows, cols = np.nonzero(weights)
+    selected[rows, positions[rows, cols]] = True
+    real = real_tokens(token_ids, padding_mask)
+    assert real[selected].all()
+    assert within(selected.sum() / real.sum(), 0.15, int(real.sum()))
+    partial = sum(
+        0.0 < selected[row, word].mean() < 1.0 for row in range(len(token_ids)) for word in words_of(token_ids[row], padding_mask[row], word_start[row])
+    )
+    assert partial == 0
+    np.testing.assert_array_equal(ids[rows, cols], token_ids[rows, positions[rows, cols]])
+    corrupted = masked[rows, positions[rows, cols]]
+    assert within(float(np.mean(corrupted == SPECIALS.mask)), 0.8, rows.size)
+    assert within(float(np.mean(corrupted == token_ids[rows, positions[rows, cols]])), 0.1 + 0.1 / VOCAB, rows.size)
+    # n-grams are contiguous: runs of masked words are longer than whole-word masking's.
+    _, single_positions, _, single_weights = mask_tokens(
+        token_ids, padding_mask, np.random.default_rng(1), MaskedLMConfig(whole_word=True), SPECIALS, VOCAB, word_start
+    )
+    assert runs_per_mask(selected) < 0.9 * runs_per_mask(single_selection(single_positions, single_weights))
+
+
+def single_selection(positions: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    selected = np.zeros((len(weights), 128), bool)
+    rows, cols = np.nonzero(weights)
+    selected[rows, positions[rows, cols]] = True
+    return selected
+
+
+def runs_per_mask(selected: np.ndarray) -> float:
+    starts = selected[:, 1:] & ~selected[:, :-1]
+    return float((starts.sum() + selected[:, 0].sum()) / selected.sum())
+
+
+def test_max_ngram_below_one_is_refused() -> None:
+    from ptmkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="objectives.mlm.max_ngram"):
+        MaskedLMConfig(max_ngram=0).validate()
+
+
 # -- whole-word masking -----------------------------------------------------------------------------
 
 
@@ -162,6 +235,30 @@ def test_word_start_table_agrees_with_the_tokenizers_word_ids(tmp_path: Path) ->
         np.testing.assert_array_equal(table[encoding.ids], expected)
         continuations += int((~expected).sum())
     assert continuations > 1000  # a 600-token vocabulary splits many words
+
+
+def test_a_unigram_tokenizers_word_starts_follow_alberts_start_pieces() -> None:
+    """A SentencePiece-style (``Metaspace``) unigram tokenizer: a piece begins a word where the
+    tokenizer's ``word_ids`` start a new word, or where it is a lone punctuation piece (ALBERT's
+    ``_is_start_piece``), on the shipped corpus."""
+    from tinyconfig import DATA
+
+    from ptmkit.data.tokenization import SENTENCEPIECE_START_PIECES, word_start_table
+    from ptmkit.data.unigram import train_unigram
+
+    lines = (DATA / "corpus" / "enwiki-106.txt").read_text(encoding="utf-8").splitlines()[:300]
+    tokenizer = train_unigram(lines[:200], 600, ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"], "<unk>")
+    table = word_start_table(tokenizer)
+    assert table is not None and table.shape == (tokenizer.get_vocab_size(),)
+    continuations = 0
+    for encoding in tokenizer.encode_batch(lines[200:], add_special_tokens=False):
+        word_ids = np.array(encoding.word_ids)
+        punctuation = np.array([token in SENTENCEPIECE_START_PIECES for token in encoding.tokens])
+        unknown = np.array(encoding.ids) == tokenizer.token_to_id("<unk>")  # "<unk>" starts with "<"
+        expected = np.concatenate([[True], word_ids[1:] != word_ids[:-1]]) | punctuation | unknown
+        np.testing.assert_array_equal(table[encoding.ids], expected)
+        continuations += int((~expected).sum())
+    assert continuations > 1000
 
 
 # -- SpanBERT span masking and the span-boundary objective ------------------------------------------

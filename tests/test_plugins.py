@@ -104,13 +104,13 @@ def plugins_json(result: subprocess.CompletedProcess[str]) -> dict[str, dict]:
 def test_builtin_plugins_are_listed_with_what_they_provide() -> None:
     registry = Registry.load()
     info = {p.name: p for p in registry.plugins}
-    assert info["ptmkit"].objectives == ["mlm", "nsp", "sop", "span", "rtd", "wso", "sso", "unilm"]
+    assert info["ptmkit"].objectives == ["mlm", "nsp", "sop", "span", "rtd", "wso", "sso", "unilm", "tlm"]
     assert info["ptmkit"].heads == ["classification"]
     assert set(info["ptmkit"].readers) == {"text", "fasttext", "tsv", "csv", "jsonl"}
     # ptmkit_bert comes in through its entry point, exactly like a third-party plugin.
     assert info["bert"].families == ["bert"] and info["bert"].distribution == "ptmkit"
     assert info["bert"].hooks == ["ptmkit_model_families"]  # import-hf is the core's, handed to the family by hf_model_types
-    assert registry.objectives_for(registry.family("bert")) == ["mlm", "nsp", "rtd", "sop", "span", "sso", "unilm", "wso"]
+    assert registry.objectives_for(registry.family("bert")) == ["mlm", "nsp", "rtd", "sop", "span", "sso", "tlm", "unilm", "wso"]
     assert registry.heads_for(registry.family("bert")) == ["classification"]
 
 
@@ -139,7 +139,7 @@ def test_objectives_and_heads_serve_every_family_that_provides_their_inputs(tmp_
     assert result.returncode == 0, result.stderr
     # The plugin's objective needs only pooled_output: BERT gets it. Its head needs an output BERT
     # does not provide, so BERT does not list it; foo's backbone lacks mlm's sequence_output.
-    assert result.stdout.strip() == "['foo_order', 'mlm', 'nsp', 'rtd', 'sop', 'span', 'sso', 'unilm', 'wso'] ['classification'] ['foo_order', 'nsp', 'sop', 'sso']"
+    assert result.stdout.strip() == "['foo_order', 'mlm', 'nsp', 'rtd', 'sop', 'span', 'sso', 'tlm', 'unilm', 'wso'] ['classification'] ['foo_order', 'nsp', 'sop', 'sso']"
 
 
 def test_plugin_commands_are_added_to_the_cli(tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ def test_toy_plugin_is_discovered_through_its_entry_point(toys: Registry, ptmkit
     for name in info.families:
         assert toys.objectives_for(toys.family(name)) == ["nsp", "sop", "sso", "toy_clm"]
         assert toys.heads_for(toys.family(name)) == ["classification"]
-    assert toys.objectives_for(toys.family("bert")) == ["mlm", "nsp", "rtd", "sop", "span", "sso", "toy_clm", "unilm", "wso"]
+    assert toys.objectives_for(toys.family("bert")) == ["mlm", "nsp", "rtd", "sop", "span", "sso", "tlm", "toy_clm", "unilm", "wso"]
 
 
 @pytest.mark.parametrize("name", ["toy-decoder", "toy-chars"])

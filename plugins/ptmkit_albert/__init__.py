@@ -36,7 +36,8 @@ __all__ = ["AlbertConfig", "AlbertFamily"]
 class AlbertFamily(ClsSepInputs, ModelFamily):
     """ALBERT (Lan et al. 2020): a unigram vocabulary, BERT's encoder with a factorised embedding
     and cross-layer parameter sharing, ``[CLS] A [SEP] B [SEP]`` inputs; pre-trained by masked LM
-    and sentence-order prediction (section 3.1, the core's ``mlm`` and ``sop``)."""
+    and sentence-order prediction (section 3.1, the core's ``mlm`` and ``sop``), masked LM with
+    n-grams of up to three whole words by default (section 4.1, ``objectives.mlm.max_ngram``)."""
 
     name = "albert"
     description = "ALBERT encoder (keras-hub AlbertBackbone: factorised embedding, shared layers) with a unigram tokenizer; MLM + SOP"
@@ -53,6 +54,9 @@ class AlbertFamily(ClsSepInputs, ModelFamily):
     special_token_names = SPECIAL_TOKEN_NAMES
     provides = frozenset({TOKEN_EMBEDDING})
     default_objectives = ("mlm", "sop")  # section 3.1 / 4.1: MLM + SOP
+    # Section 4.1: "n-gram masking (Joshi et al., 2019) ... N = 3", over whole words as its
+    # create_pretraining_data.py (do_whole_word_mask, ngram = 3)
+    objective_defaults = {"mlm": {"max_ngram": 3, "whole_word": True}}
     hf_model_types = frozenset({"albert"})
 
     def sentence_features(self, run_dir: Path) -> SentenceFeatures:

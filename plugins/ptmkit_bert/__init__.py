@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ptmkit.api import (
+    POSITIONS_AND_LANGUAGES,
     SELF_ATTENTION_MASK,
     TOKEN_EMBEDDING,
     ClsSepInputs,
@@ -48,7 +49,7 @@ class BertFamily(ClsSepInputs, ModelFamily):
         OutputSpec("pooled_output", ("batch", "hidden")),
     )
     special_token_names = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
-    provides = frozenset({TOKEN_EMBEDDING, SELF_ATTENTION_MASK})
+    provides = frozenset({TOKEN_EMBEDDING, SELF_ATTENTION_MASK, POSITIONS_AND_LANGUAGES})
     default_objectives = ("mlm",)
     hf_model_types = frozenset({"bert"})
 

@@ -66,6 +66,28 @@ class BertBackbone(keras_hub.models.BertBackbone):
             x = layer(x, padding_mask=inputs["padding_mask"], attention_mask=attention_mask)
         return x
 
+    @property
+    def num_languages(self) -> int:
+        """Language embeddings: the segment embeddings (``num_segments``), which
+        :meth:`sequence_output_with_languages` indexes by language id."""
+        return int(self.num_segments)
+
+    def sequence_output_with_languages(self, inputs: dict[str, Any], position_ids: Any, language_ids: Any) -> Any:
+        """``sequence_output`` with each token's position embedding taken at ``position_ids`` and
+        its segment embedding at ``language_ids`` (both ``(batch, sequence)`` int32), through this
+        backbone's layers (:class:`ptmkit.api.EmbedsLanguages`). BERT has no language embeddings of
+        its own: its segment-embedding table serves as XLM's (Lample & Conneau 2019 add a learned
+        language embedding to each token where BERT adds a segment embedding), so language ids
+        are in ``[0, num_segments)``. With ``position_ids`` ``0 .. sequence - 1`` and
+        ``language_ids`` the segment ids it gives ``sequence_output``."""
+        tokens = self.token_embedding(inputs["token_ids"])
+        positions = self.position_embedding(tokens, positions=position_ids)
+        x = self.embeddings_add((tokens, positions, self.segment_embedding(language_ids)))
+        x = self.embeddings_dropout(self.embeddings_layer_norm(x))
+        for layer in self.transformer_layers:
+            x = layer(x, padding_mask=inputs["padding_mask"])
+        return x
+
 
 def build_backbone(config: BertConfig) -> BertBackbone:
     """Return a :class:`BertBackbone` of the configured size, activation and epsilon."""

@@ -19,6 +19,11 @@ else in order. Like NSP's true continuations, they may cross a line (paragraph)
 boundary: ALBERT takes them from one document, and the shipped corpus's lines are paragraphs in
 article order (98% of its line ends continue the same article), while windows kept within one
 line left 48% of every sequence as padding.
+
+With an objective that :attr:`~ptmkit.contract.Objective.needs_parallel_pairs` (XLM's translation
+LM), the corpus is a parallel file (:func:`corpus_texts`): its pairs are tokenized as two lines
+each, source then target, and an instance is one pair, packed as the segment pair ``source,
+target`` (``parallel_pairs``).
 """
 
 from __future__ import annotations
@@ -76,10 +81,32 @@ def _heldout_share(heldout_lines: int, num_lines: int) -> int:
     return share
 
 
-def tokenize_corpus(texts: Iterable[str], tokenizer: Any, out_dir: Path, num_lines: int, heldout_lines: int) -> dict[str, Any]:
+def corpus_texts(path: str | Path, parallel_pairs: bool = False) -> Iterable[str]:
+    """The texts of a corpus (:func:`ptmkit.data.readers.read_corpus`), or with ``parallel_pairs``
+    those of a parallel file (:func:`ptmkit.data.parallel.read_parallel`): each pair's source, then
+    its target, so that pair ``i`` is lines ``2i`` and ``2i + 1``.
+
+    Raises:
+        DataError: an unreadable corpus or parallel file.
+    """
+    if not parallel_pairs:
+        from ptmkit.data.readers import read_corpus
+
+        return read_corpus(path)
+    from ptmkit.data.parallel import read_parallel
+
+    pairs = read_parallel(path)
+    return [text for pair in zip(pairs.sources, pairs.targets, strict=True) for text in pair]
+
+
+def tokenize_corpus(
+    texts: Iterable[str], tokenizer: Any, out_dir: Path, num_lines: int, heldout_lines: int, line_group: int = 1
+) -> dict[str, Any]:
     """Tokenize ``texts`` (without special tokens) into ``out_dir/{train,heldout}.bin``.
 
-    The last ``heldout_lines`` of the ``num_lines`` lines go to the held-out split. Files are
+    The last ``heldout_lines`` of the ``num_lines`` lines go to the held-out split, rounded down
+    to a multiple of ``line_group`` (2 for the lines of sentence pairs, which a split never
+    cuts). Files are
     written atomically and a ``tokens.json`` summary last, so a half-tokenized corpus is never
     taken for a whole one.
 
@@ -92,7 +119,7 @@ def tokenize_corpus(texts: Iterable[str], tokenizer: Any, out_dir: Path, num_lin
     out_dir.mkdir(parents=True, exist_ok=True)
     vocab = tokenizer.get_vocab_size()
     dtype = np.dtype(np.uint16 if vocab <= np.iinfo(np.uint16).max else np.uint32)
-    heldout_lines = _heldout_share(heldout_lines, num_lines)
+    heldout_lines = _heldout_share(heldout_lines, num_lines) // line_group * line_group
     first_heldout = num_lines - heldout_lines
     # Line offsets as 8-byte machine integers: a Python list of ints would cost ~36 bytes a line.
     counts = {"train": array.array("q", [0]), "heldout": array.array("q", [0])}
@@ -160,6 +187,10 @@ class InstanceSampler:
         word_starts: ``(vocabulary_size,)`` bool, True for tokens that begin a word
             (:func:`ptmkit.data.tokenization.word_start_table`); batches then carry
             ``word_start``.
+        parallel_pairs: the split's lines are sentence pairs (line ``2i`` a source, ``2i + 1``
+            its target, :func:`corpus_texts`): an instance is one pair, packed as the segment
+            pair ``source, target``, the longer side cut first until it fits (BERT's
+            ``truncate_seq_pair``); a ``start`` is a pair index.
     """
 
     def __init__(
@@ -173,6 +204,7 @@ class InstanceSampler:
         swap_rate: float = 0.0,
         word_starts: np.ndarray | None = None,
         fixed_windows: bool = False,
+        parallel_pairs: bool = False,
     ) -> None:
         self.tokens = tokens
         self.family = family
@@ -183,7 +215,9 @@ class InstanceSampler:
         self.swap_rate = swap_rate
         self.word_starts = word_starts
         self.fixed_windows = fixed_windows
-        self.budget = sequence_length - family.num_special_tokens(segment_pairs)
+        self.parallel_pairs = parallel_pairs
+        self.num_pairs = (len(tokens.offsets) - 1) // 2 if parallel_pairs else 0
+        self.budget = sequence_length - family.num_special_tokens(segment_pairs or parallel_pairs)
         if self.budget < (2 if segment_pairs else 1):
             raise DataError(f"sequence_length {sequence_length} leaves no room for text after the special tokens")
         self._fd = os.open(tokens.path, os.O_RDONLY)
@@ -195,8 +229,27 @@ class InstanceSampler:
         count = max(0, min(count, self.tokens.num_tokens - start))
         return self.tokens.read(self._fd, start, count).tolist()
 
+    def starts(self, count: int) -> list[int]:
+        """The starts of at most ``count`` instances tiling the split from its beginning (held-out
+        evaluation): token offsets one text budget apart, or pair indices."""
+        if self.parallel_pairs:
+            return list(range(min(count, self.num_pairs)))
+        return list(range(0, self.tokens.num_tokens, self.budget))[:count]
+
+    def pair(self, index: int) -> tuple[list[int], list[int]]:
+        """Pair ``index`` packed: ``(token_ids, segment_ids)``, its sides cut to the budget."""
+        lines = self.tokens.offsets
+        source = self._window(int(lines[2 * index]), int(lines[2 * index + 1] - lines[2 * index]))
+        target = self._window(int(lines[2 * index + 1]), int(lines[2 * index + 2] - lines[2 * index + 1]))
+        while len(source) + len(target) > self.budget:
+            (source if len(source) > len(target) else target).pop()
+        return self.family.pack(source, target, self.sequence_length, self.specials)
+
     def instance(self, rng: np.random.Generator, start: int | None = None) -> tuple[list[int], list[int], int, int]:
         """One packed instance: ``(token_ids, segment_ids, is_random_next, is_swapped)``."""
+        if self.parallel_pairs:
+            token_ids, segment_ids = self.pair(int(rng.integers(0, self.num_pairs)) if start is None else start)
+            return token_ids, segment_ids, 0, 0
         total = self.tokens.num_tokens
         if start is None:
             start = int(rng.integers(0, max(1, total - self.budget)))
@@ -257,7 +310,7 @@ class InstanceSampler:
         is_swapped = np.zeros((batch_size,), np.int32)
         tiles = max(1, (self.tokens.num_tokens - self.budget) // self.budget + 1)
         for row in range(batch_size):
-            if starts is None and self.fixed_windows:
+            if starts is None and self.fixed_windows and not self.parallel_pairs:  # a pair is a fixed instance already
                 tile = int(rng.integers(0, tiles))
                 ids, segments, is_random, swapped = self.instance(np.random.default_rng(tile), tile * self.budget)
             else:
@@ -284,7 +337,8 @@ def sampler_options(objectives: Mapping[str, tuple[Objective, Any]], word_starts
     ``segment_pairs`` when one :attr:`~ptmkit.contract.Objective.needs_segment_pairs`, with its
     config's ``random_next_rate`` and ``swap_rate`` (0 when it has none), and ``word_starts``
     when one :meth:`~ptmkit.contract.Objective.needs_word_starts`; ``fixed_windows`` when one's
-    config has ``masking = "static"`` (BERT's instances, made once and masked once per copy)."""
+    config has ``masking = "static"`` (BERT's instances, made once and masked once per copy);
+    ``parallel_pairs`` when one :attr:`~ptmkit.contract.Objective.needs_parallel_pairs`."""
     pair_configs = [config for objective, config in objectives.values() if objective.needs_segment_pairs]
     words = any(objective.needs_word_starts(config) for objective, config in objectives.values())
     return {
@@ -293,6 +347,7 @@ def sampler_options(objectives: Mapping[str, tuple[Objective, Any]], word_starts
         "swap_rate": sum(float(getattr(c, "swap_rate", 0.0)) for c in pair_configs),
         "word_starts": word_starts if words else None,
         "fixed_windows": any(getattr(config, "masking", "dynamic") == "static" for _, config in objectives.values()),
+        "parallel_pairs": any(objective.needs_parallel_pairs for objective, _ in objectives.values()),
     }
 
 

@@ -69,6 +69,10 @@ def encode_texts(tokenizer: Any, texts: list[str], sequence_length: int, inputs:
     return derive_inputs(inputs, ids, type_ids, mask, character_table(tokenizer, inputs))
 
 
+#: The lone punctuation pieces ALBERT's ``_is_start_piece`` takes as word starts.
+SENTENCEPIECE_START_PIECES = frozenset('!"#$%&"()*+,-./:;?@[\\]^_`{|}~')
+
+
 def word_start_table(tokenizer: Any) -> np.ndarray | None:
     """``(vocabulary_size,)`` bool: True for the tokens that begin a word, or None when the
     tokenizer's model does not mark word continuations.
@@ -77,18 +81,26 @@ def word_start_table(tokenizer: Any) -> np.ndarray | None:
     a word but the first with its ``continuing_subword_prefix`` (``##``): those pieces continue a
     word, every other token (added and special tokens included) begins one. This is the rule of
     Google BERT's whole-word masking (``create_pretraining_data.py``), read from the tokenizer's
-    own setting; on encoded text it gives the word boundaries of the encoding's ``word_ids``
+    own setting. A SentencePiece-style tokenizer (a ``Metaspace`` decoder, e.g. a unigram model)
+    writes ``▁`` in front of each word's first piece: as in ALBERT's ``_is_start_piece``
+    (``create_pretraining_data.py``), a piece begins a word when it starts with ``▁`` or ``<``, or
+    is one punctuation character (:data:`SENTENCEPIECE_START_PIECES`); on encoded text it gives the word boundaries of the encoding's ``word_ids``
     (``tests/test_objective_variants.py`` checks it on the shipped corpus).
     """
     prefix = getattr(tokenizer.model, "continuing_subword_prefix", None)
-    if not prefix:
+    space = getattr(tokenizer.decoder, "replacement", None) if type(tokenizer.decoder).__name__ == "Metaspace" else None
+    if not prefix and not space:
         return None
     vocabulary = tokenizer.get_vocab(with_added_tokens=True)
     table = np.ones(max(vocabulary.values()) + 1, bool)
     added = {token.content for token in tokenizer.get_added_tokens_decoder().values()}
     for token, index in vocabulary.items():
-        if token.startswith(prefix) and token not in added:
-            table[index] = False
+        if token in added:
+            continue
+        if prefix:
+            table[index] = not token.startswith(prefix)
+        else:  # ALBERT's _is_start_piece: "▁" words, "<" specials and lone punctuation begin a word
+            table[index] = token.startswith((space, "<")) or token in SENTENCEPIECE_START_PIECES
     return table
 
 

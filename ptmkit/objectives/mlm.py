@@ -18,7 +18,14 @@ Variants (section ``[objectives.mlm]``):
   always the same). The masks do not depend on ``train.seed``; which copies are drawn does;
 - **whole-word masking** (Google's BERT release of 2019-05-31, ``--do_whole_word_mask``): words,
   not word pieces, are selected: a word's continuation pieces (WordPiece ``##x``) are masked with
-  it, each piece then replaced 80/10/10 on its own as in that implementation.
+  it, each piece then replaced 80/10/10 on its own as in that implementation;
+- **n-gram masking** (ALBERT, Lan et al. 2020, section 4.1, after SpanBERT: "we generate masked
+  inputs for the MLM targets using n-gram masking ... with the length of each n-gram mask selected
+  randomly. The probability for the length n is given by p(n) = (1/n) / sum_{k=1..N} 1/k";
+  N = 3): with ``max_ngram = N`` > 1, units (whole words with ``whole_word``, else tokens) are
+  visited in random order and from each an n-gram of ``n ~ p(n)`` consecutive units is selected,
+  as ALBERT's ``create_pretraining_data.py`` does (:func:`choose_ngrams`), until the 15% budget
+  is spent; each selected piece is then replaced 80/10/10 on its own.
 """
 
 from __future__ import annotations
@@ -80,7 +87,11 @@ class MaskedLMConfig:
         dupe_factor: with static masking, how many differently masked copies of each sequence
             there are (BERT: 10); ignored with dynamic masking.
         whole_word: select whole words: every piece of a word is masked with it (BERT's whole-word
-            masking); needs a tokenizer that marks word continuations (WordPiece ``##``).
+            masking); needs a tokenizer that marks word continuations (WordPiece ``##``) or word
+            starts (SentencePiece's ``▁``, :func:`ptmkit.data.tokenization.word_start_table`).
+        max_ngram: the longest n-gram selected at once, in units (words with ``whole_word``, else
+            tokens); 1 (the default): single units (BERT); 3: ALBERT's n-gram masking, lengths
+            ``n ~ p(n) = (1/n) / sum_{k=1..max_ngram} 1/k`` (:func:`choose_ngrams`).
     """
 
     mask_rate: float = 0.15
@@ -90,6 +101,7 @@ class MaskedLMConfig:
     masking: str = "dynamic"
     dupe_factor: int = 10
     whole_word: bool = False
+    max_ngram: int = 1
 
     def validate(self) -> None:
         self.check_masked_lm("mlm")
@@ -105,6 +117,8 @@ class MaskedLMConfig:
         check_masking(section, self.masking, self.dupe_factor)
         if self.max_predictions < 0:
             raise ConfigError(f"config key 'objectives.{section}.max_predictions' must be >= 0, got {self.max_predictions}")
+        if self.max_ngram < 1:
+            raise ConfigError(f"config key 'objectives.{section}.max_ngram' must be >= 1, got {self.max_ngram}")
 
 
 def row_generators(token_ids: np.ndarray, rng: np.random.Generator, masking: str, dupe_factor: int) -> list[np.random.Generator]:
@@ -162,6 +176,51 @@ def choose_whole_words(words: list[np.ndarray], count: int, rng: np.random.Gener
     return np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64)
 
 
+def ngram_length_probabilities(max_ngram: int) -> np.ndarray:
+    """``(max_ngram,)`` float64: ALBERT's ``p(n) = (1/n) / sum_{k=1..max_ngram} 1/k`` for
+    ``n = 1 .. max_ngram`` (N = 3: 6/11, 3/11, 2/11)."""
+    weights = 1.0 / np.arange(1, max_ngram + 1)
+    return weights / weights.sum()
+
+
+def choose_ngrams(units: list[np.ndarray], count: int, max_ngram: int, rng: np.random.Generator) -> tuple[np.ndarray, list[int]]:
+    """ALBERT's n-gram selection (``create_masked_lm_predictions`` of its
+    ``create_pretraining_data.py``, ``favor_shorter_ngram``) over one sequence's ``units`` (arrays
+    of positions, in order: whole words or single tokens).
+
+    The units are visited in random order. From unit ``i``, ``n`` is drawn from
+    :func:`ngram_length_probabilities` restricted to the n-grams that fit before the last unit
+    (renormalised); while units ``i .. i+n-1`` would overflow the ``count`` budget, ``n`` is
+    shortened (a unigram that still overflows is skipped); an n-gram that overlaps one chosen
+    already is skipped. Ends when ``count`` positions are chosen or every unit was visited.
+
+    Returns:
+        ``(positions, lengths)``: the chosen positions, sorted (at most ``count``), and the length
+        ``n`` of each chosen n-gram in units, in the order chosen.
+    """
+    probabilities = ngram_length_probabilities(max_ngram)
+    sizes = np.array([unit.size for unit in units], np.int64)
+    covered = np.zeros(len(units), bool)
+    chosen: list[np.ndarray] = []
+    lengths: list[int] = []
+    taken = 0
+    for start in rng.permutation(len(units)):
+        if taken >= count:
+            break
+        fitting = min(max_ngram, len(units) - start)
+        n = 1 + int(rng.choice(fitting, p=probabilities[:fitting] / probabilities[:fitting].sum()))
+        while n > 1 and taken + sizes[start : start + n].sum() > count:
+            n -= 1
+        size = int(sizes[start : start + n].sum())
+        if taken + size > count or covered[start : start + n].any():
+            continue
+        covered[start : start + n] = True
+        chosen.extend(units[start : start + n])
+        lengths.append(n)
+        taken += size
+    return (np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64)), lengths
+
+
 def mask_tokens(
     token_ids: np.ndarray,
     padding_mask: np.ndarray,
@@ -178,7 +237,8 @@ def mask_tokens(
         padding_mask: ``(batch, sequence)``, 1 for real tokens (specials included), 0 for padding.
         rng: the NumPy generator (deterministic per step, so a resumed run masks identically).
         word_start: ``(batch, sequence)`` int, 1 where a token begins a word; required by
-            ``config.whole_word``.
+            ``config.whole_word``. With ``config.max_ngram`` > 1, n-grams of words (whole words)
+            or of tokens are selected (:func:`choose_ngrams`).
 
     Returns:
         ``(masked_token_ids, mask_positions, mask_ids, mask_weights)``: the corrupted
@@ -203,7 +263,11 @@ def mask_tokens(
         if where.size == 0:
             continue
         count = prediction_count(where.size, predictions, config.mask_rate)
-        if config.whole_word:
+        if config.max_ngram > 1:
+            units = word_groups(where, word_start[row] if config.whole_word and word_start is not None else None)
+            chosen, _ = choose_ngrams(units, count, config.max_ngram, row_rng)
+            count = chosen.size
+        elif config.whole_word:
             assert word_start is not None
             chosen = choose_whole_words(word_groups(where, word_start[row]), count, row_rng)
             count = chosen.size
@@ -280,7 +344,7 @@ class MaskedLM(Objective):
     """Masked language modelling with an output layer tied to the token embedding."""
 
     name = "mlm"
-    description = "masked LM: 15% of tokens, 80% [MASK] / 10% random / 10% kept (BERT); static/dynamic, whole-word"
+    description = "masked LM: 15% of tokens, 80% [MASK] / 10% random / 10% kept (BERT); static/dynamic, whole-word, n-gram (ALBERT)"
     requires = frozenset({SEQUENCE_OUTPUT, TOKEN_EMBEDDING})
     config_class = MaskedLMConfig
     token_level_lm = True

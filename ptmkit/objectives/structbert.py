@@ -50,6 +50,7 @@ class WordStructuralConfig(MaskedLMConfig):
         masking: ``"dynamic"`` or ``"static"``, as ``objectives.mlm.masking``.
         dupe_factor: with static masking, differently masked copies of each sequence (10).
         whole_word: mask whole words, as ``objectives.mlm.whole_word``.
+        max_ngram: the longest n-gram masked at once, as ``objectives.mlm.max_ngram`` (1: none).
         shuffle_rate: fraction of the trigrams of unmasked tokens that are shuffled (StructBERT:
             5%); at least one per sequence that has one.
         ngram: tokens per shuffled group (StructBERT: 3, "K = 3").

@@ -55,6 +55,7 @@ class UniLMConfig(MaskedLMConfig):
         masking: ``"dynamic"`` or ``"static"``, as ``objectives.mlm.masking``.
         dupe_factor: with static masking, differently masked copies of each sequence (10).
         whole_word: mask whole words, as ``objectives.mlm.whole_word``.
+        max_ngram: the longest n-gram masked at once, as ``objectives.mlm.max_ngram`` (1: none).
         bidirectional_rate: share of sequences with full attention (UniLM: 1/3).
         seq2seq_rate: share with the sequence-to-sequence mask (UniLM: 1/3).
         left_to_right_rate: share with the left-to-right mask (UniLM: 1/6).

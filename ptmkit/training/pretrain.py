@@ -82,6 +82,8 @@ def resolve_config(
         raise ConfigError(f"{source}: family = {data['family']!r} but the command trains {family_name!r}")
     data["family"] = family_name
     data = _with_head_defaults(registry, family, data, overrides or [])
+    if family.objective_defaults:  # the family's objective settings under the file's and --set's
+        data = _merge({"objectives": {name: dict(values) for name, values in family.objective_defaults.items()}}, data)
 
     def build(data: dict[str, Any], source: str) -> RunConfig:
         return build_run_config(
@@ -151,13 +153,13 @@ def _with_head_defaults(registry: Registry, family: Any, data: dict[str, Any], o
 
 def _refuse_clashing_objectives(registry: Registry, names: list[str], source: str) -> None:
     """Two objectives that both corrupt the token ids (mlm and span), or both build segment pairs
-    (nsp and sop), cannot share a batch; an objective that trains alone (rtd) shares it with none."""
+    (nsp and sop; tlm's pairs come from a parallel file), cannot share a batch; an objective that trains alone (rtd) shares it with none."""
     alone = [name for name in names if registry.objective(name).trains_alone]
     if alone and len(names) > 1:
         others = ", ".join(repr(name) for name in names if name != alone[0])
         raise ConfigError(f"{source}: objective {alone[0]!r} trains alone (its backbone reads the corrupted tokens it makes); drop {others}")
-    for attribute, what in (("corrupts_token_ids", "corrupt the input tokens"), ("needs_segment_pairs", "build the segment pairs")):
-        clashing = [name for name in names if getattr(registry.objective(name), attribute)]
+    for attributes, what in ((("corrupts_token_ids",), "corrupt the input tokens"), (("needs_segment_pairs", "needs_parallel_pairs"), "build the segment pairs")):
+        clashing = [name for name in names if any(getattr(registry.objective(name), a) for a in attributes)]
         if len(clashing) > 1:
             raise ConfigError(f"{source}: objectives {' and '.join(map(repr, clashing))} both {what} of a batch; keep one of them")
 
@@ -415,12 +417,12 @@ def pretrain(
     trains_itself = own_loop(family)
     _check_flags(registry, family, corpus, parallel, dev, distribute, tokenizer, resume, objectives)
     run = RunDir(out)
-    extra = [f"train.objectives={','.join(objectives)}"] if objectives else []
-    extra += [f"train.distribute={distribute}"] if distribute is not None else []
+    extra = ([f"train.objectives={','.join(objectives)}"] if objectives else []) + ([f"train.distribute={distribute}"] if distribute is not None else [])
     cluster = Cluster("none") if trains_itself else _cluster(registry, family_name, run, config_path, (overrides or []) + extra, resume)
     stored = _stored_config(run, family_name, trains_itself, resume, shared=not cluster.is_chief)
     config = _run_config(registry, family_name, run, stored, config_path, (overrides or []) + extra)
     _check_paths(corpus, parallel, dev)
+    corpus, pairs = (corpus, False) if trains_itself else _core_data(registry, family, config, corpus, parallel, dev)  # --parallel, as pairs?
     if cluster.kind == "multi-worker":
         check_global_batch(config.train.batch_size, cluster.num_workers, f"{cluster.num_workers} workers in TF_CONFIG")
     quiet_tensorflow()  # after the checks above: a wrong path or key is refused without importing TensorFlow
@@ -439,7 +441,7 @@ def pretrain(
         return _fit(registry, config, family, run.load_tokenizer(), run, corpus, console, strategy, cluster)
     tokenizer = _given_tokenizer(tokenizer, run, resume)
     word_objectives = [name for name, (o, c) in selected_objectives(registry, config).items() if o.needs_word_starts(c)]
-    trained = _prepare_run(run, family, config, corpus, tokenizer, console, word_objectives)
+    trained = _prepare_run(run, family, config, corpus, tokenizer, console, word_objectives, parallel_pairs=pairs)
     if cluster.kind == "multi-worker":
         barrier(strategy)
     return _fit(registry, config, family, trained, run, corpus, console, strategy, cluster)
@@ -456,7 +458,8 @@ def _check_flags(
     Raises:
         ConfigError: one line naming the flag.
     """
-    _check_data_flags(family, corpus, parallel, dev)
+    if own_loop(family):  # a core-trained family's data flag depends on its objectives: checked with its config
+        _check_data_flags(family, corpus, parallel, dev)
     _check_objective_flag(registry, family, objectives)
     if distribute is not None and distribute not in STRATEGIES:
         raise ConfigError(f"--distribute: expected one of {', '.join(STRATEGIES)}, got {distribute!r}")
@@ -533,14 +536,46 @@ def _cluster(registry: Registry, family_name: str, run: RunDir, config_path: str
     return read_cluster(_run_config(registry, family_name, run, stored, config_path, overrides).train.distribute)
 
 
-def _check_data_flags(family: Any, corpus: str | Path | None, parallel: str | Path | None, dev: str | Path | None) -> None:
+def _core_data(
+    registry: Registry, family: Any, config: RunConfig, corpus: str | Path | None, parallel: str | Path | None, dev: str | Path | None
+) -> tuple[str | Path | None, bool]:
+    """The data a core-trained run reads, after :func:`_check_data_flags`: ``(parallel, True)``
+    when one of its objectives trains on sentence pairs, else ``(corpus, False)``."""
+    pairs_objective = _pairs_objective(registry, config)
+    _check_data_flags(family, corpus, parallel, dev, pairs_objective, _pairs_objectives(registry))
+    return (parallel, True) if pairs_objective is not None else (corpus, False)
+
+
+def _pairs_objectives(registry: Registry) -> list[str]:
+    """The installed objectives that :attr:`~ptmkit.contract.Objective.needs_parallel_pairs`."""
+    return sorted(name for name, objective in registry.objectives.items() if objective.needs_parallel_pairs)
+
+
+def _pairs_objective(registry: Registry, config: RunConfig) -> str | None:
+    """The run's objective that trains on the pairs of a parallel file, or None."""
+    return next((name for name, (objective, _) in selected_objectives(registry, config).items() if objective.needs_parallel_pairs), None)
+
+
+def _check_data_flags(
+    family: Any, corpus: str | Path | None, parallel: str | Path | None, dev: str | Path | None,
+    pairs_objective: str | None = None, pairs_objectives: list[str] | None = None,
+) -> None:
     """A family that :class:`~ptmkit.contract.TrainsOnPairs` takes ``--parallel`` (and ``--dev``),
-    every other family ``--corpus``.
+    a run whose ``pairs_objective`` :attr:`~ptmkit.contract.Objective.needs_parallel_pairs`
+    ``--parallel`` alone (its held-out pairs are the file's last), every other run ``--corpus``.
 
     Raises:
-        ConfigError: the wrong data flag for the family, or none.
+        ConfigError: the wrong data flag for the family or objective, or none.
     """
     name = family.name
+    if pairs_objective is not None:
+        if corpus is not None:
+            raise ConfigError(f"--corpus: objective {pairs_objective!r} trains on sentence pairs; give --parallel FILE (SOURCE<TAB>TARGET lines) instead")
+        if parallel is None:
+            raise ConfigError(f"objective {pairs_objective!r} trains on sentence pairs: give --parallel FILE (SOURCE<TAB>TARGET lines)")
+        if dev is not None:
+            raise ConfigError(f"--dev: objective {pairs_objective!r} holds out the last pairs of --parallel (train.heldout_lines); drop --dev")
+        return
     if isinstance(family, TrainsOnPairs):
         if corpus is not None:
             raise ConfigError(f"--corpus: the {name} family trains on sentence pairs; give --parallel FILE (SOURCE<TAB>TARGET lines) instead")
@@ -549,7 +584,8 @@ def _check_data_flags(family: Any, corpus: str | Path | None, parallel: str | Pa
         return
     for flag, value in (("--parallel", parallel), ("--dev", dev)):
         if value is not None:
-            raise ConfigError(f"{flag}: the {name} family trains on a monolingual --corpus, not on sentence pairs")
+            hint = f" (unless its objective trains on them: --objective {' or '.join(pairs_objectives)})" if pairs_objectives and flag == "--parallel" else ""
+            raise ConfigError(f"{flag}: the {name} family trains on a monolingual --corpus, not on sentence pairs{hint}")
     if corpus is None:
         raise ConfigError(f"the {name} family trains on a text corpus: give --corpus FILE")
 
@@ -594,12 +630,15 @@ def _run_config(
 
 
 def _prepare_run(
-    run: RunDir, family: Any, config: RunConfig, corpus: str | Path, tokenizer: str | Path | None, console: Console, word_objectives: list[str] | None = None
+    run: RunDir, family: Any, config: RunConfig, corpus: str | Path, tokenizer: str | Path | None, console: Console, word_objectives: list[str] | None = None,
+    parallel_pairs: bool = False,
 ) -> Any:
     """Write the run's ``config.toml``, its tokenizer (``tokenizer``'s file, or one trained;
     kept when the run has one) and ``tokens/``; return the tokenizer. A run directory this call
     created is removed again when a step fails (nothing was trained yet), e.g. when
-    ``word_objectives`` (objectives that read word starts) meet a tokenizer without them."""
+    ``word_objectives`` (objectives that read word starts) meet a tokenizer without them.
+    With ``parallel_pairs``, ``corpus`` is a parallel file, tokenized a side a line
+    (:func:`ptmkit.data.pretraining.corpus_texts`)."""
     created = not run.path.exists()
     try:
         run.path.mkdir(parents=True, exist_ok=True)
@@ -608,21 +647,22 @@ def _prepare_run(
             loaded = _read_tokenizer(Path(tokenizer))
             family.special_tokens(loaded)  # refuse a vocabulary without the family's specials
             atomic_save(run / TOKENIZER, lambda tmp: loaded.save(str(tmp)))
-        trained, num_lines = _tokenizer(run, family, config, corpus, console)
+        trained, num_lines = _tokenizer(run, family, config, corpus, console, parallel_pairs)
         if word_objectives:
             from ptmkit.data.tokenization import word_start_table
 
             if word_start_table(trained) is None:
                 raise ConfigError(
                     f"objective {word_objectives[0]!r} masks whole words, but the tokenizer's {type(trained.model).__name__} model marks no word "
-                    "continuations (a WordPiece '##' continuing_subword_prefix); use token-level masking or such a tokenizer"
+                    "continuations (a WordPiece '##' continuing_subword_prefix, or a Metaspace '▁' before words); use token-level masking or such a tokenizer"
                 )
         tokens_dir = run / "tokens"
         if not (tokens_dir / "tokens.json").exists():
-            from ptmkit.data.pretraining import tokenize_corpus
+            from ptmkit.data.pretraining import corpus_texts, tokenize_corpus
 
             with console.status("tokenizing the corpus"):
-                summary = tokenize_corpus(read_corpus(corpus), trained, tokens_dir, num_lines, config.train.heldout_lines)
+                texts = corpus_texts(corpus, parallel_pairs)
+                summary = tokenize_corpus(texts, trained, tokens_dir, num_lines, config.train.heldout_lines, 2 if parallel_pairs else 1)
             console.print(
                 f"tokenized {summary['train']['lines']:,} lines ({summary['train']['tokens']:,} tokens) for training, "
                 f"{summary['heldout']['lines']:,} held out ({summary['heldout']['tokens']:,} tokens)"
@@ -727,13 +767,13 @@ def _read_tokenizer(path: Path) -> Any:
         raise DataError(f"{path}: cannot be read as a tokenizers file ({exc})") from None
 
 
-def _tokenizer(run: RunDir, family: Any, config: RunConfig, corpus: str | Path, console: Console) -> tuple[Any, int]:
-    from ptmkit.data.pretraining import load_token_file
+def _tokenizer(run: RunDir, family: Any, config: RunConfig, corpus: str | Path, console: Console, parallel_pairs: bool = False) -> tuple[Any, int]:
+    from ptmkit.data.pretraining import corpus_texts, load_token_file
 
     counter = {"lines": 0}
 
     def counted() -> Any:
-        for text in read_corpus(corpus):
+        for text in corpus_texts(corpus, parallel_pairs):
             counter["lines"] += 1
             yield text
 
@@ -742,7 +782,7 @@ def _tokenizer(run: RunDir, family: Any, config: RunConfig, corpus: str | Path, 
         if (run / "tokens" / "tokens.json").exists():
             splits = [load_token_file(run / "tokens", s) for s in ("train", "heldout")]
             return tokenizer, sum(len(s.offsets) - 1 for s in splits)
-        return tokenizer, sum(1 for _ in read_corpus(corpus))
+        return tokenizer, sum(1 for _ in corpus_texts(corpus, parallel_pairs))
     started = time.perf_counter()
     with console.status("training the tokenizer"):
         tokenizer = family.train_tokenizer(counted(), config.model)
@@ -804,7 +844,7 @@ def _fit_steps(
     progress = ProgressCallback("pre-training", start, train.max_steps, tokens_per_step, console, reset_metrics=True, step_log=run / STEP_LOG if chief else None)
     started = time.perf_counter()
     if start < train.max_steps:
-        _run_fit(model, make, start, config, run, corpus, progress, strategy, chief)
+        _run_fit(model, make, start, config, run, corpus, progress, strategy, chief, "--parallel" if options["parallel_pairs"] else "--corpus")
     train_seconds = time.perf_counter() - started
     sampler.close()
     if not chief:
@@ -828,10 +868,13 @@ def _fit_steps(
     return metrics
 
 
-def _run_fit(model: Any, make: Any, start: int, config: RunConfig, run: RunDir, corpus: str | Path, progress: Any, strategy: Any, chief: bool) -> None:
+def _run_fit(
+    model: Any, make: Any, start: int, config: RunConfig, run: RunDir, corpus: str | Path, progress: Any, strategy: Any, chief: bool, data_flag: str = "--corpus"
+) -> None:
     """Keras ``fit`` over steps ``start .. train.max_steps``: the step's batch as it is (no
     strategy) or each replica's slice of it (:mod:`ptmkit.training.distribute`); checkpoints and
-    TensorBoard logs on the ``chief`` only."""
+    TensorBoard logs on the ``chief`` only. ``data_flag`` gives ``corpus`` in the command that
+    resumes an interrupted run (``--parallel`` for sentence pairs)."""
     import keras
 
     from ptmkit.training.checkpoint import CheckpointCallback, interrupt_note
@@ -841,7 +884,7 @@ def _run_fit(model: Any, make: Any, start: int, config: RunConfig, run: RunDir, 
     checkpoints = run / "checkpoints"
     # Objectives that do not use the pooler (masked LM alone) leave it without gradients.
     warnings.filterwarnings("ignore", message=r"Gradients do not exist for variables \['pooled_dense")
-    command = ["ptmkit", "train", config.family, "--corpus", str(corpus), "--out", str(run.path), "--resume"]
+    command = ["ptmkit", "train", config.family, data_flag, str(corpus), "--out", str(run.path), "--resume"]
     callbacks: list[Any] = [progress]
     if chief:  # the checkpoint first: a step's checkpoint is written before its progress line
         callbacks = [
@@ -900,7 +943,7 @@ def evaluate_heldout(
     if heldout.num_tokens == 0:
         return {}
     sampler = InstanceSampler(heldout, family, specials, train.sequence_length, **sampler_options(objectives, word_starts))
-    starts = list(range(0, heldout.num_tokens, sampler.budget))[: max_batches * train.batch_size]
+    starts = sampler.starts(max_batches * train.batch_size)
     x, y, w = make_step(sampler, objectives, step_rng(train.seed, 0, stream=1), len(starts), vocabulary_size, family.inputs, starts, characters)
     sampler.close()
     results = model.evaluate(x, y, sample_weight=w, batch_size=train.batch_size, verbose=0, return_dict=True)

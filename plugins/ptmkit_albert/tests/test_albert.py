@@ -85,6 +85,9 @@ def test_defaults_are_alberts_and_config_documents_every_key(capsys) -> None:
     assert (config.model.embedding_dim, config.model.num_groups, config.model.inner_group_num) == (128, 1, 1)
     assert config.model.hidden_activation == "gelu_approximate" and config.model.dropout == 0.0
     assert config.objectives["sop"].swap_rate == 0.5
+    mlm = config.objectives["mlm"]  # section 4.1: n-gram masking, N = 3, whole words
+    assert (mlm.max_ngram, mlm.whole_word, mlm.mask_rate) == (3, True, 0.15)
+    assert resolve_config(get_registry(), "bert").objectives["mlm"].max_ngram == 1  # BERT keeps single words
     assert main(["config", "albert"]) == 0
     text = capsys.readouterr().out
     lines = text.splitlines()
