@@ -20,8 +20,8 @@ Contract types (:mod:`ptmkit.contract`)
     checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`, :class:`TrainsOnPairs`,
     :class:`EvaluatesPairs`,
     :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`ImportsCheckpoints`, :class:`WritesOwnExport`, :class:`HasQuickstart` (families, with :class:`QuickstartPlan`), :class:`TrainsOnWordVectors`
-    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask` (backbones), :class:`KeepsLayers` (``ptmkit compress``), :class:`SharesEmbeddings` (a generator on the backbone's embeddings, ``rtd``); :func:`capabilities` lists what a family offers objectives and heads
-    (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`HIDDEN_STATES`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`, :data:`SELF_ATTENTION_MASK`).
+    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask` and :class:`TwoStreamAttention` (backbones), :class:`KeepsLayers` (``ptmkit compress``), :class:`SharesEmbeddings` (a generator on the backbone's embeddings, ``rtd``); :func:`capabilities` lists what a family offers objectives and heads
+    (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`HIDDEN_STATES`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`, :data:`SELF_ATTENTION_MASK`, :data:`TWO_STREAM_ATTENTION`).
 
 Errors (:mod:`ptmkit.errors`)
     :class:`PtmkitError` and its kinds (:class:`ConfigError`, :class:`DataError`,
@@ -113,6 +113,7 @@ from ptmkit.contract import (
     SPECIAL_TOKEN_ROLES,
     TOKEN_EMBEDDING,
     TOKENIZER_FIELDS,
+    TWO_STREAM_ATTENTION,
     WORD_VECTORS,
     AttendsWithMask,
     ClassifiesRows,
@@ -141,6 +142,7 @@ from ptmkit.contract import (
     TrainsItself,
     TrainsOnPairs,
     TrainsOnWordVectors,
+    TwoStreamAttention,
     WritesOwnExport,
     capabilities,
 )
@@ -236,6 +238,7 @@ __all__ = [
     "SELF_ATTENTION_MASK",
     "TOKEN_EMBEDDING",
     "TOKENIZER_FIELDS",
+    "TWO_STREAM_ATTENTION",
     "WORD_VECTORS",
     "ClassifiesRows",
     "HasQuickstart",
@@ -257,6 +260,7 @@ __all__ = [
     "RowClassifier",
     "ScoresHeldoutLines",
     "AttendsWithMask",
+    "TwoStreamAttention",
     "KeepsLayers",
     "SharesEmbeddings",
     "SpecialTokens",

@@ -103,7 +103,11 @@ def resolve_config(
         if limit is not None and length > limit:
             what = f"'{limits.max_sequence_length_key}' = {limit}" if limits.max_sequence_length_key else f"the model's limit of {limit} positions"
             raise ConfigError(f"{source}: config key '{section}.sequence_length' = {length} exceeds {what}")
-    check_objectives(registry, family, config.train.objectives or list(family.default_objectives), source)
+    names = config.train.objectives or list(family.default_objectives)
+    check_objectives(registry, family, names, source)
+    if not own_loop(family):
+        for name in names:
+            registry.objective(name).check_sequence_length(config.objectives[name], config.train.sequence_length, source)
     return config
 
 
