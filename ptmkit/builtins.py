@@ -11,9 +11,11 @@ from ptmkit.contract import CorpusReader, Head, Objective
 def ptmkit_objectives() -> list[Objective]:
     """Masked LM (static/dynamic, whole-word), SpanBERT's span masking with its boundary
     objective, next-sentence and sentence-order prediction, ELECTRA's replaced-token detection,
-    StructBERT's word and sentence structural objectives, UniLM's mixed attention masks."""
+    StructBERT's word and sentence structural objectives, UniLM's mixed attention masks, XLNet's
+    permutation LM."""
     from ptmkit.objectives.mlm import MaskedLM
     from ptmkit.objectives.nsp import NextSentencePrediction
+    from ptmkit.objectives.plm import PermutationLM
     from ptmkit.objectives.rtd import ReplacedTokenDetection
     from ptmkit.objectives.sop import SentenceOrderPrediction
     from ptmkit.objectives.span import SpanMasking
@@ -22,7 +24,7 @@ def ptmkit_objectives() -> list[Objective]:
 
     return [
         MaskedLM(), NextSentencePrediction(), SentenceOrderPrediction(), SpanMasking(), ReplacedTokenDetection(),
-        WordStructuralObjective(), SentenceStructuralObjective(), UnifiedLM(),
+        WordStructuralObjective(), SentenceStructuralObjective(), UnifiedLM(), PermutationLM(),
     ]
 
 
