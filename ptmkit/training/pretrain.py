@@ -187,10 +187,12 @@ def _refuse_core_training_sections(family_name: str, source: str, sections: list
 def imported_run_config(registry: Any, family: str, model_config: Any) -> Any:
     """The run config of a checkpoint imported into ``family``: the family's defaults with
     ``model_config`` as ``[model]``, and the default ``[train]`` / ``[finetune]`` sequence lengths
-    cut to the checkpoint's ``max_sequence_length``."""
+    cut to the checkpoint's limit (the family's :meth:`~ptmkit.contract.ModelFamily.limits`;
+    kept when it has none, e.g. relative positions)."""
     import dataclasses
 
-    limit = model_config.max_sequence_length
+    limit = registry.family(family).limits(model_config).max_sequence_length
+    limit = max(TrainConfig.sequence_length, FinetuneConfig.sequence_length) if limit is None else limit
     lengths = {section: {"sequence_length": min(cls.sequence_length, limit)} for section, cls in (("train", TrainConfig), ("finetune", FinetuneConfig))}
     return resolve_config(registry, family, base={"model": dataclasses.asdict(model_config), **lengths})
 
