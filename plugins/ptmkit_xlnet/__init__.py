@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from ptmkit.api import (
-    SELF_ATTENTION_MASK,
     TOKEN_EMBEDDING,
     TWO_STREAM_ATTENTION,
     InputSpec,
@@ -49,7 +48,7 @@ class XLNetFamily(ModelFamily):
         OutputSpec("pooled_output", ("batch", "hidden")),
     )
     special_token_names = SPECIAL_TOKEN_NAMES
-    provides = frozenset({TOKEN_EMBEDDING, TWO_STREAM_ATTENTION, SELF_ATTENTION_MASK})
+    provides = frozenset({TOKEN_EMBEDDING, TWO_STREAM_ATTENTION})
     default_objectives = ("plm",)  # section 2.3: permutation LM, partial prediction K = 6
     hf_model_types = frozenset({"xlnet"})
 

@@ -292,12 +292,6 @@ class XLNetBackbone(keras_hub.models.Backbone):
         _, query = self._streams(inputs, content_mask, query_mask, target_mapping)
         return self.output_dropout(query)
 
-    def sequence_output_with_attention_mask(self, inputs: dict[str, Any], attention_mask: Any) -> Any:
-        """The content stream under ``attention_mask`` ``(batch, sequence, sequence)`` (1: ``i``
-        may attend to ``j``) and the padding mask (see :class:`ptmkit.api.AttendsWithMask`)."""
-        content, _ = self._streams(inputs, content_mask=attention_mask)
-        return self.output_dropout(content)
-
     def get_config(self) -> dict[str, Any]:
         config: dict[str, Any] = super().get_config()
         config.update(

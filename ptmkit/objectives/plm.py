@@ -197,6 +197,9 @@ def _tied_head_class() -> type:
         def call(self, x: Any) -> Any:
             return keras.ops.cast(self.token_embedding(x, reverse=True), "float32") + self.bias
 
+        def get_config(self) -> dict[str, Any]:  # the training model is saved as weights only
+            return {**super().get_config(), "vocabulary_size": self.vocabulary_size}
+
     return TiedLMHead
 
 

@@ -123,3 +123,70 @@ def test_xlnet_fits_the_contract(tmp_path: Path) -> None:
     assert report["parity_max_abs_diff"] < 1e-4 and report["runtime_max_abs_diff"] < 1e-4
     # a permutation LM over a 400-piece vocabulary starts near ln(400) = 5.99 nats
     assert 4.0 < report["loss"] < 7.0 and math.isfinite(report["loss"])
+
+
+def test_train_finetune_export_predict_from_the_command_line(tmp_path: Path) -> None:
+    """Permutation-LM pre-training, then the core's classification head on ``pooled_output`` (the
+    last real token, ``<cls>``), ONNX export with parity at unseen shapes, and the lean runtime
+    (right-padded batches)."""
+    import json
+
+    import numpy as np
+
+    from ptmkit.testing import main, write_tiny_corpus, write_tiny_labelled
+
+    corpus = write_tiny_corpus(tmp_path / "corpus.txt", lines=120)
+    train, dev = write_tiny_labelled(tmp_path, train=64, dev=16)
+    tiny = [
+        f"--set={item}"
+        for item in (
+            *TINY_XLNET,
+            "train.batch_size=8",
+            "train.sequence_length=24",
+            "train.max_steps=4",
+            "train.heldout_lines=8",
+            "objectives.plm.perm_size=12",
+        )
+    ]
+    assert main(["train", "xlnet", "--corpus", str(corpus), "--out", str(tmp_path / "run"), *tiny]) == 0
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["family"] == "xlnet" and manifest["objectives"] == ["plm"]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert 3.0 < metrics["heldout_plm_loss"] < 7.0
+    finetune = [
+        "--set=finetune.epochs=1",
+        "--set=finetune.batch_size=16",
+        "--set=finetune.sequence_length=24",
+        "--set=finetune.learning_rate=1e-3",
+    ]
+    assert (
+        main(
+            [
+                "finetune",
+                str(tmp_path / "run"),
+                "--train",
+                str(train),
+                "--dev",
+                str(dev),
+                "--out",
+                str(tmp_path / "ft"),
+                *finetune,
+            ]
+        )
+        == 0
+    )
+    assert 0.0 <= json.loads((tmp_path / "ft" / "metrics.json").read_text())["dev_accuracy"] <= 1.0
+    assert main(["export", str(tmp_path / "ft")]) == 0
+    export = json.loads((tmp_path / "ft" / "export" / "manifest.json").read_text())
+    assert [spec["name"] for spec in export["inputs"]] == ["token_ids", "segment_ids", "padding_mask"]
+    assert max(export["variants"]["fp32"]["parity_max_abs_diff"].values()) < 1e-4
+    from ptmkit_export import Predictor
+
+    predictor = Predictor(tmp_path / "ft" / "export", variant="fp32")
+    probabilities = np.asarray(
+        [
+            list(p.probabilities.values())
+            for p in predictor.predict(["a wonderful film", "a dull and tiresome film indeed"])
+        ]
+    )
+    assert probabilities.shape == (2, len(export["labels"])) and np.allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
