@@ -102,7 +102,7 @@ def test_masks_content_sees_itself_and_earlier_query_not_itself() -> None:
     rng = np.random.default_rng(2)
     batch = packed_batch(rng, 16, 32)
     inputs, ids, weights = permutation_batch(batch, rng, PermutationLMConfig(), SPECIALS)
-    content, query = inputs["content_attention_mask"], inputs["query_attention_mask"]
+    content, query = attention_masks(inputs["permutation_rank"])
     assert np.all(np.diagonal(content, axis1=1, axis2=2) == 1) and np.all(np.diagonal(query, axis1=1, axis2=2) == 0)
     assert np.array_equal(content - query, np.broadcast_to(np.eye(32, dtype=np.int32), content.shape))
     # both are strict/non-strict orders: antisymmetric, and j visible to i means what j sees is too
@@ -120,7 +120,7 @@ def test_target_mapping_rows_pick_the_predicted_tokens() -> None:
     assert np.array_equal(mapping.sum(axis=2), weights)  # one-hot rows, all-zero rows unweighted
     picked = np.einsum("bps,bs->bp", mapping, batch["token_ids"].astype(np.float32))
     assert np.array_equal(picked * weights, ids * weights)
-    query = inputs["query_attention_mask"]
+    _, query = attention_masks(inputs["permutation_rank"])
     for row in range(32):  # a predicted token sees neither itself nor any token predicted after it
         for slot in np.flatnonzero(weights[row]):
             position = int(np.argmax(mapping[row, slot]))
@@ -166,3 +166,14 @@ def test_a_length_the_blocks_do_not_divide_is_refused_before_training() -> None:
     assert "\n" not in message and message.startswith("--set: ")
     assert "'objectives.plm.perm_size' = 24 must divide 'train.sequence_length' = 64" in message
     assert math.isclose(PermutationLMConfig(partial_prediction=7).predictions(70), 10)
+
+
+def test_the_graphs_masks_are_the_numpy_transcriptions() -> None:
+    from ptmkit.objectives.plm import graph_attention_masks
+
+    rng = np.random.default_rng(5)
+    inputs, _, _ = permutation_batch(packed_batch(rng, 4, 20), rng, PermutationLMConfig(), SPECIALS)
+    rank = inputs["permutation_rank"]
+    assert rank.shape == (4, 20) and rank.dtype == np.int32
+    for ours, reference in zip(graph_attention_masks(rank), attention_masks(rank), strict=True):
+        np.testing.assert_array_equal(np.asarray(ours), reference)

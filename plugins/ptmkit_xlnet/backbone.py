@@ -217,6 +217,7 @@ class XLNetBackbone(keras_hub.models.Backbone):
         self.segment_matrix = SegmentMatrix(dtype=dtype, name="segment_matrix")
         self.query_start = QueryStreamStart(hidden_dim, dtype=dtype, name="query_stream_start")
         self.query_start.build((None, None, None))  # mask_emb exists (and is saved) before a query stream runs
+        self.query_start.trainable = False  # until a query stream runs: fine-tuning reads the content stream alone
         self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
         self.transformer_layers = [
             XLNetLayer(
@@ -289,6 +290,7 @@ class XLNetBackbone(keras_hub.models.Backbone):
     ) -> Any:
         """The query stream's last states, ``(batch, predictions, hidden)`` (see
         :class:`ptmkit.api.TwoStreamAttention`); the masks' 1 allows, padding keys are hidden."""
+        self.query_start.trainable = True
         _, query = self._streams(inputs, content_mask, query_mask, target_mapping)
         return self.output_dropout(query)
 

@@ -165,17 +165,26 @@ def permutation_batch(
     """Orders, masks and targets for a packed batch (``token_ids``, ``padding_mask``).
 
     Returns:
-        ``(inputs, ids, weights)``: ``content_attention_mask`` and ``query_attention_mask``
-        (:func:`attention_masks`) and ``target_mapping`` (:func:`target_mapping`), the target
-        ids and their weights.
+        ``(inputs, ids, weights)``: ``permutation_rank`` (``(batch, sequence)`` int32, the
+        orders; the model derives the two streams' masks from it, :func:`attention_masks`, which
+        is ``sequence`` times smaller to feed than the masks) and ``target_mapping``
+        (:func:`target_mapping`), the target ids and their weights.
     """
     token_ids, padding_mask = batch["token_ids"], batch["padding_mask"]
     structural = np.isin(token_ids, specials.structural())
     rank, target = permutation_order(padding_mask, structural, rng, config)
-    content, query = attention_masks(rank)
     mapping, ids, weights = target_mapping(target, token_ids, config.predictions(token_ids.shape[1]))
-    inputs = {"content_attention_mask": content, "query_attention_mask": query, "target_mapping": mapping}
-    return inputs, ids, weights
+    return {"permutation_rank": rank, "target_mapping": mapping}, ids, weights
+
+
+def graph_attention_masks(rank: Any) -> tuple[Any, Any]:
+    """:func:`attention_masks` in the Keras graph: ``rank`` ``(batch, sequence)`` int tensor ->
+    ``(content, query)`` ``(batch, sequence, sequence)`` int32 tensors."""
+    from keras import ops
+
+    before = ops.less(rank[:, None, :], rank[:, :, None])
+    same = ops.equal(rank[:, None, :], rank[:, :, None])
+    return ops.cast(ops.logical_or(before, same), "int32"), ops.cast(before, "int32")
 
 
 @functools.cache
@@ -247,13 +256,11 @@ class PermutationLM(Objective):
         from ptmkit.objectives.mlm import prediction_loss
 
         extra = {
-            "content_attention_mask": keras.Input(shape=(None, None), dtype="int32", name="content_attention_mask"),
-            "query_attention_mask": keras.Input(shape=(None, None), dtype="int32", name="query_attention_mask"),
+            "permutation_rank": keras.Input(shape=(None,), dtype="int32", name="permutation_rank"),
             "target_mapping": keras.Input(shape=(None, None), dtype="float32", name="target_mapping"),
         }
-        states = backbone.query_stream_output(
-            inputs, extra["content_attention_mask"], extra["query_attention_mask"], extra["target_mapping"]
-        )
+        content_mask, query_mask = graph_attention_masks(extra["permutation_rank"])
+        states = backbone.query_stream_output(inputs, content_mask, query_mask, extra["target_mapping"])
         logits = tied_lm_head(backbone, states, "plm")
         metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         return extra, {"plm": logits}, {"plm": prediction_loss()}, {"plm": metrics}

@@ -109,7 +109,7 @@ def reference_cases(vocabulary: int) -> tuple[list[dict], list[dict]]:
 def two_stream_case(vocabulary: int) -> dict[str, np.ndarray]:
     """A permutation LM's inputs (:func:`ptmkit.objectives.plm.permutation_batch`) on packed rows."""
     from ptmkit.api import SpecialTokens
-    from ptmkit.objectives.plm import PermutationLMConfig, permutation_batch
+    from ptmkit.objectives.plm import PermutationLMConfig, attention_masks, permutation_batch
 
     rng = np.random.default_rng(1)
     ids = rng.integers(9, vocabulary, (3, 24)).astype("int32")
@@ -120,7 +120,8 @@ def two_stream_case(vocabulary: int) -> dict[str, np.ndarray]:
     inputs, _, _ = permutation_batch(
         batch, rng, PermutationLMConfig(partial_prediction=4.0), SpecialTokens(cls=3, sep=4, pad=5)
     )
-    return {**batch, **inputs}
+    content, query = attention_masks(inputs["permutation_rank"])
+    return {**batch, **inputs, "content_attention_mask": content, "query_attention_mask": query}
 
 
 @pytest.fixture(scope="module")
