@@ -118,7 +118,9 @@ def quantize_int8(
         ``nodes_after`` (``{op type: count}`` of ``src`` and ``dst``), ``bytes_before`` /
         ``bytes_after`` (file sizes), ``per_channel``, ``reduce_range``, ``weight_type``
         (``"QInt8"``), ``preprocessed`` (bool), ``preprocess_error`` (str or None),
-        ``skip_layer_norm_unfused`` and ``gelu_approximated`` (nodes rewritten; 0 when not asked).
+        ``skip_layer_norm_unfused`` and ``gelu_approximated`` (nodes rewritten; 0 when not asked),
+        ``batched_weight_matmul`` (MatMul nodes left in float because their weight is not 2-D,
+        :func:`batched_weight_matmuls`).
 
     Raises:
         FileNotFoundError: ``src`` or ``dst``'s directory does not exist.
@@ -138,11 +140,12 @@ def quantize_int8(
         rewritten = _gemms_to_matmuls(model)
         onnx.checker.check_model(model)
         _check_excluded(model, exclude_nodes)
+        batched = batched_weight_matmuls(model)
         onnx.save(model, str(work / "rewritten.onnx"))
         del model  # quantize_dynamic reads the file
         quantized = _run_quantizer(
             quantize_dynamic, work / "rewritten.onnx", work / "int8.onnx", per_channel=per_channel, reduce_range=reduce_range,
-            weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude_nodes),
+            weight_type=QuantType.QInt8, nodes_to_exclude=[*exclude_nodes, *(n for n in batched if n not in exclude_nodes)],
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},  # contrib ops of an optimised graph
         )
         _write_atomically(work / "int8.onnx", dst)
@@ -151,7 +154,21 @@ def quantize_int8(
         **_size_summary(before, count_ops(quantized), dst, per_channel, reduce_range, exclude_nodes),
         "preprocessed": preprocess and preprocess_error is None, "preprocess_error": preprocess_error,
         **prepared,
+        "batched_weight_matmul": len(batched),
     }
+
+
+def batched_weight_matmuls(model: onnx.ModelProto) -> list[str]:
+    """Names of the top-level ``MatMul`` nodes whose float initializer weight (input 1) is not 2-D
+    (a batched product, e.g. a relative-segment term ``einsum("bind,snd->bnis")`` after tf2onnx):
+    ONNX Runtime's ``MatMulInteger`` takes a 2-D weight only (per-channel quantization of another
+    rank fails at run time, "b zero point is not valid"), so int8 leaves them in float."""
+    ranks = {init.name: len(init.dims) for init in model.graph.initializer if init.data_type == onnx.TensorProto.FLOAT}
+    return [
+        node.name
+        for node in model.graph.node
+        if node.op_type == "MatMul" and node.input[1] in ranks and ranks[node.input[1]] != 2
+    ]
 
 
 def _prepare_for_int8(model: onnx.ModelProto, unfuse_layer_norm: bool, fast_gelu: bool) -> dict[str, int]:
