@@ -176,10 +176,12 @@ def test_train_finetune_export_predict_from_the_command_line(tmp_path: Path) -> 
         == 0
     )
     assert 0.0 <= json.loads((tmp_path / "ft" / "metrics.json").read_text())["dev_accuracy"] <= 1.0
-    assert main(["export", str(tmp_path / "ft")]) == 0
+    assert main(["export", str(tmp_path / "ft"), "--int8", "--dev", str(dev)]) == 0
     export = json.loads((tmp_path / "ft" / "export" / "manifest.json").read_text())
     assert [spec["name"] for spec in export["inputs"]] == ["token_ids", "segment_ids", "padding_mask"]
     assert max(export["variants"]["fp32"]["parity_max_abs_diff"].values()) < 1e-4
+    int8 = export["variants"]["int8"]  # the relative-segment einsums stay float, one per layer
+    assert int8["ok"] and int8["quantization"]["batched_weight_matmul"] == 2
     from ptmkit_export import Predictor
 
     predictor = Predictor(tmp_path / "ft" / "export", variant="fp32")
