@@ -118,9 +118,7 @@ def quantize_int8(
         ``nodes_after`` (``{op type: count}`` of ``src`` and ``dst``), ``bytes_before`` /
         ``bytes_after`` (file sizes), ``per_channel``, ``reduce_range``, ``weight_type``
         (``"QInt8"``), ``preprocessed`` (bool), ``preprocess_error`` (str or None),
-        ``skip_layer_norm_unfused`` and ``gelu_approximated`` (nodes rewritten; 0 when not asked),
-        ``batched_weight_matmul`` (MatMul nodes left in float because their weight is not 2-D,
-        :func:`batched_weight_matmuls`).
+        ``skip_layer_norm_unfused`` and ``gelu_approximated`` (nodes rewritten; 0 when not asked).
 
     Raises:
         FileNotFoundError: ``src`` or ``dst``'s directory does not exist.
@@ -139,13 +137,12 @@ def quantize_int8(
         prepared = _prepare_for_int8(model, unfuse_layer_norm, fast_gelu)
         rewritten = _gemms_to_matmuls(model)
         onnx.checker.check_model(model)
-        _check_excluded(model, exclude_nodes)
-        batched = batched_weight_matmuls(model)
+        excluded = _excluded_nodes(model, exclude_nodes)
         onnx.save(model, str(work / "rewritten.onnx"))
         del model  # quantize_dynamic reads the file
         quantized = _run_quantizer(
             quantize_dynamic, work / "rewritten.onnx", work / "int8.onnx", per_channel=per_channel, reduce_range=reduce_range,
-            weight_type=QuantType.QInt8, nodes_to_exclude=[*exclude_nodes, *(n for n in batched if n not in exclude_nodes)],
+            weight_type=QuantType.QInt8, nodes_to_exclude=excluded,
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},  # contrib ops of an optimised graph
         )
         _write_atomically(work / "int8.onnx", dst)
@@ -153,9 +150,16 @@ def quantize_int8(
         **_quantized_matmul_counts(rewritten, quantized),
         **_size_summary(before, count_ops(quantized), dst, per_channel, reduce_range, exclude_nodes),
         "preprocessed": preprocess and preprocess_error is None, "preprocess_error": preprocess_error,
-        **prepared,
-        "batched_weight_matmul": len(batched),
+        **prepared, "batched_weight_matmul": len(excluded) - len(exclude_nodes),
     }
+
+
+def _excluded_nodes(model: onnx.ModelProto, exclude_nodes: Sequence[str]) -> list[str]:
+    """``exclude_nodes`` (each checked to be in the graph), then the :func:`batched_weight_matmuls`
+    not among them: what int8 leaves in float. :func:`quantize_int8`'s summary counts the latter
+    as ``batched_weight_matmul``."""
+    _check_excluded(model, exclude_nodes)
+    return [*exclude_nodes, *(name for name in batched_weight_matmuls(model) if name not in exclude_nodes)]
 
 
 def batched_weight_matmuls(model: onnx.ModelProto) -> list[str]:
