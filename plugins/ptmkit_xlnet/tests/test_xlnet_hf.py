@@ -1,6 +1,7 @@
 """``ptmkit import-hf`` of XLNet checkpoints against transformers: small random-init ``XLNetModel``
-(exact GELU, unprefixed tensors) and ``XLNetLMHeadModel`` (tanh GELU, ``transformer.`` prefix,
-clamped relative distances) saved with ``save_pretrained`` give transformers' hidden states (1e-4,
+(exact GELU, unprefixed tensors), ``XLNetLMHeadModel`` (tanh GELU, ``transformer.`` prefix,
+clamped relative distances) and ``XLNetForSequenceClassification`` (its sequence summary is the
+ported ``pooled_output``) saved with ``save_pretrained`` give transformers' hidden states (1e-4,
 three shapes with two segments and ``<cls>``'s third, and a padded batch: transformers'
 left-padded rows against ptmkit's right-padded ones). The query stream under a permutation LM's
 masks (:mod:`ptmkit.objectives.plm`) gives transformers' ``XLNetModel(perm_mask=...,
@@ -34,6 +35,7 @@ PADDED_LENGTHS = [30, 12, 2]
 MODELS = {
     "model": ("XLNetModel", {"n_layer": 2, "ff_activation": "gelu"}),
     "lm": ("XLNetLMHeadModel", {"n_layer": 3, "ff_activation": "gelu_new", "clamp_len": 20}),
+    "classify": ("XLNetForSequenceClassification", {"n_layer": 1, "ff_activation": "gelu", "num_labels": 3}),
 }
 
 #: Makes the checkpoints (random init, seed 0) from the pieces and scores of a unigram
@@ -64,6 +66,8 @@ for name, (cls_name, extra) in job["models"].items():
             ids, types, mask = (torch.tensor(case[key]) for key in ("ids", "segments", "mask"))
             output = encoder(input_ids=ids, token_type_ids=types, attention_mask=mask)
             np.save(f"{out}/hidden-{i}.npy", output.last_hidden_state.numpy())
+            if name == "classify" and i < len(job["cases"]) - 1:  # summary_type "last": the last position
+                np.save(f"{out}/pooled-{i}.npy", model.sequence_summary(output.last_hidden_state).numpy())
         stream = job["two_stream"]
         output = encoder(input_ids=torch.tensor(stream["ids"]), token_type_ids=torch.tensor(stream["segments"]),
                          perm_mask=torch.tensor(stream["perm_mask"], dtype=torch.float32),
@@ -162,7 +166,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, l
     return work, json.loads(result.stdout.strip().splitlines()[-1]), ours, stream
 
 
-@pytest.mark.parametrize("name", ["model", "lm"])
+@pytest.mark.parametrize("name", ["model", "lm", "classify"])
 def test_imported_xlnet_matches_transformers(checkpoints: tuple, tmp_path: Path, name: str) -> None:
     from ptmkit.api import RunDir, get_registry
     from ptmkit.testing import load_backbone, main
@@ -184,6 +188,9 @@ def test_imported_xlnet_matches_transformers(checkpoints: tuple, tmp_path: Path,
         ours_states = np.asarray(out["sequence_output"])[real]
         assert np.max(np.abs(ours_states - theirs[their_real])) < 1e-4, (name, case["ids"].shape)
         assert np.std(theirs[their_real]) > 0.5  # not a degenerate reference
+        if name == "classify" and i < len(SHAPES):  # the ported sequence summary on the last token
+            pooled = np.load(work / name / f"pooled-{i}.npy")
+            assert np.max(np.abs(np.asarray(out["pooled_output"]) - pooled)) < 1e-4
     # the query stream under a permutation's masks (the plm objective's path)
     inputs = {key: stream[key] for key in ("token_ids", "segment_ids", "padding_mask")}
     query = backbone.query_stream_output(
@@ -193,7 +200,8 @@ def test_imported_xlnet_matches_transformers(checkpoints: tuple, tmp_path: Path,
     assert reference["class"] == "XLNetTokenizer" and reference["padding_side"] == "left"
     assert [e.ids for e in tokenizer.encode_batch(SENTENCES)] == reference["tokens"][name]
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert manifest["family"] == "xlnet" and manifest["imported_from"]["weights"]["sequence_summary"] is False
+    assert manifest["family"] == "xlnet"
+    assert manifest["imported_from"]["weights"]["sequence_summary"] is (name == "classify")
 
 
 def test_ptmkits_trained_tokenizer_is_transformers_xlnet_tokenizer(checkpoints: tuple) -> None:
