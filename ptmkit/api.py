@@ -19,8 +19,8 @@ Contract types (:mod:`ptmkit.contract`)
     and its ONNX Runtime :class:`GraphOptimizer`. What it can do, as ``typing.Protocol``\ s
     checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`, :class:`TrainsOnPairs`,
     :class:`EvaluatesPairs`,
-    :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`ImportsCheckpoints`, :class:`WritesOwnExport`, :class:`HasQuickstart` (families, with :class:`QuickstartPlan`), :class:`TrainsOnWordVectors`
-    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask` (backbones), :class:`KeepsLayers` (``ptmkit compress``), :class:`SharesEmbeddings` (a generator on the backbone's embeddings, ``rtd``); :func:`capabilities` lists what a family offers objectives and heads
+    :class:`ProvidesWordVectors`, :class:`ProvidesSentenceFeatures` (with :class:`SentenceFeatures`), :class:`ClassifiesRows`, :class:`ImportsCheckpoints`, :class:`WritesOwnExport`, :class:`HasQuickstart` (families, with :class:`QuickstartPlan`), :class:`TrainsOnWordVectors`
+    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask` (backbones), :class:`KeepsLayers` (``ptmkit compress``), :class:`SharesEmbeddings` (a generator on the backbone's embeddings, ``rtd``); :func:`pooled_states` and :func:`averaged_word_vectors` build a family's :class:`SentenceFeatures` (:mod:`ptmkit.features`); :func:`capabilities` lists what a family offers objectives and heads
     (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`HIDDEN_STATES`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`, :data:`SELF_ATTENTION_MASK`).
 
 Errors (:mod:`ptmkit.errors`)
@@ -130,12 +130,14 @@ from ptmkit.contract import (
     ModelFamily,
     Objective,
     OutputSpec,
+    ProvidesSentenceFeatures,
     ProvidesWordVectors,
     QuickstartPlan,
     Record,
     Resumable,
     RowClassifier,
     ScoresHeldoutLines,
+    SentenceFeatures,
     SharesEmbeddings,
     SpecialTokens,
     TrainedHead,
@@ -153,6 +155,7 @@ from ptmkit.data.unigram import train_unigram, unigram_tokenizer
 from ptmkit.data.wordpiece import SPECIALS as WORDPIECE_SPECIALS
 from ptmkit.data.wordpiece import load_checkpoint_wordpiece, train_wordpiece, wordpiece_special_tokens
 from ptmkit.errors import ConfigError, DataError, ExportError, PluginError, PtmkitError, RunDirError
+from ptmkit.features import averaged_word_vectors, pooled_states
 from ptmkit.hf_checkpoints import (
     CheckpointError,
     assemble_import,
@@ -253,8 +256,10 @@ __all__ = [
     "Objective",
     "QuickstartPlan",
     "OutputSpec",
+    "ProvidesSentenceFeatures",
     "ProvidesWordVectors",
     "Record",
+    "SentenceFeatures",
     "Resumable",
     "RowClassifier",
     "ScoresHeldoutLines",
@@ -269,6 +274,8 @@ __all__ = [
     "TrainsOnWordVectors",
     "capabilities",
     "WordVectorFamily",
+    "averaged_word_vectors",
+    "pooled_states",
     # errors
     "ConfigError",
     "DataError",

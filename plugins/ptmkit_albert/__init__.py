@@ -23,7 +23,9 @@ from ptmkit.api import (
     Limits,
     ModelFamily,
     OutputSpec,
+    SentenceFeatures,
     hookimpl,
+    pooled_states,
 )
 from ptmkit_albert.config import AlbertConfig
 from ptmkit_albert.tokenizer import SPECIAL_TOKEN_NAMES
@@ -52,6 +54,11 @@ class AlbertFamily(ClsSepInputs, ModelFamily):
     provides = frozenset({TOKEN_EMBEDDING})
     default_objectives = ("mlm", "sop")  # section 3.1 / 4.1: MLM + SOP
     hf_model_types = frozenset({"albert"})
+
+    def sentence_features(self, run_dir: Path) -> SentenceFeatures:
+        """Probe features: the last layer's ``sequence_output`` mean-pooled over the padding mask
+        (:func:`ptmkit.api.pooled_states`), ``ptmkit embed``'s mean pooling."""
+        return pooled_states(run_dir)
 
     def limits(self, config: AlbertConfig) -> Limits:
         """``max_sequence_length`` position embeddings, ``vocabulary_size`` token embeddings."""

@@ -21,8 +21,10 @@ from ptmkit.api import (
     Limits,
     ModelFamily,
     OutputSpec,
+    SentenceFeatures,
     SpecialTokens,
     hookimpl,
+    pooled_states,
 )
 from ptmkit_bert.config import BertConfig
 from ptmkit_bert.hf import import_hf
@@ -49,6 +51,11 @@ class BertFamily(ClsSepInputs, ModelFamily):
     provides = frozenset({TOKEN_EMBEDDING, SELF_ATTENTION_MASK})
     default_objectives = ("mlm",)
     hf_model_types = frozenset({"bert"})
+
+    def sentence_features(self, run_dir: Path) -> SentenceFeatures:
+        """Probe features: the last layer's ``sequence_output`` mean-pooled over the padding mask
+        (:func:`ptmkit.api.pooled_states`), ``ptmkit embed``'s mean pooling."""
+        return pooled_states(run_dir)
 
     def limits(self, config: BertConfig) -> Limits:
         """``max_sequence_length`` position embeddings (an imported checkpoint's

@@ -26,9 +26,11 @@ from ptmkit.api import (
     Limits,
     ModelFamily,
     OutputSpec,
+    SentenceFeatures,
     SpecialTokens,
     generator_width,
     hookimpl,
+    pooled_states,
 )
 from ptmkit_electra.config import ElectraConfig
 
@@ -56,6 +58,11 @@ class ElectraFamily(ClsSepInputs, ModelFamily):
     provides = frozenset({TOKEN_EMBEDDING})
     default_objectives = ("rtd",)
     hf_model_types = frozenset({"electra"})
+
+    def sentence_features(self, run_dir: Path) -> SentenceFeatures:
+        """Probe features: the last layer's ``sequence_output`` mean-pooled over the padding mask
+        (:func:`ptmkit.api.pooled_states`), ``ptmkit embed``'s mean pooling."""
+        return pooled_states(run_dir)
 
     def limits(self, config: ElectraConfig) -> Limits:
         """``max_sequence_length`` position embeddings, ``vocabulary_size`` token embeddings."""
