@@ -19,8 +19,8 @@ Contract types (:mod:`ptmkit.contract`)
     and its ONNX Runtime :class:`GraphOptimizer`. What it can do, as ``typing.Protocol``\ s
     checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`, :class:`TrainsOnPairs`,
     :class:`EvaluatesPairs`,
-    :class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`ImportsCheckpoints`, :class:`WritesOwnExport`, :class:`HasQuickstart` (families, with :class:`QuickstartPlan`), :class:`TrainsOnWordVectors`
-    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask` and :class:`TwoStreamAttention` (backbones), :class:`KeepsLayers` (``ptmkit compress``), :class:`SharesEmbeddings` (a generator on the backbone's embeddings, ``rtd``); :func:`capabilities` lists what a family offers objectives and heads
+    :class:`ProvidesWordVectors`, :class:`ProvidesSentenceFeatures` (with :class:`SentenceFeatures`), :class:`ClassifiesRows`, :class:`ImportsCheckpoints`, :class:`WritesOwnExport`, :class:`HasQuickstart` (families, with :class:`QuickstartPlan`), :class:`TrainsOnWordVectors`
+    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask` and :class:`TwoStreamAttention` (backbones), :class:`KeepsLayers` (``ptmkit compress``), :class:`SharesEmbeddings` (a generator on the backbone's embeddings, ``rtd``); :func:`pooled_states` and :func:`averaged_word_vectors` build a family's :class:`SentenceFeatures` (:mod:`ptmkit.features`); :func:`capabilities` lists what a family offers objectives and heads
     (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`HIDDEN_STATES`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`, :data:`SELF_ATTENTION_MASK`, :data:`TWO_STREAM_ATTENTION`).
 
 Errors (:mod:`ptmkit.errors`)
@@ -63,7 +63,8 @@ Data and training glue (:mod:`ptmkit.data.readers`, :mod:`ptmkit.training`)
     (WordPiece, for every family whose vocabulary is WordPiece, and its import from a checkpoint); :func:`train_unigram`,
     :func:`unigram_tokenizer` (SentencePiece-style unigram pieces: ALBERT, T5, XLNet); :func:`derive_inputs` (a family's declared inputs from
     token ids, segment ids and a padding mask); :func:`pack_cls_sep` (BERT's ``[CLS] A [SEP] B [SEP]``
-    packing with segment ids); :func:`quiet_tensorflow`, :func:`seed_everything`;
+    packing with segment ids) and :class:`ClsSepInputs` (a family's ``pack`` and
+    ``num_special_tokens`` for it); :func:`quiet_tensorflow`, :func:`seed_everything`;
     :func:`macro_f1`, :func:`top1_gold` (precision at 1 on lines with several labels);
     :class:`AdamW`; checkpoint and resume of a Keras ``fit`` (:class:`CheckpointCallback`,
     :func:`restore_state`, :func:`latest_step`, :func:`interrupt_note`, :func:`step_dataset`:
@@ -130,12 +131,14 @@ from ptmkit.contract import (
     ModelFamily,
     Objective,
     OutputSpec,
+    ProvidesSentenceFeatures,
     ProvidesWordVectors,
     QuickstartPlan,
     Record,
     Resumable,
     RowClassifier,
     ScoresHeldoutLines,
+    SentenceFeatures,
     SharesEmbeddings,
     SpecialTokens,
     TrainedHead,
@@ -149,11 +152,12 @@ from ptmkit.contract import (
 from ptmkit.data.byte_level_bpe import byte_level_tokenizer, train_byte_level_bpe
 from ptmkit.data.parallel import ParallelCorpus, read_parallel
 from ptmkit.data.readers import is_labelled, read_corpus, read_labelled, read_multilabelled
-from ptmkit.data.tokenization import derive_inputs, pack_cls_sep
+from ptmkit.data.tokenization import ClsSepInputs, derive_inputs, pack_cls_sep
 from ptmkit.data.unigram import train_unigram, unigram_tokenizer
 from ptmkit.data.wordpiece import SPECIALS as WORDPIECE_SPECIALS
 from ptmkit.data.wordpiece import load_checkpoint_wordpiece, train_wordpiece, wordpiece_special_tokens
 from ptmkit.errors import ConfigError, DataError, ExportError, PluginError, PtmkitError, RunDirError
+from ptmkit.features import averaged_word_vectors, pooled_states
 from ptmkit.hf_checkpoints import (
     CheckpointError,
     assemble_import,
@@ -227,6 +231,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "pack_cls_sep",
+    "ClsSepInputs",
     # hook markers
     "__version__",
     "hookimpl",
@@ -254,8 +259,10 @@ __all__ = [
     "Objective",
     "QuickstartPlan",
     "OutputSpec",
+    "ProvidesSentenceFeatures",
     "ProvidesWordVectors",
     "Record",
+    "SentenceFeatures",
     "Resumable",
     "RowClassifier",
     "ScoresHeldoutLines",
@@ -271,6 +278,8 @@ __all__ = [
     "TrainsOnWordVectors",
     "capabilities",
     "WordVectorFamily",
+    "averaged_word_vectors",
+    "pooled_states",
     # errors
     "ConfigError",
     "DataError",

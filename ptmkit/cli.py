@@ -416,6 +416,47 @@ def embed(
         stdout.print_json(json.dumps(record), indent=None)
 
 
+@app.command()
+def probe(
+    run: Annotated[Path, typer.Argument(help="A pre-trained or imported run directory of any family that gives sentence features (word vectors, encoders, decoders, ELMo).")],
+    task: Annotated[Path, typer.Option("--task", help="Labelled training file (.tsv with label and text columns, fastText's __label__ lines, ...).")],
+    dev: Annotated[Path, typer.Option("--dev", help="Labelled dev file (its labels must occur in --task).")],
+    test: Annotated[Path | None, typer.Option("--test", help="Labelled test file.", show_default=False)] = None,
+    c: Annotated[float, typer.Option("--c", help="Inverse L2 penalty of the logistic regression (scikit-learn's C).")] = 1.0,
+    max_iter: Annotated[int, typer.Option("--max-iter", min=1, help="L-BFGS iterations at most.")] = 1000,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write the result as JSON to this file (atomically).", show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON instead of a table.")] = False,
+) -> None:
+    """Linear probe: logistic regression on the run's frozen sentence features (averaged word
+    vectors, mean-pooled hidden states, ELMo's averaged layers), standardised; dev and test accuracy.
+
+    The same classifier for every family, so runs compare on one task; nothing is written into the run."""
+    from ptmkit.probe import probe as run_probe
+
+    if not c > 0:
+        raise PtmkitError(f"--c {c}: the inverse penalty must be > 0")
+    result = run_probe(run, task, dev, test, c, max_iter, console)
+    if out is not None:
+        from ptmkit.io import atomic_write_json
+
+        atomic_write_json(out, result)
+        console.print(f"wrote {out}", markup=False, highlight=False)
+    if as_json:
+        stdout.print_json(json.dumps(result))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"probe: {run}")
+    for column in ("family", "features", "dim", "train", "dev acc", "test acc", "C", "iterations"):
+        table.add_column(column)
+    test_accuracy = "-" if result["test_accuracy"] is None else f"{result['test_accuracy']:.4f}"
+    table.add_row(
+        result["family"], result["feature_kind"], str(result["feature_dim"]), f"{result['train']:,}", f"{result['dev_accuracy']:.4f}", test_accuracy,
+        f"{result['C']:g}", f"{result['iterations']}{'' if result['converged'] else ' (not converged)'}",
+    )
+    stdout.print(table)
+
+
 #: Characters of a text `ptmkit predict` echoes in its JSON line without --echo.
 ECHO_CHARS = 80
 #: Significant digits of the probabilities `ptmkit predict` prints (fastText's predict-prob: 6).

@@ -37,7 +37,7 @@ UTF-8 bytes, see :mod:`ptmkit_export.fields`), or a family's own featurizer (``r
 
 **Capabilities.** What a family or head can do beyond building a backbone is a small
 :class:`typing.Protocol`, checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
-:class:`ProvidesWordVectors`, :class:`ClassifiesRows`, :class:`WritesOwnExport`, :class:`TrainsOnWordVectors`,
+:class:`ProvidesWordVectors`, :class:`ProvidesSentenceFeatures`, :class:`ClassifiesRows`, :class:`WritesOwnExport`, :class:`TrainsOnWordVectors`,
 :class:`TrainsOnPairs`, :class:`EvaluatesPairs`,
 :class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask` and :class:`TwoStreamAttention` (backbones), :class:`KeepsLayers`,
 :class:`SharesEmbeddings`. A family has the capability by defining the protocol's methods; there is no flag to keep in step.
@@ -478,6 +478,40 @@ class ProvidesWordVectors(Protocol):
 
         Raises:
             RunDirError: missing or corrupted files.
+        """
+        ...
+
+
+class SentenceFeatures(NamedTuple):
+    """Frozen sentence features of a run, what ``ptmkit probe`` trains its classifier on.
+
+    Attributes:
+        kind: str. One line saying what the features are, for tables (``"averaged word vectors"``,
+            ``"mean-pooled sequence_output"``).
+        dim: int. The feature dimension.
+        featurize: a function from a list of texts to their ``(len(texts), dim)`` float32
+            features; deterministic (no dropout), the same text always gives the same row.
+    """
+
+    kind: str
+    dim: int
+    featurize: Callable[[list[str]], np.ndarray]
+
+
+@runtime_checkable
+class ProvidesSentenceFeatures(Protocol):
+    """A family whose finished runs give a fixed-size feature vector per text: ``ptmkit probe``
+    trains the same logistic regression on any such run (the lineage table). The core's helpers
+    :func:`ptmkit.features.averaged_word_vectors` and :func:`ptmkit.features.pooled_states`
+    build the usual ones (averaged static word vectors; hidden states mean-pooled over the
+    padding mask, layers averaged first for a ``(batch, layers, sequence, hidden)`` output)."""
+
+    def sentence_features(self, run_dir: Path) -> SentenceFeatures:
+        """The sentence features of the finished run in ``run_dir``, weights loaded.
+
+        Raises:
+            RunDirError: not a run whose features this family can give (a fine-tuned run, a
+                missing or corrupted file); one line naming the directory.
         """
         ...
 

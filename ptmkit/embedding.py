@@ -39,8 +39,12 @@ def read_pooling(run: RunDir) -> dict[str, Any]:
     return pooling
 
 
-def build_embedding_model(backbone: Any, pooling: dict[str, Any], mask_input: str | None = None) -> Any:
+def build_embedding_model(backbone: Any, pooling: dict[str, Any], mask_input: str | None = None, output: str = "sequence_output") -> Any:
     """A Keras model: the backbone's inputs -> ``embeddings``, ``(batch, hidden)`` float32.
+
+    ``output`` names the backbone output pooled: ``(batch, sequence, hidden)``, or ``(batch,
+    layers, sequence, hidden)`` (e.g. ``hidden_states``), which is first averaged over its layers
+    (a scalar mix with equal weights and scale 1, Peters et al. 2018, eq. 1).
 
     ``mean``: the average of ``sequence_output`` over positions where the ``mask_input`` (the
     family's ``attention_mask`` input) is 1 (the count clamped at 1e-9, as sentence-transformers
@@ -54,7 +58,9 @@ def build_embedding_model(backbone: Any, pooling: dict[str, Any], mask_input: st
     from ptmkit.training.pretrain import backbone_inputs
 
     inputs = backbone_inputs(backbone)
-    hidden = backbone(inputs)["sequence_output"]
+    hidden = backbone(inputs)[output]
+    if len(hidden.shape) == 4:
+        hidden = ops.mean(hidden, axis=1)
     if mask_input is not None:
         mask = ops.expand_dims(ops.cast(inputs[mask_input], hidden.dtype), -1)
     else:

@@ -264,6 +264,55 @@ def ptmkit_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     return run
 
 
+def hf_reference(script: str, job: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
+    """Run a Hugging Face ``transformers`` reference ``script`` in a child Python process.
+
+    The script reads ``job`` as JSON on stdin (typically: where to ``save_pretrained`` a
+    random-init model, the shapes and sentences to run) and prints its results as JSON on its last
+    stdout line, which is returned. It runs apart because torch crashes when it is imported after
+    TensorFlow, which a test process has loaded. Skips the calling test when torch or transformers
+    is not installed (ptmkit's test extra installs both); fails it, with the child's stderr, when
+    the script exits non-zero.
+    """
+    import importlib.util
+    import json
+
+    for module in ("torch", "transformers"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"the test extra installs {module}")
+    result = subprocess.run([sys.executable, "-c", script], input=json.dumps(job), capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def edit_hf_config(directory: Path, **changes: Any) -> None:
+    """Overwrite keys of ``directory/config.json`` (a Hugging Face checkpoint) with ``changes``."""
+    import json
+
+    path = Path(directory) / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text(encoding="utf-8")), **changes}), encoding="utf-8")
+
+
+def import_hf_refusal(checkpoint: Path, breaker: Callable[[Path], object], workdir: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """Copy ``checkpoint`` into ``workdir``, break the copy with ``breaker(copy)``, and check that
+    ``ptmkit import-hf COPY --out RUN`` refuses it as bad input should: exit code 2, exactly one
+    line on stderr, and no run directory left behind. Returns that line (for the caller to check
+    that it names the file and key)."""
+    import shutil
+
+    from ptmkit.cli import main
+
+    directory, out = Path(workdir) / "ckpt", Path(workdir) / "run"
+    shutil.copytree(checkpoint, directory)
+    breaker(directory)
+    capsys.readouterr()
+    assert main(["import-hf", str(directory), "--out", str(out)]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert not out.exists()
+    return lines[0]
+
+
 #: The core's stages a plugin's tests drive directly, reachable as ``from ptmkit.testing import
 #: NAME`` so that plugin tests, like plugin code, import one declared surface: the command line's
 #: ``main(argv) -> exit code``, the pre-training/fine-tuning/export/embedding stages and the

@@ -81,3 +81,21 @@ def test_paths_and_ports_fail_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError) as raised, porting_weights("w.safetensors"):
         raise KeyError("encoder.layer.0")
     assert str(raised.value) == "w.safetensors: cannot read weights (KeyError: 'encoder.layer.0')"
+
+
+def test_an_unsupported_model_type_lists_every_installed_importer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``import-hf`` of a ``model_type`` no family reads: one line naming the file, the type and
+    every type the installed families import (the in-tree plugins all registered)."""
+    from inplugins import registered
+
+    from ptmkit.contract import ImportsCheckpoints
+    from ptmkit.plugins import get_registry
+    from ptmkit.testing import import_hf_refusal
+
+    (tmp_path / "source").mkdir()
+    (tmp_path / "source" / "config.json").write_text(json.dumps({"model_type": "mamba"}))
+    with registered():
+        supported = {t for f in get_registry().families.values() if isinstance(f, ImportsCheckpoints) for t in f.hf_model_types}
+        line = import_hf_refusal(tmp_path / "source", lambda _: None, tmp_path, capsys)
+    assert {"bert", "roberta", "gpt2", "electra", "albert"} <= supported
+    assert "config.json" in line and "'mamba'" in line and all(t in line for t in supported), line

@@ -17,13 +17,15 @@ from typing import Any
 
 from ptmkit.api import (
     TOKEN_EMBEDDING,
+    ClsSepInputs,
     GraphOptimizer,
     InputSpec,
     Limits,
     ModelFamily,
     OutputSpec,
-    SpecialTokens,
+    SentenceFeatures,
     hookimpl,
+    pooled_states,
 )
 from ptmkit_albert.config import AlbertConfig
 from ptmkit_albert.tokenizer import SPECIAL_TOKEN_NAMES
@@ -31,7 +33,7 @@ from ptmkit_albert.tokenizer import SPECIAL_TOKEN_NAMES
 __all__ = ["AlbertConfig", "AlbertFamily"]
 
 
-class AlbertFamily(ModelFamily):
+class AlbertFamily(ClsSepInputs, ModelFamily):
     """ALBERT (Lan et al. 2020): a unigram vocabulary, BERT's encoder with a factorised embedding
     and cross-layer parameter sharing, ``[CLS] A [SEP] B [SEP]`` inputs; pre-trained by masked LM
     and sentence-order prediction (section 3.1, the core's ``mlm`` and ``sop``)."""
@@ -52,6 +54,11 @@ class AlbertFamily(ModelFamily):
     provides = frozenset({TOKEN_EMBEDDING})
     default_objectives = ("mlm", "sop")  # section 3.1 / 4.1: MLM + SOP
     hf_model_types = frozenset({"albert"})
+
+    def sentence_features(self, run_dir: Path) -> SentenceFeatures:
+        """Probe features: the last layer's ``sequence_output`` mean-pooled over the padding mask
+        (:func:`ptmkit.api.pooled_states`), ``ptmkit embed``'s mean pooling."""
+        return pooled_states(run_dir)
 
     def limits(self, config: AlbertConfig) -> Limits:
         """``max_sequence_length`` position embeddings, ``vocabulary_size`` token embeddings."""
@@ -85,16 +92,7 @@ class AlbertFamily(ModelFamily):
 
         return import_hf(directory, out, console=console)
 
-    def num_special_tokens(self, pair: bool) -> int:
-        return 3 if pair else 2
 
-    def pack(
-        self, first: list[int], second: list[int] | None, sequence_length: int, specials: SpecialTokens
-    ) -> tuple[list[int], list[int]]:
-        """``[CLS] first [SEP]`` or ``[CLS] first [SEP] second [SEP]``, segment ids 0 then 1."""
-        from ptmkit.api import pack_cls_sep
-
-        return pack_cls_sep(first, second, sequence_length, specials["cls"], specials["sep"])
 
 
 @hookimpl

@@ -15,13 +15,16 @@ from typing import Any
 from ptmkit.api import (
     SELF_ATTENTION_MASK,
     TOKEN_EMBEDDING,
+    ClsSepInputs,
     GraphOptimizer,
     InputSpec,
     Limits,
     ModelFamily,
     OutputSpec,
+    SentenceFeatures,
     SpecialTokens,
     hookimpl,
+    pooled_states,
 )
 from ptmkit_bert.config import BertConfig
 from ptmkit_bert.hf import import_hf
@@ -29,7 +32,7 @@ from ptmkit_bert.hf import import_hf
 __all__ = ["BertConfig", "BertFamily", "import_hf"]
 
 
-class BertFamily(ModelFamily):
+class BertFamily(ClsSepInputs, ModelFamily):
     """BERT (Devlin et al. 2019): WordPiece, a transformer encoder, ``[CLS] A [SEP] B [SEP]`` inputs."""
 
     name = "bert"
@@ -48,6 +51,11 @@ class BertFamily(ModelFamily):
     provides = frozenset({TOKEN_EMBEDDING, SELF_ATTENTION_MASK})
     default_objectives = ("mlm",)
     hf_model_types = frozenset({"bert"})
+
+    def sentence_features(self, run_dir: Path) -> SentenceFeatures:
+        """Probe features: the last layer's ``sequence_output`` mean-pooled over the padding mask
+        (:func:`ptmkit.api.pooled_states`), ``ptmkit embed``'s mean pooling."""
+        return pooled_states(run_dir)
 
     def limits(self, config: BertConfig) -> Limits:
         """``max_sequence_length`` position embeddings (an imported checkpoint's
@@ -86,8 +94,6 @@ class BertFamily(ModelFamily):
 
         return special_tokens(tokenizer)
 
-    def num_special_tokens(self, pair: bool) -> int:
-        return 3 if pair else 2
 
     def import_checkpoint(self, directory: Path, out: Path, console: Any) -> dict[str, Any]:
         """A Hugging Face BERT checkpoint as a pre-trained run (:func:`ptmkit_bert.hf.import_hf`;
@@ -104,12 +110,6 @@ class BertFamily(ModelFamily):
             )
         return manifest
 
-    def pack(
-        self, first: list[int], second: list[int] | None, sequence_length: int, specials: SpecialTokens
-    ) -> tuple[list[int], list[int]]:
-        from ptmkit.api import pack_cls_sep
-
-        return pack_cls_sep(first, second, sequence_length, specials["cls"], specials["sep"])
 
 
 @hookimpl

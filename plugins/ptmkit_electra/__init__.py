@@ -20,21 +20,24 @@ from typing import Any
 
 from ptmkit.api import (
     TOKEN_EMBEDDING,
+    ClsSepInputs,
     GraphOptimizer,
     InputSpec,
     Limits,
     ModelFamily,
     OutputSpec,
+    SentenceFeatures,
     SpecialTokens,
     generator_width,
     hookimpl,
+    pooled_states,
 )
 from ptmkit_electra.config import ElectraConfig
 
 __all__ = ["ElectraConfig", "ElectraFamily"]
 
 
-class ElectraFamily(ModelFamily):
+class ElectraFamily(ClsSepInputs, ModelFamily):
     """ELECTRA (Clark et al. 2020): BERT's WordPiece and ``[CLS] A [SEP] B [SEP]`` inputs, an
     encoder whose embeddings are projected to its hidden size, pre-trained by replaced-token
     detection against a generator that shares its embeddings; only the discriminator is kept."""
@@ -55,6 +58,11 @@ class ElectraFamily(ModelFamily):
     provides = frozenset({TOKEN_EMBEDDING})
     default_objectives = ("rtd",)
     hf_model_types = frozenset({"electra"})
+
+    def sentence_features(self, run_dir: Path) -> SentenceFeatures:
+        """Probe features: the last layer's ``sequence_output`` mean-pooled over the padding mask
+        (:func:`ptmkit.api.pooled_states`), ``ptmkit embed``'s mean pooling."""
+        return pooled_states(run_dir)
 
     def limits(self, config: ElectraConfig) -> Limits:
         """``max_sequence_length`` position embeddings, ``vocabulary_size`` token embeddings."""
@@ -92,8 +100,6 @@ class ElectraFamily(ModelFamily):
 
         return wordpiece_special_tokens(tokenizer)
 
-    def num_special_tokens(self, pair: bool) -> int:
-        return 3 if pair else 2
 
     def import_checkpoint(self, directory: Path, out: Path, console: Any) -> dict[str, Any]:
         """A Hugging Face ELECTRA discriminator as a pre-trained run (:func:`ptmkit_electra.hf.import_hf`;
@@ -102,13 +108,6 @@ class ElectraFamily(ModelFamily):
 
         return import_hf(directory, out, console=console)
 
-    def pack(
-        self, first: list[int], second: list[int] | None, sequence_length: int, specials: SpecialTokens
-    ) -> tuple[list[int], list[int]]:
-        """``[CLS] first [SEP]`` (segment 0) and ``second [SEP]`` (segment 1), as BERT's."""
-        from ptmkit.api import pack_cls_sep
-
-        return pack_cls_sep(first, second, sequence_length, specials["cls"], specials["sep"])
 
 
 @hookimpl

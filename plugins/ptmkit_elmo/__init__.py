@@ -18,9 +18,21 @@ outside the input vocabulary (the core's ``char_ids`` spell them as ``<unk>``); 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
-from ptmkit.api import HIDDEN_STATES, InputSpec, Limits, ModelFamily, Objective, OutputSpec, SpecialTokens, hookimpl
+from ptmkit.api import (
+    HIDDEN_STATES,
+    InputSpec,
+    Limits,
+    ModelFamily,
+    Objective,
+    OutputSpec,
+    SentenceFeatures,
+    SpecialTokens,
+    hookimpl,
+    pooled_states,
+)
 from ptmkit_elmo.config import ELMoConfig
 from ptmkit_elmo.objectives import BACKWARD_OUTPUT, FORWARD_OUTPUT, UNK_ID, BiLM
 from ptmkit_elmo.tokenizer import BOS, EOS, MAX_CHARACTERS, PAD, UNK
@@ -50,6 +62,13 @@ class ELMoFamily(ModelFamily):
     # the paper's fine-tuning recipe (section 3.3): the biLM frozen, its layers mixed by learnt
     # softmax-normalised weights and a scale, the task model on the mix
     head_defaults = {"layers": "mix", "pooling": "mean", "freeze_backbone": True}
+
+    def sentence_features(self, run_dir: Path) -> SentenceFeatures:
+        """Probe features: the biLM's layers (the character-CNN token layer and each biLSTM layer,
+        ``hidden_states``) averaged with equal weights, the paper's scalar mix before any task
+        learns its weights (Peters et al. 2018, eq. 1), mean-pooled over the words of the text
+        (:func:`ptmkit.api.pooled_states`)."""
+        return pooled_states(run_dir, HIDDEN_STATES)
 
     def limits(self, config: ELMoConfig) -> Limits:
         """No position limit (LSTMs); token ids index the ``input_vocabulary_size`` words."""

@@ -23,8 +23,10 @@ from ptmkit.api import (
     Objective,
     OutputSpec,
     QuickstartPlan,
+    SentenceFeatures,
     SpecialTokens,
     hookimpl,
+    pooled_states,
 )
 from ptmkit_gpt.config import GPTConfig
 from ptmkit_gpt.objectives import CAUSAL_SEQUENCE_OUTPUT, CausalLM
@@ -49,6 +51,11 @@ class GPTFamily(ModelFamily):
     provides = frozenset({TOKEN_EMBEDDING, CAUSAL_SEQUENCE_OUTPUT})
     default_objectives = ("clm",)
     hf_model_types = frozenset({"gpt2"})
+
+    def sentence_features(self, run_dir: Path) -> SentenceFeatures:
+        """Probe features: the last layer's ``sequence_output`` mean-pooled over the padding mask
+        (:func:`ptmkit.api.pooled_states`), ``ptmkit embed``'s mean pooling."""
+        return pooled_states(run_dir)
 
     def limits(self, config: GPTConfig) -> Limits:
         """``max_sequence_length`` position embeddings, ``vocabulary_size`` token embeddings."""

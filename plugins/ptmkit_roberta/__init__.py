@@ -22,8 +22,10 @@ from ptmkit.api import (
     Limits,
     ModelFamily,
     OutputSpec,
+    SentenceFeatures,
     SpecialTokens,
     hookimpl,
+    pooled_states,
 )
 from ptmkit_roberta.config import RobertaConfig
 from ptmkit_roberta.tokenizer import SPECIAL_TOKEN_NAMES
@@ -51,6 +53,11 @@ class RobertaFamily(ModelFamily):
     provides = frozenset({TOKEN_EMBEDDING})
     default_objectives = ("mlm",)  # section 4.2: no NSP; [objectives.mlm] masking = "dynamic" is the core's default
     hf_model_types = frozenset({"roberta"})
+
+    def sentence_features(self, run_dir: Path) -> SentenceFeatures:
+        """Probe features: the last layer's ``sequence_output`` mean-pooled over the padding mask
+        (:func:`ptmkit.api.pooled_states`), ``ptmkit embed``'s mean pooling."""
+        return pooled_states(run_dir)
 
     def limits(self, config: RobertaConfig) -> Limits:
         """``max_sequence_length`` position embeddings, ``vocabulary_size`` token embeddings."""

@@ -21,8 +21,10 @@ from ptmkit.api import (
     Limits,
     ModelFamily,
     OutputSpec,
+    SentenceFeatures,
     SpecialTokens,
     hookimpl,
+    pooled_states,
 )
 from ptmkit_xlnet.config import XLNetConfig
 from ptmkit_xlnet.tokenizer import SPECIAL_TOKEN_NAMES
@@ -51,6 +53,11 @@ class XLNetFamily(ModelFamily):
     provides = frozenset({TOKEN_EMBEDDING, TWO_STREAM_ATTENTION})
     default_objectives = ("plm",)  # section 2.3: permutation LM, partial prediction K = 6
     hf_model_types = frozenset({"xlnet"})
+
+    def sentence_features(self, run_dir: Path) -> SentenceFeatures:
+        """Probe features: the last layer's ``sequence_output`` mean-pooled over the padding mask
+        (:func:`ptmkit.api.pooled_states`), ``ptmkit embed``'s mean pooling."""
+        return pooled_states(run_dir)
 
     def limits(self, config: XLNetConfig) -> Limits:
         """No position embeddings (relative encodings are computed for any length);

@@ -101,3 +101,18 @@ def pack_cls_sep(first: list[int], second: list[int] | None, sequence_length: in
         token_ids += [*second, sep]
         segment_ids += [1] * (len(second) + 1)
     return token_ids[:sequence_length], segment_ids[:sequence_length]
+
+
+class ClsSepInputs:
+    """Mixin for a :class:`~ptmkit.contract.ModelFamily` whose texts are packed as BERT's
+    ``[CLS] A [SEP] B [SEP]`` (Devlin et al. 2019; also ALBERT, ELECTRA): two special tokens around
+    one text, three around a pair, segment ids 0 then 1 (:func:`pack_cls_sep`). The family's
+    ``special_tokens`` must give the ``cls`` and ``sep`` roles."""
+
+    def num_special_tokens(self, pair: bool) -> int:
+        """2 for one text (``[CLS]``, ``[SEP]``), 3 for a pair."""
+        return 3 if pair else 2
+
+    def pack(self, first: list[int], second: list[int] | None, sequence_length: int, specials: Any) -> tuple[list[int], list[int]]:
+        """``[CLS] first [SEP]`` (segment 0) and ``second [SEP]`` (segment 1), cut to ``sequence_length``."""
+        return pack_cls_sep(first, second, sequence_length, specials["cls"], specials["sep"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from ptmkit.contract import InputSpec, ModelFamily
+from ptmkit.contract import InputSpec, ModelFamily, SentenceFeatures
 
 if TYPE_CHECKING:
     from ptmkit.wordvectors import WordVectors
@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 
 class WordVectorFamily(ModelFamily):
     """A family of static word vectors that trains itself and can resume
-    (:class:`~ptmkit.contract.Resumable`, :class:`~ptmkit.contract.ProvidesWordVectors`).
+    (:class:`~ptmkit.contract.Resumable`, :class:`~ptmkit.contract.ProvidesWordVectors`,
+    :class:`~ptmkit.contract.ProvidesSentenceFeatures`: averaged word vectors).
 
     Inputs ``row_ids`` ``(batch, rows)`` int32 and ``row_mask`` ``(batch, rows)`` float32 (the
     rows summed into a word's vector: one for a word, its n-grams too for a subword family);
@@ -23,7 +24,9 @@ class WordVectorFamily(ModelFamily):
     """
 
     #: How training uses a machine, for ``ptmkit config`` and the refusal of ``--distribute``.
-    scaling: ClassVar[str] = "trains itself in one process on one host (TensorFlow's CPU thread pools use its cores); it does not run under tf.distribute"
+    scaling: ClassVar[str] = (
+        "trains itself in one process on one host (TensorFlow's CPU thread pools use its cores); it does not run under tf.distribute"
+    )
     #: ``scaling`` of the word-prediction families (word2vec, fastText: :mod:`ptmkit.wordvectors.kernel`
     #: and :mod:`ptmkit.wordvectors.training`).
     PRODUCER_AND_STEP: ClassVar[str] = (
@@ -39,6 +42,17 @@ class WordVectorFamily(ModelFamily):
         from ptmkit.wordvectors import load_run_vectors
 
         return load_run_vectors(run_dir)
+
+    def sentence_features(self, run_dir: Path) -> SentenceFeatures:
+        """The mean of a text's word vectors (:func:`ptmkit.features.averaged_word_vectors`),
+        lower-cased as the run's ``model.lowercase`` says (:class:`~ptmkit.contract.ProvidesSentenceFeatures`).
+
+        Raises:
+            RunDirError: missing or corrupted vector files.
+        """
+        from ptmkit.features import averaged_word_vectors, run_lowercase
+
+        return averaged_word_vectors(self.load_word_vectors(run_dir), run_lowercase(run_dir))
 
     def has_checkpoint(self, run_dir: Path) -> bool:
         """Whether ``run_dir`` holds an epoch checkpoint

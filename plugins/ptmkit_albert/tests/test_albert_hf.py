@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 from inplugins import in_tree_plugins  # noqa: F401 - the fixture
 
 from ptmkit.testing import TOKENIZER_SENTENCES as SENTENCES
-from ptmkit.testing import write_tiny_corpus
+from ptmkit.testing import edit_hf_config, hf_reference, import_hf_refusal, write_tiny_corpus
 
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 
@@ -94,9 +93,6 @@ print(json.dumps(result))
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """Two random-init ALBERT checkpoints saved by transformers (``model``, ``mlm``), transformers'
     outputs on them, and ptmkit's trained tokenizer (``work/tokenizer.json``)."""
-    for module in ("torch", "transformers"):
-        if importlib.util.find_spec(module) is None:
-            pytest.skip(f"the test extra installs {module}")
     from ptmkit_albert.tokenizer import train_albert_unigram
 
     work = tmp_path_factory.mktemp("albert-hf")
@@ -113,11 +109,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
         "models": MODELS,
         "spiece": spiece and str(spiece),
     }
-    result = subprocess.run(
-        [sys.executable, "-c", REFERENCE_SCRIPT], input=json.dumps(job), capture_output=True, text=True, timeout=600
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return work, json.loads(result.stdout.strip().splitlines()[-1])
+    return work, hf_reference(REFERENCE_SCRIPT, job)
 
 
 @pytest.mark.parametrize("name", ["model", "mlm"])
@@ -225,20 +217,20 @@ def test_spiece_model_alone_needs_sentencepiece(
     ("breaker", "needles"),
     [
         (
-            lambda d: _edit_config(d, embedding_size=8),
+            lambda d: edit_hf_config(d, embedding_size=8),
             ["model.safetensors", "'embeddings.word_embeddings.weight'", ", 16]", ", 8]"],
         ),
         (
-            lambda d: _edit_config(d, num_hidden_groups=4),
+            lambda d: edit_hf_config(d, num_hidden_groups=4),
             ["model.safetensors", "missing tensor 'encoder.albert_layer_groups.2."],
         ),
         (
-            lambda d: _edit_config(d, num_hidden_groups=3),
+            lambda d: edit_hf_config(d, num_hidden_groups=3),
             ["config.json", "'num_hidden_groups' = 3 does not divide 'num_hidden_layers' = 4"],
         ),
-        (lambda d: _edit_config(d, hidden_act="silu"), ["config.json", "'hidden_act' = 'silu'", "supported: gelu_new"]),
+        (lambda d: edit_hf_config(d, hidden_act="silu"), ["config.json", "'hidden_act' = 'silu'", "supported: gelu_new"]),
         (
-            lambda d: _edit_config(d, position_embedding_type="relative_key"),
+            lambda d: edit_hf_config(d, position_embedding_type="relative_key"),
             ["config.json", "'position_embedding_type'"],
         ),
         (
@@ -257,30 +249,6 @@ def test_spiece_model_alone_needs_sentencepiece(
         "no tokenizer",
     ],
 )
-def test_bad_checkpoints_are_refused_in_one_line(
-    checkpoints: tuple[Path, dict], tmp_path: Path, capsys, breaker, needles: list[str]
-) -> None:
-    from ptmkit.testing import main
-
-    directory = tmp_path / "ckpt"
-    shutil.copytree(checkpoints[0] / "model", directory)
-    breaker(directory)
-    assert main(["import-hf", str(directory), "--out", str(tmp_path / "run")]) == 2
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(lines) == 1 and all(needle in lines[0] for needle in needles), lines
-    assert not (tmp_path / "run").exists()
-
-
-def test_an_unsupported_model_type_lists_albert_among_the_supported(tmp_path: Path, capsys) -> None:
-    from ptmkit.testing import main
-
-    (tmp_path / "ckpt").mkdir()
-    (tmp_path / "ckpt" / "config.json").write_text(json.dumps({"model_type": "t5"}))
-    assert main(["import-hf", str(tmp_path / "ckpt"), "--out", str(tmp_path / "run")]) == 2
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "'t5'" in lines[0] and "albert" in lines[0], lines
-
-
-def _edit_config(directory: Path, **changes: object) -> None:
-    path = directory / "config.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+def test_bad_checkpoints_are_refused_in_one_line(checkpoints: tuple[Path, dict], tmp_path: Path, capsys, breaker, needles: list[str]) -> None:
+    line = import_hf_refusal(checkpoints[0] / "model", breaker, tmp_path, capsys)
+    assert all(needle in line for needle in needles), line

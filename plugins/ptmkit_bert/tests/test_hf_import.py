@@ -130,6 +130,18 @@ def test_sentence_embeddings_match_sentence_transformers(imported: Path, referen
     assert np.array_equal(np.argmax(similarity, axis=1), np.arange(len(texts)))
 
 
+def test_probe_features_are_sentence_transformers_embeddings_before_normalisation(imported: Path, reference: dict[str, np.ndarray]) -> None:
+    """``ptmkit probe`` on the imported run: mean-pooled hidden states over the padding mask, which
+    L2-normalised are sentence-transformers' embeddings (the probe leaves the normalisation out)."""
+    features = BertFamily().sentence_features(imported)
+    texts = [str(t) for t in reference["texts"]]
+    vectors = features.featurize(texts)
+    assert (features.kind, features.dim, vectors.shape) == ("mean-pooled sequence_output", 384, (len(texts), 384))
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    assert np.all(norms > 1.5)  # not normalised
+    assert np.max(np.abs(vectors / norms - reference["sentence_embedding"])) <= 1e-5
+
+
 def test_token_ids_match_the_checkpoints_tokenizer(imported: Path, checkpoint: Path) -> None:
     from tokenizers import Tokenizer
 

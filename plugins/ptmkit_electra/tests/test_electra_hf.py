@@ -7,11 +7,8 @@ subprocess: torch crashes when it is imported after TensorFlow, which the suite 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +16,7 @@ import pytest
 from inplugins import in_tree_plugins  # noqa: F401 - the fixture
 
 from ptmkit.testing import TOKENIZER_SENTENCES as SENTENCES
-from ptmkit.testing import write_tiny_corpus
+from ptmkit.testing import edit_hf_config, hf_reference, import_hf_refusal, write_tiny_corpus
 
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 
@@ -73,9 +70,6 @@ print(json.dumps(result))
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """Two random-init ELECTRA checkpoints saved by transformers (``model``, ``pretraining``) and
     transformers' outputs on them."""
-    for module in ("torch", "transformers"):
-        if importlib.util.find_spec(module) is None:
-            pytest.skip(f"the test extra installs {module}")
     from ptmkit.api import train_wordpiece
 
     work = tmp_path_factory.mktemp("electra-hf")
@@ -83,9 +77,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     texts = corpus.read_text(encoding="utf-8").splitlines() + SENTENCES
     train_wordpiece(texts, 500, lowercase=True, min_frequency=1).save(str(work / "tokenizer.json"))
     job = {"work": str(work), "tokenizer": str(work / "tokenizer.json"), "shapes": SHAPES, "padded": PADDED_LENGTHS, "sentences": SENTENCES}
-    result = subprocess.run([sys.executable, "-c", REFERENCE_SCRIPT], input=json.dumps(job), capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return work, json.loads(result.stdout.strip().splitlines()[-1])
+    return work, hf_reference(REFERENCE_SCRIPT, job)
 
 
 @pytest.mark.parametrize("name", ["model", "pretraining"])
@@ -127,38 +119,16 @@ def test_vocab_txt_gives_the_tokenizer_json_ids(checkpoints: tuple[Path, dict], 
 @pytest.mark.parametrize(
     ("breaker", "needles"),
     [
-        (lambda d: _edit_config(d, embedding_size=32), ["model.safetensors", "'embeddings.word_embeddings.weight'", "[500, 16]", "[500, 32]"]),
-        (lambda d: _edit_config(d, num_hidden_layers=3), ["model.safetensors", "missing tensor 'encoder.layer.2.", "3 layers"]),
-        (lambda d: _edit_config(d, hidden_act="silu"), ["config.json", "'hidden_act' = 'silu'", "supported: gelu"]),
-        (lambda d: _edit_config(d, position_embedding_type="relative_key"), ["config.json", "'position_embedding_type'"]),
-        (lambda d: _edit_config(d, embedding_size=0), ["config.json", "'embedding_size'"]),
+        (lambda d: edit_hf_config(d, embedding_size=32), ["model.safetensors", "'embeddings.word_embeddings.weight'", "[500, 16]", "[500, 32]"]),
+        (lambda d: edit_hf_config(d, num_hidden_layers=3), ["model.safetensors", "missing tensor 'encoder.layer.2.", "3 layers"]),
+        (lambda d: edit_hf_config(d, hidden_act="silu"), ["config.json", "'hidden_act' = 'silu'", "supported: gelu"]),
+        (lambda d: edit_hf_config(d, position_embedding_type="relative_key"), ["config.json", "'position_embedding_type'"]),
+        (lambda d: edit_hf_config(d, embedding_size=0), ["config.json", "'embedding_size'"]),
         (lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 10), ["model.safetensors", "not a readable safetensors file"]),
         (lambda d: (d / "tokenizer.json").unlink() or (d / "vocab.txt").unlink(missing_ok=True), ["no tokenizer.json or vocab.txt"]),
     ],
     ids=["embedding size", "layers", "activation", "relative positions", "zero embedding size", "truncated weights", "no tokenizer"],
 )
 def test_bad_checkpoints_are_refused_in_one_line(checkpoints: tuple[Path, dict], tmp_path: Path, capsys, breaker, needles: list[str]) -> None:
-    from ptmkit.testing import main
-
-    directory = tmp_path / "ckpt"
-    shutil.copytree(checkpoints[0] / "model", directory)
-    breaker(directory)
-    assert main(["import-hf", str(directory), "--out", str(tmp_path / "run")]) == 2
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(lines) == 1 and all(needle in lines[0] for needle in needles), lines
-    assert not (tmp_path / "run").exists()
-
-
-def test_an_unsupported_model_type_lists_electra_among_the_supported(tmp_path: Path, capsys) -> None:
-    from ptmkit.testing import main
-
-    (tmp_path / "ckpt").mkdir()
-    (tmp_path / "ckpt" / "config.json").write_text(json.dumps({"model_type": "xlnet"}))
-    assert main(["import-hf", str(tmp_path / "ckpt"), "--out", str(tmp_path / "run")]) == 2
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "'xlnet'" in lines[0] and "electra" in lines[0] and "bert" in lines[0], lines
-
-
-def _edit_config(directory: Path, **changes: object) -> None:
-    path = directory / "config.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    line = import_hf_refusal(checkpoints[0] / "model", breaker, tmp_path, capsys)
+    assert all(needle in line for needle in needles), line

@@ -6,10 +6,6 @@ TensorFlow, which the suite has loaded."""
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +13,7 @@ import pytest
 from inplugins import in_tree_plugins  # noqa: F401 - the fixture
 
 from ptmkit.testing import TOKENIZER_SENTENCES as SENTENCES
-from ptmkit.testing import write_tiny_corpus
+from ptmkit.testing import edit_hf_config, hf_reference, import_hf_refusal, write_tiny_corpus
 
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 
@@ -64,9 +60,6 @@ print(json.dumps(result))
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """A random-init GPT-2 saved by transformers, and transformers' outputs on it."""
-    for module in ("torch", "transformers"):
-        if importlib.util.find_spec(module) is None:
-            pytest.skip(f"the test extra installs {module}")
     from tokenizers import processors
 
     from ptmkit_gpt.tokenizer import train_byte_level_bpe
@@ -78,9 +71,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)  # GPT-2's: no specials around a text
     tokenizer.save(str(work / "tokenizer.json"))
     job = {"checkpoint": str(work / "ckpt"), "tokenizer": str(work / "tokenizer.json"), "shapes": SHAPES, "prompts": PROMPTS, "sentences": SENTENCES}
-    result = subprocess.run([sys.executable, "-c", REFERENCE_SCRIPT], input=json.dumps(job), capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return work / "ckpt", json.loads(result.stdout.strip().splitlines()[-1])
+    return work / "ckpt", hf_reference(REFERENCE_SCRIPT, job)
 
 
 def test_imported_gpt2_matches_transformers(checkpoint: tuple[Path, dict], tmp_path: Path) -> None:
@@ -111,25 +102,16 @@ def test_imported_gpt2_matches_transformers(checkpoint: tuple[Path, dict], tmp_p
 @pytest.mark.parametrize(
     ("breaker", "needles"),
     [
-        (lambda d: _edit_config(d, n_embd=64), ["model.safetensors", "'transformer.wte.weight'", "[500, 32]", "[500, 64]"]),
-        (lambda d: _edit_config(d, tie_word_embeddings=False), ["model.safetensors", "tie_word_embeddings is false", "no 'lm_head.weight'"]),
-        (lambda d: _edit_config(d, activation_function="relu"), ["config.json", "'activation_function' = 'relu'"]),
+        (lambda d: edit_hf_config(d, n_embd=64), ["model.safetensors", "'transformer.wte.weight'", "[500, 32]", "[500, 64]"]),
+        (lambda d: edit_hf_config(d, tie_word_embeddings=False), ["model.safetensors", "tie_word_embeddings is false", "no 'lm_head.weight'"]),
+        (lambda d: edit_hf_config(d, activation_function="relu"), ["config.json", "'activation_function' = 'relu'"]),
         (lambda d: (d / "tokenizer.json").unlink() or (d / "vocab.json").unlink(), ["no tokenizer.json, nor vocab.json and merges.txt"]),
     ],
     ids=["wrong n_embd", "untied without lm_head", "relu", "no tokenizer"],
 )
 def test_bad_checkpoints_are_refused_in_one_line(checkpoint: tuple[Path, dict], tmp_path: Path, capsys, breaker, needles: list[str]) -> None:
-    import shutil
-
-    from ptmkit.testing import main
-
-    directory = tmp_path / "ckpt"
-    shutil.copytree(checkpoint[0], directory)
-    breaker(directory)
-    assert main(["import-hf", str(directory), "--out", str(tmp_path / "run")]) == 2
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(lines) == 1 and all(needle in lines[0] for needle in needles), lines
-    assert not (tmp_path / "run").exists()
+    line = import_hf_refusal(checkpoint[0], breaker, tmp_path, capsys)
+    assert all(needle in line for needle in needles), line
 
 
 def test_vocab_and_merges_give_the_tokenizer_json_ids(checkpoint: tuple[Path, dict], tmp_path: Path) -> None:
@@ -143,8 +125,3 @@ def test_vocab_and_merges_give_the_tokenizer_json_ids(checkpoint: tuple[Path, di
     tokenizer, source = load_tokenizer(directory, read_gpt2_config(directory)[0])
     assert source is None
     assert [e.ids for e in tokenizer.encode_batch(SENTENCES)] == checkpoint[1]["tokens"]
-
-
-def _edit_config(directory: Path, **changes: object) -> None:
-    path = directory / "config.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))

@@ -1,0 +1,45 @@
+"""``benchmarks/lineage.py --quick``: the table's code on its cheapest rows (TF-IDF, word2vec), so
+that the script cannot rot between runs; a second run reads the cached rows. No accuracy is asserted
+beyond its range."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytest.importorskip("sklearn")
+
+
+def test_quick_rows_are_probed_cached_and_tabled(tmp_path: Path) -> None:
+    out, work = tmp_path / "lineage.md", tmp_path / "work"
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "lineage.py"),
+        "--quick",
+        "--only",
+        "tfidf",
+        "--only",
+        "word2vec",
+        "--work",
+        str(work),
+        "--out",
+        str(out),
+    ]
+    first = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    rows = {name: json.loads((work / "rows" / f"{name}.json").read_text()) for name in ("tfidf", "word2vec")}
+    assert rows["word2vec"]["feature_kind"] == "averaged word vectors" and rows["word2vec"]["feature_dim"] == 32
+    assert rows["word2vec"]["train"] == rows["tfidf"]["train"] == 2000
+    for row in rows.values():
+        assert 0 <= row["dev_accuracy"] <= 1 and 0 <= row["test_accuracy"] <= 1
+    page = out.read_text(encoding="utf-8")
+    assert "--quick" in page and "commit" in page and "load average" in page
+    assert "| word2vec (" in page and "| tfidf (" in page and "| bert (" not in page
+    second = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0 and "tfidf: cached" in second.stdout and "word2vec: cached" in second.stdout
+    assert out.read_text(encoding="utf-8").split("\n", 2)[2] == page.split("\n", 2)[2]  # the same rows
