@@ -77,6 +77,10 @@ for name, (cls_name, extra) in job["models"].items():
     result["tokens"][name] = [reloaded(s).input_ids for s in job["sentences"]]
     result["class"] = type(reloaded).__name__
     result["padding_side"] = reloaded.padding_side
+if job["spiece"]:  # a folder with spiece.model alone: transformers reads the SentencePiece model itself
+    from pathlib import Path
+    spiece = XLNetTokenizer.from_pretrained(str(Path(job["spiece"]).parent))
+    result["spiece_tokens"] = [spiece(s).input_ids for s in job["sentences"]]
 print(json.dumps(result))
 """
 
@@ -158,6 +162,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, l
         },
         "sentences": SENTENCES,
         "models": MODELS,
+        "spiece": (spiece := _train_sentencepiece(work, texts)) and str(spiece),
     }
     result = subprocess.run(
         [sys.executable, "-c", REFERENCE_SCRIPT], input=json.dumps(job), capture_output=True, text=True, timeout=600
@@ -215,6 +220,50 @@ def test_ptmkits_trained_tokenizer_is_transformers_xlnet_tokenizer(checkpoints: 
     assert [e.ids for e in ours.encode_batch(SENTENCES)] == reference["tokens"]["model"]
     assert sum(len(ids) for ids in reference["tokens"]["model"]) > 300
     assert all(ids[-2:] == [4, 3] for ids in reference["tokens"]["model"])  # <sep> <cls> last
+
+
+def _train_sentencepiece(work: Path, texts: list[str]) -> Path | None:
+    """``work/spiece/spiece.model``: a SentencePiece unigram model with XLNet's specials (``<unk>`` 0,
+    ``<s>`` 1, ``</s>`` 2, control symbols ``<cls>`` ``<sep>`` ``<pad>`` ``<mask>`` ``<eod>``
+    ``<eop>``), as Google's XLNet trained its own; None when sentencepiece is not installed."""
+    if importlib.util.find_spec("sentencepiece") is None:
+        return None
+    import sentencepiece
+
+    (work / "spiece").mkdir()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter([t for t in texts if "\n" not in t and t.strip()]),
+        model_prefix=str(work / "spiece" / "spiece"),
+        vocab_size=200,
+        model_type="unigram",
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        control_symbols=["<cls>", "<sep>", "<pad>", "<mask>", "<eod>", "<eop>"],
+        character_coverage=1.0,
+        minloglevel=2,
+    )
+    return work / "spiece" / "spiece.model"
+
+
+def test_a_spiece_model_alone_tokenizes_as_transformers(checkpoints: tuple, tmp_path: Path) -> None:
+    """Google's XLNet checkpoints ship ``spiece.model`` alone: read with sentencepiece, its pieces,
+    scores and normalisation table give transformers' ids (specials at the end)."""
+    from ptmkit_xlnet.hf import load_tokenizer, read_xlnet_config
+
+    work, reference, _, _ = checkpoints
+    if not (work / "spiece" / "spiece.model").is_file():
+        pytest.skip("the test extra installs sentencepiece (through transformers' tokenizers)")
+    directory = tmp_path / "ckpt"
+    shutil.copytree(work / "model", directory)
+    (directory / "tokenizer.json").unlink()
+    shutil.copy(work / "spiece" / "spiece.model", directory / "spiece.model")
+    tokenizer, source = load_tokenizer(directory, read_xlnet_config(directory)[0])
+    assert source is None
+    assert [e.ids for e in tokenizer.encode_batch(SENTENCES)] == reference["spiece_tokens"]
+    assert all(ids[-2:] == [4, 3] for ids in reference["spiece_tokens"])  # <sep> <cls> last
+    assert sum(len(ids) for ids in reference["spiece_tokens"]) > 300
 
 
 @pytest.mark.parametrize(
