@@ -20,8 +20,8 @@ Contract types (:mod:`ptmkit.contract`)
     checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`, :class:`TrainsOnPairs`,
     :class:`EvaluatesPairs`,
     :class:`ProvidesWordVectors`, :class:`ProvidesSentenceFeatures` (with :class:`SentenceFeatures`), :class:`ClassifiesRows`, :class:`ImportsCheckpoints`, :class:`WritesOwnExport`, :class:`HasQuickstart` (families, with :class:`QuickstartPlan`), :class:`TrainsOnWordVectors`
-    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask` and :class:`EmbedsLanguages` (backbones), :class:`KeepsLayers` (``ptmkit compress``), :class:`SharesEmbeddings` (a generator on the backbone's embeddings, ``rtd``); :func:`pooled_states` and :func:`averaged_word_vectors` build a family's :class:`SentenceFeatures` (:mod:`ptmkit.features`); :func:`capabilities` lists what a family offers objectives and heads
-    (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`HIDDEN_STATES`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`, :data:`SELF_ATTENTION_MASK`, :data:`POSITIONS_AND_LANGUAGES`).
+    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask`, :class:`EmbedsLanguages` and :class:`TwoStreamAttention` (backbones), :class:`KeepsLayers` (``ptmkit compress``), :class:`SharesEmbeddings` (a generator on the backbone's embeddings, ``rtd``); :func:`pooled_states` and :func:`averaged_word_vectors` build a family's :class:`SentenceFeatures` (:mod:`ptmkit.features`); :func:`capabilities` lists what a family offers objectives and heads
+    (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`HIDDEN_STATES`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`, :data:`SELF_ATTENTION_MASK`, :data:`POSITIONS_AND_LANGUAGES`, :data:`TWO_STREAM_ATTENTION`).
 
 Errors (:mod:`ptmkit.errors`)
     :class:`PtmkitError` and its kinds (:class:`ConfigError`, :class:`DataError`,
@@ -115,6 +115,7 @@ from ptmkit.contract import (
     SPECIAL_TOKEN_ROLES,
     TOKEN_EMBEDDING,
     TOKENIZER_FIELDS,
+    TWO_STREAM_ATTENTION,
     WORD_VECTORS,
     AttendsWithMask,
     ClassifiesRows,
@@ -146,6 +147,7 @@ from ptmkit.contract import (
     TrainsItself,
     TrainsOnPairs,
     TrainsOnWordVectors,
+    TwoStreamAttention,
     WritesOwnExport,
     capabilities,
 )
@@ -244,6 +246,7 @@ __all__ = [
     "SELF_ATTENTION_MASK",
     "TOKEN_EMBEDDING",
     "TOKENIZER_FIELDS",
+    "TWO_STREAM_ATTENTION",
     "WORD_VECTORS",
     "ClassifiesRows",
     "HasQuickstart",
@@ -268,6 +271,7 @@ __all__ = [
     "ScoresHeldoutLines",
     "AttendsWithMask",
     "EmbedsLanguages",
+    "TwoStreamAttention",
     "KeepsLayers",
     "SharesEmbeddings",
     "SpecialTokens",

@@ -12,9 +12,10 @@ def ptmkit_objectives() -> list[Objective]:
     """Masked LM (static/dynamic, whole-word), SpanBERT's span masking with its boundary
     objective, next-sentence and sentence-order prediction, ELECTRA's replaced-token detection,
     StructBERT's word and sentence structural objectives, UniLM's mixed attention masks, XLM's
-    translation LM over parallel pairs."""
+    translation LM over parallel pairs, XLNet's permutation LM."""
     from ptmkit.objectives.mlm import MaskedLM
     from ptmkit.objectives.nsp import NextSentencePrediction
+    from ptmkit.objectives.plm import PermutationLM
     from ptmkit.objectives.rtd import ReplacedTokenDetection
     from ptmkit.objectives.sop import SentenceOrderPrediction
     from ptmkit.objectives.span import SpanMasking
@@ -24,7 +25,7 @@ def ptmkit_objectives() -> list[Objective]:
 
     return [
         MaskedLM(), NextSentencePrediction(), SentenceOrderPrediction(), SpanMasking(), ReplacedTokenDetection(),
-        WordStructuralObjective(), SentenceStructuralObjective(), UnifiedLM(), TranslationLM(),
+        WordStructuralObjective(), SentenceStructuralObjective(), UnifiedLM(), TranslationLM(), PermutationLM(),
     ]
 
 

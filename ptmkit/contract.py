@@ -39,7 +39,7 @@ UTF-8 bytes, see :mod:`ptmkit_export.fields`), or a family's own featurizer (``r
 :class:`typing.Protocol`, checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
 :class:`ProvidesWordVectors`, :class:`ProvidesSentenceFeatures`, :class:`ClassifiesRows`, :class:`WritesOwnExport`, :class:`TrainsOnWordVectors`,
 :class:`TrainsOnPairs`, :class:`EvaluatesPairs`,
-:class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask` and :class:`EmbedsLanguages` (backbones), :class:`KeepsLayers`,
+:class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask`, :class:`EmbedsLanguages` and :class:`TwoStreamAttention` (backbones), :class:`KeepsLayers`,
 :class:`SharesEmbeddings`. A family has the capability by defining the protocol's methods; there is no flag to keep in step.
 
 **Matching.** Objectives and heads list the backbone capabilities they ``require`` (e.g.
@@ -72,6 +72,7 @@ WORD_VECTORS = "word_vectors"  # static word vectors: offered by families that a
 SELF_ATTENTION_MASK = "self_attention_mask"  # the backbone is an AttendsWithMask (UniLM's masks)
 HIDDEN_STATES = "hidden_states"  # (batch, layers, sequence, hidden) float: each layer's states, for a scalar mix
 POSITIONS_AND_LANGUAGES = "positions_and_languages"  # the backbone is an EmbedsLanguages (XLM's TLM)
+TWO_STREAM_ATTENTION = "two_stream_attention"  # the backbone is a TwoStreamAttention (permutation LM's content and query streams)
 
 #: The tokenizer fields the core and the runtime derive inputs from (:mod:`ptmkit_export.fields`).
 TOKENIZER_FIELDS = ("ids", "type_ids", "attention_mask", "char_ids")
@@ -673,6 +674,15 @@ class Objective:
     trains_alone: ClassVar[bool] = False
     token_level_lm: ClassVar[bool] = False
 
+    def check_sequence_length(self, config: Any, sequence_length: int, source: str) -> None:
+        """Refuse a training ``train.sequence_length`` this objective cannot use with ``config``
+        (e.g. one its blocks must divide); called when the run's config is resolved, before
+        anything is trained. Accepts every length by default.
+
+        Raises:
+            ConfigError: one line starting with ``source`` naming both keys.
+        """
+
     def needs_word_starts(self, config: Any) -> bool:
         """Whether :meth:`prepare` reads the batch's ``word_start`` with ``config`` (whole-word and
         span masking); a tokenizer that cannot mark word starts is then refused before training."""
@@ -853,6 +863,33 @@ class EmbedsLanguages(Protocol):
             ``(batch, sequence, hidden)`` float, through the backbone's own layers and weights;
             with ``position_ids`` ``0 .. sequence - 1`` and the language embeddings the ones its
             plain call uses, equal to ``sequence_output``.
+        """
+        ...
+
+
+@runtime_checkable
+class TwoStreamAttention(Protocol):
+    """A backbone that can run two streams of self-attention (Yang et al. 2019, "XLNet", section
+    2.3): the content stream under a ``(batch, sequence, sequence)`` mask that lets a token see
+    itself, and a query stream, started from a learnt vector at each position to predict, under
+    a mask that hides the token itself, attending to the content stream; what a permutation
+    language model needs. A family whose backbones are one offers :data:`TWO_STREAM_ATTENTION`
+    in its ``provides``."""
+
+    def query_stream_output(self, inputs: dict[str, Any], content_mask: Any, query_mask: Any, target_mapping: Any) -> Any:
+        """The query stream's last states at the positions ``target_mapping`` selects.
+
+        Args:
+            inputs: the backbone's inputs by name (symbolic or eager tensors), as its call takes.
+            content_mask: ``(batch, sequence, sequence)`` int, 1 where content position ``i``
+                may attend to position ``j``; combined with ``padding_mask`` (both must allow).
+            query_mask: ``(batch, sequence, sequence)`` int, the same for the query stream at
+                position ``i``.
+            target_mapping: ``(batch, predictions, sequence)`` float, one-hot rows: prediction
+                ``p`` is made at the position where row ``p`` is 1 (an all-zero row: no prediction).
+
+        Returns:
+            ``(batch, predictions, hidden)`` float, through the backbone's own layers and weights.
         """
         ...
 

@@ -55,7 +55,7 @@ def test_defaults(registry: Registry) -> None:
     model = config.model
     assert (model.vocabulary_size, model.num_layers, model.num_heads, model.hidden_dim) == (8000, 4, 4, 256)
     assert model.lowercase is True
-    assert sorted(config.objectives) == ["bilm", "clm", "mlm", "nsp", "rtd", "sop", "span", "sso", "tlm", "unilm", "wso"]  # every installed objective's section is known (clm, bilm: the gpt and elmo plugins')
+    assert sorted(config.objectives) == ["bilm", "clm", "mlm", "nsp", "plm", "rtd", "sop", "span", "sso", "tlm", "unilm", "wso"]  # every installed objective's section is known (clm, bilm: the gpt and elmo plugins')
     assert config.objectives["mlm"].mask_rate == 0.15
     assert config.finetune.head == "classification"
     assert config.head.dropout == 0.1

@@ -104,7 +104,7 @@ def plugins_json(result: subprocess.CompletedProcess[str]) -> dict[str, dict]:
 def test_builtin_plugins_are_listed_with_what_they_provide() -> None:
     registry = Registry.load()
     info = {p.name: p for p in registry.plugins}
-    assert info["ptmkit"].objectives == ["mlm", "nsp", "sop", "span", "rtd", "wso", "sso", "unilm", "tlm"]
+    assert info["ptmkit"].objectives == ["mlm", "nsp", "sop", "span", "rtd", "wso", "sso", "unilm", "tlm", "plm"]
     assert info["ptmkit"].heads == ["classification"]
     assert set(info["ptmkit"].readers) == {"text", "fasttext", "tsv", "csv", "jsonl"}
     # ptmkit_bert comes in through its entry point, exactly like a third-party plugin.

@@ -137,12 +137,12 @@ def quantize_int8(
         prepared = _prepare_for_int8(model, unfuse_layer_norm, fast_gelu)
         rewritten = _gemms_to_matmuls(model)
         onnx.checker.check_model(model)
-        _check_excluded(model, exclude_nodes)
+        excluded = _excluded_nodes(model, exclude_nodes)
         onnx.save(model, str(work / "rewritten.onnx"))
         del model  # quantize_dynamic reads the file
         quantized = _run_quantizer(
             quantize_dynamic, work / "rewritten.onnx", work / "int8.onnx", per_channel=per_channel, reduce_range=reduce_range,
-            weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude_nodes),
+            weight_type=QuantType.QInt8, nodes_to_exclude=excluded,
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},  # contrib ops of an optimised graph
         )
         _write_atomically(work / "int8.onnx", dst)
@@ -150,8 +150,29 @@ def quantize_int8(
         **_quantized_matmul_counts(rewritten, quantized),
         **_size_summary(before, count_ops(quantized), dst, per_channel, reduce_range, exclude_nodes),
         "preprocessed": preprocess and preprocess_error is None, "preprocess_error": preprocess_error,
-        **prepared,
+        **prepared, "batched_weight_matmul": len(excluded) - len(exclude_nodes),
     }
+
+
+def _excluded_nodes(model: onnx.ModelProto, exclude_nodes: Sequence[str]) -> list[str]:
+    """``exclude_nodes`` (each checked to be in the graph), then the :func:`batched_weight_matmuls`
+    not among them: what int8 leaves in float. :func:`quantize_int8`'s summary counts the latter
+    as ``batched_weight_matmul``."""
+    _check_excluded(model, exclude_nodes)
+    return [*exclude_nodes, *(name for name in batched_weight_matmuls(model) if name not in exclude_nodes)]
+
+
+def batched_weight_matmuls(model: onnx.ModelProto) -> list[str]:
+    """Names of the top-level ``MatMul`` nodes whose float initializer weight (input 1) is not 2-D
+    (a batched product, e.g. a relative-segment term ``einsum("bind,snd->bnis")`` after tf2onnx):
+    ONNX Runtime's ``MatMulInteger`` takes a 2-D weight only (per-channel quantization of another
+    rank fails at run time, "b zero point is not valid"), so int8 leaves them in float."""
+    ranks = {init.name: len(init.dims) for init in model.graph.initializer if init.data_type == onnx.TensorProto.FLOAT}
+    return [
+        node.name
+        for node in model.graph.node
+        if node.op_type == "MatMul" and node.input[1] in ranks and ranks[node.input[1]] != 2
+    ]
 
 
 def _prepare_for_int8(model: onnx.ModelProto, unfuse_layer_norm: bool, fast_gelu: bool) -> dict[str, int]:

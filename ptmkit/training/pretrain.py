@@ -105,7 +105,11 @@ def resolve_config(
         if limit is not None and length > limit:
             what = f"'{limits.max_sequence_length_key}' = {limit}" if limits.max_sequence_length_key else f"the model's limit of {limit} positions"
             raise ConfigError(f"{source}: config key '{section}.sequence_length' = {length} exceeds {what}")
-    check_objectives(registry, family, config.train.objectives or list(family.default_objectives), source)
+    names = config.train.objectives or list(family.default_objectives)
+    check_objectives(registry, family, names, source)
+    if not own_loop(family):
+        for name in names:
+            registry.objective(name).check_sequence_length(config.objectives[name], config.train.sequence_length, source)
     return config
 
 
@@ -185,10 +189,12 @@ def _refuse_core_training_sections(family_name: str, source: str, sections: list
 def imported_run_config(registry: Any, family: str, model_config: Any) -> Any:
     """The run config of a checkpoint imported into ``family``: the family's defaults with
     ``model_config`` as ``[model]``, and the default ``[train]`` / ``[finetune]`` sequence lengths
-    cut to the checkpoint's ``max_sequence_length``."""
+    cut to the checkpoint's limit (the family's :meth:`~ptmkit.contract.ModelFamily.limits`;
+    kept when it has none, e.g. relative positions)."""
     import dataclasses
 
-    limit = model_config.max_sequence_length
+    limit = registry.family(family).limits(model_config).max_sequence_length
+    limit = max(TrainConfig.sequence_length, FinetuneConfig.sequence_length) if limit is None else limit
     lengths = {section: {"sequence_length": min(cls.sequence_length, limit)} for section, cls in (("train", TrainConfig), ("finetune", FinetuneConfig))}
     return resolve_config(registry, family, base={"model": dataclasses.asdict(model_config), **lengths})
 

@@ -151,3 +151,37 @@ def test_quantize_without_preprocess_and_atomic_write(tiny_export: TinyExport, t
         quantize_int8(tmp_path / "missing.onnx", tmp_path / "out.onnx")
     with pytest.raises(FileNotFoundError, match="output directory not found"):
         quantize_int8(destination, tmp_path / "no" / "out.onnx")
+
+
+def test_matmuls_with_a_batched_weight_stay_float_and_the_rest_quantize(tmp_path: Path) -> None:
+    """A MatMul by a 3-D initializer (XLNet's relative-segment einsum after tf2onnx) would make
+    ONNX Runtime's per-channel ``MatMulInteger`` fail at run time; int8 leaves it in float."""
+    from ptmkit_export.quantize import batched_weight_matmuls, quantize_int8
+
+    rng = np.random.default_rng(0)
+    flat = numpy_helper.from_array(rng.normal(size=(8, 8)).astype(np.float32), "flat")
+    batched = numpy_helper.from_array(rng.normal(size=(4, 8, 2)).astype(np.float32), "batched")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "flat"], ["h"], name="dense"),
+            helper.make_node("Reshape", ["h", "shape"], ["h4"], name="split"),
+            helper.make_node("MatMul", ["h4", "batched"], ["y"], name="segments"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [flat, batched, numpy_helper.from_array(np.array([1, 3, 8], np.int64), "shape")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert batched_weight_matmuls(model) == ["segments"]
+    onnx.save(model, str(tmp_path / "fp32.onnx"))
+    summary = quantize_int8(tmp_path / "fp32.onnx", tmp_path / "int8.onnx", per_channel=True)
+    assert summary["batched_weight_matmul"] == 1 and summary["float_weight_matmul"] == 1
+    x = rng.normal(size=(3, 8)).astype(np.float32)
+    expected = (x @ flat_array(flat)).reshape(1, 3, 8) @ flat_array(batched)
+    (out,) = session(tmp_path / "int8.onnx").run(None, {"x": x})
+    assert out.shape == (4, 3, 2) and np.max(np.abs(out - expected)) < 0.1 * np.max(np.abs(expected))
+
+
+def flat_array(tensor: onnx.TensorProto) -> np.ndarray:
+    return numpy_helper.to_array(tensor)
