@@ -15,8 +15,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +22,7 @@ import pytest
 from inplugins import in_tree_plugins  # noqa: F401 - the fixture
 
 from ptmkit.testing import TOKENIZER_SENTENCES as SENTENCES
-from ptmkit.testing import write_tiny_corpus
+from ptmkit.testing import edit_hf_config, hf_reference, import_hf_refusal, write_tiny_corpus
 
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 
@@ -137,9 +135,6 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, l
     """Two random-init XLNet checkpoints saved by transformers (``model``, ``lm``), transformers'
     outputs on them, ptmkit's trained tokenizer (``work/tokenizer.json``), ptmkit's inputs and the
     two-stream case."""
-    for module in ("torch", "transformers"):
-        if importlib.util.find_spec(module) is None:
-            pytest.skip(f"the test extra installs {module}")
     from ptmkit_xlnet.tokenizer import train_xlnet_unigram
 
     work = tmp_path_factory.mktemp("xlnet-hf")
@@ -164,11 +159,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, l
         "models": MODELS,
         "spiece": (spiece := _train_sentencepiece(work, texts)) and str(spiece),
     }
-    result = subprocess.run(
-        [sys.executable, "-c", REFERENCE_SCRIPT], input=json.dumps(job), capture_output=True, text=True, timeout=600
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return work, json.loads(result.stdout.strip().splitlines()[-1]), ours, stream
+    return work, hf_reference(REFERENCE_SCRIPT, job), ours, stream
 
 
 @pytest.mark.parametrize("name", ["model", "lm", "classify"])
@@ -270,16 +261,16 @@ def test_a_spiece_model_alone_tokenizes_as_transformers(checkpoints: tuple, tmp_
     ("breaker", "needles"),
     [
         (
-            lambda d: _edit_config(d, d_inner=48),
+            lambda d: edit_hf_config(d, d_inner=48),
             ["model.safetensors", "'layer.0.ff.layer_1.weight'", "[64, 32]", "[48, 32]"],
         ),
-        (lambda d: _edit_config(d, n_layer=4), ["model.safetensors", "missing tensor 'layer.2."]),
-        (lambda d: _edit_config(d, n_head=3), ["config.json", "'n_head' = 3 does not divide 'd_model' = 32"]),
+        (lambda d: edit_hf_config(d, n_layer=4), ["model.safetensors", "missing tensor 'layer.2."]),
+        (lambda d: edit_hf_config(d, n_head=3), ["config.json", "'n_head' = 3 does not divide 'd_model' = 32"]),
         (
-            lambda d: _edit_config(d, ff_activation="silu"),
+            lambda d: edit_hf_config(d, ff_activation="silu"),
             ["config.json", "'ff_activation' = 'silu'", "supported: gelu"],
         ),
-        (lambda d: _edit_config(d, attn_type="uni"), ["config.json", "'attn_type' = 'uni'"]),
+        (lambda d: edit_hf_config(d, attn_type="uni"), ["config.json", "'attn_type' = 'uni'"]),
         (
             lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 10),
             ["model.safetensors", "not a readable safetensors file"],
@@ -288,30 +279,6 @@ def test_a_spiece_model_alone_tokenizes_as_transformers(checkpoints: tuple, tmp_
     ],
     ids=["inner size", "layers", "heads", "activation", "unidirectional", "truncated weights", "no tokenizer"],
 )
-def test_bad_checkpoints_are_refused_in_one_line(
-    checkpoints: tuple, tmp_path: Path, capsys, breaker, needles: list[str]
-) -> None:
-    from ptmkit.testing import main
-
-    directory = tmp_path / "ckpt"
-    shutil.copytree(checkpoints[0] / "model", directory)
-    breaker(directory)
-    assert main(["import-hf", str(directory), "--out", str(tmp_path / "run")]) == 2
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(lines) == 1 and all(needle in lines[0] for needle in needles), lines
-    assert not (tmp_path / "run").exists()
-
-
-def test_an_unsupported_model_type_lists_xlnet_among_the_supported(tmp_path: Path, capsys) -> None:
-    from ptmkit.testing import main
-
-    (tmp_path / "ckpt").mkdir()
-    (tmp_path / "ckpt" / "config.json").write_text(json.dumps({"model_type": "t5"}))
-    assert main(["import-hf", str(tmp_path / "ckpt"), "--out", str(tmp_path / "run")]) == 2
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "'t5'" in lines[0] and "xlnet" in lines[0], lines
-
-
-def _edit_config(directory: Path, **changes: object) -> None:
-    path = directory / "config.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+def test_bad_checkpoints_are_refused_in_one_line(checkpoints: tuple, tmp_path: Path, capsys, breaker, needles: list[str]) -> None:
+    line = import_hf_refusal(checkpoints[0] / "model", breaker, tmp_path, capsys)
+    assert all(needle in line for needle in needles), line
