@@ -164,6 +164,7 @@ def export(
     triton: Annotated[Path | None, typer.Option(help="Also write a Triton Inference Server model repository here (REPO_DIR/NAME/config.pbtxt, 1/model.onnx).")] = None,
     vectors: Annotated[str | None, typer.Option(help="Word-vector runs: write a vector file: word2vec, word2vec-binary, glove or fasttext-vec.")] = None,
     output: Annotated[Path | None, typer.Option(help="The vector file --vectors writes.")] = None,
+    merge_lora: Annotated[bool, typer.Option("--merge-lora", help="A run fine-tuned with finetune.strategy=lora: fold its low-rank updates into the kernels before converting (W + alpha/r A B as one matrix).")] = False,
     with_tokenizer: Annotated[bool, typer.Option("--with-tokenizer", help="Also write model.with_tokenizer.onnx: WordPiece tokenization inside the graph (onnxruntime-extensions), raw text in; variant fp32+tokenizer (and int8+tokenizer).")] = False,
 ) -> None:
     """Export RUN_DIR to ONNX (checked against Keras), optionally optimised (--optimize 1-3), quantized
@@ -175,8 +176,8 @@ def export(
     if vectors is not None or word_vectors.is_word_vector_run(run_dir):
         if vectors is None and not onnx:
             raise PtmkitError("nothing to export: give --vectors FORMAT --output FILE, or --onnx")
-        if int8 or int4 or dev is not None or optimize or fp16 or static or with_tokenizer:
-            raise PtmkitError("--int8/--int4/--dev/--optimize/--fp16/--with-tokenizer apply to transformer runs; word vectors are exported as float32 lookups")
+        if int8 or int4 or dev is not None or optimize or fp16 or static or with_tokenizer or merge_lora:
+            raise PtmkitError("--int8/--int4/--dev/--optimize/--fp16/--with-tokenizer/--merge-lora apply to transformer runs; word vectors are exported as float32 lookups")
         _report(f"exported {run_dir}", word_vectors.export(run_dir, vectors, output, out))
         return
     if not onnx:
@@ -188,7 +189,7 @@ def export(
     manifest = export_run(
         run_dir, out, int8=int8, dev=dev, console=console, optimize=optimize, per_channel=per_channel, reduce_range=reduce_range,
         exclude_nodes=excluded, static=static, calibration=calibration, method=method, fp16=fp16, with_tokenizer=with_tokenizer,
-        fused_layer_norm=fused_layer_norm, exact_gelu=exact_gelu, int4=int4,
+        fused_layer_norm=fused_layer_norm, exact_gelu=exact_gelu, int4=int4, merge_lora=merge_lora,
     )
     _report(f"exported -> {manifest['directory']}", manifest["summary"])
     if triton is not None:

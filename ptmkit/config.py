@@ -80,6 +80,10 @@ class TrainConfig:
         check_choice(self, "train", "distribute", ("none", "mirrored", "multi-worker"))
 
 
+#: ``finetune.strategy``: which weights fine-tuning trains (:mod:`ptmkit.training.strategies`).
+STRATEGIES = ("full", "features", "adapters", "lora")
+
+
 @dataclasses.dataclass
 class FinetuneConfig:
     """Fine-tuning settings (section ``[finetune]``); see :class:`TrainConfig` for shared keys.
@@ -103,6 +107,23 @@ class FinetuneConfig:
             (Hinton et al. 2015; DistilBERT: 2).
         distill_alpha: with ``--teacher``, the weight of the soft-target term (T^2-scaled KL);
             the gold labels' cross-entropy gets ``1 - distill_alpha``.
+        strategy: which weights train (:mod:`ptmkit.training.strategies`): ``full`` (all),
+            ``features`` (the backbone frozen: feature extraction; the same as ``head.freeze_backbone``),
+            ``adapters`` (Houlsby et al. 2019 bottleneck adapters after each block's attention and
+            feed-forward sublayers; only they, the layer norms and the head train) or ``lora``
+            (Hu et al. 2021 low-rank updates of the ``lora_targets`` projections; only they and the
+            head train).
+        adapter_size: with ``strategy = "adapters"``, the bottleneck width m of each adapter
+            (Houlsby et al. 2019: 8 to 256; google-research/adapter-bert: 64).
+        adapter_init_scale: with ``adapters``, the standard deviation of the adapters' truncated
+            normal weights (biases 0), small so that each adapter starts near the identity
+            (adapter-bert's ``init_scale``, 1e-3).
+        lora_rank: with ``strategy = "lora"``, the rank r of each update ``(alpha / r) * A @ B``.
+        lora_alpha: with ``lora``, the scale numerator alpha (Hugging Face peft's ``lora_alpha``;
+            the update is multiplied by ``alpha / r``).
+        lora_targets: with ``lora``, the layer names (shell patterns, ``fnmatch``) of the dense
+            projections to update; keras' attention names its projections ``query``, ``key``,
+            ``value`` and ``attention_output`` (the default, ``query`` and ``value``, is the paper's).
     """
 
     head: str = "classification"
@@ -120,10 +141,20 @@ class FinetuneConfig:
     jit_compile: bool = False
     distill_temperature: float = 2.0
     distill_alpha: float = 0.5
+    strategy: str = "full"
+    adapter_size: int = 64
+    adapter_init_scale: float = 1e-3
+    lora_rank: int = 8
+    lora_alpha: float = 8.0
+    lora_targets: list[str] = dataclasses.field(default_factory=lambda: ["query", "value"])
 
     def validate(self) -> None:
         self.mixed_precision = precision_policy(self.mixed_precision, "finetune")
         check_positive(self, "finetune", "epochs", "batch_size", "sequence_length", "distill_temperature")
+        check_choice(self, "finetune", "strategy", STRATEGIES)
+        check_positive(self, "finetune", "adapter_size", "adapter_init_scale", "lora_rank", "lora_alpha")
+        if not self.lora_targets:
+            raise ConfigError("config key 'finetune.lora_targets' is empty; name at least one layer (e.g. query,value)")
         check_unit_interval(self, "finetune", "distill_alpha")
         check_non_negative(self, "finetune", "checkpoint_every")
         check_unit_interval(self, "finetune", "warmup_ratio")

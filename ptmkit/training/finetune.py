@@ -146,8 +146,20 @@ def _head_base(parent_config: dict[str, Any], config_path: str | Path | None, ov
 
 
 def build_classifier(registry: Registry, config: RunConfig, backbone: Any, num_labels: int) -> Any:
-    """The head model of ``config.finetune.head`` on ``backbone``."""
-    return registry.head(config.finetune.head).build(backbone, num_labels, config.head)
+    """The head model of ``config.finetune.head`` on ``backbone``, with what
+    ``config.finetune.strategy`` adds to the backbone and only what it trains left trainable
+    (:mod:`ptmkit.training.strategies`).
+
+    Raises:
+        ConfigError: a strategy the backbone cannot take (no transformer blocks for adapters, a
+            LoRA target that names no layer).
+    """
+    from ptmkit.training.strategies import apply_strategy, prepare_backbone
+
+    added = prepare_backbone(backbone, config.finetune, config.head)
+    model = registry.head(config.finetune.head).build(backbone, num_labels, config.head)
+    apply_strategy(backbone, config.finetune, added)
+    return model
 
 
 def epoch_order(examples: int, seed: int, epoch: int) -> np.ndarray:
@@ -314,6 +326,7 @@ def _finetune_backbone(
     """Fine-tune a head on ``parent``'s backbone into ``target`` (see :func:`finetune`)."""
     from ptmkit.data.tokenization import encode_texts
     from ptmkit.training.setup import seed_everything
+    from ptmkit.training.strategies import parameter_counts
 
     ft = config.finetune
     texts, labels, y_train = load_labelled(inputs["train"])
@@ -333,6 +346,11 @@ def _finetune_backbone(
     x_train = encode_texts(tokenizer, texts, ft.sequence_length, family.inputs, specials.padding_id)
     x_dev = encode_texts(tokenizer, dev_texts, ft.sequence_length, family.inputs, specials.padding_id)
     model = build_classifier(registry, config, backbone, len(labels))
+    counts = parameter_counts(model)
+    console.print(
+        f"strategy {ft.strategy}: {counts['trainable_parameters']:,} of {counts['parameters']:,} parameters train "
+        f"({100 * counts['trainable_share']:.2f}%)"
+    )
     target.path.mkdir(parents=True, exist_ok=True)
     atomic_write_text(target / CONFIG, to_toml(config.to_dict()))
     target.write_json(INPUTS, inputs)
@@ -354,6 +372,8 @@ def _finetune_backbone(
         "labels": len(labels),
         "epochs": ft.epochs,
         "train_seconds": round(seconds, 1),
+        "strategy": ft.strategy,
+        **counts,
     }
     if teacher is not None:
         teacher_dev = np.argmax(teacher[1], axis=-1)

@@ -1,0 +1,143 @@
+"""Fine-tuning strategies (``finetune.strategy``, :mod:`ptmkit.training.strategies`) on the tiny
+BERT run (1 block, hidden 32, 2 heads, feed-forward 64): trainable parameters against a count by
+hand, LoRA at its start against the base model bit for bit, merged LoRA against unmerged, an
+adapter against a NumPy transcription of its formula, and whole fine-tunings whose frozen weights
+must come out unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "classify"
+TRAIN, DEV = DATA / "polarity-200-train.txt", DATA / "polarity-200-dev.txt"
+HIDDEN, FEEDFORWARD, LAYERS, LABELS = 32, 64, 1, 2
+TINY_FINETUNE = ["finetune.epochs=1", "finetune.batch_size=16", "finetune.sequence_length=16", "finetune.max_train_examples=48", "finetune.learning_rate=1e-2"]
+
+
+def _backbone(run: Path) -> tuple[Any, Any]:
+    from ptmkit.plugins import get_registry
+    from ptmkit.rundir import RunDir
+    from ptmkit.training.finetune import load_backbone
+
+    backbone, config, _, _ = load_backbone(get_registry(), RunDir(run))
+    return backbone, config
+
+
+def _classifier(run: Path, **finetune: Any) -> tuple[Any, Any]:
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.finetune import build_classifier
+
+    backbone, config = _backbone(run)
+    config = dataclasses.replace(config, finetune=dataclasses.replace(config.finetune, **finetune))
+    return build_classifier(get_registry(), config, backbone, LABELS), backbone
+
+
+def _inputs(seed: int = 0, batch: int = 3, length: int = 12) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    padding = np.ones((batch, length), np.int32)
+    padding[0, 8:] = 0
+    return {"token_ids": rng.integers(5, 600, (batch, length)).astype(np.int32), "segment_ids": np.zeros((batch, length), np.int32), "padding_mask": padding}
+
+
+def test_trainable_parameters_are_what_each_strategy_trains_counted_by_hand(tiny_pretrained: Path) -> None:
+    from ptmkit.training.strategies import parameter_counts
+
+    head = HIDDEN * LABELS + LABELS  # the logits layer; the pooler is the backbone's
+    adapter = HIDDEN * 8 + 8 + 8 * HIDDEN + HIDDEN  # down (kernel, bias), up (kernel, bias), m = 8
+    layer_norms = 2 * HIDDEN * (1 + 2 * LAYERS)  # the embeddings' and two per block, gamma and beta
+    lora = 4 * (HIDDEN + HIDDEN)  # A (inputs, r) and B (r, heads * head_dim), r = 4
+    counts = {strategy: parameter_counts(_classifier(tiny_pretrained, strategy=strategy, adapter_size=8, lora_rank=4)[0])
+              for strategy in ("full", "features", "adapters", "lora")}
+    total = counts["full"]["parameters"]
+    assert counts["full"]["trainable_parameters"] == total
+    assert counts["features"] == {"parameters": total, "trainable_parameters": head, "trainable_share": round(head / total, 6)}
+    assert counts["adapters"]["parameters"] == total + 2 * LAYERS * adapter
+    assert counts["adapters"]["trainable_parameters"] == 2 * LAYERS * adapter + layer_norms + head
+    assert counts["lora"]["parameters"] == total + 2 * LAYERS * lora  # query and value
+    assert counts["lora"]["trainable_parameters"] == 2 * LAYERS * lora + head
+
+
+def test_lora_starts_as_the_base_model_exactly_and_merges_to_the_same_outputs(tiny_pretrained: Path) -> None:
+    from ptmkit.training.strategies import LowRankUpdate, merge_lora, prepare_backbone
+
+    backbone, config = _backbone(tiny_pretrained)
+    x = _inputs()
+    base = np.asarray(backbone(x)["sequence_output"])
+    updates = prepare_backbone(backbone, dataclasses.replace(config.finetune, strategy="lora", lora_rank=4, lora_alpha=16.0))
+    assert sorted(u.inner.name for u in updates) == ["query", "value"] and all(isinstance(u, LowRankUpdate) for u in updates)
+    assert np.array_equal(np.asarray(backbone(x)["sequence_output"]), base)  # B = 0: bit for bit
+    rng = np.random.default_rng(1)
+    for update in updates:
+        update.lora_b.assign(rng.normal(0, 0.5, update.lora_b.shape).astype("float32"))
+    unmerged = np.asarray(backbone(x)["sequence_output"])
+    assert np.abs(unmerged - base).max() > 1e-2  # the update does change the model
+    query = updates[0] if updates[0].inner.name == "query" else updates[1]
+    kernel = np.asarray(query.inner.kernel)
+    expected = kernel + (16.0 / 4) * (np.asarray(query.lora_a) @ np.asarray(query.lora_b)).reshape(kernel.shape)
+    assert merge_lora(backbone) == 2
+    np.testing.assert_allclose(np.asarray(query.inner.kernel), expected, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(backbone(x)["sequence_output"]), unmerged, rtol=0, atol=1e-5)
+    assert not any(isinstance(layer, LowRankUpdate) for layer in vars(backbone.transformer_layers[0]._self_attention_layer).values())
+
+
+def test_an_adapter_is_its_formula_and_starts_near_the_identity(tiny_pretrained: Path) -> None:
+    from ptmkit.training.strategies import BottleneckAdapter, prepare_backbone
+
+    adapter = BottleneckAdapter(4, init_scale=0.3)
+    h = np.random.default_rng(2).normal(size=(2, 5, HIDDEN)).astype("float32")
+    out = np.asarray(adapter(h))
+    down, up = adapter.down.get_weights(), adapter.up.get_weights()
+    z = h @ down[0] + down[1]
+    gelu = 0.5 * z * (1 + np.vectorize(__import__("math").erf)(z / np.sqrt(2)))
+    np.testing.assert_allclose(out, h + gelu @ up[0] + up[1], rtol=0, atol=1e-5)
+
+    backbone, config = _backbone(tiny_pretrained)
+    x = _inputs()
+    base = np.asarray(backbone(x)["sequence_output"])
+    adapters = prepare_backbone(backbone, dataclasses.replace(config.finetune, strategy="adapters", adapter_size=8))
+    assert len(adapters) == 2 * LAYERS
+    moved = np.abs(np.asarray(backbone(x)["sequence_output"]) - base).max()
+    assert 0 < moved < 1e-3  # weights of deviation 1e-3: near, not at, the identity
+
+
+def test_a_lora_target_that_names_no_layer_is_refused_with_the_candidates(tiny_pretrained: Path) -> None:
+    from ptmkit.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        _classifier(tiny_pretrained, strategy="lora", lora_targets=["query", "qurey"])
+    assert str(caught.value) == (
+        "finetune.lora_targets: 'qurey' matches no dense layer of the backbone's blocks; candidates: "
+        "attention_output, feedforward_intermediate_dense, feedforward_output_dense, key, query, value"
+    )
+
+
+def _weights(model: Any) -> dict[str, np.ndarray]:
+    return {v.path: np.asarray(v) for v in model.weights}
+
+
+@pytest.mark.parametrize("strategy", ["adapters", "lora"])
+def test_fine_tuning_changes_only_what_the_strategy_trains(tiny_pretrained: Path, tmp_path: Path, strategy: str) -> None:
+    from ptmkit.training.finetune import finetune, load_classifier
+
+    out = tmp_path / strategy
+    metrics = finetune(tiny_pretrained, TRAIN, DEV, out, overrides=[*TINY_FINETUNE, f"finetune.strategy={strategy}", "finetune.adapter_size=8", "finetune.lora_rank=4"])
+    tuned, _, _, _ = load_classifier(out)
+    backbone, _ = _backbone(tiny_pretrained)
+    before, after = _weights(backbone), _weights(tuned)
+    changed = {path for path in before if not np.array_equal(before[path], after[path])}
+    if strategy == "adapters":  # of the pre-trained weights only the layer norms train
+        assert changed and all("layer_norm" in path for path in changed), sorted(changed)
+    else:  # LoRA changes no pre-trained weight
+        assert changed == set()
+    added = {path: value for path, value in after.items() if path not in before and "logits" not in path}
+    assert len(added) == {"adapters": 2 * LAYERS * 4, "lora": 2 * LAYERS * 2}[strategy]
+    if strategy == "lora":
+        assert all(np.abs(value).max() > 0 for path, value in added.items() if path.endswith("lora_b"))  # B, 0 at the start, trained
+    assert metrics["strategy"] == strategy and metrics["trainable_parameters"] == {"adapters": 2 * 552 + 192 + 66, "lora": 2 * 256 + 66}[strategy]
+    assert json.loads((out / "metrics.json").read_text())["trainable_share"] == metrics["trainable_share"] < 0.05
