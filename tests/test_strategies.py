@@ -121,7 +121,7 @@ def _weights(model: Any) -> dict[str, np.ndarray]:
     return {v.path: np.asarray(v) for v in model.weights}
 
 
-@pytest.mark.parametrize("strategy", ["adapters", "lora"])
+@pytest.mark.parametrize("strategy", ["features", "adapters", "lora"])
 def test_fine_tuning_changes_only_what_the_strategy_trains(tiny_pretrained: Path, tmp_path: Path, strategy: str) -> None:
     from ptmkit.training.finetune import finetune, load_classifier
 
@@ -133,11 +133,69 @@ def test_fine_tuning_changes_only_what_the_strategy_trains(tiny_pretrained: Path
     changed = {path for path in before if not np.array_equal(before[path], after[path])}
     if strategy == "adapters":  # of the pre-trained weights only the layer norms train
         assert changed and all("layer_norm" in path for path in changed), sorted(changed)
-    else:  # LoRA changes no pre-trained weight
+    else:  # features and LoRA change no pre-trained weight
         assert changed == set()
     added = {path: value for path, value in after.items() if path not in before and "logits" not in path}
-    assert len(added) == {"adapters": 2 * LAYERS * 4, "lora": 2 * LAYERS * 2}[strategy]
+    assert len(added) == {"features": 0, "adapters": 2 * LAYERS * 4, "lora": 2 * LAYERS * 2}[strategy]
     if strategy == "lora":
         assert all(np.abs(value).max() > 0 for path, value in added.items() if path.endswith("lora_b"))  # B, 0 at the start, trained
-    assert metrics["strategy"] == strategy and metrics["trainable_parameters"] == {"adapters": 2 * 552 + 192 + 66, "lora": 2 * 256 + 66}[strategy]
+    assert metrics["strategy"] == strategy and metrics["trainable_parameters"] == {"features": 66, "adapters": 2 * 552 + 192 + 66, "lora": 2 * 256 + 66}[strategy]
     assert json.loads((out / "metrics.json").read_text())["trainable_share"] == metrics["trainable_share"] < 0.05
+
+
+@pytest.fixture(scope="module")
+def lora_run(tiny_pretrained: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from ptmkit.training.finetune import finetune
+
+    out = tmp_path_factory.mktemp("lora") / "run"
+    finetune(tiny_pretrained, TRAIN, DEV, out, overrides=[*TINY_FINETUNE, "finetune.strategy=lora", "finetune.lora_rank=4", "finetune.lora_targets=query,value,attention_output"])
+    return out
+
+
+def test_a_lora_run_exports_merged_and_unmerged_to_the_same_logits(lora_run: Path, tmp_path: Path) -> None:
+    from ptmkit.exporting import export_run
+    from ptmkit_export import Predictor
+
+    unmerged = export_run(lora_run, tmp_path / "unmerged")
+    merged = export_run(lora_run, tmp_path / "merged", merge_lora=True)
+    assert (unmerged["lora"], merged["lora"]) == ("unmerged", "merged")
+    assert max(unmerged["variants"]["fp32"]["parity_max_abs_diff"].values()) <= 1e-4  # ONNX against Keras, unmerged
+    texts = [line.partition(" ")[2] for line in DEV.read_text(encoding="utf-8").splitlines()]
+    a, b = Predictor(tmp_path / "unmerged", variant="fp32").logits(texts), Predictor(tmp_path / "merged", variant="fp32").logits(texts)
+    np.testing.assert_allclose(b, a, rtol=0, atol=1e-5)
+    import onnx
+
+    shapes = {name: sorted(tuple(i.dims) for i in onnx.load(str(tmp_path / name / "model.onnx")).graph.initializer) for name in ("unmerged", "merged")}
+    assert not any(4 in dims for dims in shapes["merged"])  # no factor of rank 4 left in the merged graph
+    assert shapes["unmerged"] == shapes["merged"]  # tf2onnx folds the constant W + (alpha/r) A B of the unmerged one too
+
+
+def test_merge_lora_on_a_run_without_lora_is_refused_in_one_line(tiny_pretrained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ptmkit.cli import main
+
+    from ptmkit.training.finetune import finetune
+
+    run = tmp_path / "full"
+    finetune(tiny_pretrained, TRAIN, DEV, run, overrides=[*TINY_FINETUNE, "finetune.strategy=features"])
+    capsys.readouterr()
+    assert main(["export", str(run), "--merge-lora"]) != 0
+    assert capsys.readouterr().err.strip() == f"error: --merge-lora: {run} was not fine-tuned with finetune.strategy = 'lora'; there is nothing to merge"
+
+
+def test_an_adapter_run_exports_and_quantizes_like_any_other(tiny_pretrained: Path, tmp_path: Path) -> None:
+    from ptmkit.data.tokenization import encode_texts
+    from ptmkit.exporting import export_run
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.finetune import finetune, load_classifier
+    from ptmkit_export import Predictor
+
+    run = tmp_path / "adapters"
+    finetune(tiny_pretrained, TRAIN, DEV, run, overrides=[*TINY_FINETUNE, "finetune.strategy=adapters", "finetune.adapter_size=8"])
+    manifest = export_run(run, tmp_path / "export", int8=True)
+    assert max(manifest["variants"]["fp32"]["parity_max_abs_diff"].values()) <= 1e-4
+    assert manifest["variants"]["int8"]["agreement_ok"] is True  # its speed on a 32-wide model is noise: not asserted
+    texts = [line.partition(" ")[2] for line in DEV.read_text(encoding="utf-8").splitlines()][:8]
+    model, config, tokenizer, _ = load_classifier(run)
+    family = get_registry().family("bert")
+    x = encode_texts(tokenizer, texts, config.finetune.sequence_length, family.inputs, family.special_tokens(tokenizer).padding_id)
+    np.testing.assert_allclose(Predictor(tmp_path / "export", variant="fp32").logits(texts), np.asarray(model.predict(x, verbose=0)), rtol=0, atol=1e-4)
