@@ -172,7 +172,6 @@ def test_a_lora_run_exports_merged_and_unmerged_to_the_same_logits(lora_run: Pat
 
 def test_merge_lora_on_a_run_without_lora_is_refused_in_one_line(tiny_pretrained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from ptmkit.cli import main
-
     from ptmkit.training.finetune import finetune
 
     run = tmp_path / "full"

@@ -120,8 +120,7 @@ def export_run(
         run_dir: a run directory.
         out: the export directory (default ``RUN_DIR/export``).
         int8: also write ``model.int8.onnx``.
-        dev: file for the fp32-vs-variant gate: labelled for a head (default: the run's dev file),
-            any text file for embeddings (required then).
+        dev: file for the fp32-vs-variant gate: labelled for a head (default: the run's dev file), any text file for embeddings (required then).
         optimize: 0-3, see :mod:`ptmkit_export.optimize`; >= 1 writes ``model.opt.onnx``.
         per_channel: int8 weights with one scale per output column (default) or per tensor.
         reduce_range: 7-bit int8 weights; ``None`` chooses from the CPU (no VNNI: True).
@@ -132,9 +131,7 @@ def export_run(
         fused_layer_norm, exact_gelu: int8 keeps ``SkipLayerNormalization`` / the erf GELU
             (default: split / ``FastGelu``, faster; :mod:`~ptmkit.exporting.variants`).
         int4: also write ``model.int4.onnx`` (4-bit weight-only ``MatMulNBits``, block 32).
-        merge_lora: a run fine-tuned with ``finetune.strategy = "lora"`` is exported with its
-            low-rank updates folded into the kernels (one projection per target; the manifest's
-            ``lora`` says ``merged``); without it the graph computes ``W + (alpha / r) A B``.
+        merge_lora: fold a LoRA run's updates into its kernels in Keras first (manifest ``lora``).
         fp16: also write ``model.fp16.onnx`` (for GPUs).
         with_tokenizer: also write single-file models that tokenize inside the graph (variants
             ``fp32+tokenizer``, ``int8+tokenizer``; :func:`~ptmkit.exporting.variants.tokenizer_variants`).
@@ -149,8 +146,7 @@ def export_run(
         RunDirError: missing or corrupted files.
         ExportError: bad options (:func:`check_options`); the ONNX graph failed a check (nothing is
             written); no dev texts for the gate; ``exclude_nodes`` names no node of the graph; a
-            variant option for a bag-of-rows classifier; ``int4`` without ``onnx-ir``; ``merge_lora``
-            on a run without LoRA.
+            variant option for a bag-of-rows classifier; ``int4`` without ``onnx-ir``; ``merge_lora`` without LoRA.
     """
     from ptmkit.plugins import get_registry
 

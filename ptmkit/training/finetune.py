@@ -326,7 +326,6 @@ def _finetune_backbone(
     """Fine-tune a head on ``parent``'s backbone into ``target`` (see :func:`finetune`)."""
     from ptmkit.data.tokenization import encode_texts
     from ptmkit.training.setup import seed_everything
-    from ptmkit.training.strategies import parameter_counts
 
     ft = config.finetune
     texts, labels, y_train = load_labelled(inputs["train"])
@@ -345,12 +344,7 @@ def _finetune_backbone(
     specials = family.special_tokens(tokenizer)
     x_train = encode_texts(tokenizer, texts, ft.sequence_length, family.inputs, specials.padding_id)
     x_dev = encode_texts(tokenizer, dev_texts, ft.sequence_length, family.inputs, specials.padding_id)
-    model = build_classifier(registry, config, backbone, len(labels))
-    counts = parameter_counts(model)
-    console.print(
-        f"strategy {ft.strategy}: {counts['trainable_parameters']:,} of {counts['parameters']:,} parameters train "
-        f"({100 * counts['trainable_share']:.2f}%)"
-    )
+    model, counts = _classifier_to_train(registry, config, backbone, len(labels), console)
     target.path.mkdir(parents=True, exist_ok=True)
     atomic_write_text(target / CONFIG, to_toml(config.to_dict()))
     target.write_json(INPUTS, inputs)
@@ -372,7 +366,6 @@ def _finetune_backbone(
         "labels": len(labels),
         "epochs": ft.epochs,
         "train_seconds": round(seconds, 1),
-        "strategy": ft.strategy,
         **counts,
     }
     if teacher is not None:
@@ -406,6 +399,18 @@ def _finetune_backbone(
     )
     shutil.rmtree(target / "checkpoints", ignore_errors=True)  # the finished weights are model.weights.h5
     return metrics
+
+
+def _classifier_to_train(registry: Registry, config: RunConfig, backbone: Any, num_labels: int, console: Console) -> tuple[Any, dict[str, Any]]:
+    """:func:`build_classifier`, and its strategy and parameter counts (printed, and returned for the
+    metrics: ``strategy``, ``parameters``, ``trainable_parameters``, ``trainable_share``)."""
+    from ptmkit.training.strategies import parameter_counts
+
+    model = build_classifier(registry, config, backbone, num_labels)
+    counts = {"strategy": config.finetune.strategy, **parameter_counts(model)}
+    share = f"{100 * counts['trainable_share']:.2f}%"
+    console.print(f"strategy {counts['strategy']}: {counts['trainable_parameters']:,} of {counts['parameters']:,} parameters train ({share})")
+    return model, counts
 
 
 def _check_teacher_labels(teacher_dir: str, labels: list[str], train_file: str) -> None:

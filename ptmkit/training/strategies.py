@@ -28,9 +28,9 @@ keras' ``MultiHeadAttention`` names its projections ``query``, ``key``, ``value`
 ``attention_output``. A family whose backbone follows neither convention gets a one-line error
 naming what was looked for. Keras' own ``enable_lora`` is not used: on an ``EinsumDense`` its
 factors are ``(inputs, heads, r)`` and ``(r, head_dim)``, not the paper's ``(inputs, r)`` and
-``(r, heads * head_dim)``, and Keras writes a LoRA layer's weights merged and zeroes both factors
-when it loads them, so a run resumed from a checkpoint would restart its updates from zero with
-no gradient to leave it.
+``(r, heads * head_dim)``, and Keras writes a LoRA layer's weights file with the update merged into
+the kernel (and zeroes both factors when it loads one), so a run's weights would no longer hold the
+base weights and the update apart.
 """
 
 from __future__ import annotations
