@@ -198,3 +198,33 @@ def test_an_adapter_run_exports_and_quantizes_like_any_other(tiny_pretrained: Pa
     family = get_registry().family("bert")
     x = encode_texts(tokenizer, texts, config.finetune.sequence_length, family.inputs, family.special_tokens(tokenizer).padding_id)
     np.testing.assert_allclose(Predictor(tmp_path / "export", variant="fp32").logits(texts), np.asarray(model.predict(x, verbose=0)), rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["roberta", "gpt"])
+def test_adapters_and_lora_fit_other_families_blocks(family: str) -> None:
+    """The same code on an encoder of another family and on a decoder (keras-hub's
+    TransformerDecoder, causal), counted by hand from their configs; an output at the start of
+    LoRA is the base model's bit for bit."""
+    import dataclasses as dc
+
+    import keras
+
+    from ptmkit.config import FinetuneConfig
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.strategies import apply_strategy, parameter_counts, prepare_backbone
+
+    spec = get_registry().family(family)
+    config = dc.replace(spec.config_class(), num_layers=2, hidden_dim=32, num_heads=2, intermediate_dim=64, vocabulary_size=100, max_sequence_length=16)
+    h, layers = config.hidden_dim, config.num_layers
+    expected = {"adapters": 2 * layers * (2 * h * 8 + 8 + h) + 2 * h * (1 + 2 * layers), "lora": 2 * layers * 4 * (h + h)}
+    for strategy, trainable in expected.items():
+        keras.utils.set_random_seed(0)
+        backbone = spec.build_backbone(config)
+        x = {name: np.ones((2, 8), np.int32) for name in spec.input_names}
+        base = np.asarray(backbone(x)["sequence_output"])
+        ft = FinetuneConfig(strategy=strategy, adapter_size=8, lora_rank=4)
+        added = prepare_backbone(backbone, ft)
+        apply_strategy(backbone, ft, added)
+        assert parameter_counts(backbone)["trainable_parameters"] == trainable, strategy
+        if strategy == "lora":
+            assert np.array_equal(np.asarray(backbone(x)["sequence_output"]), base)
