@@ -124,6 +124,10 @@ class FinetuneConfig:
         lora_targets: with ``lora``, the layer names (shell patterns, ``fnmatch``) of the dense
             projections to update; keras' attention names its projections ``query``, ``key``,
             ``value`` and ``attention_output`` (the default, ``query`` and ``value``, is the paper's).
+        layer_lr_decay: discriminative fine-tuning, with any strategy: block ``i`` of L (from 0)
+            learns at ``learning_rate * layer_lr_decay ** (L - i)``, the embeddings at
+            ``layer_lr_decay ** (L + 1)`` times it, the head at the full rate (ULMFiT: 1/2.6 = 0.385;
+            ELECTRA: 0.8); 1 (default): one rate for all.
     """
 
     head: str = "classification"
@@ -147,12 +151,15 @@ class FinetuneConfig:
     lora_rank: int = 8
     lora_alpha: float = 8.0
     lora_targets: list[str] = dataclasses.field(default_factory=lambda: ["query", "value"])
+    layer_lr_decay: float = 1.0
 
     def validate(self) -> None:
         self.mixed_precision = precision_policy(self.mixed_precision, "finetune")
         check_positive(self, "finetune", "epochs", "batch_size", "sequence_length", "distill_temperature")
         check_choice(self, "finetune", "strategy", STRATEGIES)
-        check_positive(self, "finetune", "adapter_size", "adapter_init_scale", "lora_rank", "lora_alpha")
+        check_positive(self, "finetune", "adapter_size", "adapter_init_scale", "lora_rank", "lora_alpha", "layer_lr_decay")
+        if self.layer_lr_decay > 1:
+            raise ConfigError(f"config key 'finetune.layer_lr_decay' must be in (0, 1], got {self.layer_lr_decay}")
         if not self.lora_targets:
             raise ConfigError("config key 'finetune.lora_targets' is empty; name at least one layer (e.g. query,value)")
         check_unit_interval(self, "finetune", "distill_alpha")

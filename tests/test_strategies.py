@@ -121,12 +121,16 @@ def _weights(model: Any) -> dict[str, np.ndarray]:
     return {v.path: np.asarray(v) for v in model.weights}
 
 
+#: Layer-wise learning rates ride along with one strategy (any strategy takes them).
+DECAY = {"adapters": ["finetune.layer_lr_decay=0.5"]}
+
+
 @pytest.mark.parametrize("strategy", ["features", "adapters", "lora"])
 def test_fine_tuning_changes_only_what_the_strategy_trains(tiny_pretrained: Path, tmp_path: Path, strategy: str) -> None:
     from ptmkit.training.finetune import finetune, load_classifier
 
     out = tmp_path / strategy
-    metrics = finetune(tiny_pretrained, TRAIN, DEV, out, overrides=[*TINY_FINETUNE, f"finetune.strategy={strategy}", "finetune.adapter_size=8", "finetune.lora_rank=4"])
+    metrics = finetune(tiny_pretrained, TRAIN, DEV, out, overrides=[*TINY_FINETUNE, f"finetune.strategy={strategy}", "finetune.adapter_size=8", "finetune.lora_rank=4", *DECAY.get(strategy, [])])
     tuned, _, _, _ = load_classifier(out)
     backbone, _ = _backbone(tiny_pretrained)
     before, after = _weights(backbone), _weights(tuned)
@@ -228,3 +232,42 @@ def test_adapters_and_lora_fit_other_families_blocks(family: str) -> None:
         assert parameter_counts(backbone)["trainable_parameters"] == trainable, strategy
         if strategy == "lora":
             assert np.array_equal(np.asarray(backbone(x)["sequence_output"]), base)
+
+
+def test_layer_wise_learning_rates_scale_each_variables_step_and_decay(tiny_pretrained: Path) -> None:
+    """ULMFiT's discriminative fine-tuning / ELECTRA's layer-wise decay: the factors of the tiny
+    BERT (1 block) by hand, and an AdamW step of a variable at factor 0.25 a quarter of the same
+    variable's step at factor 1 (the decoupled weight decay included)."""
+    import keras
+
+    from ptmkit.training.schedule import AdamW
+    from ptmkit.training.strategies import layer_lr_multipliers
+
+    backbone, _ = _backbone(tiny_pretrained)
+    factors = layer_lr_multipliers(backbone, 0.5)
+    assert factors.keys() == {v.path for v in backbone.weights}
+    by_value: dict[float, set[str]] = {}
+    for path, factor in factors.items():
+        by_value.setdefault(factor, set()).add(path.split("/")[0])
+    assert by_value == {0.25: {"token_embedding", "position_embedding", "segment_embedding", "embeddings_layer_norm"}, 0.5: {"transformer_layer_0", "pooled_dense"}}
+
+    start = np.array([1.0, -2.0, 3.0], "float32")
+    full, quarter = keras.Variable(start, name="full"), keras.Variable(start, name="quarter")
+    optimizer = AdamW(learning_rate=0.1, weight_decay=0.01, learning_rate_multipliers={"quarter": 0.25})
+    gradient = np.array([0.5, 0.1, -0.3], "float32")
+    for _ in range(2):
+        optimizer.apply([gradient, gradient], [full, quarter])
+    moved_full, moved_quarter = np.asarray(full) - start, np.asarray(quarter) - start
+    assert np.abs(moved_full).min() > 0.1
+    np.testing.assert_allclose(moved_quarter, 0.25 * moved_full, rtol=2e-3)  # the decay term is second order: w shrinks by lr f wd
+
+
+def test_layer_lr_decay_on_a_backbone_without_blocks_is_refused(tiny_pretrained: Path) -> None:
+    import keras
+
+    from ptmkit.errors import ConfigError
+    from ptmkit.training.strategies import layer_lr_multipliers
+
+    inputs = keras.Input((4,))
+    with pytest.raises(ConfigError, match=r"^finetune.layer_lr_decay = 0.8 scales the rate block by block; the backbone has no transformer blocks"):
+        layer_lr_multipliers(keras.Model(inputs, keras.layers.Dense(2)(inputs)), 0.8)

@@ -463,8 +463,13 @@ def _fit_classifier(
 
     steps_per_epoch = -(-len(y_train) // ft.batch_size)
     total = steps_per_epoch * ft.epochs
+    multipliers = None
+    if ft.layer_lr_decay < 1:
+        from ptmkit.training.strategies import layer_lr_multipliers
+
+        multipliers = layer_lr_multipliers(next(layer for layer in model.layers if isinstance(layer, keras.Model)), ft.layer_lr_decay)
     model.compile(
-        optimizer=adamw(ft.learning_rate, ft.weight_decay, total, ft.warmup_ratio, ft.adam_epsilon),
+        optimizer=adamw(ft.learning_rate, ft.weight_decay, total, ft.warmup_ratio, ft.adam_epsilon, multipliers),
         loss=loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[keras.metrics.MeanMetricWrapper(accuracy, name="accuracy") if accuracy else keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         jit_compile=ft.jit_compile,

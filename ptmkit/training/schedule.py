@@ -58,6 +58,10 @@ class AdamW(keras.optimizers.AdamW):
     ``torch.optim.AdamW``'s, where ``keras.optimizers.AdamW`` drifts by 8e-3
     (``benchmarks/minilm_trajectory.py``; results in ``benchmarks/results/minilm_trajectory.md``).
 
+    ``learning_rate_multipliers`` (``{variable path: factor}``) gives variables their own learning
+    rate, ``factor`` times the schedule's, for the step and the decay alike (discriminative
+    fine-tuning: :func:`ptmkit.training.strategies.layer_lr_multipliers`).
+
     Sparse gradients (``tf.IndexedSlices`` from embedding lookups, one slice per occurrence of a
     token in the batch) are summed into a dense gradient first. Keras squares the slices one by
     one, so a token seen k times in a batch got ``sum g_i^2`` as its second-moment input instead of
@@ -69,6 +73,42 @@ class AdamW(keras.optimizers.AdamW):
     (its ``_backend_apply_gradients``), which changes ``global_clipnorm``'s result whenever it
     clips, so a 2-worker run drifted from the one-device run by up to 4e-3 in 8 steps.
     """
+
+    def __init__(self, *args: Any, learning_rate_multipliers: dict[str, float] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.learning_rate_multipliers = dict(learning_rate_multipliers or {})
+
+    def _multiplier(self, variable: Any) -> float:
+        """The learning-rate factor of ``variable`` (by its Keras path; 1 when none is set). On
+        TensorFlow the update step gets the ``tf.Variable`` under the Keras variable: its path is
+        the Keras variable's, found by its index among the optimizer's variables."""
+        if not self.learning_rate_multipliers:
+            return 1.0
+        path = getattr(variable, "path", None)
+        if path is None:
+            path = self._trainable_variables[self._get_variable_index(variable)].path
+        return self.learning_rate_multipliers.get(path, 1.0)
+
+    def _apply_weight_decay(self, variables: Any) -> None:
+        """Keras' decoupled decay ``w -= lr wd w``, with each variable's own ``lr`` (a PyTorch
+        parameter group's learning rate scales its decay too)."""
+        if not self.learning_rate_multipliers or self.weight_decay is None:
+            return super()._apply_weight_decay(variables)
+        groups: dict[float, list[Any]] = {}
+        for variable in variables:
+            groups.setdefault(self._multiplier(variable), []).append(variable)
+        decay = self.weight_decay
+        try:
+            for factor, group in groups.items():
+                self.weight_decay = decay * factor  # read when the step is traced: lr * (wd * f) = (lr * f) * wd
+                super()._apply_weight_decay(group)
+        finally:
+            self.weight_decay = decay
+
+    def get_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = super().get_config()
+        config["learning_rate_multipliers"] = self.learning_rate_multipliers
+        return config
 
     def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
         if keras.backend.backend() == "tensorflow":
@@ -85,7 +125,7 @@ class AdamW(keras.optimizers.AdamW):
     def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
         ops = keras.ops
         dtype = variable.dtype
-        lr = ops.cast(learning_rate, dtype)
+        lr = ops.cast(learning_rate, dtype) * self._multiplier(variable)
         gradient = ops.cast(gradient, dtype)
         step = ops.cast(self.iterations + 1, dtype)
         beta_1_power = ops.power(ops.cast(self.beta_1, dtype), step)
@@ -120,12 +160,16 @@ def _sum_over_replicas(grads: list[Any]) -> list[Any]:
     return out
 
 
-def adamw(learning_rate: float, weight_decay: float, total_steps: int, warmup_ratio: float, epsilon: float = 1e-6) -> Any:
+def adamw(
+    learning_rate: float, weight_decay: float, total_steps: int, warmup_ratio: float, epsilon: float = 1e-6, multipliers: dict[str, float] | None = None,
+) -> Any:
     """:class:`AdamW` with :class:`WarmupLinearDecay`; LayerNorm scales/offsets and biases get no
     decay (as BERT's optimizer, Hugging Face's Trainer and keras-hub's ``BertMaskedLM`` do); global
-    gradient-norm clipping at 1 (``torch.nn.utils.clip_grad_norm_(..., 1.0)``).
+    gradient-norm clipping at 1 (``torch.nn.utils.clip_grad_norm_(..., 1.0)``). ``multipliers``
+    scales the learning rate (and so the decay) of the variables whose paths it names
+    (:func:`ptmkit.training.strategies.layer_lr_multipliers`).
     """
     schedule = WarmupLinearDecay(learning_rate, int(round(warmup_ratio * total_steps)), total_steps)
-    optimizer = AdamW(learning_rate=schedule, weight_decay=weight_decay, epsilon=epsilon, global_clipnorm=1.0)
+    optimizer = AdamW(learning_rate=schedule, weight_decay=weight_decay, epsilon=epsilon, global_clipnorm=1.0, learning_rate_multipliers=multipliers)
     optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
     return optimizer

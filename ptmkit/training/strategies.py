@@ -47,8 +47,8 @@ from ptmkit.config import STRATEGIES
 from ptmkit.errors import ConfigError
 
 __all__ = [
-    "ADAPTER_SITES", "STRATEGIES", "BottleneckAdapter", "LowRankUpdate", "apply_strategy", "lora_candidates", "merge_lora",
-    "parameter_counts", "prepare_backbone",
+    "ADAPTER_SITES", "STRATEGIES", "BottleneckAdapter", "LowRankUpdate", "apply_strategy", "layer_lr_multipliers", "lora_candidates",
+    "merge_lora", "parameter_counts", "prepare_backbone",
 ]
 
 #: The attributes of a transformer block whose output an adapter follows (keras-hub's names): the
@@ -312,6 +312,44 @@ def parameter_counts(model: Any) -> dict[str, Any]:
     total = sum(math.prod(v.shape) for v in model.weights)
     trainable = sum(math.prod(v.shape) for v in model.trainable_weights)
     return {"parameters": int(total), "trainable_parameters": int(trainable), "trainable_share": round(trainable / max(total, 1), 6)}
+
+
+def transformer_blocks(backbone: Any) -> list[Any]:
+    """``backbone``'s transformer blocks in the order it holds them (keras-hub's convention: a layer
+    with the sublayers :data:`ADAPTER_SITES`), each once."""
+    blocks, seen = [], set()
+    for layer in backbone._flatten_layers(include_self=False, recursive=True):
+        if id(layer) not in seen and all(hasattr(layer, site) for site in ADAPTER_SITES):
+            seen.add(id(layer))
+            blocks.append(layer)
+    return blocks
+
+
+def layer_lr_multipliers(backbone: Any, decay: float) -> dict[str, float]:
+    """Layer-wise learning-rate factors, ``{variable path: decay ** (L + 1 - depth)}``, for the
+    backbone's variables: depth 0 for those before the first of its L blocks (the embeddings),
+    ``i + 1`` for block ``i``'s (adapters and LoRA factors included), L for those after the last
+    (a pooler, a final norm); the head, at depth L + 1, keeps the full rate. The discriminative
+    fine-tuning of ULMFiT (Howard and Ruder 2018, section 3.2: ``decay = 1 / 2.6``) and ELECTRA's
+    layer-wise decay (Clark et al. 2020, appendix A: 0.8).
+
+    Raises:
+        ConfigError: the backbone has no transformer blocks.
+    """
+    blocks = transformer_blocks(backbone)
+    if not blocks:
+        raise ConfigError(f"finetune.layer_lr_decay = {decay} scales the rate block by block; the backbone has no transformer blocks ({' and '.join(ADAPTER_SITES)})")
+    depth: dict[int, int] = {}
+    for i, block in enumerate(blocks):
+        for variable in block.weights:
+            depth.setdefault(id(variable), i + 1)
+    past_blocks, top = False, len(blocks)
+    for variable in backbone.weights:
+        if id(variable) in depth:
+            past_blocks = True
+        else:
+            depth[id(variable)] = top if past_blocks else 0
+    return {variable.path: float(decay) ** (top + 1 - depth[id(variable)]) for variable in backbone.weights}
 
 
 def merge_lora(model: Any) -> int:
