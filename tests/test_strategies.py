@@ -271,3 +271,33 @@ def test_layer_lr_decay_on_a_backbone_without_blocks_is_refused(tiny_pretrained:
     inputs = keras.Input((4,))
     with pytest.raises(ConfigError, match=r"^finetune.layer_lr_decay = 0.8 scales the rate block by block; the backbone has no transformer blocks"):
         layer_lr_multipliers(keras.Model(inputs, keras.layers.Dense(2)(inputs)), 0.8)
+
+
+def test_features_read_a_chosen_layer_or_a_mix_of_a_transformers_layers(tiny_pretrained: Path) -> None:
+    """``head.layers`` on BERT, which has no ``hidden_states`` output: the embeddings then each
+    block's output, as Hugging Face's ``output_hidden_states``; index -1 is ``sequence_output``,
+    index 0 the embeddings (the input of block 0), and a mix learns over both."""
+    import keras
+
+    from ptmkit.errors import ConfigError
+    from ptmkit.heads.classification import ClassificationConfig, SequenceClassification
+    from ptmkit.training.strategies import hidden_states_model
+
+    backbone, _ = _backbone(tiny_pretrained)
+    x = _inputs()
+    states = np.asarray(hidden_states_model(backbone)(x))
+    assert states.shape == (3, 1 + LAYERS, 12, HIDDEN)
+    np.testing.assert_array_equal(states[:, -1], np.asarray(backbone(x)["sequence_output"]))
+    block = backbone.transformer_layers[0]
+    np.testing.assert_allclose(np.asarray(block(keras.ops.convert_to_tensor(states[:, 0]), padding_mask=x["padding_mask"])), states[:, 1], atol=1e-5)
+
+    def pooled(layers: str) -> np.ndarray:
+        head = SequenceClassification().build(backbone, LABELS, ClassificationConfig(layers=layers, pooling="mean", freeze_backbone=True))
+        return np.asarray(keras.Model(head.inputs, head.get_layer("head_dropout").input)(x))
+
+    mask = x["padding_mask"][..., None].astype("float32")
+    for layers, index in (("0", 0), ("-1", 1)):
+        np.testing.assert_allclose(pooled(layers), (states[:, index] * mask).sum(1) / mask.sum(1), atol=1e-5)
+    np.testing.assert_allclose(pooled("mix"), (states.mean(1) * mask).sum(1) / mask.sum(1), atol=1e-5)  # w = 0: equal weights, gamma 1
+    with pytest.raises(ConfigError, match=r"^head.layers = 2: the backbone has 2 layers \(the embeddings and each block: 0 to 1, or -1 to -2\)$"):
+        pooled("2")

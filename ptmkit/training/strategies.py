@@ -325,6 +325,24 @@ def transformer_blocks(backbone: Any) -> list[Any]:
     return blocks
 
 
+def hidden_states_model(backbone: Any) -> Any:
+    """A model of ``backbone``'s inputs returning ``hidden_states`` ``(batch, L + 1, sequence,
+    hidden)``: the input of its first transformer block (the embeddings) then each block's output
+    in the order the backbone calls them (a block shared by several positions, ALBERT's, once per
+    call), Hugging Face's ``output_hidden_states`` layout. It shares the backbone's layers.
+
+    Raises:
+        ConfigError: ``backbone`` is not a functional model of transformer blocks.
+    """
+    blocks = transformer_blocks(backbone)
+    by_depth = getattr(backbone, "_nodes_by_depth", None)  # Keras' functional graph; larger depth: nearer the inputs
+    if not blocks or by_depth is None:
+        raise ConfigError(f"the backbone has no functional graph of transformer blocks ({' and '.join(ADAPTER_SITES)}) to take hidden states from")
+    nodes = [node for depth in sorted(by_depth, reverse=True) for node in by_depth[depth] if any(node.operation is block for block in blocks)]
+    states = [nodes[0].arguments.args[0], *(node.outputs[0] for node in nodes)]
+    return keras.Model(backbone.inputs, ops.stack(states, axis=1), name="hidden_states")
+
+
 def layer_lr_multipliers(backbone: Any, decay: float) -> dict[str, float]:
     """Layer-wise learning-rate factors, ``{variable path: decay ** (L + 1 - depth)}``, for the
     backbone's variables: depth 0 for those before the first of its L blocks (the embeddings),
