@@ -106,6 +106,7 @@ def finetune(
     set_: SetOption = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted fine-tuning in OUT from its last checkpoint.")] = False,
     teacher: Annotated[Path | None, typer.Option(help="A fine-tuned run with the same labels to distil from (soft targets at finetune.distill_temperature, weight finetune.distill_alpha).")] = None,
+    strategy: Annotated[str | None, typer.Option(help="What trains: full, features (frozen backbone), adapters or lora; the same as --set finetune.strategy=NAME.")] = None,
 ) -> None:
     """Add a classification head to RUN_DIR's backbone (pre-trained, or imported with import-hf) and
     fine-tune it; report dev (and test) accuracy and macro-F1. On a run of static word vectors, the
@@ -113,16 +114,22 @@ def finetune(
 
     Config sections: \\[finetune] (head, epochs, batch_size, sequence_length, learning_rate,
     warmup_ratio, weight_decay, seed, max_train_examples, checkpoint_every, distill_temperature,
-    distill_alpha) and \\[head] (dropout, initializer_range); e.g. --set finetune.epochs=5. After
+    distill_alpha, strategy, adapter_size, lora_rank, lora_alpha, lora_targets, layer_lr_decay) and
+    \\[head] (dropout, initializer_range, pooling, layers); e.g. --set finetune.epochs=5. After
     Ctrl-C, the same command with --resume continues from the last checkpoint to the weights an
     uninterrupted run ends with. With --teacher, the student (RUN_DIR's backbone) learns from the
     teacher's soft targets and the gold labels (Hinton et al. 2015), and the metrics add its
     agreement with the teacher.
     """
+    from ptmkit.config import STRATEGIES
+    from ptmkit.errors import ConfigError
     from ptmkit.training.finetune import finetune as run_finetune
 
+    if strategy is not None and strategy not in STRATEGIES:
+        raise ConfigError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    overrides = [*(set_ or []), *([f"finetune.strategy={strategy}"] if strategy is not None else [])]
     with _noting_interrupts():
-        metrics = run_finetune(run_dir, train, dev, out, config, set_ or [], console=console, test_file=test, resume=resume, teacher=teacher)
+        metrics = run_finetune(run_dir, train, dev, out, config, overrides, console=console, test_file=test, resume=resume, teacher=teacher)
     _report(f"fine-tuned -> {out}", metrics)
 
 

@@ -175,11 +175,15 @@ def test_a_lora_run_exports_merged_and_unmerged_to_the_same_logits(lora_run: Pat
 
 
 def test_merge_lora_on_a_run_without_lora_is_refused_in_one_line(tiny_pretrained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Through the CLI: ``--strategy`` (an unknown one refused in one line), then ``export --merge-lora``."""
     from ptmkit.cli import main
-    from ptmkit.training.finetune import finetune
 
-    run = tmp_path / "full"
-    finetune(tiny_pretrained, TRAIN, DEV, run, overrides=[*TINY_FINETUNE, "finetune.strategy=features"])
+    run = tmp_path / "features"
+    args = ["finetune", str(tiny_pretrained), "--train", str(TRAIN), "--dev", str(DEV), "--out", str(run), *(f"--set={item}" for item in TINY_FINETUNE)]
+    assert main([*args, "--strategy", "lorra"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "error: --strategy must be one of full, features, adapters, lora, got 'lorra'"
+    assert main([*args, "--strategy", "features"]) == 0
+    assert json.loads((run / "metrics.json").read_text())["trainable_parameters"] == HIDDEN * LABELS + LABELS
     capsys.readouterr()
     assert main(["export", str(run), "--merge-lora"]) != 0
     assert capsys.readouterr().err.strip() == f"error: --merge-lora: {run} was not fine-tuned with finetune.strategy = 'lora'; there is nothing to merge"
