@@ -114,8 +114,9 @@ def finetune(
 
     Config sections: \\[finetune] (head, epochs, batch_size, sequence_length, learning_rate,
     warmup_ratio, weight_decay, seed, max_train_examples, checkpoint_every, distill_temperature,
-    distill_alpha, strategy, adapter_size, lora_rank, lora_alpha, lora_targets, layer_lr_decay) and
-    \\[head] (dropout, initializer_range, pooling, layers); e.g. --set finetune.epochs=5. After
+    distill_alpha, strategy, adapter_size, lora_rank, lora_alpha, lora_targets, layer_lr_decay,
+    gradual_unfreezing) and \\[head] (dropout, initializer_range, pooling, layers); e.g. --set
+    finetune.epochs=5. After
     Ctrl-C, the same command with --resume continues from the last checkpoint to the weights an
     uninterrupted run ends with. With --teacher, the student (RUN_DIR's backbone) learns from the
     teacher's soft targets and the gold labels (Hinton et al. 2015), and the metrics add its

@@ -128,6 +128,10 @@ class FinetuneConfig:
             learns at ``learning_rate * layer_lr_decay ** (L - i)``, the embeddings at
             ``layer_lr_decay ** (L + 1)`` times it, the head at the full rate (ULMFiT: 1/2.6 = 0.385;
             ELECTRA: 0.8); 1 (default): one rate for all.
+        gradual_unfreezing: with any strategy, ULMFiT's gradual unfreezing (Howard and Ruder 2018,
+            section 3.3): epoch 0 trains the head only, epoch 1 also the last block, and one block
+            more each epoch down to the embeddings (epoch L + 1); a frozen weight gets no gradient
+            and no decay (set ``epochs`` >= L + 2 to train them all).
     """
 
     head: str = "classification"
@@ -152,6 +156,7 @@ class FinetuneConfig:
     lora_alpha: float = 8.0
     lora_targets: list[str] = dataclasses.field(default_factory=lambda: ["query", "value"])
     layer_lr_decay: float = 1.0
+    gradual_unfreezing: bool = False
 
     def validate(self) -> None:
         self.mixed_precision = precision_policy(self.mixed_precision, "finetune")

@@ -273,7 +273,7 @@ def test_layer_lr_decay_on_a_backbone_without_blocks_is_refused(tiny_pretrained:
     from ptmkit.training.strategies import layer_lr_multipliers
 
     inputs = keras.Input((4,))
-    with pytest.raises(ConfigError, match=r"^finetune.layer_lr_decay = 0.8 scales the rate block by block; the backbone has no transformer blocks"):
+    with pytest.raises(ConfigError, match=r"^finetune.layer_lr_decay = 0.8 works block by block; the backbone has no transformer blocks"):
         layer_lr_multipliers(keras.Model(inputs, keras.layers.Dense(2)(inputs)), 0.8)
 
 
@@ -305,3 +305,33 @@ def test_features_read_a_chosen_layer_or_a_mix_of_a_transformers_layers(tiny_pre
     np.testing.assert_allclose(pooled("mix"), (states.mean(1) * mask).sum(1) / mask.sum(1), atol=1e-5)  # w = 0: equal weights, gamma 1
     with pytest.raises(ConfigError, match=r"^head.layers = 2: the backbone has 2 layers \(the embeddings and each block: 0 to 1, or -1 to -2\)$"):
         pooled("2")
+
+
+def test_gradual_unfreezing_holds_each_block_until_its_epoch(tiny_pretrained: Path, tmp_path: Path) -> None:
+    """ULMFiT's gradual unfreezing: the first steps by hand on the tiny BERT (1 block, so the
+    block and the pooler from epoch 1, the embeddings from epoch 2); an AdamW variable held to step
+    2 neither steps nor decays before it; one epoch of fine-tuning leaves the backbone untouched."""
+    import keras
+
+    from ptmkit.training.finetune import finetune, load_classifier
+    from ptmkit.training.schedule import AdamW
+    from ptmkit.training.strategies import unfreeze_steps
+
+    backbone, _ = _backbone(tiny_pretrained)
+    starts = {path.split("/")[0]: step for path, step in unfreeze_steps(backbone, 3).items()}
+    assert starts == {"token_embedding": 6, "position_embedding": 6, "segment_embedding": 6, "embeddings_layer_norm": 6, "transformer_layer_0": 3, "pooled_dense": 3}
+
+    start = np.array([1.0, -2.0], "float32")
+    now, later = keras.Variable(start, name="now"), keras.Variable(start, name="later")
+    optimizer = AdamW(learning_rate=0.1, weight_decay=0.1, unfreeze_steps={"later": 2})
+    gradient = np.array([0.5, -0.5], "float32")
+    for step in range(3):
+        optimizer.apply([gradient, gradient], [now, later])
+        assert np.array_equal(np.asarray(later), start) == (step < 2), step
+    assert not np.array_equal(np.asarray(now), start)
+
+    out = tmp_path / "gradual"
+    finetune(tiny_pretrained, TRAIN, DEV, out, overrides=[*TINY_FINETUNE, "finetune.gradual_unfreezing=true"])
+    before, after = _weights(backbone), _weights(load_classifier(out)[0])
+    assert {path for path in before if not np.array_equal(before[path], after[path])} == set()
+    assert [path for path in after if path not in before] == ["logits/kernel", "logits/bias"]

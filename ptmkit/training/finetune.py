@@ -463,13 +463,8 @@ def _fit_classifier(
 
     steps_per_epoch = -(-len(y_train) // ft.batch_size)
     total = steps_per_epoch * ft.epochs
-    multipliers = None
-    if ft.layer_lr_decay < 1:
-        from ptmkit.training.strategies import layer_lr_multipliers
-
-        multipliers = layer_lr_multipliers(next(layer for layer in model.layers if isinstance(layer, keras.Model)), ft.layer_lr_decay)
     model.compile(
-        optimizer=adamw(ft.learning_rate, ft.weight_decay, total, ft.warmup_ratio, ft.adam_epsilon, multipliers),
+        optimizer=adamw(ft.learning_rate, ft.weight_decay, total, ft.warmup_ratio, ft.adam_epsilon, *_layer_schedules(model, ft, steps_per_epoch)),
         loss=loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[keras.metrics.MeanMetricWrapper(accuracy, name="accuracy") if accuracy else keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         jit_compile=ft.jit_compile,
@@ -495,6 +490,18 @@ def _fit_classifier(
                 ],
             )
     return time.perf_counter() - started
+
+
+def _layer_schedules(model: Any, ft: Any, steps_per_epoch: int) -> tuple[dict[str, float] | None, dict[str, int] | None]:
+    """``(learning-rate factors, unfreezing steps)`` of ``model``'s backbone for ``adamw``, each
+    None when ``finetune.layer_lr_decay`` is 1 / ``finetune.gradual_unfreezing`` is off."""
+    import keras
+
+    from ptmkit.training.strategies import layer_lr_multipliers, unfreeze_steps
+
+    backbone = next(layer for layer in model.layers if isinstance(layer, keras.Model))
+    multipliers = layer_lr_multipliers(backbone, ft.layer_lr_decay) if ft.layer_lr_decay < 1 else None
+    return multipliers, unfreeze_steps(backbone, steps_per_epoch) if ft.gradual_unfreezing else None
 
 
 def _refuse_changed_pretraining_keys(data: dict[str, Any], stored: dict[str, Any], source: str, prefix: str = "") -> None:

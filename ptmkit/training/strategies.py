@@ -47,8 +47,8 @@ from ptmkit.config import STRATEGIES
 from ptmkit.errors import ConfigError
 
 __all__ = [
-    "ADAPTER_SITES", "STRATEGIES", "BottleneckAdapter", "LowRankUpdate", "apply_strategy", "layer_lr_multipliers", "lora_candidates",
-    "merge_lora", "parameter_counts", "prepare_backbone",
+    "ADAPTER_SITES", "STRATEGIES", "BottleneckAdapter", "LowRankUpdate", "apply_strategy", "layer_depths", "layer_lr_multipliers", "lora_candidates",
+    "merge_lora", "parameter_counts", "prepare_backbone", "unfreeze_steps",
 ]
 
 #: The attributes of a transformer block whose output an adapter follows (keras-hub's names): the
@@ -343,20 +343,18 @@ def hidden_states_model(backbone: Any) -> Any:
     return keras.Model(backbone.inputs, ops.stack(states, axis=1), name="hidden_states")
 
 
-def layer_lr_multipliers(backbone: Any, decay: float) -> dict[str, float]:
-    """Layer-wise learning-rate factors, ``{variable path: decay ** (L + 1 - depth)}``, for the
-    backbone's variables: depth 0 for those before the first of its L blocks (the embeddings),
-    ``i + 1`` for block ``i``'s (adapters and LoRA factors included), L for those after the last
-    (a pooler, a final norm); the head, at depth L + 1, keeps the full rate. The discriminative
-    fine-tuning of ULMFiT (Howard and Ruder 2018, section 3.2: ``decay = 1 / 2.6``) and ELECTRA's
-    layer-wise decay (Clark et al. 2020, appendix A: 0.8).
+def layer_depths(backbone: Any, purpose: str) -> tuple[dict[str, int], int]:
+    """``({variable path: depth}, L)`` for the backbone's variables: depth 0 for those before the
+    first of its L transformer blocks (the embeddings), ``i + 1`` for block ``i``'s (adapters and
+    LoRA factors included), L for those after the last (a pooler, a final norm). A head on the
+    backbone is at depth L + 1.
 
     Raises:
-        ConfigError: the backbone has no transformer blocks.
+        ConfigError: the backbone has no transformer blocks (naming ``purpose``, the config key).
     """
     blocks = transformer_blocks(backbone)
     if not blocks:
-        raise ConfigError(f"finetune.layer_lr_decay = {decay} scales the rate block by block; the backbone has no transformer blocks ({' and '.join(ADAPTER_SITES)})")
+        raise ConfigError(f"{purpose} works block by block; the backbone has no transformer blocks ({' and '.join(ADAPTER_SITES)})")
     depth: dict[int, int] = {}
     for i, block in enumerate(blocks):
         for variable in block.weights:
@@ -367,7 +365,33 @@ def layer_lr_multipliers(backbone: Any, decay: float) -> dict[str, float]:
             past_blocks = True
         else:
             depth[id(variable)] = top if past_blocks else 0
-    return {variable.path: float(decay) ** (top + 1 - depth[id(variable)]) for variable in backbone.weights}
+    return {variable.path: depth[id(variable)] for variable in backbone.weights}, top
+
+
+def layer_lr_multipliers(backbone: Any, decay: float) -> dict[str, float]:
+    """Layer-wise learning-rate factors, ``{variable path: decay ** (L + 1 - depth)}``
+    (:func:`layer_depths`); the head, at depth L + 1, keeps the full rate. The discriminative
+    fine-tuning of ULMFiT (Howard and Ruder 2018, section 3.2: ``decay = 1 / 2.6``) and ELECTRA's
+    layer-wise decay (Clark et al. 2020, appendix A: 0.8).
+
+    Raises:
+        ConfigError: the backbone has no transformer blocks.
+    """
+    depths, top = layer_depths(backbone, f"finetune.layer_lr_decay = {decay}")
+    return {path: float(decay) ** (top + 1 - depth) for path, depth in depths.items()}
+
+
+def unfreeze_steps(backbone: Any, steps_per_epoch: int) -> dict[str, int]:
+    """Gradual unfreezing (ULMFiT, Howard and Ruder 2018, section 3.3): ``{variable path: first
+    step}``; the head trains from the start, depth L (the last block and what follows it) from
+    epoch 1, and so down to the embeddings from epoch L + 1 (:func:`layer_depths`). A step is
+    ``epoch * steps_per_epoch``.
+
+    Raises:
+        ConfigError: the backbone has no transformer blocks.
+    """
+    depths, top = layer_depths(backbone, "finetune.gradual_unfreezing")
+    return {path: (top + 1 - depth) * steps_per_epoch for path, depth in depths.items()}
 
 
 def merge_lora(model: Any) -> int:
