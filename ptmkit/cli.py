@@ -106,6 +106,7 @@ def finetune(
     set_: SetOption = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted fine-tuning in OUT from its last checkpoint.")] = False,
     teacher: Annotated[Path | None, typer.Option(help="A fine-tuned run with the same labels to distil from (soft targets at finetune.distill_temperature, weight finetune.distill_alpha).")] = None,
+    strategy: Annotated[str | None, typer.Option(help="What trains: full, features (frozen backbone), adapters or lora; the same as --set finetune.strategy=NAME.")] = None,
 ) -> None:
     """Add a classification head to RUN_DIR's backbone (pre-trained, or imported with import-hf) and
     fine-tune it; report dev (and test) accuracy and macro-F1. On a run of static word vectors, the
@@ -113,16 +114,23 @@ def finetune(
 
     Config sections: \\[finetune] (head, epochs, batch_size, sequence_length, learning_rate,
     warmup_ratio, weight_decay, seed, max_train_examples, checkpoint_every, distill_temperature,
-    distill_alpha) and \\[head] (dropout, initializer_range); e.g. --set finetune.epochs=5. After
+    distill_alpha, strategy, adapter_size, lora_rank, lora_alpha, lora_targets, layer_lr_decay,
+    gradual_unfreezing) and \\[head] (dropout, initializer_range, pooling, layers); e.g. --set
+    finetune.epochs=5. After
     Ctrl-C, the same command with --resume continues from the last checkpoint to the weights an
     uninterrupted run ends with. With --teacher, the student (RUN_DIR's backbone) learns from the
     teacher's soft targets and the gold labels (Hinton et al. 2015), and the metrics add its
     agreement with the teacher.
     """
+    from ptmkit.config import STRATEGIES
+    from ptmkit.errors import ConfigError
     from ptmkit.training.finetune import finetune as run_finetune
 
+    if strategy is not None and strategy not in STRATEGIES:
+        raise ConfigError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    overrides = [*(set_ or []), *([f"finetune.strategy={strategy}"] if strategy is not None else [])]
     with _noting_interrupts():
-        metrics = run_finetune(run_dir, train, dev, out, config, set_ or [], console=console, test_file=test, resume=resume, teacher=teacher)
+        metrics = run_finetune(run_dir, train, dev, out, config, overrides, console=console, test_file=test, resume=resume, teacher=teacher)
     _report(f"fine-tuned -> {out}", metrics)
 
 
@@ -164,6 +172,7 @@ def export(
     triton: Annotated[Path | None, typer.Option(help="Also write a Triton Inference Server model repository here (REPO_DIR/NAME/config.pbtxt, 1/model.onnx).")] = None,
     vectors: Annotated[str | None, typer.Option(help="Word-vector runs: write a vector file: word2vec, word2vec-binary, glove or fasttext-vec.")] = None,
     output: Annotated[Path | None, typer.Option(help="The vector file --vectors writes.")] = None,
+    merge_lora: Annotated[bool, typer.Option("--merge-lora", help="A run fine-tuned with finetune.strategy=lora: fold its low-rank updates into the kernels before converting (W + alpha/r A B as one matrix).")] = False,
     with_tokenizer: Annotated[bool, typer.Option("--with-tokenizer", help="Also write model.with_tokenizer.onnx: WordPiece tokenization inside the graph (onnxruntime-extensions), raw text in; variant fp32+tokenizer (and int8+tokenizer).")] = False,
 ) -> None:
     """Export RUN_DIR to ONNX (checked against Keras), optionally optimised (--optimize 1-3), quantized
@@ -175,8 +184,8 @@ def export(
     if vectors is not None or word_vectors.is_word_vector_run(run_dir):
         if vectors is None and not onnx:
             raise PtmkitError("nothing to export: give --vectors FORMAT --output FILE, or --onnx")
-        if int8 or int4 or dev is not None or optimize or fp16 or static or with_tokenizer:
-            raise PtmkitError("--int8/--int4/--dev/--optimize/--fp16/--with-tokenizer apply to transformer runs; word vectors are exported as float32 lookups")
+        if int8 or int4 or dev is not None or optimize or fp16 or static or with_tokenizer or merge_lora:
+            raise PtmkitError("--int8/--int4/--dev/--optimize/--fp16/--with-tokenizer/--merge-lora apply to transformer runs; word vectors are exported as float32 lookups")
         _report(f"exported {run_dir}", word_vectors.export(run_dir, vectors, output, out))
         return
     if not onnx:
@@ -188,7 +197,7 @@ def export(
     manifest = export_run(
         run_dir, out, int8=int8, dev=dev, console=console, optimize=optimize, per_channel=per_channel, reduce_range=reduce_range,
         exclude_nodes=excluded, static=static, calibration=calibration, method=method, fp16=fp16, with_tokenizer=with_tokenizer,
-        fused_layer_norm=fused_layer_norm, exact_gelu=exact_gelu, int4=int4,
+        fused_layer_norm=fused_layer_norm, exact_gelu=exact_gelu, int4=int4, merge_lora=merge_lora,
     )
     _report(f"exported -> {manifest['directory']}", manifest["summary"])
     if triton is not None:

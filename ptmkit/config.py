@@ -80,6 +80,10 @@ class TrainConfig:
         check_choice(self, "train", "distribute", ("none", "mirrored", "multi-worker"))
 
 
+#: ``finetune.strategy``: which weights fine-tuning trains (:mod:`ptmkit.training.strategies`).
+STRATEGIES = ("full", "features", "adapters", "lora")
+
+
 @dataclasses.dataclass
 class FinetuneConfig:
     """Fine-tuning settings (section ``[finetune]``); see :class:`TrainConfig` for shared keys.
@@ -103,6 +107,31 @@ class FinetuneConfig:
             (Hinton et al. 2015; DistilBERT: 2).
         distill_alpha: with ``--teacher``, the weight of the soft-target term (T^2-scaled KL);
             the gold labels' cross-entropy gets ``1 - distill_alpha``.
+        strategy: which weights train (:mod:`ptmkit.training.strategies`): ``full`` (all),
+            ``features`` (the backbone frozen: feature extraction; the same as ``head.freeze_backbone``),
+            ``adapters`` (Houlsby et al. 2019 bottleneck adapters after each block's attention and
+            feed-forward sublayers; only they, the layer norms and the head train) or ``lora``
+            (Hu et al. 2021 low-rank updates of the ``lora_targets`` projections; only they and the
+            head train).
+        adapter_size: with ``strategy = "adapters"``, the bottleneck width m of each adapter
+            (Houlsby et al. 2019: 8 to 256; google-research/adapter-bert: 64).
+        adapter_init_scale: with ``adapters``, the standard deviation of the adapters' truncated
+            normal weights (biases 0), small so that each adapter starts near the identity
+            (adapter-bert's ``init_scale``, 1e-3).
+        lora_rank: with ``strategy = "lora"``, the rank r of each update ``(alpha / r) * A @ B``.
+        lora_alpha: with ``lora``, the scale numerator alpha (Hugging Face peft's ``lora_alpha``;
+            the update is multiplied by ``alpha / r``).
+        lora_targets: with ``lora``, the layer names (shell patterns, ``fnmatch``) of the dense
+            projections to update; keras' attention names its projections ``query``, ``key``,
+            ``value`` and ``attention_output`` (the default, ``query`` and ``value``, is the paper's).
+        layer_lr_decay: discriminative fine-tuning, with any strategy: block ``i`` of L (from 0)
+            learns at ``learning_rate * layer_lr_decay ** (L - i)``, the embeddings at
+            ``layer_lr_decay ** (L + 1)`` times it, the head at the full rate (ULMFiT: 1/2.6 = 0.385;
+            ELECTRA: 0.8); 1 (default): one rate for all.
+        gradual_unfreezing: with any strategy, ULMFiT's gradual unfreezing (Howard and Ruder 2018,
+            section 3.3): epoch 0 trains the head only, epoch 1 also the last block, and one block
+            more each epoch down to the embeddings (epoch L + 1); a frozen weight gets no gradient
+            and no decay (set ``epochs`` >= L + 2 to train them all).
     """
 
     head: str = "classification"
@@ -120,10 +149,24 @@ class FinetuneConfig:
     jit_compile: bool = False
     distill_temperature: float = 2.0
     distill_alpha: float = 0.5
+    strategy: str = "full"
+    adapter_size: int = 64
+    adapter_init_scale: float = 1e-3
+    lora_rank: int = 8
+    lora_alpha: float = 8.0
+    lora_targets: list[str] = dataclasses.field(default_factory=lambda: ["query", "value"])
+    layer_lr_decay: float = 1.0
+    gradual_unfreezing: bool = False
 
     def validate(self) -> None:
         self.mixed_precision = precision_policy(self.mixed_precision, "finetune")
         check_positive(self, "finetune", "epochs", "batch_size", "sequence_length", "distill_temperature")
+        check_choice(self, "finetune", "strategy", STRATEGIES)
+        check_positive(self, "finetune", "adapter_size", "adapter_init_scale", "lora_rank", "lora_alpha", "layer_lr_decay")
+        if self.layer_lr_decay > 1:
+            raise ConfigError(f"config key 'finetune.layer_lr_decay' must be in (0, 1], got {self.layer_lr_decay}")
+        if not self.lora_targets:
+            raise ConfigError("config key 'finetune.lora_targets' is empty; name at least one layer (e.g. query,value)")
         check_unit_interval(self, "finetune", "distill_alpha")
         check_non_negative(self, "finetune", "checkpoint_every")
         check_unit_interval(self, "finetune", "warmup_ratio")

@@ -106,7 +106,7 @@ def export_run(
     run_dir: str | Path, out: str | Path | None = None, int8: bool = False, dev: str | Path | None = None, console: Console | None = None,
     *, optimize: int = 0, per_channel: bool = True, reduce_range: bool | None = None, exclude_nodes: tuple[str, ...] | list[str] = (),
     static: bool = False, calibration: str | Path | None = None, method: str = "minmax", fp16: bool = False, with_tokenizer: bool = False,
-    isolate: bool | None = None, fused_layer_norm: bool = False, exact_gelu: bool = False, int4: bool = False,
+    isolate: bool | None = None, fused_layer_norm: bool = False, exact_gelu: bool = False, int4: bool = False, merge_lora: bool = False,
 ) -> dict[str, Any]:
     """Export a run to ONNX (optimised, int8, fp16 variants on request); see the module docstring.
 
@@ -120,8 +120,7 @@ def export_run(
         run_dir: a run directory.
         out: the export directory (default ``RUN_DIR/export``).
         int8: also write ``model.int8.onnx``.
-        dev: file for the fp32-vs-variant gate: labelled for a head (default: the run's dev file),
-            any text file for embeddings (required then).
+        dev: file for the fp32-vs-variant gate: labelled for a head (default: the run's dev file), any text file for embeddings (required then).
         optimize: 0-3, see :mod:`ptmkit_export.optimize`; >= 1 writes ``model.opt.onnx``.
         per_channel: int8 weights with one scale per output column (default) or per tensor.
         reduce_range: 7-bit int8 weights; ``None`` chooses from the CPU (no VNNI: True).
@@ -132,6 +131,7 @@ def export_run(
         fused_layer_norm, exact_gelu: int8 keeps ``SkipLayerNormalization`` / the erf GELU
             (default: split / ``FastGelu``, faster; :mod:`~ptmkit.exporting.variants`).
         int4: also write ``model.int4.onnx`` (4-bit weight-only ``MatMulNBits``, block 32).
+        merge_lora: fold a LoRA run's updates into its kernels in Keras first (manifest ``lora``).
         fp16: also write ``model.fp16.onnx`` (for GPUs).
         with_tokenizer: also write single-file models that tokenize inside the graph (variants
             ``fp32+tokenizer``, ``int8+tokenizer``; :func:`~ptmkit.exporting.variants.tokenizer_variants`).
@@ -146,7 +146,7 @@ def export_run(
         RunDirError: missing or corrupted files.
         ExportError: bad options (:func:`check_options`); the ONNX graph failed a check (nothing is
             written); no dev texts for the gate; ``exclude_nodes`` names no node of the graph; a
-            variant option for a bag-of-rows classifier; ``int4`` without ``onnx-ir``.
+            variant option for a bag-of-rows classifier; ``int4`` without ``onnx-ir``; ``merge_lora`` without LoRA.
     """
     from ptmkit.plugins import get_registry
 
@@ -160,7 +160,7 @@ def export_run(
     if (special := _family_export(family, run.path, out, options, console)) is not None:
         return special
     wanted = [name for name, on in (("optimized", optimize > 0), ("int8", int8), ("int4", int4), ("fp16", fp16)) if on]
-    source = read_run(run_dir, registry, dev, optimize, wanted)  # 0. read the run (no TensorFlow)
+    source = read_run(run_dir, registry, dev, optimize, wanted, merge_lora)  # 0. read the run (no TensorFlow)
     target = Path(out) if out is not None else run.path / "export"
     with staging_directory(target, ".export-") as tmp_name:
         tmp = Path(tmp_name)

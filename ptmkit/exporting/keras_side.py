@@ -11,7 +11,7 @@ trained the model, the test suite) converts in-process instead: a child would ho
 and cost another 5 s of imports. optimum exports in one process for the same reason it needs no
 child: PyTorch's exporter runs where the model already lives.
 
-The child runs :func:`main` with ``RUN_DIR MODEL.onnx RESULT.json``; its
+The child runs :func:`main` with ``RUN_DIR MODEL.onnx RESULT.json [--merge-lora]``; its
 result (the parity differences, or a ptmkit error's class and message) is written atomically to
 ``RESULT.json``.
 """
@@ -61,7 +61,7 @@ def convert_and_check(source: ExportSource, path: Path, console: Console, isolat
         from ptmkit.plugins import get_registry
 
         return _convert_and_check_here(source, load_model(source, get_registry()), path, console)
-    return _in_child(source.run.path, path)
+    return _in_child(source.run.path, path, source.merge_lora)
 
 
 def _convert_and_check_here(source: ExportSource, model: Any, path: Path, console: Console) -> dict[str, float]:
@@ -88,9 +88,9 @@ def _child_environment() -> dict[str, str]:
 _CHILD = "import sys; from ptmkit.exporting.keras_side import main; sys.exit(main(sys.argv[1:]))"
 
 
-def _in_child(run_dir: Path, path: Path) -> dict[str, float]:
+def _in_child(run_dir: Path, path: Path, merge_lora: bool = False) -> dict[str, float]:
     result = path.with_name(path.name + ".result.json")
-    command = [sys.executable, "-c", _CHILD, str(run_dir), str(path), str(result)]
+    command = [sys.executable, "-c", _CHILD, str(run_dir), str(path), str(result), *(["--merge-lora"] if merge_lora else [])]
     completed = subprocess.run(command, env=_child_environment(), check=False)
     try:
         answer = json.loads(result.read_text(encoding="utf-8"))
@@ -109,17 +109,17 @@ def _in_child(run_dir: Path, path: Path) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
-    """The child: ``RUN_DIR MODEL.onnx RESULT.json``; exit status 0 whenever RESULT.json was written."""
+    """The child: ``RUN_DIR MODEL.onnx RESULT.json [--merge-lora]``; exit status 0 whenever RESULT.json was written."""
     from ptmkit.console import default_console
     from ptmkit.io import atomic_write_json
     from ptmkit.plugins import get_registry
     from ptmkit.training.setup import quiet_tensorflow
 
     quiet_tensorflow()  # the child's TensorFlow start-up chatter would land in the user's terminal
-    run_dir, path, result = argv
+    run_dir, path, result = argv[:3]
     try:
         registry = get_registry()
-        source = read_run(run_dir, registry, None, 0, [])
+        source = read_run(run_dir, registry, None, 0, [], merge_lora="--merge-lora" in argv[3:])
         answer: dict[str, Any] = {"parity": _convert_and_check_here(source, load_model(source, registry), Path(path), default_console())}
     except errors.PtmkitError as exc:
         answer = {"error": type(exc).__name__, "message": str(exc)}

@@ -46,6 +46,8 @@ class ExportSource:
         characters: the ``char_ids`` table, or None (no character input).
         mask_input: the name of the padding-mask input, or None.
         dev_file: the file the variants are gated on, or None.
+        merge_lora: fold a LoRA run's low-rank updates into its kernels before converting
+            (``--merge-lora``, :func:`ptmkit.training.strategies.merge_lora`).
     """
 
     run: RunDir
@@ -64,9 +66,12 @@ class ExportSource:
     characters: np.ndarray | None
     mask_input: str | None
     dev_file: str | Path | None
+    merge_lora: bool = False
 
 
-def read_run(run_dir: str | Path, registry: Registry, dev: str | Path | None, optimize: int, wanted: list[str]) -> ExportSource:
+def read_run(
+    run_dir: str | Path, registry: Registry, dev: str | Path | None, optimize: int, wanted: list[str], merge_lora: bool = False,
+) -> ExportSource:
     """Describe the run for the export stages, without TensorFlow (:func:`load_model` loads the
     Keras model; the embedding width is filled in from the converted graph, :func:`with_width`).
 
@@ -77,11 +82,12 @@ def read_run(run_dir: str | Path, registry: Registry, dev: str | Path | None, op
         optimize: the ``--optimize`` level (2-3 need the family's optimizer model type).
         wanted: the variants to gate against fp32 (``optimized``, ``int8``, ``fp16``): they need a
             dev file.
+        merge_lora: ``--merge-lora``: the run must be fine-tuned with ``finetune.strategy = "lora"``.
 
     Raises:
         RunDirError: missing or corrupted files; a fine-tuned run without a head.
         ExportError: ``--optimize 2-3`` for a family without an optimizer model type; variants
-            to gate and no dev file.
+            to gate and no dev file; ``merge_lora`` on a run without LoRA.
     """
     from ptmkit.data.tokenization import character_table
 
@@ -92,6 +98,8 @@ def read_run(run_dir: str | Path, registry: Registry, dev: str | Path | None, op
         output, task, labels = "logits", run_manifest["head"], run_manifest["labels"]
         sequence_length = int(run_manifest["sequence_length"])
         task_manifest = {"labels": labels, "outputs": [{"name": output, "dtype": "float32", "shape": ["batch", len(labels)]}]}
+        if config.finetune.strategy == "lora":
+            task_manifest["lora"] = "merged" if merge_lora else "unmerged"
     else:
         from ptmkit.embedding import embedding_settings
 
@@ -99,6 +107,8 @@ def read_run(run_dir: str | Path, registry: Registry, dev: str | Path | None, op
         output, task, labels = "embeddings", "embedding", []
         sequence_length = int(pooling["max_sequence_length"])
         task_manifest = {"labels": [], "pooling": pooling, "outputs": [{"name": output, "dtype": "float32", "shape": ["batch", None]}]}
+    if merge_lora and "lora" not in task_manifest:
+        raise ExportError(f"--merge-lora: {run.path} was not fine-tuned with finetune.strategy = 'lora'; there is nothing to merge")
     family = registry.family(run_manifest["family"])
     graph_optimizer = family.graph_optimizer(config.model)
     if optimize >= 2 and graph_optimizer is None:
@@ -115,6 +125,7 @@ def read_run(run_dir: str | Path, registry: Registry, dev: str | Path | None, op
         run=run, family=family, run_manifest=run_manifest, tokenizer=tokenizer, output=output, task=task, labels=labels,
         sequence_length=sequence_length, task_manifest=task_manifest, graph_optimizer=graph_optimizer, padding_id=specials.padding_id,
         limits=limits, vocabulary_size=vocabulary_size, characters=characters, mask_input=mask_spec.name if mask_spec else None, dev_file=dev_file,
+        merge_lora=merge_lora,
     )
 
 
@@ -131,7 +142,8 @@ def _classifier_settings(run: RunDir, registry: Registry) -> tuple[Any, Any, dic
 
 def load_model(source: ExportSource, registry: Registry) -> Any:
     """The Keras model the export converts: the head's (``logits``), or the backbone with its
-    pooling (``embeddings``, :func:`ptmkit.embedding.load_embedder`). Imports TensorFlow.
+    pooling (``embeddings``, :func:`ptmkit.embedding.load_embedder`); a LoRA run's updates are
+    folded into its kernels when ``source.merge_lora``. Imports TensorFlow.
 
     Raises:
         RunDirError: missing or corrupted weights.
@@ -139,7 +151,12 @@ def load_model(source: ExportSource, registry: Registry) -> Any:
     if source.output == "logits":
         from ptmkit.training.finetune import load_classifier
 
-        return load_classifier(source.run.path, registry)[0]
+        model = load_classifier(source.run.path, registry)[0]
+        if source.merge_lora:
+            from ptmkit.training.strategies import merge_lora
+
+            merge_lora(model)
+        return model
     from ptmkit.embedding import load_embedder
 
     return load_embedder(source.run.path)[0]

@@ -12,7 +12,7 @@ from ptmkit.errors import ConfigError
 
 #: What the classification head reads (``head.pooling``).
 POOLINGS = ("pooler", "mean")
-#: Which of the backbone's layers it reads (``head.layers``).
+#: Which of the backbone's layers it reads (``head.layers``), besides an index of one layer.
 LAYERS = ("last", "mix")
 
 
@@ -41,9 +41,12 @@ class ClassificationConfig:
     whose pooler is not in the checkpoint)."""
     layers: str = "last"
     """Which token states ``"mean"`` pooling averages: ``"last"``, the backbone's
-    ``sequence_output``, or ``"mix"``, a learnt scalar mix of all its layers (the backbone's
-    ``hidden_states`` output), ``gamma * sum_j softmax(w)_j h_j`` (Peters et al. 2018, equation 1;
-    ``"mix"`` needs ``pooling = "mean"`` and a backbone that outputs ``hidden_states``)."""
+    ``sequence_output``; ``"mix"``, a learnt scalar mix of all its layers,
+    ``gamma * sum_j softmax(w)_j h_j`` (Peters et al. 2018, equation 1); or an index into them
+    (``"0"``, ``"-2"``: the feature-based approach of Devlin et al. 2019, section 5.3). The layers
+    are the backbone's ``hidden_states`` output, or for a backbone of transformer blocks the
+    embeddings then each block's output (Hugging Face's ``output_hidden_states``); ``"mix"`` and an
+    index need ``pooling = "mean"``."""
     mix_layer_norm: bool = False
     """With ``layers = "mix"``: normalise each layer over its hidden axis at each token before
     mixing (Peters et al. 2018 found it helped in some tasks)."""
@@ -54,10 +57,10 @@ class ClassificationConfig:
     def validate(self) -> None:
         if self.pooling not in POOLINGS:
             raise ConfigError(f"config key 'head.pooling' must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
-        if self.layers not in LAYERS:
-            raise ConfigError(f"config key 'head.layers' must be one of {', '.join(LAYERS)}, got {self.layers!r}")
-        if self.layers == "mix" and self.pooling != "mean":
-            raise ConfigError(f"config key 'head.layers' = 'mix' mixes token states and needs 'head.pooling' = 'mean', got {self.pooling!r}")
+        if self.layers not in LAYERS and not self.layers.lstrip("-").isdigit():
+            raise ConfigError(f"config key 'head.layers' must be one of {', '.join(LAYERS)} or a layer index (0, -2, ...), got {self.layers!r}")
+        if self.layers != "last" and self.pooling != "mean":
+            raise ConfigError(f"config key 'head.layers' = {self.layers!r} reads token states and needs 'head.pooling' = 'mean', got {self.pooling!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"config key 'head.dropout' must be in [0, 1), got {self.dropout}")
         if not self.initializer_range > 0.0:
@@ -72,8 +75,9 @@ class SequenceClassification(Head):
     its bias is 0. With ``head.freeze_backbone`` the backbone is not trained.
 
     Raises:
-        ConfigError: ``mean`` pooling without a ``padding_mask`` input; ``mix`` on a backbone
-            without a ``hidden_states`` output.
+        ConfigError: ``mean`` pooling without a ``padding_mask`` input; ``mix`` or a layer index
+            on a backbone without a ``hidden_states`` output or transformer blocks; an index
+            outside its layers.
     """
 
     name = "classification"
@@ -92,15 +96,16 @@ class SequenceClassification(Head):
         outputs = backbone(inputs)
         if config.pooling == "mean" and "padding_mask" not in inputs:
             raise ConfigError(f"head.pooling = 'mean' needs a padding_mask input; this backbone takes {', '.join(inputs)}")
-        if config.layers == "mix" and HIDDEN_STATES not in outputs:
-            raise ConfigError(f"head.layers = 'mix' needs a backbone output {HIDDEN_STATES!r} (each layer's states); this backbone gives {', '.join(outputs)}")
         if config.pooling == "mean":
             states = outputs["sequence_output"]
-            if config.layers == "mix":
-                from ptmkit.heads.scalar_mix import ScalarMix
+            if config.layers != "last":
+                hidden_states = _hidden_states(backbone, inputs, outputs, config.layers)  # (batch, layers, sequence, hidden)
+                if config.layers == "mix":
+                    from ptmkit.heads.scalar_mix import ScalarMix
 
-                hidden_states = outputs[HIDDEN_STATES]  # (batch, layers, sequence, hidden)
-                states = ScalarMix(int(hidden_states.shape[1]), layer_norm=config.mix_layer_norm, name="scalar_mix")(hidden_states)
+                    states = ScalarMix(int(hidden_states.shape[1]), layer_norm=config.mix_layer_norm, name="scalar_mix")(hidden_states)
+                else:
+                    states = _layer(hidden_states, int(config.layers))
             # (batch, sequence, hidden) averaged over the tokens where padding_mask is 1
             mask = keras.ops.expand_dims(keras.ops.cast(inputs["padding_mask"], states.dtype), -1)
             total = keras.ops.sum(states * mask, axis=1)
@@ -115,3 +120,37 @@ class SequenceClassification(Head):
             name="logits",
         )(hidden)
         return keras.Model(inputs, logits, name="classifier")
+
+
+def _hidden_states(backbone: Any, inputs: dict[str, Any], outputs: dict[str, Any], layers: str) -> Any:
+    """The backbone's ``hidden_states`` output, else those of its transformer blocks
+    (:func:`ptmkit.training.strategies.hidden_states_model`).
+
+    Raises:
+        ConfigError: neither.
+    """
+    if HIDDEN_STATES in outputs:
+        return outputs[HIDDEN_STATES]
+    from ptmkit.training.strategies import hidden_states_model
+
+    try:
+        return hidden_states_model(backbone)(inputs)
+    except ConfigError:
+        raise ConfigError(
+            f"head.layers = {layers!r} needs a backbone output {HIDDEN_STATES!r} or a functional backbone of transformer blocks "
+            f"(keras-hub's); this backbone gives {', '.join(outputs)}"
+        ) from None
+
+
+def _layer(hidden_states: Any, index: int) -> Any:
+    """Layer ``index`` (negative: from the last) of ``(batch, layers, sequence, hidden)`` states.
+
+    Raises:
+        ConfigError: an index outside the layers.
+    """
+    count = int(hidden_states.shape[1])
+    if not -count <= index < count:
+        raise ConfigError(f"head.layers = {index}: the backbone has {count} layers (the embeddings and each block: 0 to {count - 1}, or -1 to -{count})")
+    import keras
+
+    return keras.ops.take(hidden_states, index % count, axis=1)

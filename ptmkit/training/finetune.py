@@ -146,8 +146,20 @@ def _head_base(parent_config: dict[str, Any], config_path: str | Path | None, ov
 
 
 def build_classifier(registry: Registry, config: RunConfig, backbone: Any, num_labels: int) -> Any:
-    """The head model of ``config.finetune.head`` on ``backbone``."""
-    return registry.head(config.finetune.head).build(backbone, num_labels, config.head)
+    """The head model of ``config.finetune.head`` on ``backbone``, with what
+    ``config.finetune.strategy`` adds to the backbone and only what it trains left trainable
+    (:mod:`ptmkit.training.strategies`).
+
+    Raises:
+        ConfigError: a strategy the backbone cannot take (no transformer blocks for adapters, a
+            LoRA target that names no layer).
+    """
+    from ptmkit.training.strategies import apply_strategy, prepare_backbone
+
+    added = prepare_backbone(backbone, config.finetune, config.head)
+    model = registry.head(config.finetune.head).build(backbone, num_labels, config.head)
+    apply_strategy(backbone, config.finetune, added)
+    return model
 
 
 def epoch_order(examples: int, seed: int, epoch: int) -> np.ndarray:
@@ -332,7 +344,7 @@ def _finetune_backbone(
     specials = family.special_tokens(tokenizer)
     x_train = encode_texts(tokenizer, texts, ft.sequence_length, family.inputs, specials.padding_id)
     x_dev = encode_texts(tokenizer, dev_texts, ft.sequence_length, family.inputs, specials.padding_id)
-    model = build_classifier(registry, config, backbone, len(labels))
+    model, counts = _classifier_to_train(registry, config, backbone, len(labels), console)
     target.path.mkdir(parents=True, exist_ok=True)
     atomic_write_text(target / CONFIG, to_toml(config.to_dict()))
     target.write_json(INPUTS, inputs)
@@ -354,6 +366,7 @@ def _finetune_backbone(
         "labels": len(labels),
         "epochs": ft.epochs,
         "train_seconds": round(seconds, 1),
+        **counts,
     }
     if teacher is not None:
         teacher_dev = np.argmax(teacher[1], axis=-1)
@@ -386,6 +399,18 @@ def _finetune_backbone(
     )
     shutil.rmtree(target / "checkpoints", ignore_errors=True)  # the finished weights are model.weights.h5
     return metrics
+
+
+def _classifier_to_train(registry: Registry, config: RunConfig, backbone: Any, num_labels: int, console: Console) -> tuple[Any, dict[str, Any]]:
+    """:func:`build_classifier`, and its strategy and parameter counts (printed, and returned for the
+    metrics: ``strategy``, ``parameters``, ``trainable_parameters``, ``trainable_share``)."""
+    from ptmkit.training.strategies import parameter_counts
+
+    model = build_classifier(registry, config, backbone, num_labels)
+    counts = {"strategy": config.finetune.strategy, **parameter_counts(model)}
+    share = f"{100 * counts['trainable_share']:.2f}%"
+    console.print(f"strategy {counts['strategy']}: {counts['trainable_parameters']:,} of {counts['parameters']:,} parameters train ({share})")
+    return model, counts
 
 
 def _check_teacher_labels(teacher_dir: str, labels: list[str], train_file: str) -> None:
@@ -439,7 +464,7 @@ def _fit_classifier(
     steps_per_epoch = -(-len(y_train) // ft.batch_size)
     total = steps_per_epoch * ft.epochs
     model.compile(
-        optimizer=adamw(ft.learning_rate, ft.weight_decay, total, ft.warmup_ratio, ft.adam_epsilon),
+        optimizer=adamw(ft.learning_rate, ft.weight_decay, total, ft.warmup_ratio, ft.adam_epsilon, *_layer_schedules(model, ft, steps_per_epoch)),
         loss=loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[keras.metrics.MeanMetricWrapper(accuracy, name="accuracy") if accuracy else keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         jit_compile=ft.jit_compile,
@@ -465,6 +490,18 @@ def _fit_classifier(
                 ],
             )
     return time.perf_counter() - started
+
+
+def _layer_schedules(model: Any, ft: Any, steps_per_epoch: int) -> tuple[dict[str, float] | None, dict[str, int] | None]:
+    """``(learning-rate factors, unfreezing steps)`` of ``model``'s backbone for ``adamw``, each
+    None when ``finetune.layer_lr_decay`` is 1 / ``finetune.gradual_unfreezing`` is off."""
+    import keras
+
+    from ptmkit.training.strategies import layer_lr_multipliers, unfreeze_steps
+
+    backbone = next(layer for layer in model.layers if isinstance(layer, keras.Model))
+    multipliers = layer_lr_multipliers(backbone, ft.layer_lr_decay) if ft.layer_lr_decay < 1 else None
+    return multipliers, unfreeze_steps(backbone, steps_per_epoch) if ft.gradual_unfreezing else None
 
 
 def _refuse_changed_pretraining_keys(data: dict[str, Any], stored: dict[str, Any], source: str, prefix: str = "") -> None:

@@ -58,6 +58,12 @@ class AdamW(keras.optimizers.AdamW):
     ``torch.optim.AdamW``'s, where ``keras.optimizers.AdamW`` drifts by 8e-3
     (``benchmarks/minilm_trajectory.py``; results in ``benchmarks/results/minilm_trajectory.md``).
 
+    ``learning_rate_multipliers`` (``{variable path: factor}``) gives variables their own learning
+    rate, ``factor`` times the schedule's, for the step and the decay alike (discriminative
+    fine-tuning: :func:`ptmkit.training.strategies.layer_lr_multipliers`). ``unfreeze_steps``
+    (``{variable path: step}``) keeps a variable frozen, with a zero gradient and no decay, until
+    that 0-based optimizer step (gradual unfreezing: :func:`ptmkit.training.strategies.unfreeze_steps`).
+
     Sparse gradients (``tf.IndexedSlices`` from embedding lookups, one slice per occurrence of a
     token in the batch) are summed into a dense gradient first. Keras squares the slices one by
     one, so a token seen k times in a batch got ``sum g_i^2`` as its second-moment input instead of
@@ -70,12 +76,64 @@ class AdamW(keras.optimizers.AdamW):
     clips, so a 2-worker run drifted from the one-device run by up to 4e-3 in 8 steps.
     """
 
+    def __init__(
+        self, *args: Any, learning_rate_multipliers: dict[str, float] | None = None, unfreeze_steps: dict[str, int] | None = None, **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.learning_rate_multipliers = dict(learning_rate_multipliers or {})
+        self.unfreeze_steps = dict(unfreeze_steps or {})
+
+    def _path(self, variable: Any) -> str:
+        """``variable``'s Keras path. On TensorFlow the update step gets the ``tf.Variable`` under
+        the Keras variable: its path is the Keras variable's, found by its index among the
+        optimizer's variables."""
+        path = getattr(variable, "path", None)
+        return path if path is not None else self._trainable_variables[self._get_variable_index(variable)].path
+
+    def _training(self, variable: Any) -> Any:
+        """1.0 from the 0-based step ``unfreeze_steps[path]`` of ``variable`` on, 0.0 before
+        (float32 tensor); None when it trains from the start."""
+        start = self.unfreeze_steps.get(self._path(variable), 0) if self.unfreeze_steps else 0
+        return keras.ops.cast(keras.ops.greater_equal(self.iterations, start), "float32") if start > 0 else None
+
+    def _multiplier(self, variable: Any) -> float:
+        """The learning-rate factor of ``variable`` (by its Keras path; 1 when none is set)."""
+        return self.learning_rate_multipliers.get(self._path(variable), 1.0) if self.learning_rate_multipliers else 1.0
+
+    def _apply_weight_decay(self, variables: Any) -> None:
+        """Keras' decoupled decay ``w -= lr wd w``, with each variable's own ``lr`` (a PyTorch
+        parameter group's learning rate scales its decay too)."""
+        if not (self.learning_rate_multipliers or self.unfreeze_steps) or self.weight_decay is None:
+            return super()._apply_weight_decay(variables)
+        groups: dict[tuple[float, int], list[Any]] = {}
+        for variable in variables:
+            groups.setdefault((self._multiplier(variable), self.unfreeze_steps.get(self._path(variable), 0)), []).append(variable)
+        decay = self.weight_decay
+        try:
+            for (factor, _), group in groups.items():
+                gate = self._training(group[0])  # a frozen variable does not decay either
+                # read when the step is traced: lr * (wd * f * gate) = (lr * f) * wd while it trains
+                self.weight_decay = decay * factor if gate is None else gate * (decay * factor)
+                super()._apply_weight_decay(group)
+        finally:
+            self.weight_decay = decay
+
+    def get_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = super().get_config()
+        config["learning_rate_multipliers"] = self.learning_rate_multipliers
+        config["unfreeze_steps"] = self.unfreeze_steps
+        return config
+
     def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
         if keras.backend.backend() == "tensorflow":
             import tensorflow as tf
 
             grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
             grads = _sum_over_replicas(grads)
+        if self.unfreeze_steps:  # a variable not yet unfrozen gets no gradient: no step, no part in the clipping norm
+            variables = trainable_variables if trainable_variables is not None else self._trainable_variables
+            gates = [self._training(v) for v in variables]
+            grads = [g if gate is None or g is None else g * keras.ops.cast(gate, g.dtype) for g, gate in zip(grads, gates, strict=True)]
         return super().apply(grads, trainable_variables)
 
     def _all_reduce_sum_gradients(self, grads_and_vars: Any) -> Any:
@@ -85,7 +143,7 @@ class AdamW(keras.optimizers.AdamW):
     def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
         ops = keras.ops
         dtype = variable.dtype
-        lr = ops.cast(learning_rate, dtype)
+        lr = ops.cast(learning_rate, dtype) * self._multiplier(variable)
         gradient = ops.cast(gradient, dtype)
         step = ops.cast(self.iterations + 1, dtype)
         beta_1_power = ops.power(ops.cast(self.beta_1, dtype), step)
@@ -120,12 +178,19 @@ def _sum_over_replicas(grads: list[Any]) -> list[Any]:
     return out
 
 
-def adamw(learning_rate: float, weight_decay: float, total_steps: int, warmup_ratio: float, epsilon: float = 1e-6) -> Any:
+def adamw(
+    learning_rate: float, weight_decay: float, total_steps: int, warmup_ratio: float, epsilon: float = 1e-6, multipliers: dict[str, float] | None = None,
+    unfreeze: dict[str, int] | None = None,
+) -> Any:
     """:class:`AdamW` with :class:`WarmupLinearDecay`; LayerNorm scales/offsets and biases get no
     decay (as BERT's optimizer, Hugging Face's Trainer and keras-hub's ``BertMaskedLM`` do); global
-    gradient-norm clipping at 1 (``torch.nn.utils.clip_grad_norm_(..., 1.0)``).
+    gradient-norm clipping at 1 (``torch.nn.utils.clip_grad_norm_(..., 1.0)``). ``multipliers``
+    scales the learning rate (and so the decay) of the variables whose paths it names
+    (:func:`ptmkit.training.strategies.layer_lr_multipliers`); ``unfreeze`` holds variables frozen
+    until the step it names (:func:`ptmkit.training.strategies.unfreeze_steps`).
     """
     schedule = WarmupLinearDecay(learning_rate, int(round(warmup_ratio * total_steps)), total_steps)
-    optimizer = AdamW(learning_rate=schedule, weight_decay=weight_decay, epsilon=epsilon, global_clipnorm=1.0)
+    optimizer = AdamW(learning_rate=schedule, weight_decay=weight_decay, epsilon=epsilon, global_clipnorm=1.0, learning_rate_multipliers=multipliers,
+                     unfreeze_steps=unfreeze)
     optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
     return optimizer

