@@ -14,7 +14,7 @@ subprocess: the torch recipe of ``benchmarks/minilm_polarity.py`` (mean pooling,
 ``Linear(384, 2)`` head from N(0, 0.02), AdamW eps 1e-6 with decay 0.01 except biases and
 LayerNorm, 10% warm-up then linear decay, clipping at 1, the batches of ptmkit's ``step_batch``)
 with only the LoRA factors and the head trained. peft has no Houlsby adapters, so adapters have no
-anchor here.
+anchor here. The anchor needs ``pip install peft`` (not in the test extra: no test runs it).
 
     python benchmarks/finetune_strategies.py [--work /tmp/finetune-strategies] [--strategies full,features,adapters,lora,peft-lora]
 """
