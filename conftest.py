@@ -91,3 +91,34 @@ def tiny_embedding_export(tmp_path_factory: pytest.TempPathFactory, tiny_export:
     from export_fixtures import make_embedding_export
 
     return make_embedding_export(tmp_path_factory.mktemp("tiny-embedding") / "export", tiny_export.directory / "tokenizer.json")
+
+
+#: Test files that run for minutes (end-to-end runs in subprocesses), longest first. They are
+#: collected before the others, so that pytest-xdist's ``--dist loadfile`` (which hands out files
+#: in collection order) starts them first and no worker is left running one alone at the end.
+LONG_FIRST = (
+    "tests/test_quickstart.py",
+    "tests/test_distribute.py",
+    "tests/test_export_variants.py",
+    "tests/test_bad_input.py",
+    "tests/test_plugin_example.py",
+    "tests/test_benchmark_minilm_inference.py",
+    "tests/test_gpu_check.py",
+    "plugins/ptmkit_albert/tests/test_albert.py",
+    "tests/test_rtd.py",
+    "plugins/ptmkit_electra/tests/test_electra.py",
+    "plugins/ptmkit_transformer/tests/test_transformer.py",
+    "plugins/ptmkit_gpt/tests/test_gpt_generate.py",
+    "plugins/ptmkit_xlnet/tests/test_xlnet.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put the files of :data:`LONG_FIRST` first, in that order; the rest keep theirs."""
+    rank = {name: index for index, name in enumerate(LONG_FIRST)}
+
+    def key(item: pytest.Item) -> int:
+        path = Path(str(item.path)).resolve()
+        return rank.get(path.relative_to(_ROOT).as_posix(), len(LONG_FIRST)) if path.is_relative_to(_ROOT) else len(LONG_FIRST)
+
+    items.sort(key=key)

@@ -63,7 +63,7 @@ def _env() -> dict[str, str]:
     return env
 
 
-def ptmkit(*args: str | Path, cwd: Path, timeout: int = 240) -> subprocess.CompletedProcess[str]:
+def ptmkit(*args: str | Path, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*cli(), *map(str, args)], capture_output=True, text=True, cwd=cwd, env=_env(), timeout=timeout
     )
