@@ -52,7 +52,8 @@ Hugging Face checkpoints (:mod:`ptmkit.hf_checkpoints`), for a family's ``import
     :func:`porting_weights`, :func:`write_imported_run`: the steps every importer shares, each
     refusing in one line naming the file and key or tensor; :func:`assemble_import` (the run
     config, the console line, the backbone, the port and the run, in that order) and
-    :func:`open_safetensors` (the weights through safetensors' NumPy API).
+    :func:`open_safetensors` (the weights through safetensors' NumPy API);
+    :func:`load_checkpoint_unigram` (a checkpoint's ``tokenizer.json`` or ``spiece.model``).
 
 Data and training glue (:mod:`ptmkit.data.readers`, :mod:`ptmkit.training`)
     :func:`read_corpus`, :func:`read_labelled`, :func:`read_multilabelled`, :func:`is_labelled`
@@ -166,6 +167,7 @@ from ptmkit.hf_checkpoints import (
     check_import_paths,
     check_positive_key,
     check_tensor_shapes,
+    load_checkpoint_unigram,
     open_safetensors,
     porting_weights,
     read_hf_config,
@@ -326,6 +328,7 @@ __all__ = [
     "check_positive_key",
     "check_tensor_shapes",
     "open_safetensors",
+    "load_checkpoint_unigram",
     "porting_weights",
     "read_hf_config",
     "read_weight_shapes",

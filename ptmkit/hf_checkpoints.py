@@ -275,3 +275,90 @@ def assemble_import(
         target, registry, family, run_config, tokenizer, backbone, tokenizer_file, source, weights, tokenizer_source,
         inputs=list(inputs), json_files=json_files, **manifest_fields,
     )
+
+
+SPIECE_FILE = "spiece.model"
+
+
+def load_checkpoint_unigram(
+    directory: Path,
+    vocabulary_size: int,
+    special_tokens: Sequence[str],
+    model_name: str,
+    post_processor: Callable[[Any], Any],
+    lowercase_default: bool,
+    never_split: Sequence[str] = (),
+) -> tuple[Any, Path | None]:
+    """A checkpoint's SentencePiece-style unigram tokenizer, as transformers' tokenizers load it:
+    ``tokenizer.json`` as it is (returned with its path, to copy), else the pieces and scores of
+    ``spiece.model`` (path None) as the core's unigram tokenizer (:func:`ptmkit.data.unigram.unigram_tokenizer`),
+    lower-cased as ``tokenizer_config.json``'s ``do_lower_case`` says (else ``lowercase_default``:
+    ALBERT's tokenizer lower-cases, XLNet's does not), accent-stripped unless it says
+    ``keep_accents``, then SentencePiece's own normalisation table (``precompiled_charsmap``), the
+    ``special_tokens`` of the vocabulary never split, and ``post_processor(tokenizer)`` as its template.
+
+    Args:
+        vocabulary_size: rows of the checkpoint's embedding matrix; every id needs one.
+        special_tokens: the tokens the family's vocabulary must hold (e.g. ``<pad>``, ``<cls>``).
+        model_name: for messages ("an ALBERT vocabulary needs ...").
+        never_split: more of SentencePiece's control symbols to keep whole where the vocabulary
+            has them (XLNet's ``<eod>``, ``<eop>``).
+
+    Raises:
+        CheckpointError: no tokenizer file; a ``spiece.model`` alone without the ``sentencepiece``
+            package; an unreadable file; a missing special token, or a token id without an
+            embedding row.
+    """
+    from tokenizers import Tokenizer
+
+    json_path, spiece = directory / "tokenizer.json", directory / SPIECE_FILE
+    if not json_path.is_file() and not spiece.is_file():
+        raise CheckpointError(f"{directory}: no tokenizer.json nor {SPIECE_FILE}; the checkpoint's tokenizer is needed")
+    where = json_path if json_path.is_file() else spiece
+    try:
+        if json_path.is_file():
+            tokenizer, source = Tokenizer.from_file(str(json_path)), json_path
+        else:
+            tokenizer, source = _spiece_tokenizer(directory, [*special_tokens, *never_split], post_processor, lowercase_default), None
+    except CheckpointError:
+        raise
+    except Exception as exc:  # tokenizers and sentencepiece raise bare Exceptions
+        raise CheckpointError(f"{where}: cannot be read as a tokenizer ({str(exc).splitlines()[0]})") from None
+    missing = [token for token in special_tokens if tokenizer.token_to_id(token) is None]
+    if missing:
+        raise CheckpointError(f"{where}: no {', '.join(missing)} token; {model_name} vocabulary needs {', '.join(special_tokens)}")
+    rows = max(tokenizer.get_vocab(with_added_tokens=True).values()) + 1
+    if rows > vocabulary_size:
+        raise CheckpointError(f"{where}: the vocabulary has ids up to {rows - 1}, the embedding matrix {vocabulary_size} rows ({CONFIG_FILE} vocab_size)")
+    return tokenizer, source
+
+
+def _spiece_tokenizer(directory: Path, special_tokens: Sequence[str], post_processor: Callable[[Any], Any], lowercase_default: bool) -> Any:
+    """``spiece.model``'s pieces as a unigram tokenizer (see :func:`load_checkpoint_unigram`)."""
+    import importlib.util
+    import json
+
+    from tokenizers import models, normalizers
+
+    from ptmkit.data.unigram import unigram_tokenizer
+
+    path = directory / SPIECE_FILE
+    if importlib.util.find_spec("sentencepiece") is None:
+        raise CheckpointError(
+            f"{path}: a SentencePiece model, which needs the sentencepiece package to read (pip install sentencepiece), or save the checkpoint's tokenizer.json"
+        )
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(path.read_bytes())
+    if not proto.pieces:
+        raise CheckpointError(f"{path}: no pieces; not a SentencePiece model")
+    settings_path = directory / "tokenizer_config.json"
+    settings = json.loads(settings_path.read_text(encoding="utf-8")) if settings_path.is_file() else {}
+    model = models.Unigram([(piece.piece, piece.score) for piece in proto.pieces], unk_id=proto.trainer_spec.unk_id, byte_fallback=False)
+    tokenizer = unigram_tokenizer(model, bool(settings.get("do_lower_case", lowercase_default)), not settings.get("keep_accents", False))
+    if proto.normalizer_spec.precompiled_charsmap:
+        tokenizer.normalizer = normalizers.Sequence([tokenizer.normalizer, normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap)])
+    tokenizer.add_special_tokens([token for token in special_tokens if tokenizer.token_to_id(token) is not None])  # control symbols: never split
+    tokenizer.post_processor = post_processor(tokenizer)
+    return tokenizer

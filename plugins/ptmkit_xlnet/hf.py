@@ -22,14 +22,13 @@ The tokenizer is the checkpoint's ``tokenizer.json`` as it is (what ``XLNetToken
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ptmkit.api import CheckpointError, check_tensor_shapes, read_hf_config, read_weight_shapes
+from ptmkit.api import CheckpointError, check_tensor_shapes, load_checkpoint_unigram, read_hf_config, read_weight_shapes
 from ptmkit_xlnet.config import XLNetConfig
 from ptmkit_xlnet.tokenizer import SPECIAL_TOKEN_NAMES
 
@@ -162,77 +161,24 @@ def check_weights(directory: Path, config: XLNetConfig) -> dict[str, Any]:
 
 def load_tokenizer(directory: Path, config: XLNetConfig) -> tuple[Any, Path | None]:
     """The checkpoint's tokenizer: ``tokenizer.json`` (returned with its path, to copy as it is),
-    else the unigram model of ``spiece.model`` (path None).
+    else the unigram model of ``spiece.model`` (path None), cased and accent-stripped unless
+    ``tokenizer_config.json`` says otherwise (transformers' ``XLNetTokenizer``), with XLNet's
+    template (:func:`ptmkit.api.load_checkpoint_unigram`).
 
     Raises:
-        CheckpointError: no tokenizer file; a ``spiece.model`` alone without the ``sentencepiece``
-            package; an unreadable file; a missing special token, or a token id without an
-            embedding row.
+        CheckpointError: as :func:`ptmkit.api.load_checkpoint_unigram` raises.
     """
-    from tokenizers import Tokenizer
-
-    json_path, spiece = directory / "tokenizer.json", directory / SPIECE_FILE
-    if not json_path.is_file() and not spiece.is_file():
-        raise CheckpointError(f"{directory}: no tokenizer.json nor {SPIECE_FILE}; the checkpoint's tokenizer is needed")
-    where = json_path if json_path.is_file() else spiece
-    try:
-        if json_path.is_file():
-            tokenizer, source = Tokenizer.from_file(str(json_path)), json_path
-        else:
-            tokenizer, source = _spiece_tokenizer(directory), None
-    except CheckpointError:
-        raise
-    except Exception as exc:  # tokenizers and sentencepiece raise bare Exceptions
-        raise CheckpointError(f"{where}: cannot be read as a tokenizer ({str(exc).splitlines()[0]})") from None
-    missing = [token for token in SPECIAL_TOKEN_NAMES.values() if tokenizer.token_to_id(token) is None]
-    if missing:
-        raise CheckpointError(
-            f"{where}: no {', '.join(missing)} token; an XLNet vocabulary needs {', '.join(SPECIAL_TOKEN_NAMES.values())}"
-        )
-    rows = max(tokenizer.get_vocab(with_added_tokens=True).values()) + 1
-    if rows > config.vocabulary_size:
-        raise CheckpointError(
-            f"{where}: the vocabulary has ids up to {rows - 1}, the embedding matrix {config.vocabulary_size} rows ({CONFIG_FILE} vocab_size)"
-        )
-    return tokenizer, source
-
-
-def _spiece_tokenizer(directory: Path) -> Any:
-    """The pieces and scores of ``spiece.model`` as the core's unigram tokenizer with XLNet's
-    template, accent-stripped always and lower-cased as ``tokenizer_config.json`` says (XLNet's
-    default: cased), then SentencePiece's own normalisation table (``precompiled_charsmap``), in
-    the order of transformers' ``XLNetTokenizer``."""
-    import importlib.util
-
-    from tokenizers import models, normalizers
-
-    from ptmkit.api import unigram_tokenizer
     from ptmkit_xlnet.tokenizer import SPECIAL_TOKENS, xlnet_post_processor
 
-    path = directory / SPIECE_FILE
-    if importlib.util.find_spec("sentencepiece") is None:
-        raise CheckpointError(
-            f"{path}: a SentencePiece model, which needs the sentencepiece package to read (pip install sentencepiece), or save the checkpoint's tokenizer.json"
-        )
-    from sentencepiece import sentencepiece_model_pb2
-
-    proto = sentencepiece_model_pb2.ModelProto()
-    proto.ParseFromString(path.read_bytes())
-    if not proto.pieces:
-        raise CheckpointError(f"{path}: no pieces; not a SentencePiece model")
-    settings_path = directory / "tokenizer_config.json"
-    settings = json.loads(settings_path.read_text(encoding="utf-8")) if settings_path.is_file() else {}
-    model = models.Unigram(
-        [(piece.piece, piece.score) for piece in proto.pieces], unk_id=proto.trainer_spec.unk_id, byte_fallback=False
+    return load_checkpoint_unigram(
+        directory,
+        config.vocabulary_size,
+        list(SPECIAL_TOKEN_NAMES.values()),
+        "an XLNet",
+        xlnet_post_processor,
+        lowercase_default=False,
+        never_split=SPECIAL_TOKENS,
     )
-    tokenizer = unigram_tokenizer(model, bool(settings.get("do_lower_case", False)), True)
-    if proto.normalizer_spec.precompiled_charsmap:
-        tokenizer.normalizer = normalizers.Sequence(
-            [tokenizer.normalizer, normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap)]
-        )
-    tokenizer.add_special_tokens([t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is not None])
-    tokenizer.post_processor = xlnet_post_processor(tokenizer)
-    return tokenizer
 
 
 def port_weights(backbone: Any, directory: Path, summary: bool) -> None:
