@@ -242,7 +242,7 @@ def prune_heads_run(
         raise RunDirError(f"{target}: exists and is not an empty directory; choose another --out")
     quiet_tensorflow()
     if fine_tuned:
-        model, config, tokenizer, _ = load_classifier(source, registry)
+        model, config, tokenizer, _ = load_classifier(source.path, registry)
         backbone = model.get_layer(_backbone_name(model))
     else:
         backbone, config, tokenizer, _ = load_backbone(registry, source)
