@@ -103,6 +103,11 @@ class FinetuneConfig:
             (Hinton et al. 2015; DistilBERT: 2).
         distill_alpha: with ``--teacher``, the weight of the soft-target term (T^2-scaled KL);
             the gold labels' cross-entropy gets ``1 - distill_alpha``.
+        sparsity: final sparsity of every kernel, reached by gradual magnitude pruning (Zhu &
+            Gupta 2017's polynomial schedule, :mod:`ptmkit.training.sparsity`); 0: no pruning.
+        sparsity_begin, sparsity_end: fractions of all fine-tuning steps at which pruning starts
+            and reaches ``sparsity``.
+        sparsity_every: steps between pruning steps (Zhu & Gupta's delta t).
     """
 
     head: str = "classification"
@@ -120,11 +125,20 @@ class FinetuneConfig:
     jit_compile: bool = False
     distill_temperature: float = 2.0
     distill_alpha: float = 0.5
+    sparsity: float = 0.0
+    sparsity_begin: float = 0.0
+    sparsity_end: float = 0.75
+    sparsity_every: int = 10
 
     def validate(self) -> None:
         self.mixed_precision = precision_policy(self.mixed_precision, "finetune")
         check_positive(self, "finetune", "epochs", "batch_size", "sequence_length", "distill_temperature")
         check_unit_interval(self, "finetune", "distill_alpha")
+        check_positive(self, "finetune", "sparsity_every")
+        if not 0.0 <= self.sparsity < 1.0:
+            raise ConfigError(f"config key 'finetune.sparsity' must be in [0, 1), got {self.sparsity}")
+        if not 0.0 <= self.sparsity_begin < self.sparsity_end <= 1.0:
+            raise ConfigError(f"config keys 'finetune.sparsity_begin' = {self.sparsity_begin} and 'finetune.sparsity_end' = {self.sparsity_end} must satisfy 0 <= begin < end <= 1")
         check_non_negative(self, "finetune", "checkpoint_every")
         check_unit_interval(self, "finetune", "warmup_ratio")
 
