@@ -105,8 +105,8 @@ class FinetuneConfig:
             the gold labels' cross-entropy gets ``1 - distill_alpha``.
         sparsity: final sparsity of every kernel, reached by gradual magnitude pruning (Zhu &
             Gupta 2017's polynomial schedule, :mod:`ptmkit.training.sparsity`); 0: no pruning.
-        sparsity_begin, sparsity_end: fractions of all fine-tuning steps at which pruning starts
-            and reaches ``sparsity``.
+        sparsity_begin: the fraction of all fine-tuning steps at which magnitude pruning starts.
+        sparsity_end: the fraction of all fine-tuning steps at which it reaches ``sparsity``.
         sparsity_every: steps between pruning steps (Zhu & Gupta's delta t).
     """
 
