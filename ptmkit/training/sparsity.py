@@ -74,7 +74,9 @@ class MagnitudePruning(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         self.step += 1
-        if self.begin <= self.step <= self.end and ((self.step - self.begin) % self.every == 0 or self.step == self.end):
+        if self.begin <= self.step <= self.end and (
+            (self.step - self.begin) % self.every == 0 or self.step == self.end
+        ):
             self._prune(polynomial_sparsity(self.step, self.final, self.begin, self.end, self.every))
         elif self.masks is not None:
             for kernel, mask in zip(self.kernels, self.masks, strict=True):

@@ -22,15 +22,30 @@ def classifier(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     from ptmkit.training.pretrain import pretrain
 
     root = tmp_path_factory.mktemp("prune")
-    pretrain("bert", tiny_corpus, root / "bert", overrides=[*TINY, "model.num_layers=2", "model.num_heads=4", "train.max_steps=3"], objectives=["mlm"])
-    finetune(root / "bert", TRAIN, DEV, root / "ft", overrides=["finetune.epochs=1", "finetune.sequence_length=32", "finetune.learning_rate=1e-3"])
+    pretrain(
+        "bert",
+        tiny_corpus,
+        root / "bert",
+        overrides=[*TINY, "model.num_layers=2", "model.num_heads=4", "train.max_steps=3"],
+        objectives=["mlm"],
+    )
+    finetune(
+        root / "bert",
+        TRAIN,
+        DEV,
+        root / "ft",
+        overrides=["finetune.epochs=1", "finetune.sequence_length=32", "finetune.learning_rate=1e-3"],
+    )
     return root / "ft"
 
 
 def _inputs() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
-    return {"token_ids": rng.integers(5, 600, (3, 16)).astype("int32"), "segment_ids": np.zeros((3, 16), "int32"),
-            "padding_mask": np.array([[1] * 16, [1] * 9 + [0] * 7, [1] * 4 + [0] * 12], "int32")}
+    return {
+        "token_ids": rng.integers(5, 600, (3, 16)).astype("int32"),
+        "segment_ids": np.zeros((3, 16), "int32"),
+        "padding_mask": np.array([[1] * 16, [1] * 9 + [0] * 7, [1] * 4 + [0] * 12], "int32"),
+    }
 
 
 def _output_kernels(model: object) -> list:
@@ -53,7 +68,10 @@ def test_pruned_heads_compute_the_unpruned_model_with_those_heads_zeroed(classif
     full, _, _, _ = load_classifier(classifier)
     # per removed head: query, key and value kernels (hidden x head_dim) and biases (head_dim), and the output kernel's head_dim rows
     removed = 3 * (3 * (HIDDEN * HEAD_DIM + HEAD_DIM) + HEAD_DIM * HIDDEN)
-    assert manifest["parameters"] == {"before": full.count_params(), "after": full.count_params() - removed} and pruned.count_params() == full.count_params() - removed
+    assert (
+        manifest["parameters"] == {"before": full.count_params(), "after": full.count_params() - removed}
+        and pruned.count_params() == full.count_params() - removed
+    )
     # the mask: a head's context vectors enter the block only through its rows of the output kernel
     for block, heads in ((0, [1, 3]), (1, [0])):
         kernel = _output_kernels(full)[block]
@@ -61,7 +79,9 @@ def test_pruned_heads_compute_the_unpruned_model_with_those_heads_zeroed(classif
         values[heads] = 0.0
         kernel.assign(values)
     x = _inputs()
-    np.testing.assert_allclose(np.asarray(pruned.predict(x, verbose=0)), np.asarray(full.predict(x, verbose=0)), atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(pruned.predict(x, verbose=0)), np.asarray(full.predict(x, verbose=0)), atol=1e-5
+    )
 
 
 def test_importance_is_the_absolute_gradient_of_a_head_gate(classifier: Path) -> None:
@@ -95,16 +115,23 @@ def test_heads_per_layer_removes_each_layers_least_important(classifier: Path, t
     out = tmp_path / "pruned"
     assert main(["compress", str(classifier), "--out", str(out), "--heads-per-layer", "1", "--data", str(TRAIN)]) == 0
     recorded = json.loads((out / "manifest.json").read_text())["compressed_from"]
-    assert recorded["heads"] == {str(block): [int(np.argmin(score))] for block, score in enumerate(recorded["importance"])}
+    assert recorded["heads"] == {
+        str(block): [int(np.argmin(score))] for block, score in enumerate(recorded["importance"])
+    }
 
 
-@pytest.mark.parametrize(("option", "value", "message"), [
-    ("--prune-heads-spec", "1:0,1,2,3", "layer 1 has 4 heads; cannot prune 4 of them (at least one must remain)"),
-    ("--prune-heads-spec", "0:4", "layer 0 has 4 heads (0-3); cannot prune head 4"),
-    ("--prune-heads-spec", "2:0", "layer 2 does not exist (the backbone has 2 layers)"),
-    ("--heads-per-layer", "4", "layer 0 has 4 heads; cannot prune 4 of them (at least one must remain)"),
-])
-def test_pruning_too_many_heads_is_refused_in_one_line(classifier: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--prune-heads-spec", "1:0,1,2,3", "layer 1 has 4 heads; cannot prune 4 of them (at least one must remain)"),
+        ("--prune-heads-spec", "0:4", "layer 0 has 4 heads (0-3); cannot prune head 4"),
+        ("--prune-heads-spec", "2:0", "layer 2 does not exist (the backbone has 2 layers)"),
+        ("--heads-per-layer", "4", "layer 0 has 4 heads; cannot prune 4 of them (at least one must remain)"),
+    ],
+)
+def test_pruning_too_many_heads_is_refused_in_one_line(
+    classifier: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str, message: str
+) -> None:
     from ptmkit.cli import main
 
     assert main(["compress", str(classifier), "--out", str(tmp_path / "x"), option, value]) == 2
