@@ -138,3 +138,29 @@ def test_pruning_too_many_heads_is_refused_in_one_line(
     err = capsys.readouterr().err.strip()
     assert err.endswith(message) and len(err.splitlines()) == 1
     assert not (tmp_path / "x").exists()
+
+
+def test_the_pruned_run_exports_a_smaller_onnx_model_that_computes_the_same_logits(
+    classifier: Path, tmp_path: Path
+) -> None:
+    import onnxruntime as ort
+
+    from ptmkit.cli import main
+    from ptmkit.training.finetune import load_classifier
+
+    out = tmp_path / "pruned"
+    assert main(["compress", str(classifier), "--out", str(out), "--prune-heads-spec", "0:0,1,2;1:3"]) == 0
+    sizes = {}
+    for run in (classifier, out):
+        assert main(["export", str(run), "--out", str(tmp_path / run.name / "export")]) == 0
+        sizes[run.name] = (tmp_path / run.name / "export" / "model.onnx").stat().st_size
+    removed = 4 * (3 * (HIDDEN * HEAD_DIM + HEAD_DIM) + HEAD_DIM * HIDDEN)  # parameters of 4 heads
+    # at least the removed float32 parameters (tf2onnx may also store folded copies of the projections)
+    assert sizes[classifier.name] - sizes["pruned"] >= 4 * removed
+    session = ort.InferenceSession(
+        str(tmp_path / "pruned" / "export" / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    x = _inputs()
+    feed = {i.name: x[i.name].astype(np.int64 if "int64" in i.type else np.int32) for i in session.get_inputs()}
+    model, _, _, _ = load_classifier(out)
+    np.testing.assert_allclose(session.run(None, feed)[0], np.asarray(model.predict(x, verbose=0)), atol=1e-5)
