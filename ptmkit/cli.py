@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from ptmkit.console import default_console
-from ptmkit.errors import Interrupted, PtmkitError
+from ptmkit.errors import ConfigError, Interrupted, PtmkitError
 
 app = typer.Typer(
     name="ptmkit",
@@ -136,19 +136,34 @@ def finetune(
 
 @app.command()
 def compress(
-    run_dir: Annotated[Path, typer.Argument(help="A pre-trained (or imported) run directory.")],
+    run_dir: Annotated[Path, typer.Argument(help="A pre-trained (or imported) run; a fine-tuned run for head pruning by importance.")],
     out: Annotated[Path, typer.Option(help="Run directory to create for the smaller model.")],
-    keep_layers: Annotated[str, typer.Option("--keep-layers", help="Comma-separated 0-based blocks to keep, e.g. 0,2,4 (DistilBERT: every other one).")],
+    keep_layers: Annotated[str | None, typer.Option("--keep-layers", help="Comma-separated 0-based blocks to keep, e.g. 0,2,4 (DistilBERT: every other one).")] = None,
+    prune_heads: Annotated[float | None, typer.Option("--prune-heads", help="Remove this fraction of all attention heads, least important first (Michel et al. 2019; a fine-tuned run).")] = None,
+    heads_per_layer: Annotated[int | None, typer.Option("--heads-per-layer", help="Remove the N least important heads of every layer (a fine-tuned run).")] = None,
+    prune_heads_spec: Annotated[str | None, typer.Option("--prune-heads-spec", help="Remove these heads: LAYER:HEAD,HEAD;LAYER:HEAD, e.g. '0:1,3;2:0' (0-based).")] = None,
+    data: Annotated[Path | None, typer.Option(help="Labelled file to score head importance on (default: the fine-tuned run's dev file).")] = None,
 ) -> None:
-    """Cut a smaller pre-trained run from RUN_DIR: the blocks --keep-layers names, with their
-    trained weights (DistilBERT's student initialisation, Sanh et al. 2019). Fine-tune it as any
-    run, or distil into it with `ptmkit finetune OUT ... --teacher FINE_TUNED_RUN`.
+    """Cut a smaller run from RUN_DIR: the blocks --keep-layers names, with their trained weights
+    (DistilBERT's student initialisation, Sanh et al. 2019); or the run without some attention
+    heads (--prune-heads, --heads-per-layer, --prune-heads-spec: Michel et al. 2019), physically
+    removed. Fine-tune, export or distil into the result as into any run.
     """
-    from ptmkit.compress import keep_layers_run, parse_layers
+    from ptmkit.compress import keep_layers_run, parse_head_spec, parse_layers, prune_heads_run
 
-    manifest = keep_layers_run(run_dir, out, parse_layers(keep_layers), console)
+    pruning = (prune_heads, heads_per_layer, prune_heads_spec)
+    if (keep_layers is None) == all(option is None for option in pruning):
+        raise ConfigError("ptmkit compress: give --keep-layers, or one of --prune-heads, --heads-per-layer, --prune-heads-spec")
+    if keep_layers is not None:
+        manifest = keep_layers_run(run_dir, out, parse_layers(keep_layers), console)
+    else:
+        spec = parse_head_spec(prune_heads_spec) if prune_heads_spec is not None else None
+        manifest = prune_heads_run(run_dir, out, console, spec=spec, fraction=prune_heads, per_layer=heads_per_layer, data=data)
     console.print(f"compressed -> {out} ({manifest['parameters']['after']:,} parameters)")
-    console.print(f"next: ptmkit finetune {out} --train FILE --dev FILE --out RUN [--teacher FINE_TUNED_RUN]")
+    if manifest.get("head"):
+        console.print(f"next: ptmkit export {out} --int8")
+    else:
+        console.print(f"next: ptmkit finetune {out} --train FILE --dev FILE --out RUN [--teacher FINE_TUNED_RUN]")
 
 
 @app.command()

@@ -132,6 +132,11 @@ class FinetuneConfig:
             section 3.3): epoch 0 trains the head only, epoch 1 also the last block, and one block
             more each epoch down to the embeddings (epoch L + 1); a frozen weight gets no gradient
             and no decay (set ``epochs`` >= L + 2 to train them all).
+        sparsity: final sparsity of every kernel, reached by gradual magnitude pruning (Zhu &
+            Gupta 2017's polynomial schedule, :mod:`ptmkit.training.sparsity`); 0: no pruning.
+        sparsity_begin: the fraction of all fine-tuning steps at which magnitude pruning starts.
+        sparsity_end: the fraction of all fine-tuning steps at which it reaches ``sparsity``.
+        sparsity_every: steps between pruning steps (Zhu & Gupta's delta t).
     """
 
     head: str = "classification"
@@ -157,6 +162,10 @@ class FinetuneConfig:
     lora_targets: list[str] = dataclasses.field(default_factory=lambda: ["query", "value"])
     layer_lr_decay: float = 1.0
     gradual_unfreezing: bool = False
+    sparsity: float = 0.0
+    sparsity_begin: float = 0.0
+    sparsity_end: float = 0.75
+    sparsity_every: int = 10
 
     def validate(self) -> None:
         self.mixed_precision = precision_policy(self.mixed_precision, "finetune")
@@ -168,6 +177,11 @@ class FinetuneConfig:
         if not self.lora_targets:
             raise ConfigError("config key 'finetune.lora_targets' is empty; name at least one layer (e.g. query,value)")
         check_unit_interval(self, "finetune", "distill_alpha")
+        check_positive(self, "finetune", "sparsity_every")
+        if not 0.0 <= self.sparsity < 1.0:
+            raise ConfigError(f"config key 'finetune.sparsity' must be in [0, 1), got {self.sparsity}")
+        if not 0.0 <= self.sparsity_begin < self.sparsity_end <= 1.0:
+            raise ConfigError(f"config keys 'finetune.sparsity_begin' = {self.sparsity_begin} and 'finetune.sparsity_end' = {self.sparsity_end} must satisfy 0 <= begin < end <= 1")
         check_non_negative(self, "finetune", "checkpoint_every")
         check_unit_interval(self, "finetune", "warmup_ratio")
 

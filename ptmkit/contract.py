@@ -39,7 +39,7 @@ UTF-8 bytes, see :mod:`ptmkit_export.fields`), or a family's own featurizer (``r
 :class:`typing.Protocol`, checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
 :class:`ProvidesWordVectors`, :class:`ProvidesSentenceFeatures`, :class:`ClassifiesRows`, :class:`WritesOwnExport`, :class:`TrainsOnWordVectors`,
 :class:`TrainsOnPairs`, :class:`EvaluatesPairs`,
-:class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask`, :class:`EmbedsLanguages` and :class:`TwoStreamAttention` (backbones), :class:`KeepsLayers`,
+:class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask`, :class:`EmbedsLanguages` and :class:`TwoStreamAttention` (backbones), :class:`KeepsLayers`, :class:`PrunesHeads`,
 :class:`SharesEmbeddings`. A family has the capability by defining the protocol's methods; there is no flag to keep in step.
 
 **Matching.** Objectives and heads list the backbone capabilities they ``require`` (e.g.
@@ -785,6 +785,42 @@ class KeepsLayers(Protocol):
 
         Raises:
             ConfigError: an index out of range, repeated or out of order.
+        """
+        ...
+
+
+@runtime_checkable
+class PrunesHeads(Protocol):
+    """A family whose backbone's blocks use multi-head attention whose heads can be removed one by
+    one, with the other heads' trained weights: what ``ptmkit compress --prune-heads`` needs
+    (Michel, Levy and Neubig 2019, "Are Sixteen Heads Really Better than One?")."""
+
+    def attention_heads(self, model_config: Any) -> list[int]:
+        """The number of attention heads in each block, first block first."""
+        ...
+
+    def head_output_kernels(self, backbone: keras.Model) -> list[Any]:
+        """Each block's attention output projection kernel, a ``keras.Variable`` of shape
+        ``(heads, head_dim, hidden)``: head ``h``'s context vectors go through ``kernel[h]``, so
+        gating head ``h``'s output by ``xi_h`` is scaling ``kernel[h]`` by ``xi_h``, and
+        ``dL/dxi_h = sum(kernel[h] * dL/dkernel[h])`` at ``xi = 1`` (the importance score of
+        Michel et al. 2019, eq. 2, read from the ordinary weight gradients)."""
+        ...
+
+    def prune_heads(self, model_config: Any, backbone: keras.Model, heads: dict[int, list[int]]) -> tuple[Any, keras.Model]:
+        """A backbone without the attention heads ``heads`` (block -> 0-based head indices).
+
+        Args:
+            model_config: ``backbone``'s ``[model]`` config.
+            backbone: the trained backbone.
+            heads: the heads to remove, by block; every block keeps at least one head (the
+                caller checks with :meth:`attention_heads`).
+
+        Returns:
+            ``(model_config, backbone)``: the config recording the heads left in each block, and
+            a backbone built from it whose attention layers hold the kept heads' query, key, value
+            and output weights (physically smaller), everything else as in ``backbone``. It
+            computes what ``backbone`` computes with the removed heads' outputs zeroed.
         """
         ...
 

@@ -57,3 +57,35 @@ def test_bad_layer_lists_are_refused_in_one_line(three_layers: Path, tmp_path: P
     assert main(["compress", str(three_layers), "--out", str(tmp_path / "x"), "--keep-layers", layers]) == 2
     assert capsys.readouterr().err.strip().endswith(message)
     assert not (tmp_path / "x").exists()
+
+
+def test_head_specs_parse_and_the_fraction_ranks_layer_normalised_scores_never_emptying_a_layer() -> None:
+    from ptmkit.compress import choose_heads, parse_head_spec
+    from ptmkit.errors import ConfigError
+
+    assert parse_head_spec("0:1,3;2:0") == {0: [1, 3], 2: [0]} and parse_head_spec(" 1:2 ; ") == {1: [2]}
+    for bad in ("a:1", "0:1;0:2", "0:"):
+        with pytest.raises(ConfigError):
+            parse_head_spec(bad)
+    # layer 1 / ||(4, 3, 2, 40)|| = (0.099, 0.074, 0.050, 0.991); layer 0 / ||(1, 2, 3, 4)|| = (0.183, 0.365, 0.548, 0.730)
+    scores = [np.array([1.0, 2.0, 3.0, 4.0]), np.array([4.0, 3.0, 2.0, 40.0])]
+    assert choose_heads(scores, fraction=0.5) == {0: [0], 1: [0, 1, 2]}
+    assert choose_heads(scores, fraction=0.875) == {0: [0, 1, 2], 1: [0, 1, 2]}  # the 7th would empty a layer
+    assert choose_heads(scores, per_layer=2) == {0: [0, 1], 1: [1, 2]}
+
+
+def test_a_pretrained_run_prunes_named_heads_but_has_no_scores(tiny_pretrained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ptmkit.cli import main
+    from ptmkit.plugins import get_registry
+    from ptmkit.rundir import RunDir
+    from ptmkit.training.finetune import load_backbone
+
+    out = tmp_path / "pruned"
+    assert main(["compress", str(tiny_pretrained), "--out", str(out), "--prune-heads-spec", "0:1"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    _, config, _, _ = load_backbone(get_registry(), RunDir(out))
+    assert manifest["stage"] == "pretrain" and config.model.attention_heads == [1]
+    hidden, head_dim = 32, 16  # tinyconfig: hidden 32, two heads
+    assert manifest["parameters"]["before"] - manifest["parameters"]["after"] == 3 * (hidden * head_dim + head_dim) + head_dim * hidden
+    assert main(["compress", str(tiny_pretrained), "--out", str(tmp_path / "x"), "--prune-heads", "0.5"]) == 2
+    assert "head importance needs a fine-tuned run" in capsys.readouterr().err

@@ -63,7 +63,11 @@ class BertFamily(ClsSepInputs, ModelFamily):
         ``max_position_embeddings``), ``vocabulary_size`` token embeddings."""
         return Limits(config.max_sequence_length, config.vocabulary_size, "model.max_sequence_length")
 
-    def graph_optimizer(self, config: BertConfig) -> GraphOptimizer:
+    def graph_optimizer(self, config: BertConfig) -> GraphOptimizer | None:
+        """ONNX Runtime's BERT fusions; none once heads are pruned (its attention fusion assumes
+        ``num_heads`` heads in every block)."""
+        if any(h != config.num_heads for h in config.attention_heads):
+            return None
         return GraphOptimizer("bert", config.num_heads, config.hidden_dim)
 
     def scale_config(self, config: BertConfig, width_ratio: float) -> BertConfig:
@@ -84,6 +88,22 @@ class BertFamily(ClsSepInputs, ModelFamily):
         from ptmkit_bert.backbone import keep_layers
 
         return keep_layers(model_config, backbone, layers)
+
+    def attention_heads(self, model_config: BertConfig) -> list[int]:
+        """Heads in each block (:class:`ptmkit.api.PrunesHeads`)."""
+        from ptmkit_bert.backbone import attention_heads
+
+        return attention_heads(model_config)
+
+    def head_output_kernels(self, backbone: Any) -> list[Any]:
+        """Each block's attention output kernel ``(heads, head_dim, hidden)`` (:class:`ptmkit.api.PrunesHeads`)."""
+        return [layer._self_attention_layer._output_dense.kernel for layer in backbone.transformer_layers]
+
+    def prune_heads(self, model_config: BertConfig, backbone: Any, heads: dict[int, list[int]]) -> tuple[BertConfig, Any]:
+        """A BERT without attention heads ``heads``, physically removed (:class:`ptmkit.api.PrunesHeads`)."""
+        from ptmkit_bert.backbone import prune_heads
+
+        return prune_heads(model_config, backbone, heads)
 
     def train_tokenizer(self, texts: Iterable[str], config: BertConfig) -> Any:
         from ptmkit_bert.tokenizer import train_wordpiece

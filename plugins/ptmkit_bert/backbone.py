@@ -11,6 +11,12 @@ the approximation alone moves the hidden states by 3.7e-3. :class:`BertBackbone`
 layers and weight layout (so keras-hub's Hugging Face weight converter fills it) and sets the
 activation of every feed-forward layer and the epsilon of every layer normalisation from the
 config after the layers are built; Keras layers read both at call time.
+
+A backbone whose heads were pruned (``attention_heads``, Michel et al. 2019) swaps each such
+block's ``MultiHeadAttention`` for one with fewer heads of the same size (``hidden_dim //
+num_heads``) once built: the block's input and output widths are unchanged, its query, key and
+value projections are ``(hidden, heads, head_dim)`` and its output projection ``(heads, head_dim,
+hidden)``. Keras calls the block's current sub-layer, so the functional graph needs no change.
 """
 
 from __future__ import annotations
@@ -31,15 +37,23 @@ class BertBackbone(keras_hub.models.BertBackbone):
     Args:
         hidden_activation: ``"gelu"`` (exact), ``"gelu_approximate"`` (tanh) or ``"relu"``.
         layer_norm_epsilon: epsilon of the embedding and of every transformer layer norm.
+        attention_heads: heads in each block (each of ``hidden_dim // num_heads``); None or empty:
+            ``num_heads`` in every block.
         **kwargs: keras-hub ``BertBackbone`` arguments (sizes, dropout, ...).
 
     Raises:
         ValueError: an unknown activation.
     """
 
-    def __init__(self, *args: Any, hidden_activation: str = "gelu", layer_norm_epsilon: float = 1e-12, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, hidden_activation: str = "gelu", layer_norm_epsilon: float = 1e-12, attention_heads: list[int] | None = None, **kwargs: Any
+    ) -> None:
         activation = feedforward_activation(hidden_activation)
         super().__init__(*args, **kwargs)
+        for layer, heads in zip(self.transformer_layers, attention_heads or [self.num_heads] * len(self.transformer_layers), strict=True):
+            if heads != self.num_heads:
+                _set_heads(layer, heads, self.hidden_dim // self.num_heads, self.hidden_dim)
+        self.attention_heads = list(attention_heads or [])
         self.embeddings_layer_norm.epsilon = layer_norm_epsilon
         for layer in self.transformer_layers:
             layer._feedforward_intermediate_dense.activation = activation
@@ -50,7 +64,7 @@ class BertBackbone(keras_hub.models.BertBackbone):
 
     def get_config(self) -> dict[str, Any]:
         config: dict[str, Any] = super().get_config()
-        config.update(hidden_activation=self.hidden_activation, layer_norm_epsilon=self.layer_norm_epsilon)
+        config.update(hidden_activation=self.hidden_activation, layer_norm_epsilon=self.layer_norm_epsilon, attention_heads=self.attention_heads)
         return config
 
     def sequence_output_with_attention_mask(self, inputs: dict[str, Any], attention_mask: Any) -> Any:
@@ -89,6 +103,20 @@ class BertBackbone(keras_hub.models.BertBackbone):
         return x
 
 
+def _set_heads(layer: Any, heads: int, head_dim: int, hidden_dim: int) -> None:
+    """Give keras-hub ``TransformerEncoder`` ``layer`` (built) a self-attention of ``heads`` heads
+    of ``head_dim`` (keras-hub sizes a head ``hidden_dim // num_heads``, which would widen them)."""
+    old = layer._self_attention_layer
+    new = keras.layers.MultiHeadAttention(
+        num_heads=heads, key_dim=head_dim, dropout=layer.dropout, kernel_initializer=old._kernel_initializer,
+        bias_initializer=old._bias_initializer, dtype=layer.dtype_policy, name=old.name,
+    )
+    new.build(query_shape=(None, None, hidden_dim), value_shape=(None, None, hidden_dim))
+    layer._tracker.replace_tracked_value("layers", old, new)  # the built layer's state is locked
+    layer._self_attention_layer = new
+    layer.num_heads = heads
+
+
 def build_backbone(config: BertConfig) -> BertBackbone:
     """Return a :class:`BertBackbone` of the configured size, activation and epsilon."""
     return BertBackbone(
@@ -102,6 +130,7 @@ def build_backbone(config: BertConfig) -> BertBackbone:
         num_segments=config.num_segments,
         hidden_activation=config.hidden_activation,
         layer_norm_epsilon=config.layer_norm_epsilon,
+        attention_heads=config.attention_heads,
     )
 
 
@@ -128,3 +157,36 @@ def keep_layers(config: BertConfig, backbone: BertBackbone, layers: list[int]) -
             name = f"transformer_layer_{layers[int(name.rsplit('_', 1)[1])]}"
         layer.set_weights(backbone.get_layer(name).get_weights())
     return smaller, new
+
+
+def prune_heads(config: BertConfig, backbone: BertBackbone, heads: dict[int, list[int]]) -> tuple[BertConfig, BertBackbone]:
+    """``config`` without the attention heads ``heads`` (block -> 0-based head indices, each block
+    keeping at least one), and a backbone of it holding ``backbone``'s weights but the removed
+    heads' slices of the query, key and value kernels and biases and of the output kernel
+    (:class:`ptmkit.api.PrunesHeads`; Michel et al. 2019). It computes what ``backbone`` computes
+    with those heads' attention outputs zeroed: the output bias is kept whole.
+    """
+    import dataclasses
+
+    counts = attention_heads(config)
+    kept = [[h for h in range(count) if h not in heads.get(block, [])] for block, count in enumerate(counts)]
+    smaller = dataclasses.replace(config, attention_heads=[len(k) for k in kept])
+    new = build_backbone(smaller)
+    for layer in new.layers:
+        if layer.weights and not layer.name.startswith("transformer_layer_"):
+            layer.set_weights(backbone.get_layer(layer.name).get_weights())
+    for old, layer, keep in zip(backbone.transformer_layers, new.transformer_layers, kept, strict=True):
+        for name in ("_self_attention_layer_norm", "_feedforward_layer_norm", "_feedforward_intermediate_dense", "_feedforward_output_dense"):
+            getattr(layer, name).set_weights(getattr(old, name).get_weights())
+        source, target = old._self_attention_layer, layer._self_attention_layer
+        for name in ("_query_dense", "_key_dense", "_value_dense"):  # kernel (hidden, heads, head_dim), bias (heads, head_dim)
+            kernel, bias = getattr(source, name).get_weights()
+            getattr(target, name).set_weights([kernel[:, keep], bias[keep]])
+        kernel, bias = source._output_dense.get_weights()  # kernel (heads, head_dim, hidden), bias (hidden,)
+        target._output_dense.set_weights([kernel[keep], bias])
+    return smaller, new
+
+
+def attention_heads(config: BertConfig) -> list[int]:
+    """The heads in each block of ``config``'s backbone."""
+    return list(config.attention_heads) or [config.num_heads] * config.num_layers

@@ -34,6 +34,8 @@ class BertConfig:
         lowercase: lower-case and strip accents before WordPiece (an "uncased" vocabulary); a
             cased vocabulary is neither lower-cased nor accent-stripped.
         min_frequency: a merge must occur this often in the corpus to enter the vocabulary.
+        attention_heads: the heads left in each block after ``ptmkit compress --prune-heads``
+            (each of size ``hidden_dim // num_heads``); empty: ``num_heads`` in every block.
     """
 
     vocabulary_size: int = 8000
@@ -48,12 +50,17 @@ class BertConfig:
     layer_norm_epsilon: float = 1e-12
     lowercase: bool = True
     min_frequency: int = 2
+    attention_heads: list[int] = dataclasses.field(default_factory=list)
 
     def validate(self) -> None:
         check_positive(self, "model", "vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim", "max_sequence_length")
         if self.hidden_dim % self.num_heads:
             raise ConfigError(
                 f"config key 'model.num_heads' = {self.num_heads} must divide 'model.hidden_dim' = {self.hidden_dim}"
+            )
+        if self.attention_heads and (len(self.attention_heads) != self.num_layers or any(not 1 <= h <= self.num_heads for h in self.attention_heads)):
+            raise ConfigError(
+                f"config key 'model.attention_heads' = {self.attention_heads} must list {self.num_layers} head counts in [1, {self.num_heads}] (or be empty)"
             )
         if self.hidden_activation not in ACTIVATIONS:
             raise ConfigError(

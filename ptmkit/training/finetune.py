@@ -473,6 +473,7 @@ def _fit_classifier(
     start = restore_state(model, checkpoints) if latest_step(checkpoints) else 0
     if start:
         console.print(f"resuming from step {start} of {total} ({checkpoints})")
+    pruning = _magnitude_pruning(model, ft, start, total)
     started = time.perf_counter()
     if start < total:
         every = ft.checkpoint_every or steps_per_epoch
@@ -483,12 +484,15 @@ def _fit_classifier(
                 shuffle=False,  # batch i is step start + i
                 verbose=0,
                 callbacks=[
+                    *pruning,  # first: the checkpoints and the dev accuracy see the pruned weights
                     CheckpointCallback(checkpoints, start, total, every, epoch_steps=steps_per_epoch),
                     ProgressCallback("fine-tuning", start, total, ft.batch_size * ft.sequence_length, console, step_log=target / STEP_LOG),
                     DevAccuracyCallback(x_dev, y_dev, start, steps_per_epoch, console, dev_log=target / DEV_LOG),
                     keras.callbacks.TensorBoard(log_dir=str(target / "logs")),
                 ],
             )
+    for callback in pruning:
+        console.print(f"magnitude pruning: {callback.sparsity():.1%} of {len(callback.kernels)} kernels' weights are zero")
     return time.perf_counter() - started
 
 
@@ -502,6 +506,16 @@ def _layer_schedules(model: Any, ft: Any, steps_per_epoch: int) -> tuple[dict[st
     backbone = next(layer for layer in model.layers if isinstance(layer, keras.Model))
     multipliers = layer_lr_multipliers(backbone, ft.layer_lr_decay) if ft.layer_lr_decay < 1 else None
     return multipliers, unfreeze_steps(backbone, steps_per_epoch) if ft.gradual_unfreezing else None
+
+
+def _magnitude_pruning(model: Any, ft: Any, start: int, total: int) -> list[Any]:
+    """The gradual magnitude pruning callback of ``finetune.sparsity`` (none when it is 0)."""
+    from ptmkit.training.sparsity import MagnitudePruning, prunable_kernels
+
+    if not ft.sparsity:
+        return []
+    begin, end = round(ft.sparsity_begin * total), max(1, round(ft.sparsity_end * total))
+    return [MagnitudePruning(prunable_kernels(model), ft.sparsity, begin, end, ft.sparsity_every, start)]
 
 
 def _refuse_changed_pretraining_keys(data: dict[str, Any], stored: dict[str, Any], source: str, prefix: str = "") -> None:
