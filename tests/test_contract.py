@@ -16,6 +16,7 @@ from ptmkit.contract import (
     InputSpec,
     KeepsLayers,
     ProvidesWordVectors,
+    PrunesHeads,
     Resumable,
     SpecialTokens,
     TrainsItself,
@@ -72,8 +73,8 @@ def test_builtin_families_declare_and_keep_their_capabilities() -> None:
     bert = registry.family("bert")
     assert bert.input_names == ("token_ids", "segment_ids", "padding_mask")
     assert [s.field for s in bert.inputs] == ["ids", "type_ids", "attention_mask"]
-    assert capabilities(bert) == {"sequence_output", "pooled_output", "token_embedding", "self_attention_mask"}
-    assert isinstance(bert, KeepsLayers)
+    assert capabilities(bert) == {"sequence_output", "pooled_output", "token_embedding", "self_attention_mask", "positions_and_languages"}
+    assert isinstance(bert, KeepsLayers) and isinstance(bert, PrunesHeads)
     assert bert.graph_optimizer(registry.family("bert").config_class()) == ("bert", 4, 256) and not isinstance(bert, TrainsItself)
     for name in ("word2vec", "glove", "fasttext", "nnlm"):
         family = registry.family(name)
