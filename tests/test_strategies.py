@@ -277,6 +277,23 @@ def test_layer_lr_decay_on_a_backbone_without_blocks_is_refused(tiny_pretrained:
         layer_lr_multipliers(keras.Model(inputs, keras.layers.Dense(2)(inputs)), 0.8)
 
 
+@pytest.mark.parametrize(("strategy", "refusal"), [("adapters", "the backbone has no transformer block"), ("lora", "matches no dense layer")])
+def test_a_backbone_without_blocks_is_refused_before_freeze_backbone_is_blamed(strategy: str, refusal: str) -> None:
+    """ELMo's classifier head freezes its backbone by default; telling the user to unfreeze it for
+    adapters or LoRA would only lead to the refusal that the backbone has nothing to adapt."""
+    import keras
+
+    from ptmkit.config import FinetuneConfig
+    from ptmkit.errors import ConfigError
+    from ptmkit.heads.classification import ClassificationConfig
+    from ptmkit.training.strategies import prepare_backbone
+
+    inputs = keras.Input((4,))
+    backbone = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    with pytest.raises(ConfigError, match=refusal):
+        prepare_backbone(backbone, FinetuneConfig(strategy=strategy), ClassificationConfig(freeze_backbone=True))
+
+
 def test_features_read_a_chosen_layer_or_a_mix_of_a_transformers_layers(tiny_pretrained: Path) -> None:
     """``head.layers`` on BERT, which has no ``hidden_states`` output: the embeddings then each
     block's output, as Hugging Face's ``output_hidden_states``; index -1 is ``sequence_output``,

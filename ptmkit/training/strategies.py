@@ -276,19 +276,21 @@ def prepare_backbone(backbone: Any, ft: Any, head_config: Any = None) -> list[An
             ``adapters`` and ``lora``.
 
     Raises:
-        ConfigError: ``head.freeze_backbone`` with ``adapters`` or ``lora``; see
-            :func:`add_adapters`, :func:`add_lora`.
+        ConfigError: :func:`add_adapters`'s or :func:`add_lora`'s refusal (checked first), then
+            ``head.freeze_backbone`` with ``adapters`` or ``lora``.
     """
-    if ft.strategy in ("adapters", "lora") and getattr(head_config, "freeze_backbone", False):
-        raise ConfigError(f"head.freeze_backbone = true freezes the adapters too; with finetune.strategy = {ft.strategy!r} set it to false")
     if ft.strategy == "features":
         backbone.trainable = False
         return []
+    added: list[Any] = []
     if ft.strategy == "adapters":
-        return add_adapters(backbone, ft.adapter_size, ft.adapter_init_scale)
+        added = add_adapters(backbone, ft.adapter_size, ft.adapter_init_scale)
     if ft.strategy == "lora":
-        return add_lora(backbone, list(ft.lora_targets), ft.lora_rank, ft.lora_alpha)
-    return []
+        added = add_lora(backbone, list(ft.lora_targets), ft.lora_rank, ft.lora_alpha)
+    # After the backbone is known to take the strategy: advice to unfreeze must not lead to a refusal.
+    if added and getattr(head_config, "freeze_backbone", False):
+        raise ConfigError(f"head.freeze_backbone = true freezes the adapters too; with finetune.strategy = {ft.strategy!r} set it to false")
+    return added
 
 
 def apply_strategy(backbone: Any, ft: Any, added: list[Any]) -> None:
