@@ -546,6 +546,11 @@ def _finetune_word_vectors(
 
     for override in overrides:
         key = override.partition("=")[0].strip()
+        if key == "finetune.strategy":  # --strategy arrives as this override
+            raise ConfigError(
+                f"--strategy / finetune.strategy = {override.partition('=')[2].strip()!r}: the {head.name} head trains on the run's "
+                f"word vectors, with no backbone to adapt or freeze; drop it (strategies apply to transformer runs)"
+            )
         if key.startswith("finetune.") and key != "finetune.head":
             raise ConfigError(f"--set {override!r}: the {head.name} head trains with its own settings; set head.* keys (e.g. head.epochs)")
     family = registry.family(manifest["family"])
