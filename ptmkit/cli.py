@@ -154,6 +154,8 @@ def compress(
     pruning = (prune_heads, heads_per_layer, prune_heads_spec)
     if (keep_layers is None) == all(option is None for option in pruning):
         raise ConfigError("ptmkit compress: give --keep-layers, or one of --prune-heads, --heads-per-layer, --prune-heads-spec")
+    if keep_layers is not None and data is not None:
+        raise ConfigError("--data scores head importance for --prune-heads / --heads-per-layer; --keep-layers takes none")
     if keep_layers is not None:
         manifest = keep_layers_run(run_dir, out, parse_layers(keep_layers), console)
     else:

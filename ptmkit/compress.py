@@ -106,7 +106,7 @@ def parse_head_spec(text: str) -> dict[int, list[int]]:
     """``"0:1,3;2:0"`` -> ``{0: [1, 3], 2: [0]}``: block ``0``'s heads 1 and 3 and block 2's head 0.
 
     Raises:
-        ConfigError: an item that is not ``BLOCK:HEAD,HEAD``, or a block named twice.
+        ConfigError: an item that is not ``BLOCK:HEAD,HEAD``, a block named twice, or no item.
     """
     spec: dict[int, list[int]] = {}
     for item in (part.strip() for part in text.split(";")):
@@ -120,6 +120,8 @@ def parse_head_spec(text: str) -> dict[int, list[int]]:
         if key in spec or not values:
             raise ConfigError(f"--prune-heads-spec {text!r}: block {key} is named twice or with no heads")
         spec[key] = values
+    if not spec:
+        raise ConfigError(f"--prune-heads-spec {text!r}: names no head; give BLOCK:HEAD,HEAD items separated by ';', e.g. 0:1,3;2:0")
     return spec
 
 
@@ -232,9 +234,16 @@ def prune_heads_run(
     manifest = source.manifest()
     family = registry.family(manifest["family"])
     if not isinstance(family, PrunesHeads):
-        raise ConfigError(f"--prune-heads: the {family.name} family cannot remove attention heads (it does not implement PrunesHeads)")
+        flag = "--prune-heads-spec" if spec is not None else "--heads-per-layer" if per_layer is not None else "--prune-heads"
+        raise ConfigError(f"{flag}: the {family.name} family cannot remove attention heads (it does not implement PrunesHeads)")
     if sum(option is not None for option in (spec, fraction, per_layer)) != 1:
         raise ConfigError("ptmkit compress: give one of --prune-heads FRACTION, --heads-per-layer N or --prune-heads-spec SPEC")
+    if fraction is not None and not 0.0 <= fraction < 1.0:  # before the heads are scored
+        raise ConfigError(f"--prune-heads {fraction}: give the fraction of all heads to remove, in [0, 1)")
+    if per_layer is not None and per_layer < 0:
+        raise ConfigError(f"--heads-per-layer {per_layer}: give the number of heads to remove from every layer, >= 0")
+    if spec is not None and data is not None:
+        raise ConfigError("--data scores head importance; --prune-heads-spec names the heads itself: drop one of them")
     fine_tuned = bool(manifest.get("head"))
     if not fine_tuned and spec is None:
         raise ConfigError(f"{source.path}: head importance needs a fine-tuned run (a classifier); for a {manifest['stage']} run name the heads with --prune-heads-spec")

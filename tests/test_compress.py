@@ -64,7 +64,7 @@ def test_head_specs_parse_and_the_fraction_ranks_layer_normalised_scores_never_e
     from ptmkit.errors import ConfigError
 
     assert parse_head_spec("0:1,3;2:0") == {0: [1, 3], 2: [0]} and parse_head_spec(" 1:2 ; ") == {1: [2]}
-    for bad in ("a:1", "0:1;0:2", "0:"):
+    for bad in ("a:1", "0:1;0:2", "0:", "", " ; "):
         with pytest.raises(ConfigError):
             parse_head_spec(bad)
     # layer 1 / ||(4, 3, 2, 40)|| = (0.099, 0.074, 0.050, 0.991); layer 0 / ||(1, 2, 3, 4)|| = (0.183, 0.365, 0.548, 0.730)
@@ -89,3 +89,21 @@ def test_a_pretrained_run_prunes_named_heads_but_has_no_scores(tiny_pretrained: 
     assert manifest["parameters"]["before"] - manifest["parameters"]["after"] == 3 * (hidden * head_dim + head_dim) + head_dim * hidden
     assert main(["compress", str(tiny_pretrained), "--out", str(tmp_path / "x"), "--prune-heads", "0.5"]) == 2
     assert "head importance needs a fine-tuned run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--heads-per-layer", "-1"], "error: --heads-per-layer -1: give the number of heads to remove from every layer, >= 0"),
+    (["--prune-heads-spec", ""], "error: --prune-heads-spec '': names no head; give BLOCK:HEAD,HEAD items separated by ';', e.g. 0:1,3;2:0"),
+    (["--prune-heads-spec", "0:1", "--data", "dev.tsv"], "error: --data scores head importance; --prune-heads-spec names the heads itself: drop one of them"),
+    (["--keep-layers", "0", "--data", "dev.tsv"], "error: --data scores head importance for --prune-heads / --heads-per-layer; --keep-layers takes none"),
+])
+def test_head_options_that_would_be_misread_are_refused_in_one_line(
+    tiny_pretrained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str,
+) -> None:
+    """A negative count was told as "at least one must remain", an empty spec copied the run, and a
+    --data the option ignores was silently dropped."""
+    from ptmkit.cli import main
+
+    assert main(["compress", str(tiny_pretrained), "--out", str(tmp_path / "x"), *args]) == 2
+    assert capsys.readouterr().err.strip() == message
+    assert not (tmp_path / "x").exists()
