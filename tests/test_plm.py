@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,6 +168,20 @@ def test_a_length_the_blocks_do_not_divide_is_refused_before_training() -> None:
     assert "\n" not in message and message.startswith("--set: ")
     assert "'objectives.plm.perm_size' = 24 must divide 'train.sequence_length' = 64" in message
     assert math.isclose(PermutationLMConfig(partial_prediction=7).predictions(70), 10)
+
+
+def test_a_clash_set_in_the_config_file_names_the_file_not_only_set(tmp_path: Path) -> None:
+    """perm_size from the file and a --set that does not touch it: the error named --set alone."""
+    from ptmkit.errors import ConfigError
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.pretrain import resolve_config
+
+    bad, good = tmp_path / "bad.toml", tmp_path / "good.toml"
+    bad.write_text("[train]\nsequence_length = 32\n[objectives.plm]\nperm_size = 5\n")
+    good.write_text("[train]\nsequence_length = 30\n[objectives.plm]\nperm_size = 5\n")
+    for path, overrides, source in ((bad, [], f"{bad}"), (bad, ["train.max_steps=3"], f"{bad} and --set"), (good, ["train.sequence_length=32"], "--set")):
+        with pytest.raises(ConfigError, match=f"^{re.escape(source)}: config key 'objectives.plm.perm_size' = 5 must divide 'train.sequence_length' = 32 "):
+            resolve_config(get_registry(), "xlnet", path, overrides)
 
 
 def test_the_graphs_masks_are_the_numpy_transcriptions() -> None:

@@ -95,9 +95,28 @@ def resolve_config(
         )
 
     config = build(data, source)
-    if overrides:  # validated on their own, so that an error names --set, not the file
-        source = "--set"
-        config = build(apply_overrides(data, overrides), source)
+    if not overrides:
+        _check_across_keys(registry, family, config, source)
+        return config
+    final = build(apply_overrides(data, overrides), "--set")  # validated on their own, so that an error names --set, not the file
+    try:
+        _check_across_keys(registry, family, final, "--set")
+    except ConfigError:
+        try:  # a clash the file had before --set: name the file too, not --set alone
+            _check_across_keys(registry, family, config, source)
+        except ConfigError:
+            _check_across_keys(registry, family, final, f"{source} and --set")
+        raise
+    return final
+
+
+def _check_across_keys(registry: Registry, family: Any, config: RunConfig, source: str) -> None:
+    """Refuse what no single key's check sees: a sequence length over the family's limit, the
+    objectives the backbone cannot train together, or a length an objective cannot use.
+
+    Raises:
+        ConfigError: one line starting with ``source``.
+    """
     limits = family.limits(config.model)
     limit = limits.max_sequence_length
     for section in () if own_loop(family) else ("train", "finetune"):  # a family with its own loop reads neither
@@ -110,7 +129,6 @@ def resolve_config(
     if not own_loop(family):
         for name in names:
             registry.objective(name).check_sequence_length(config.objectives[name], config.train.sequence_length, source)
-    return config
 
 
 def check_objectives(registry: Registry, family: Any, names: list[str], source: str) -> None:
