@@ -102,10 +102,10 @@ def resolve_config(
     try:
         _check_across_keys(registry, family, final, "--set")
     except ConfigError:
-        try:  # a clash the file had before --set: name the file too, not --set alone
+        try:  # a clash the --config file had before --set: name the file too, not --set alone
             _check_across_keys(registry, family, config, source)
         except ConfigError:
-            _check_across_keys(registry, family, final, f"{source} and --set")
+            _check_across_keys(registry, family, final, f"{source} and --set" if config_path is not None else "--set")
         raise
     return final
 
