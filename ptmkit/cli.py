@@ -459,8 +459,8 @@ def probe(
     The same classifier for every family, so runs compare on one task; nothing is written into the run."""
     from ptmkit.probe import probe as run_probe
 
-    if not c > 0:
-        raise PtmkitError(f"--c {c}: the inverse penalty must be > 0")
+    if not 0 < c < float("inf"):  # inf would be written as JSON's invalid Infinity
+        raise PtmkitError(f"--c {c}: the inverse penalty must be a finite number > 0")
     result = run_probe(run, task, dev, test, c, max_iter, console)
     if out is not None:
         from ptmkit.io import atomic_write_json

@@ -251,7 +251,8 @@ def test_bad_input_is_one_line_and_exit_2(work: Path, tmp_path: Path, capsys: py
             "is a fine-tuned run; probe the pre-trained run it comes from (runs/bert)",
         ),
         ([str(classifier), "--task", train, "--dev", dev], "has no sentence features to probe"),
-        ([str(tmp_path), "--task", train, "--dev", dev, "--c", "0"], "--c 0.0: the inverse penalty must be > 0"),
+        ([str(tmp_path), "--task", train, "--dev", dev, "--c", "0"], "--c 0.0: the inverse penalty must be a finite number > 0"),
+        ([str(tmp_path), "--task", train, "--dev", dev, "--c", "inf"], "--c inf: the inverse penalty must be a finite number > 0"),
     ]
     with registered():
         for args, expected in cases:
