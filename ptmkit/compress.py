@@ -202,6 +202,19 @@ def choose_heads(scores: list[np.ndarray], fraction: float | None = None, per_la
     return {block: sorted(heads) for block, heads in sorted(chosen.items())}
 
 
+def _check_head_options(spec: dict[int, list[int]] | None, fraction: float | None, per_layer: int | None, data: str | Path | None) -> None:
+    """Refuse, before any head is scored, all but one of the three options, a fraction outside
+    ``[0, 1)``, a negative count, and ``data`` with ``spec`` (which scores nothing)."""
+    if sum(option is not None for option in (spec, fraction, per_layer)) != 1:
+        raise ConfigError("ptmkit compress: give one of --prune-heads FRACTION, --heads-per-layer N or --prune-heads-spec SPEC")
+    if fraction is not None and not 0.0 <= fraction < 1.0:
+        raise ConfigError(f"--prune-heads {fraction}: give the fraction of all heads to remove, in [0, 1)")
+    if per_layer is not None and per_layer < 0:
+        raise ConfigError(f"--heads-per-layer {per_layer}: give the number of heads to remove from every layer, >= 0")
+    if spec is not None and data is not None:
+        raise ConfigError("--data scores head importance; --prune-heads-spec names the heads itself: drop one of them")
+
+
 def prune_heads_run(
     run_dir: str | Path, out: str | Path, console: Console, *, spec: dict[int, list[int]] | None = None, fraction: float | None = None,
     per_layer: int | None = None, data: str | Path | None = None, registry: Registry | None = None,
@@ -236,14 +249,7 @@ def prune_heads_run(
     if not isinstance(family, PrunesHeads):
         flag = "--prune-heads-spec" if spec is not None else "--heads-per-layer" if per_layer is not None else "--prune-heads"
         raise ConfigError(f"{flag}: the {family.name} family cannot remove attention heads (it does not implement PrunesHeads)")
-    if sum(option is not None for option in (spec, fraction, per_layer)) != 1:
-        raise ConfigError("ptmkit compress: give one of --prune-heads FRACTION, --heads-per-layer N or --prune-heads-spec SPEC")
-    if fraction is not None and not 0.0 <= fraction < 1.0:  # before the heads are scored
-        raise ConfigError(f"--prune-heads {fraction}: give the fraction of all heads to remove, in [0, 1)")
-    if per_layer is not None and per_layer < 0:
-        raise ConfigError(f"--heads-per-layer {per_layer}: give the number of heads to remove from every layer, >= 0")
-    if spec is not None and data is not None:
-        raise ConfigError("--data scores head importance; --prune-heads-spec names the heads itself: drop one of them")
+    _check_head_options(spec, fraction, per_layer, data)
     fine_tuned = bool(manifest.get("head"))
     if not fine_tuned and spec is None:
         raise ConfigError(f"{source.path}: head importance needs a fine-tuned run (a classifier); for a {manifest['stage']} run name the heads with --prune-heads-spec")
