@@ -18,8 +18,7 @@ HIDDEN, HEADS, HEAD_DIM = 32, 4, 8
 @pytest.fixture(scope="module")
 def classifier(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fine-tuned two-block BERT with four heads of 8 in each block."""
-    from ptmkit.training.finetune import finetune
-    from ptmkit.training.pretrain import pretrain
+    from ptmkit.testing import finetune, pretrain
 
     root = tmp_path_factory.mktemp("prune")
     pretrain(
@@ -49,15 +48,16 @@ def _inputs() -> dict[str, np.ndarray]:
 
 
 def _output_kernels(model: object) -> list:
-    from ptmkit.compress import _backbone_name
-    from ptmkit.plugins import get_registry
+    import keras
 
-    return get_registry().family("bert").head_output_kernels(model.get_layer(_backbone_name(model)))
+    from ptmkit.api import get_registry
+
+    (backbone,) = [layer for layer in model.layers if isinstance(layer, keras.Model)]  # the classifier's backbone
+    return get_registry().family("bert").head_output_kernels(backbone)
 
 
 def test_pruned_heads_compute_the_unpruned_model_with_those_heads_zeroed(classifier: Path, tmp_path: Path) -> None:
-    from ptmkit.cli import main
-    from ptmkit.training.finetune import load_classifier
+    from ptmkit.testing import load_classifier, main
 
     out = tmp_path / "pruned"
     assert main(["compress", str(classifier), "--out", str(out), "--prune-heads-spec", "0:1,3;1:0"]) == 0
@@ -87,8 +87,7 @@ def test_pruned_heads_compute_the_unpruned_model_with_those_heads_zeroed(classif
 def test_importance_is_the_absolute_gradient_of_a_head_gate(classifier: Path) -> None:
     import tensorflow as tf
 
-    from ptmkit.compress import head_importance
-    from ptmkit.training.finetune import load_classifier
+    from ptmkit.testing import head_importance, load_classifier
 
     model, _, _, _ = load_classifier(classifier)
     x, y = _inputs(), np.array([0, 1, 1], np.int32)
@@ -110,7 +109,7 @@ def test_importance_is_the_absolute_gradient_of_a_head_gate(classifier: Path) ->
 
 
 def test_heads_per_layer_removes_each_layers_least_important(classifier: Path, tmp_path: Path) -> None:
-    from ptmkit.cli import main
+    from ptmkit.testing import main
 
     out = tmp_path / "pruned"
     assert main(["compress", str(classifier), "--out", str(out), "--heads-per-layer", "1", "--data", str(TRAIN)]) == 0
@@ -132,7 +131,7 @@ def test_heads_per_layer_removes_each_layers_least_important(classifier: Path, t
 def test_pruning_too_many_heads_is_refused_in_one_line(
     classifier: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str, message: str
 ) -> None:
-    from ptmkit.cli import main
+    from ptmkit.testing import main
 
     assert main(["compress", str(classifier), "--out", str(tmp_path / "x"), option, value]) == 2
     err = capsys.readouterr().err.strip()
@@ -145,8 +144,7 @@ def test_the_pruned_run_exports_a_smaller_onnx_model_that_computes_the_same_logi
 ) -> None:
     import onnxruntime as ort
 
-    from ptmkit.cli import main
-    from ptmkit.training.finetune import load_classifier
+    from ptmkit.testing import load_classifier, main
 
     out = tmp_path / "pruned"
     assert main(["compress", str(classifier), "--out", str(out), "--prune-heads-spec", "0:0,1,2;1:3"]) == 0

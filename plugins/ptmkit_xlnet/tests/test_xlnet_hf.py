@@ -115,7 +115,7 @@ def reference_cases(vocabulary: int) -> tuple[list[dict], list[dict]]:
 def two_stream_case(vocabulary: int) -> dict[str, np.ndarray]:
     """A permutation LM's inputs (:func:`ptmkit.objectives.plm.permutation_batch`) on packed rows."""
     from ptmkit.api import SpecialTokens
-    from ptmkit.objectives.plm import PermutationLMConfig, attention_masks, permutation_batch
+    from ptmkit.testing import PermutationLMConfig, attention_masks, permutation_batch
 
     rng = np.random.default_rng(1)
     ids = rng.integers(9, vocabulary, (3, 24)).astype("int32")
