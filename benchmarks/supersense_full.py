@@ -136,13 +136,15 @@ def report(args: argparse.Namespace) -> str:
         f"| date | {time.strftime('%Y-%m-%d')} |",
         f"| commit | {commit} |",
         f"| load | {load} (1, 5, 15 min, at the report) |",
-        "| command | `python benchmarks/supersense_full.py " + " ".join(sys.argv[1:]) + "` |",
+        "| command | `python benchmarks/supersense_full.py " + " ".join(_run_arguments(sys.argv[1:])) + "` |",
         "",
         "| model | dev | test | measured |",
         "|---|---|---|---|",
         *(f"| {name} | {dev:.1f} | {test:.1f} | {where} |" for name, dev, test, where in rows),
         "",
     ]
+    if "ptmkit" not in results:
+        lines.append("The MiniLM fine-tuning has not finished: rerun the command to resume it from its last checkpoint.")
     if "ptmkit" in results:
         pk = results["ptmkit"]
         gap = 100 * (pk["fp32_test_accuracy"] - pk["int8_test_accuracy"])
@@ -158,6 +160,17 @@ def report(args: argparse.Namespace) -> str:
         temporary.write_text(text, encoding="utf-8")
         os.replace(temporary, args.out)
     return text
+
+
+def _run_arguments(argv: list[str]) -> list[str]:
+    """``argv`` less ``--stage NAME``: the command that runs (or resumes) every stage."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip or arg == "--stage" or arg.startswith("--stage="):
+            skip = arg == "--stage"
+            continue
+        kept.append(arg)
+    return kept
 
 
 def main() -> int:
