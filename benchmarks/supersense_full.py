@@ -157,7 +157,8 @@ def report(args: argparse.Namespace) -> str:
     if "ptmkit" in results:
         pk = results["ptmkit"]
         label = f"MiniLM fine-tuned ({pk['epochs']} epoch{'s' * (pk['epochs'] != 1)}, lr {pk['learning_rate']:g}, {pk['precision']})"
-        train_time = _minutes(pk.get("finetune_train_seconds"), "fine-tune" + (", resumed" if pk.get("resumed") else ""))
+        seconds = pk.get("finetune_train_seconds", pk.get("train_seconds_this_process"))  # older result files: the stage's process
+        train_time = _minutes(seconds, "fine-tune" + (", resumed" if pk.get("resumed") else ""))
         rows += [
             (f"**{label}, Keras**", 100 * pk["keras_dev_accuracy"], 100 * pk["keras_test_accuracy"], train_time, "this run"),
             ("the same, ONNX fp32", 100 * pk["fp32_dev_accuracy"], 100 * pk["fp32_test_accuracy"], _minutes(pk.get("export_seconds"), "export, fp32 + int8"), "this run"),
