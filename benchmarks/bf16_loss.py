@@ -64,13 +64,13 @@ def report(work: Path, runs: dict[str, dict[str, float]], args: argparse.Namespa
         f"| load | {load} (1, 5, 15 min, at the report; loss does not depend on it) |",
         f"| command | `python benchmarks/bf16_loss.py {' '.join(sys.argv[1:])}` |",
         "",
-        "| precision | seed | held-out MLM loss (nats) | held-out MLM accuracy | tokens/s |",
-        "|---|---|---:|---:|---:|",
+        "| precision | seed | held-out MLM loss (nats) | held-out MLM accuracy |",
+        "|---|---|---:|---:|",
     ]
     for p in PRECISIONS:
         for s in args.seeds:
             m = runs[f"{p}-seed{s}"]
-            lines.append(f"| {p} | {s} | {m['heldout_mlm_loss']:.4f} | {m.get('heldout_mlm_accuracy', float('nan')):.4f} | {m.get('tokens_per_second', 0):,.0f} |")
+            lines.append(f"| {p} | {s} | {m['heldout_mlm_loss']:.4f} | {m.get('heldout_mlm_accuracy', float('nan')):.4f} |")
     lines += [
         "",
         f"Means: float32 {means['float32']:.4f}, bf16 {means['bf16']:.4f}; bf16 is {100 * relative:+.2f}% from float32 "
