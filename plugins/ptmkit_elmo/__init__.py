@@ -62,6 +62,9 @@ class ELMoFamily(ModelFamily):
     # the paper's fine-tuning recipe (section 3.3): the biLM frozen, its layers mixed by learnt
     # softmax-normalised weights and a scale, the task model on the mix
     head_defaults = {"layers": "mix", "pooling": "mean", "freeze_backbone": True}
+    # the four LSTM layers export as fused ONNX LSTM nodes: every mask they read is the padding
+    # mask, each row's padding at its end
+    fuse_lstm_export = True
 
     def sentence_features(self, run_dir: Path) -> SentenceFeatures:
         """Probe features: the biLM's layers (the character-CNN token layer and each biLSTM layer,
