@@ -19,8 +19,9 @@ INPUTS = (
 
 def _model() -> object:
     """Every way a Keras LSTM returns through a mask: forward sequences (a random bias, Keras 3's
-    ``hard_sigmoid`` gates), backward (``go_backwards``) sequences, and the last output with both
-    states, stacked on the forward one."""
+    ``hard_sigmoid`` gates), backward (``go_backwards``) sequences, a ``Bidirectional`` wrapper
+    (its layers zero padded outputs), and the last output with both states, stacked on the
+    forward one."""
     import keras
 
     keras.utils.set_random_seed(3)
@@ -29,9 +30,10 @@ def _model() -> object:
     mask = keras.ops.not_equal(padding_mask, 0)
     forward = keras.layers.LSTM(7, return_sequences=True, bias_initializer="random_normal", recurrent_activation="hard_sigmoid")(x, mask=mask)
     backward = keras.layers.LSTM(7, return_sequences=True, go_backwards=True, bias_initializer="random_normal")(x, mask=mask)
-    last, h, c = keras.layers.LSTM(14, return_state=True, bias_initializer="random_normal")(forward, mask=mask)
-    states = keras.ops.stack([last, h, c], axis=1)  # (batch, 3, 14)
-    out = keras.ops.concatenate([keras.ops.concatenate([forward, backward], axis=-1), states], axis=1)  # (batch, sequence + 3, 14)
+    both = keras.layers.Bidirectional(keras.layers.LSTM(7, return_sequences=True, bias_initializer="random_normal"), merge_mode="sum")(x, mask=mask)
+    last, h, c = keras.layers.LSTM(21, return_state=True, bias_initializer="random_normal")(forward, mask=mask)
+    states = keras.ops.stack([last, h, c], axis=1)  # (batch, 3, 21)
+    out = keras.ops.concatenate([keras.ops.concatenate([forward, backward, both], axis=-1), states], axis=1)  # (batch, sequence + 3, 21)
     return keras.Model({"features": x, "padding_mask": padding_mask}, out)
 
 
@@ -44,7 +46,7 @@ def _feeds(lengths: list[int], steps: int) -> dict[str, np.ndarray]:
 
 
 def test_fused_lstm_nodes_equal_keras_at_every_step(tmp_path: Path) -> None:
-    """Fused: three ``LSTM`` nodes, no ``Loop``, equal to Keras within 1e-4 at valid and padded
+    """Fused: five ``LSTM`` nodes, no ``Loop``, equal to Keras within 1e-4 at valid and padded
     steps (full, shorter, length-1 and all-padding rows; a second shape)."""
     import onnx
     import onnxruntime as ort
@@ -56,7 +58,7 @@ def test_fused_lstm_nodes_equal_keras_at_every_step(tmp_path: Path) -> None:
     fused = tmp_path / "fused.onnx"
     convert_to_onnx(model, fused, INPUTS, "out", fuse_lstm=True)
     graph = onnx.load(str(fused))
-    assert recurrence(graph) == {"kind": "fused", "LSTM": 3, "Loop": 0}
+    assert recurrence(graph) == {"kind": "fused", "LSTM": 5, "Loop": 0}
     assert not any(opset.domain == "ptmkit.recurrent" for opset in graph.opset_import)
     session = ort.InferenceSession(str(fused), providers=["CPUExecutionProvider"])
     for lengths, steps in (([6, 3, 0, 1], 6), ([2, 9], 9)):

@@ -1,9 +1,10 @@
 """Fused ONNX ``LSTM`` nodes for a model's Keras ``LSTM`` layers, with their padding masks.
 
 tf2onnx writes a masked Keras LSTM as a ``Loop`` over time steps (its LSTM rewriter matches only
-the unmasked pattern: onnx/tensorflow-onnx issue 1871; pull request 2030, which would add masks,
-was never merged). Unmasked, the same layer becomes one ``LSTM`` node, but a padded row then
-runs through its padding. Here each fusible layer (:func:`fusible`) is exported as one ONNX
+the unmasked pattern: onnx/tensorflow-onnx issue 1871; pull request 2030, which would add masks
+for post-padded inputs, is still open, and tf2onnx 1.17 emits a ``Loop``). Unmasked, the same
+layer becomes one ``LSTM`` node, but then padding changes its outputs (the backward direction
+reads a row's padding first), and no ``sequence_lens`` reaches the node. Here each fusible layer (:func:`fusible`) is exported as one ONNX
 ``LSTM`` node (opset 7+) built from its weights, with ``sequence_lens`` from its mask:
 
 1. while the model is traced (:func:`fused_lstm_calls`), the layer's ``call`` is a placeholder
