@@ -168,7 +168,6 @@ def export_run(
         fp32_path = tmp / VARIANT_FILES["fp32"]
         parity = convert_and_check(source, fp32_path, console, isolate)  # 1. convert, 2. check parity (Keras: in a child process)
         worst = report_parity(parity, console)
-        recurrent_nodes = graph_recurrence(fp32_path)
         source = with_width(source, (session := open_session(fp32_path)).get_outputs()[0].shape[-1])
         gate = Gate(session, source, console)  # 4. gate, fp32 first
         variants: dict[str, Any] = {"fp32": gate.fp32_entry(fp32_path, parity)}
@@ -181,7 +180,7 @@ def export_run(
         shutil.copyfile(run.require("tokenizer.json"), tmp / "tokenizer.json")
         if with_tokenizer:
             variants.update(tokenizer_variants(tmp, variants, source, LATENCY_THREADS, LATENCY_REPEATS, console))
-        manifest = export_manifest(source, variants, gate_table, recurrent_nodes)  # 5. write
+        manifest = export_manifest(source, variants, gate_table, graph_recurrence(fp32_path))  # 5. write
         write_export(tmp, target, manifest)
     return {**manifest, "directory": str(target), "summary": summarize(worst, variants)}
 
