@@ -15,7 +15,7 @@ alternating fused and Loop call by call so that a load swing hits both alike, an
 one's median; the table shows the median of the rounds' medians (``--rounds``, >= 3), with the
 load average before and after.
 
-Run: ``python benchmarks/lstm_onnx.py [--rounds 5] [--calls 20] [--out benchmarks/results/lstm_onnx.md]``
+Run: ``python benchmarks/lstm_onnx.py [--rounds 5] [--calls 20] [--threads 1,2] [--out benchmarks/results/lstm_onnx.md]``
 (a few minutes on two cores); ``--quick``: a tiny backbone (one layer each way), one round, no
 results file (the test).
 """
@@ -125,6 +125,7 @@ def paired_latency(graphs: dict[str, dict[str, Any]], threads: int, rounds: int,
                 per_round[name].append(statistics.median(times[name]))
         results[label] = {name: {"median_ms": statistics.median(r), "rounds_ms": r} for name, r in per_round.items()}
         results[label]["mean_length"] = float(np.mean(lengths))
+        print(f"{threads} thread(s), {label}: fused {results[label]['fused']['median_ms']:.2f} ms, Loop {results[label]['loop']['median_ms']:.2f} ms", flush=True)
     return results
 
 
@@ -170,7 +171,7 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(quick: bool, rounds: int, calls: int, work: Path, argv: list[str]) -> dict[str, Any]:
+def run(quick: bool, rounds: int, calls: int, work: Path, argv: list[str], threads: tuple[int, ...] = (1, 2)) -> dict[str, Any]:
     """Build, convert, check and time; the summary :func:`markdown` renders."""
     import onnxruntime
 
@@ -178,7 +179,8 @@ def run(quick: bool, rounds: int, calls: int, work: Path, argv: list[str]) -> di
     model, _ = build_model(quick)
     graphs = convert_both(model, work)
     parity = check_against_keras(model, graphs)
-    latency = {str(threads): paired_latency(graphs, threads, rounds, calls) for threads in ((1,) if quick else (1, 2))}
+    print(f"converted: {graphs['fused']['recurrence']} / {graphs['loop']['recurrence']}; max abs difference to Keras {parity}", flush=True)
+    latency = {str(n): paired_latency(graphs, n, rounds, calls) for n in ((1,) if quick else threads)}
     return {
         "date": datetime.date.today().isoformat(), "commit": commit(), "command": " ".join(["python", "benchmarks/lstm_onnx.py", *argv]), "quick": quick,
         "load_before": load_before, "load_after": os.getloadavg(), "parameters": int(model.count_params()), "onnxruntime": onnxruntime.__version__,
@@ -192,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a tiny backbone, one round of 3 calls, no results file")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--threads", default="1,2", help="ONNX Runtime intra-op threads to time, comma-separated (default 1,2)")
     parser.add_argument("--out", type=Path, default=None, help="results page (default: benchmarks/results/lstm_onnx.md; none with --quick)")
     parser.add_argument("--json", type=Path, default=None, help="also write the summary here")
     args = parser.parse_args(argv)
@@ -200,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds, calls = (1, 3) if args.quick else (args.rounds, args.calls)
     print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
     with tempfile.TemporaryDirectory(prefix="lstm-onnx-") as work:
-        summary = run(args.quick, rounds, calls, Path(work), sys.argv[1:] if argv is None else argv)
+        summary = run(args.quick, rounds, calls, Path(work), sys.argv[1:] if argv is None else argv, tuple(int(n) for n in args.threads.split(",")))
     page = markdown(summary)
     print(page)
     out = args.out if args.out is not None else (None if args.quick else REPO / "benchmarks" / "results" / "lstm_onnx.md")
