@@ -156,7 +156,7 @@ def markdown(summary: dict[str, Any]) -> str:
         f"onnxruntime {summary['onnxruntime']}. Medians of {summary['rounds']} rounds, each the median of {summary['calls']} calls per graph, "
         "fused and Loop alternating call by call.",
         "",
-        "Wall: the call's wall-clock time. CPU: the calling thread's CPU time (``time.thread_time``), which with one",
+        "Wall: the call's wall-clock time. CPU: the calling thread's CPU time (`time.thread_time`), which with one",
         "intra-op thread is where ONNX Runtime computes: it holds under a shared machine's load, where wall time does not",
         "(not shown for 2 threads, whose second thread it misses).",
         "",
