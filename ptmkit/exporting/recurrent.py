@@ -189,15 +189,28 @@ def fused_lstm_calls(model: Any) -> Iterator[dict[str, LSTMWeights]]:
     instance, and restored on exit); convert the traced function with :data:`TF2ONNX_HANDLERS`,
     then pass the yielded mapping (placeholder token -> :class:`LSTMWeights`, filled while
     tracing) to :func:`build_lstm_nodes`."""
+    import logging
+
     found: dict[str, LSTMWeights] = {}
     layers = [layer for layer in model._flatten_layers(include_self=False, recursive=True) if fusible(layer) is None]
     for layer in layers:
         layer.call = _placeholder_call(layer, lstm_weights(layer), found)
+    shapes = logging.getLogger("tf2onnx.shape_inference")
+    quiet = _PlaceholderShapeFilter()
+    shapes.addFilter(quiet)  # tf2onnx cannot infer the placeholder's shapes (the ops after it restore them): not the user's problem
     try:
         yield found
     finally:
+        shapes.removeFilter(quiet)
         for layer in layers:
             del layer.call
+
+
+class _PlaceholderShapeFilter:
+    """Drops tf2onnx's "Cannot infer shape for .../fused_lstm" warnings about the placeholders."""
+
+    def filter(self, record: Any) -> bool:
+        return "/fused_lstm" not in record.getMessage()
 
 
 def _placeholder_handler(ctx: Any, node: Any, name: str, args: Any) -> Any:
