@@ -85,6 +85,12 @@ Word-vector toolkit (shared by the word2vec, fastText, GloVe and NNLM families)
     (:class:`WordVectors`, :data:`VOCABULARY_FILE`, :data:`VECTORS_FILE`, :func:`save_matrix`,
     :func:`load_matrix`).
 
+ONNX export (:mod:`ptmkit.exporting`), for a family that writes its own export (:class:`WritesOwnExport`)
+    :func:`convert_to_onnx` (a Keras model to one ONNX file with the declared inputs; with
+    ``fuse_lstm=True`` its Keras ``LSTM`` layers become fused ONNX ``LSTM`` nodes, as the
+    standard export does for a family declaring :attr:`ModelFamily.fuse_lstm_export`) and
+    :func:`recurrence` (what carries a graph's recurrence, for its manifest); loaded on first use.
+
 Importing this module imports neither TensorFlow nor Keras: a plugin stays cheap to load.
 """
 
@@ -228,6 +234,8 @@ from ptmkit.wordvectors.vocabulary import (
 from ptmkit.wordvectors.word_prediction import OutputLayer, Subwords, WindowExamples
 
 if TYPE_CHECKING:
+    from ptmkit.exporting.convert import convert_to_onnx
+    from ptmkit.exporting.recurrent import recurrence
     from ptmkit.training.checkpoint import CheckpointCallback, interrupt_note, latest_step, restore_state
     from ptmkit.training.pretrain import step_dataset
     from ptmkit.training.progress import ProgressCallback
@@ -402,6 +410,9 @@ __all__ = [
     "cpu_threads",
     "resolve_backend",
     "train_kernel",
+    # onnx export
+    "convert_to_onnx",
+    "recurrence",
 ]
 
 
@@ -423,6 +434,14 @@ def __getattr__(name: str) -> Any:
         from ptmkit.training.progress import ProgressCallback
 
         return ProgressCallback
+    if name == "convert_to_onnx":
+        from ptmkit.exporting.convert import convert_to_onnx
+
+        return convert_to_onnx
+    if name == "recurrence":
+        from ptmkit.exporting.recurrent import recurrence
+
+        return recurrence
     if name == "step_dataset":
         from ptmkit.training.pretrain import step_dataset
 

@@ -288,6 +288,11 @@ class ModelFamily:
             the objective's own defaults, by objective name (keys of its config), e.g. a family
             whose paper masks n-grams: ``{"mlm": {"max_ngram": 3}}``. A ``--config`` file or
             ``--set`` still overrides them.
+        fuse_lstm_export: the standard ONNX export writes each Keras ``LSTM`` layer of the
+            backbone as one fused ONNX ``LSTM`` node with ``sequence_lens`` from its mask (default
+            False: tf2onnx writes a masked LSTM as a ``Loop``). Declare it only when every mask
+            an LSTM layer reads has each row's padding at its end
+            (:mod:`ptmkit.exporting.recurrent`); the manifest's ``recurrence`` says what the graph holds.
     """
 
     name: ClassVar[str]
@@ -301,6 +306,7 @@ class ModelFamily:
     hf_model_types: ClassVar[frozenset[str]] = frozenset()
     head_defaults: ClassVar[Mapping[str, Any]] = {}
     objective_defaults: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    fuse_lstm_export: ClassVar[bool] = False
 
     @property
     def input_names(self) -> tuple[str, ...]:

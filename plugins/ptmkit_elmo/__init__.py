@@ -9,10 +9,14 @@ and the previous word from the backward ones (:mod:`ptmkit_elmo.backbone`,
 :mod:`ptmkit_elmo.objectives`). ``ptmkit finetune`` on an ELMo run mixes the frozen biLM's layers
 with a learnt scalar mix (the paper's recipe: the ``[head]`` defaults of :attr:`ELMoFamily.head_defaults`).
 
-Not yet here: a sampled softmax for large vocabularies (the full softmax is computed); an ONNX
-export with fused ``LSTM`` nodes (the standard export converts a run, within 1e-6 of Keras, but
-tf2onnx writes each masked LSTM as a ``Loop``); the characters of words
-outside the input vocabulary (the core's ``char_ids`` spell them as ``<unk>``); CoVe and ULMFiT.
+``ptmkit export`` writes the four LSTM layers as fused ONNX ``LSTM`` nodes with ``sequence_lens``
+from the padding mask (:attr:`ELMoFamily.fuse_lstm_export`; :mod:`ptmkit.exporting.recurrent`),
+equal to Keras within 1e-4 at every step, padded ones included; tf2onnx alone writes each masked
+LSTM as a ``Loop``. The manifest's ``recurrence`` records which.
+
+Not yet here: a sampled softmax for large vocabularies (the full softmax is computed); the
+characters of words outside the input vocabulary (the core's ``char_ids`` spell them as
+``<unk>``); CoVe and ULMFiT.
 """
 
 from __future__ import annotations
@@ -62,6 +66,9 @@ class ELMoFamily(ModelFamily):
     # the paper's fine-tuning recipe (section 3.3): the biLM frozen, its layers mixed by learnt
     # softmax-normalised weights and a scale, the task model on the mix
     head_defaults = {"layers": "mix", "pooling": "mean", "freeze_backbone": True}
+    # the four LSTM layers export as fused ONNX LSTM nodes: every mask they read is the padding
+    # mask, each row's padding at its end
+    fuse_lstm_export = True
 
     def sentence_features(self, run_dir: Path) -> SentenceFeatures:
         """Probe features: the biLM's layers (the character-CNN token layer and each biLSTM layer,

@@ -36,6 +36,7 @@ from ptmkit.exporting.convert import convert_to_onnx, release_memory
 from ptmkit.exporting.gate import LATENCY_REPEATS, LATENCY_THREADS, Gate, open_session, print_gate_table
 from ptmkit.exporting.keras_side import convert_and_check
 from ptmkit.exporting.parity import PARITY_TOLERANCE, check_parity, cosine, parity_shapes, random_inputs, report_parity
+from ptmkit.exporting.recurrent import graph_recurrence
 from ptmkit.exporting.rows import check_row_options, export_row_classifier
 from ptmkit.exporting.source import ExportSource, read_run, with_width
 from ptmkit.exporting.variants import (
@@ -179,7 +180,7 @@ def export_run(
         shutil.copyfile(run.require("tokenizer.json"), tmp / "tokenizer.json")
         if with_tokenizer:
             variants.update(tokenizer_variants(tmp, variants, source, LATENCY_THREADS, LATENCY_REPEATS, console))
-        manifest = export_manifest(source, variants, gate_table)  # 5. write
+        manifest = export_manifest(source, variants, gate_table, graph_recurrence(fp32_path))  # 5. write
         write_export(tmp, target, manifest)
     return {**manifest, "directory": str(target), "summary": summarize(worst, variants)}
 

@@ -25,10 +25,13 @@ from ptmkit.errors import ExportError
 from ptmkit.exporting.source import ExportSource
 
 
-def convert_to_onnx(model: Any, path: Path, inputs: Sequence[InputSpec], output_name: str = "logits") -> None:
+def convert_to_onnx(model: Any, path: Path, inputs: Sequence[InputSpec], output_name: str = "logits", fuse_lstm: bool = False) -> None:
     """Export ``model`` to ONNX at ``path``: one graph input per declared input (its dtype, its
     named axes as symbolic dimensions, fixed sizes kept) and one output named ``output_name``
-    with a symbolic ``batch`` axis.
+    with a symbolic ``batch`` axis. With ``fuse_lstm``, each fusible Keras ``LSTM`` layer becomes
+    one ONNX ``LSTM`` node with ``sequence_lens`` from its mask, which must then have each row's
+    padding at its end (:mod:`ptmkit.exporting.recurrent`); without, tf2onnx writes a masked
+    LSTM as a ``Loop``.
 
     tf2onnx (``from_function``, as Keras' ``model.export(format="onnx")`` calls it) in its
     ``large_model`` mode: the weights are frozen straight into NumPy values, not run through a
@@ -45,9 +48,13 @@ def convert_to_onnx(model: Any, path: Path, inputs: Sequence[InputSpec], output_
     import tensorflow as tf
     import tf2onnx
 
+    from ptmkit.exporting import recurrent
+
     signature = [{s.name: tf.TensorSpec((None, *s.shape), tf.as_dtype(s.dtype), name=s.name) for s in inputs}]
     function = tf.function(lambda inputs: model(inputs, training=False), input_signature=signature)
-    with warnings.catch_warnings(), _collecting_tf2onnx_optimizers():
+    fused = recurrent.fused_lstm_calls(model) if fuse_lstm else contextlib.nullcontext({})
+    collect = model.count_params() >= COLLECT_BETWEEN_PASSES_PARAMETERS
+    with warnings.catch_warnings(), _collecting_tf2onnx_optimizers(collect), fused as found:
         warnings.simplefilter("ignore", FutureWarning)  # tf2onnx probes np.object
         try:
             from keras.src.export.tf2onnx_lib import patch_tf2onnx
@@ -55,10 +62,13 @@ def convert_to_onnx(model: Any, path: Path, inputs: Sequence[InputSpec], output_
             patch_tf2onnx()  # what model.export does: tf2onnx 1.17 on NumPy 2
         except ImportError:  # a Keras that no longer needs it
             pass
-        graph_model, storage = tf2onnx.convert.from_function(function, signature, large_model=True)
+        extra = {"custom_op_handlers": dict(recurrent.TF2ONNX_HANDLERS), "extra_opset": [recurrent.placeholder_opset()]} if fuse_lstm else {}
+        graph_model, storage = tf2onnx.convert.from_function(function, signature, large_model=True, **extra)
     del function
     _inline_external_tensors(graph_model, storage.name_to_tensor_data)
     del storage
+    if fuse_lstm:
+        recurrent.build_lstm_nodes(graph_model, found)
     graph = graph_model.graph
     axes = {s.name: s.axes for s in inputs}
     for value in graph.input:
@@ -90,11 +100,17 @@ def _inline_external_tensors(graph_model: Any, data: dict[str, bytes]) -> None:
             tensor.data_location = TensorProto.DEFAULT
 
 
+#: Models with fewer parameters skip the collection between tf2onnx's passes: it frees little and
+#: costs a full collection of the process (0.5-1 s each with TensorFlow loaded, 24 passes).
+COLLECT_BETWEEN_PASSES_PARAMETERS = 4_000_000
+
+
 @contextlib.contextmanager
-def _collecting_tf2onnx_optimizers() -> Iterator[None]:
+def _collecting_tf2onnx_optimizers(collect: bool = True) -> Iterator[None]:
     """Within the block, tf2onnx's ONNX optimizers run each on a copy of the graph (its default
-    mode, which ``large_model`` turns off: optimising in place kept 3 GB alive) and the garbage of
-    each pass (reference cycles holding NumPy copies of the weights) is collected before the next."""
+    mode, which ``large_model`` turns off: optimising in place kept 3 GB alive) and, with
+    ``collect``, the garbage of each pass (reference cycles holding NumPy copies of the weights)
+    is collected before the next."""
     import tf2onnx.optimizer as optimizer
 
     original = optimizer.optimize_graph
@@ -105,7 +121,8 @@ def _collecting_tf2onnx_optimizers() -> Iterator[None]:
 
     def collected(factory: Any) -> Any:
         def make() -> Any:
-            gc.collect()
+            if collect:
+                gc.collect()
             return factory()
 
         return make
@@ -218,6 +235,6 @@ def convert_run(model: Any, path: Path, source: ExportSource, console: Console) 
     release_memory()  # loading the weights left freed buffers behind
     with console.status("converting to ONNX (tf2onnx)"):
         try:
-            convert_to_onnx(model, path, source.family.inputs, source.output)
+            convert_to_onnx(model, path, source.family.inputs, source.output, fuse_lstm=source.family.fuse_lstm_export)
         except Exception as exc:
             raise ExportError(f"ONNX conversion of {source.run.path} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc

@@ -35,9 +35,11 @@ def install(tmp: Path, target: Path, files: Iterable[str], stale: Iterable[str] 
         os.replace(tmp / name, target / name)
 
 
-def export_manifest(source: ExportSource, variants: dict[str, Any], gate_table: dict[str, Any]) -> dict[str, Any]:
+def export_manifest(source: ExportSource, variants: dict[str, Any], gate_table: dict[str, Any], recurrence: dict[str, Any] | None = None) -> dict[str, Any]:
     """The manifest of a transformer export (read by :class:`ptmkit_export.Predictor`): the family,
-    the task and its outputs, the inputs, the tokenizer, the variants and the gate."""
+    the task and its outputs, the inputs, the tokenizer, the variants and the gate; ``recurrence``:
+    what carries the fp32 graph's recurrence, fused ``LSTM`` nodes or ``Loop`` nodes
+    (:func:`ptmkit.exporting.recurrent.recurrence`: ``{"kind": "fused" | "loop" | "mixed" | "none", "LSTM": n, "Loop": m}``)."""
     from ptmkit.data.tokenization import manifest_inputs
 
     return {
@@ -52,6 +54,7 @@ def export_manifest(source: ExportSource, variants: dict[str, Any], gate_table: 
         "tokenizer": "tokenizer.json",
         "variants": variants,
         "gate": gate_table,
+        **({"recurrence": recurrence} if recurrence is not None else {}),
     }
 
 
