@@ -62,10 +62,16 @@ def read_tsv(path: Path, limit: int | None = None) -> tuple[list[str], list[str]
     return texts, labels
 
 
+def with_cove_plugin(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with ``ptmkit_cove`` in ``PTMKIT_PLUGINS`` (for an install whose metadata predates
+    the plugin; an entry point that already registers it is not doubled)."""
+    names = [n for n in env.get("PTMKIT_PLUGINS", "").split(",") if n]
+    return {**env, "PTMKIT_PLUGINS": ",".join(names if "ptmkit_cove" in names else [*names, "ptmkit_cove"])}
+
+
 def ptmkit(*args: str) -> None:
     """``ptmkit ARGS`` in a child process, this checkout's packages (and the cove plugin) first."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "plugins"), str(REPO / "export"), os.environ.get("PYTHONPATH", "")]))
-    env["PTMKIT_PLUGINS"] = ",".join(filter(None, [env.get("PTMKIT_PLUGINS"), "ptmkit_cove"]))
+    env = with_cove_plugin(dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "plugins"), str(REPO / "export"), os.environ.get("PYTHONPATH", "")])))
     print("$ ptmkit " + shlex.join(args), flush=True)
     subprocess.run([sys.executable, "-m", "ptmkit.cli", *args], check=True, env=env)
 
@@ -94,12 +100,12 @@ def glove_dim(glove: Path) -> int:
         return int(first[1]) if len(first) == 2 else len(first) - 1
 
 
-def train_cove(work: Path, glove: Path, quick: bool) -> Path:
-    """Stage 2 (module docstring): the CoVe run's directory."""
+def train_cove(work: Path, glove: Path, quick: bool, steps: int | None = None) -> Path:
+    """Stage 2 (module docstring): the CoVe run's directory (``steps``: ``model.max_steps``, else the family's default)."""
     run = work / "cove"
     if (run / "manifest.json").exists():
         return run
-    sets = [f"model.glove={glove}", f"model.glove_dim={glove_dim(glove)}", "model.lowercase=true"]
+    sets = [f"model.glove={glove}", f"model.glove_dim={glove_dim(glove)}", "model.lowercase=true", *([f"model.max_steps={steps}"] if steps else [])]
     if quick:
         sets += ["model.hidden_dim=8", "model.decoder_dim=16", "model.max_steps=20", "model.target_vocabulary_size=500"]
     args = ["train", "cove", "--parallel", str(PAIRS), "--dev", str(DEV_PAIRS), "--out", str(run)]
@@ -235,15 +241,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "cove_supersense")
     parser.add_argument("--glove", type=Path, help="a GloVe run or text file (default: train one, stage 1)")
     parser.add_argument("--cove", type=Path, help="a CoVe run (default: train one, stage 2)")
+    parser.add_argument("--cove-steps", type=int, default=None, help="translation steps of stage 2 (default: the family's model.max_steps)")
     parser.add_argument("--epochs", type=int, default=None, help="classifier epochs (default 2; --quick: 1)")
     parser.add_argument("--train-rows", type=int, default=10000, help="the first N training glosses each arm trains on (default 10,000 of 20,000)")
     parser.add_argument("--head-dim", type=int, default=None, help="classifier biLSTM units a direction (default 64; --quick: 8)")
     parser.add_argument("--out", type=Path, default=None, help="results page (default benchmarks/results/cove_supersense.md; --quick: none)")
     args = parser.parse_args(argv)
+    os.environ.update(with_cove_plugin(dict(os.environ)))  # before the registry is first read
     args.epochs = args.epochs or (1 if args.quick else 2)
     args.head_dim = args.head_dim or (8 if args.quick else 64)
     args.work.mkdir(parents=True, exist_ok=True)
-    run = args.cove or train_cove(args.work, args.glove or train_glove(args.work, args.quick), args.quick)
+    run = args.cove or train_cove(args.work, args.glove or train_glove(args.work, args.quick), args.quick, args.cove_steps)
     from ptmkit.training.setup import quiet_tensorflow
 
     quiet_tensorflow()
