@@ -39,7 +39,8 @@ class CoVeConfig:
         target_min_frequency: a target word must occur this often to enter that vocabulary.
         decoder_dim: units of each decoder LSTM layer, and of the attentional state.
         decoder_layers: decoder LSTM layers (the paper: 2).
-        dropout: dropout on the encoder's output and on the attentional state (the paper: 0.2).
+        dropout: dropout between the encoder's biLSTM layers, on its output and on the attentional
+            state (the paper: 0.2).
         max_length: words kept per side of a training pair (longer sides are cut, and counted).
         batch_size: pairs per training step.
         max_steps: training steps (Adam).
