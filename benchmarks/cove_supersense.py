@@ -21,7 +21,8 @@ Stages (``--work`` keeps each stage's output; a stage whose output is there is n
    - ``glove+random-cove``: the same with the biLSTM at its initialisation (same config and seed
      as the trained run, the same GloVe table).
 
-Run: ``python benchmarks/cove_supersense.py`` (about 20 minutes on two shared CPU cores), writes
+Run: ``python benchmarks/cove_supersense.py`` (about 15 minutes on two shared CPU cores; 22 with
+``--cove-steps 1600``, the measured run), writes
 ``benchmarks/results/cove_supersense.md``; ``--quick`` runs every stage on 64 training and 32 dev and test glosses
 with tiny models, and writes nothing under ``benchmarks/results`` unless ``--out`` says so.
 """
