@@ -13,7 +13,7 @@ TINY_COVE = [
     "model.target_min_frequency=1",
     "model.max_length=12",
     "model.batch_size=16",
-    "model.max_steps=24",
+    "model.max_steps=16",
     "model.learning_rate=1e-2",
     "model.dropout=0.0",
 ]
