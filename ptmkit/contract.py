@@ -433,7 +433,9 @@ class TrainsOnPairs(Protocol):
 
         The core has created ``run_dir`` and written ``config.toml``; after this returns it writes
         ``metrics.json`` (the returned dict) and the manifest, last. If this raises, the core
-        removes the run directory it created unless :meth:`has_checkpoint`.
+        removes the run directory it created unless :meth:`has_checkpoint`. A backbone saved
+        as ``backbone.weights.h5`` (:data:`ptmkit.rundir.BACKBONE_WEIGHTS`) makes the run one
+        that ``finetune``, ``probe`` and ``export`` load like a core-trained one.
 
         Args:
             parallel: the training pairs (``SOURCE<TAB>TARGET`` lines).

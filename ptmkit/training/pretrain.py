@@ -741,7 +741,9 @@ def _train_family(
     """Hand training to a family with its own loop (:class:`~ptmkit.contract.TrainsItself`, or
     ``train(model_config, resume)`` for one that :class:`~ptmkit.contract.TrainsOnPairs`, whose
     command line takes ``data_flags`` instead of ``--corpus``); with ``resume``, to continue from
-    the checkpoint in ``run`` (:class:`~ptmkit.contract.Resumable`)."""
+    the checkpoint in ``run`` (:class:`~ptmkit.contract.Resumable`). When the family's loop saved
+    ``backbone.weights.h5``, the manifest names it (``weights``) with the declared ``inputs``, as a
+    core-trained run's does, so that ``finetune``, ``probe`` and ``export`` load the run."""
     import dataclasses
 
     def has_checkpoint() -> bool:
@@ -776,6 +778,8 @@ def _train_family(
         head=None,
         **({"parallel": str(corpus.resolve())} if data_flags else {"corpus": str(corpus.resolve())}),
         trainer="family",
+        # a family whose loop saved a backbone: finetune, probe and export load it as a core-trained run's
+        **({"inputs": list(family.input_names), "weights": BACKBONE_WEIGHTS} if (run / BACKBONE_WEIGHTS).exists() else {}),
     )
     return metrics
 
