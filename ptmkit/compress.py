@@ -28,7 +28,7 @@ from rich.console import Console
 
 from ptmkit.config import read_toml
 from ptmkit.contract import KeepsLayers, PrunesHeads
-from ptmkit.errors import ConfigError, RunDirError
+from ptmkit.errors import ConfigError, Interrupted, RunDirError
 from ptmkit.plugins import Registry, get_registry
 from ptmkit.rundir import (
     CONFIG,
@@ -524,10 +524,13 @@ def _replace_modules(
     total = -(-len(data["y_train"]) // ft.batch_size) * ft.epochs
     k = default_slope(base_rate, total) if slope is None else slope
     console.print(f"module replacement: {len(blocks)} -> {len(successor_blocks)} blocks, p_t = min(1, {k:.4g} t + {base_rate}) over {total} steps")
-    seconds = _fit_classifier(
-        training, ft, data["x_train"], data["y_train"], data["x_dev"], data["y_dev"], run, console, ["ptmkit", "compress", "..."],
-        extra=lambda start: [ReplacementScheduler(rate, k, base_rate, start)],
-    )
+    try:
+        seconds = _fit_classifier(
+            training, ft, data["x_train"], data["y_train"], data["x_dev"], data["y_dev"], run, console, ["ptmkit", "compress"],
+            extra=lambda start: [ReplacementScheduler(rate, k, base_rate, start)],
+        )
+    except Interrupted:  # its note offers a resume; the staged run is removed instead
+        raise Interrupted("interrupted: module replacement does not resume; nothing was written (run the command again)") from None
     shutil.rmtree(run / "checkpoints", ignore_errors=True)
     predictions = np.argmax(classifier.predict(data["x_dev"], batch_size=128, verbose=0), axis=-1)
     return {

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tinyconfig import DATA, TINY
+from tinyconfig import DATA
 
 TRAIN, DEV = DATA / "classify" / "polarity-200-train.txt", DATA / "classify" / "polarity-200-dev.txt"
 HIDDEN, INTERMEDIATE = 32, 64
@@ -22,12 +22,23 @@ FFN = (HIDDEN * INTERMEDIATE + INTERMEDIATE) + (INTERMEDIATE * HIDDEN + HIDDEN) 
 
 
 @pytest.fixture(scope="module")
-def predecessor(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fine-tuned BERT of four blocks, no dropout anywhere."""
-    from ptmkit.testing import finetune, pretrain
+def predecessor(tiny_pretrained: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fine-tuned BERT of four blocks, no dropout anywhere: a randomly initialised backbone of
+    the session's tiny run's sizes and tokenizer, written as a pre-trained run (no pre-training:
+    nothing here depends on what it learnt), then fine-tuned."""
+    from ptmkit.config import read_toml
+    from ptmkit.plugins import get_registry
+    from ptmkit.rundir import RunDir, staged_run, write_backbone_run
+    from ptmkit.testing import finetune
 
+    registry = get_registry()
     root = tmp_path_factory.mktemp("theseus")
-    pretrain("bert", tiny_corpus, root / "bert", overrides=[*TINY, "model.num_layers=4", "model.dropout=0.0", "train.max_steps=1"], objectives=["mlm"])
+    stored = read_toml(tiny_pretrained / "config.toml")
+    stored["model"] = {**stored["model"], "num_layers": 4, "dropout": 0.0}
+    backbone = registry.family("bert").build_backbone(registry.family("bert").config_class(**stored["model"]))
+    with staged_run(root / "bert", "test") as run:
+        write_backbone_run(run, registry, "bert", stored, None, backbone, tiny_pretrained / "tokenizer.json",
+                           inputs=RunDir(tiny_pretrained).manifest()["inputs"])
     finetune(root / "bert", TRAIN, DEV, root / "ft", overrides=[
         "finetune.epochs=1", "finetune.sequence_length=16", "finetune.batch_size=32", "finetune.max_train_examples=32", "head.dropout=0.0",
     ])
