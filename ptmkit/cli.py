@@ -136,28 +136,55 @@ def finetune(
 
 @app.command()
 def compress(
-    run_dir: Annotated[Path, typer.Argument(help="A pre-trained (or imported) run; a fine-tuned run for head pruning by importance.")],
+    run_dir: Annotated[Path, typer.Argument(help="A pre-trained (or imported) run; a fine-tuned run for head pruning by importance and for module replacement.")],
     out: Annotated[Path, typer.Option(help="Run directory to create for the smaller model.")],
     keep_layers: Annotated[str | None, typer.Option("--keep-layers", help="Comma-separated 0-based blocks to keep, e.g. 0,2,4 (DistilBERT: every other one).")] = None,
     prune_heads: Annotated[float | None, typer.Option("--prune-heads", help="Remove this fraction of all attention heads, least important first (Michel et al. 2019; a fine-tuned run).")] = None,
     heads_per_layer: Annotated[int | None, typer.Option("--heads-per-layer", help="Remove the N least important heads of every layer (a fine-tuned run).")] = None,
     prune_heads_spec: Annotated[str | None, typer.Option("--prune-heads-spec", help="Remove these heads: LAYER:HEAD,HEAD;LAYER:HEAD, e.g. '0:1,3;2:0' (0-based).")] = None,
     data: Annotated[Path | None, typer.Option(help="Labelled file to score head importance on (default: the fine-tuned run's dev file).")] = None,
+    theseus_layers: Annotated[int | None, typer.Option("--theseus-layers", help="Module replacement (BERT-of-Theseus, Xu et al. 2020): train a successor of N blocks (N divides the fine-tuned run's) on --train and keep it alone.")] = None,
+    theseus_init: Annotated[str, typer.Option("--theseus-init", help="Successor block i starts as predecessor block i (first, the reference's) or as the first block of module i (module).")] = "first",
+    replace_rate: Annotated[float, typer.Option("--replace-rate", help="Module replacement: the replacement probability b at step 0 (p_t = min(1, k t + b)).")] = 0.3,
+    replace_slope: Annotated[float | None, typer.Option("--replace-slope", help="Module replacement: k, the probability's rise per step (default: reach 1 at half the steps).")] = None,
+    train: Annotated[Path | None, typer.Option(help="Module replacement: labelled training file (default: the fine-tuned run's).")] = None,
+    dev: Annotated[Path | None, typer.Option(help="Module replacement: labelled dev file (default: the fine-tuned run's).")] = None,
+    set_: SetOption = None,
+    share_layers: Annotated[str | None, typer.Option("--share-layers", help="Tie these sublayers of every block to one set (ALBERT's cross-layer sharing): all, attention or ffn.")] = None,
+    share_init: Annotated[str, typer.Option("--share-init", help="The shared weights start as the mean of the blocks' (mean) or as block 0's (first).")] = "mean",
 ) -> None:
     """Cut a smaller run from RUN_DIR: the blocks --keep-layers names, with their trained weights
-    (DistilBERT's student initialisation, Sanh et al. 2019); or the run without some attention
-    heads (--prune-heads, --heads-per-layer, --prune-heads-spec: Michel et al. 2019), physically
-    removed. Fine-tune, export or distil into the result as into any run.
+    (DistilBERT's student initialisation, Sanh et al. 2019); the run without some attention heads
+    (--prune-heads, --heads-per-layer, --prune-heads-spec: Michel et al. 2019), physically removed;
+    a successor of fewer blocks trained by progressive module replacing (--theseus-layers: Xu et
+    al. 2020); or the run with sublayers shared across blocks (--share-layers: Lan et al. 2020).
+    Fine-tune, export or distil into the result as into any run.
     """
-    from ptmkit.compress import keep_layers_run, parse_head_spec, parse_layers, prune_heads_run
+    from ptmkit.compress import (
+        keep_layers_run,
+        parse_head_spec,
+        parse_layers,
+        prune_heads_run,
+        share_layers_run,
+        theseus_run,
+    )
 
     pruning = (prune_heads, heads_per_layer, prune_heads_spec)
-    if (keep_layers is None) == all(option is None for option in pruning):
-        raise ConfigError("ptmkit compress: give --keep-layers, or one of --prune-heads, --heads-per-layer, --prune-heads-spec")
-    if keep_layers is not None and data is not None:
-        raise ConfigError("--data scores head importance for --prune-heads / --heads-per-layer; --keep-layers takes none")
+    methods = [keep_layers is not None, any(option is not None for option in pruning), theseus_layers is not None, share_layers is not None]
+    if sum(methods) != 1:
+        raise ConfigError("ptmkit compress: give one of --keep-layers, --theseus-layers, --share-layers, or one of --prune-heads, --heads-per-layer, --prune-heads-spec")
+    if data is not None and not methods[1]:
+        other = "--keep-layers" if keep_layers is not None else "--share-layers" if share_layers is not None else "--theseus-layers (it reads --train and --dev)"
+        raise ConfigError(f"--data scores head importance for --prune-heads / --heads-per-layer; {other} takes none")
+    if (train is not None or dev is not None or set_) and theseus_layers is None:
+        raise ConfigError("--train, --dev and --set train the successor of --theseus-layers; the other methods train nothing")
     if keep_layers is not None:
         manifest = keep_layers_run(run_dir, out, parse_layers(keep_layers), console)
+    elif theseus_layers is not None:
+        manifest = theseus_run(run_dir, out, theseus_layers, console, train=train, dev=dev, overrides=list(set_ or []), base_rate=replace_rate,
+                               slope=replace_slope, init=theseus_init)
+    elif share_layers is not None:
+        manifest = share_layers_run(run_dir, out, share_layers, console, init=share_init)
     else:
         spec = parse_head_spec(prune_heads_spec) if prune_heads_spec is not None else None
         manifest = prune_heads_run(run_dir, out, console, spec=spec, fraction=prune_heads, per_layer=heads_per_layer, data=data)

@@ -28,7 +28,7 @@ from rich.console import Console
 
 from ptmkit.config import read_toml
 from ptmkit.contract import KeepsLayers, PrunesHeads
-from ptmkit.errors import ConfigError, RunDirError
+from ptmkit.errors import ConfigError, Interrupted, RunDirError
 from ptmkit.plugins import Registry, get_registry
 from ptmkit.rundir import (
     CONFIG,
@@ -275,20 +275,29 @@ def prune_heads_run(
     model_config, smaller = family.prune_heads(config.model, backbone, spec)
     stored = read_toml(source.require(CONFIG))
     stored["model"] = _asdict(model_config)
-    before = int(model.count_params())
     with staged_run(target, "compress") as run:
-        if (source / POOLING).exists():
-            shutil.copyfile(source / POOLING, run / POOLING)
-        if not fine_tuned:
-            parameters = {"before": before, "after": int(smaller.count_params())}
-            fields = {key: manifest[key] for key in ("inputs", "pooling") if key in manifest}
-            written = write_backbone_run(run, registry, family.name, stored, None, smaller, source.require(TOKENIZER), **fields,
-                                         parameters=parameters, compressed_from=recorded)
-        else:
-            parameters, written = _write_pruned_classifier(registry, run, source, manifest, config, model, smaller, model_config, stored, recorded, before)
+        parameters, written = _write_smaller(registry, run, source, manifest, config, model, smaller, model_config, stored, recorded)
     removed = sum(len(h) for h in spec.values())
     console.print(f"pruned {removed} of {sum(heads)} heads: {parameters['before']:,} -> {parameters['after']:,} parameters")
     return written
+
+
+def _write_smaller(
+    registry: Registry, run: RunDir, source: RunDir, manifest: dict[str, Any], config: Any, model: Any, smaller: Any,
+    model_config: Any, stored: dict[str, Any], recorded: dict[str, Any],
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """Write the compressed backbone ``smaller`` into ``run``: a pre-trained run when ``model`` is
+    a backbone, else under the fine-tuned run's head (:func:`_write_pruned_classifier`)."""
+    before = int(model.count_params())
+    if (source / POOLING).exists():
+        shutil.copyfile(source / POOLING, run / POOLING)
+    if manifest.get("head"):
+        return _write_pruned_classifier(registry, run, source, manifest, config, model, smaller, model_config, stored, recorded, before)
+    parameters = {"before": before, "after": int(smaller.count_params())}
+    fields = {key: manifest[key] for key in ("inputs", "pooling") if key in manifest}
+    written = write_backbone_run(run, registry, manifest["family"], stored, None, smaller, source.require(TOKENIZER), **fields,
+                                 parameters=parameters, compressed_from=recorded)
+    return parameters, written
 
 
 def _backbone_name(model: Any) -> str:
@@ -331,3 +340,203 @@ def _write_pruned_classifier(
     atomic_save(run / MODEL_WEIGHTS, lambda tmp: save_model_weights(pruned, tmp))
     fields = {key: value for key, value in manifest.items() if key not in ("format", "ptmkit_version", "created")}
     return parameters, run.write_manifest(**fields, parameters=parameters, compressed_from=recorded)
+
+
+def share_layers_run(run_dir: str | Path, out: str | Path, sublayers: str, console: Console, init: str = "mean", registry: Registry | None = None) -> dict[str, Any]:
+    """Write to ``out`` ``run_dir`` with the ``sublayers`` of all its blocks tied to one set:
+    ALBERT's cross-layer parameter sharing (Lan et al. 2020, section 3.1) applied to a trained
+    backbone. A fine-tuned run gives a fine-tuned run (its head kept), a pre-trained one a
+    pre-trained one.
+
+    Args:
+        sublayers: ``all``, ``attention`` or ``ffn`` (:data:`~ptmkit.contract.SHARED_SUBLAYERS`).
+        init: ``mean`` (the element-wise mean of the blocks' weights) or ``first`` (block 0's).
+
+    Returns:
+        the new run's manifest, with ``parameters`` before and after and ``compressed_from``
+        (method ``share-layers``, the sublayers and the initialisation).
+
+    Raises:
+        RunDirError: ``run_dir`` is not a run, or ``out`` is not empty.
+        ConfigError: an unknown ``sublayers`` or ``init``; the family cannot share layers.
+    """
+    from ptmkit.contract import SHARED_SUBLAYERS, SharesLayers
+    from ptmkit.training.finetune import load_backbone, load_classifier
+    from ptmkit.training.setup import quiet_tensorflow
+
+    registry = registry or get_registry()
+    source, target = RunDir(run_dir), Path(out)
+    manifest = source.manifest()
+    if sublayers not in SHARED_SUBLAYERS:
+        raise ConfigError(f"--share-layers {sublayers!r}: give one of {', '.join(SHARED_SUBLAYERS)}")
+    if init not in ("mean", "first"):
+        raise ConfigError(f"--share-init {init!r}: give mean (the blocks' weights averaged) or first (block 0's)")
+    family = registry.family(manifest["family"])
+    if not isinstance(family, SharesLayers):
+        raise ConfigError(f"--share-layers: the {family.name} family cannot share sublayers across its blocks (it does not implement SharesLayers)")
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise RunDirError(f"{target}: exists and is not an empty directory; choose another --out")
+    quiet_tensorflow()
+    if manifest.get("head"):
+        model, config, _, _ = load_classifier(source.path, registry)
+        backbone = model.get_layer(_backbone_name(model))
+    else:
+        backbone, config, _, _ = load_backbone(registry, source)
+        model = backbone
+    model_config, shared = family.share_layers(config.model, backbone, sublayers, init)
+    stored = read_toml(source.require(CONFIG))
+    stored["model"] = _asdict(model_config)
+    recorded = {"path": str(source.path.resolve()), "method": "share-layers", "sublayers": sublayers, "init": init}
+    with staged_run(target, "compress") as run:
+        parameters, written = _write_smaller(registry, run, source, manifest, config, model, shared, model_config, stored, recorded)
+    console.print(f"shared the {sublayers} sublayers of every block ({init} init): {parameters['before']:,} -> {parameters['after']:,} parameters")
+    return written
+
+
+def theseus_run(
+    run_dir: str | Path, out: str | Path, layers: int, console: Console, *, train: str | Path | None = None, dev: str | Path | None = None,
+    overrides: list[str] | None = None, base_rate: float = 0.3, slope: float | None = None, init: str = "first", registry: Registry | None = None,
+) -> dict[str, Any]:
+    """Compress fine-tuned run ``run_dir`` (the predecessor) into ``layers`` blocks by progressive
+    module replacing (:mod:`ptmkit.training.theseus`; Xu et al. 2020) trained on ``train``, and
+    write the successor alone to ``out`` as a fine-tuned run.
+
+    Args:
+        layers: the successor's blocks; divides the predecessor's.
+        train, dev: labelled files (the predecessor's labels); default: the predecessor's own.
+        overrides: ``finetune.*`` keys over the predecessor's (epochs, learning rate, batch size...).
+        base_rate: ``b``, the replacement probability at step 0.
+        slope: ``k``, its rise per step; None: reach 1 after half the steps
+            (:func:`~ptmkit.training.theseus.default_slope`).
+        init: ``first`` or ``module`` (:func:`~ptmkit.training.theseus.initial_layers`).
+
+    Returns:
+        the new run's manifest, with ``parameters`` before and after and ``compressed_from``
+        (method ``theseus``); its ``metrics.json`` holds the successor's dev accuracy, the
+        predecessor's and their agreement.
+
+    Raises:
+        RunDirError: ``run_dir`` is not a fine-tuned run, or ``out`` is not empty.
+        ConfigError: the family cannot replace modules; ``layers`` does not divide the
+            predecessor's blocks; a rate outside ``[0, 1]``, a negative slope, a key outside
+            ``[finetune]``.
+    """
+    from ptmkit.contract import ReplacesModules
+    from ptmkit.training.setup import quiet_tensorflow
+    from ptmkit.training.theseus import initial_layers
+
+    registry = registry or get_registry()
+    source, target = RunDir(run_dir), Path(out)
+    manifest = source.manifest()
+    family = registry.family(manifest["family"])
+    if not isinstance(family, ReplacesModules):
+        raise ConfigError(f"--theseus-layers: the {family.name} family cannot replace blocks of its backbone (it does not implement ReplacesModules)")
+    if not manifest.get("head"):
+        raise RunDirError(f"{source.path}: is a {manifest['stage']} run; module replacement compresses a fine-tuned run (the predecessor, with its head)")
+    _check_theseus_options(base_rate, slope, overrides or [])
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise RunDirError(f"{target}: exists and is not an empty directory; choose another --out")
+    quiet_tensorflow()
+    model, config, tokenizer, _ = _predecessor(registry, source, overrides or [])
+    backbone = model.get_layer(_backbone_name(model))
+    blocks = family.blocks(backbone)
+    start = initial_layers(len(blocks), layers, init)
+    model_config, successor = family.keep_layers(config.model, backbone, start)
+    data = _labelled_inputs(family, tokenizer, config.finetune, source, train or manifest["train"], dev or manifest["dev"])
+    recorded = {"path": str(source.path.resolve()), "method": "theseus", "layers": layers, "initialised_from": start, "base_rate": base_rate,
+                "train": str(Path(train or manifest["train"]).resolve())}
+    stored = read_toml(source.require(CONFIG))
+    stored["model"], stored["finetune"] = _asdict(model_config), _asdict(config.finetune)
+    with staged_run(target, "compress") as run:
+        metrics = _replace_modules(registry, run, config, model, model_config, successor, blocks, data, base_rate, slope, console)
+        recorded["slope"] = metrics.pop("slope")
+        run.write_json("metrics.json", metrics)
+        parameters, written = _write_smaller(registry, run, source, manifest, config, model, successor, model_config, stored, recorded)
+    console.print(
+        f"successor of {layers} blocks: {parameters['before']:,} -> {parameters['after']:,} parameters; dev accuracy "
+        f"{metrics['dev_accuracy']:.4f} (predecessor {metrics['teacher_dev_accuracy']:.4f}, agreement {metrics['dev_agreement_with_teacher']:.4f})"
+    )
+    return written
+
+
+def _check_theseus_options(base_rate: float, slope: float | None, overrides: list[str]) -> None:
+    if not 0.0 <= base_rate <= 1.0:
+        raise ConfigError(f"--replace-rate {base_rate}: give the replacement probability at step 0, in [0, 1]")
+    if slope is not None and slope < 0:
+        raise ConfigError(f"--replace-slope {slope}: give the probability's rise per step, >= 0")
+    for override in overrides:
+        if override.partition("=")[0].strip().split(".")[0] != "finetune":
+            raise ConfigError(f"--set {override!r}: module replacement keeps the predecessor's model and head; set finetune.* keys")
+
+
+def _predecessor(registry: Registry, source: RunDir, overrides: list[str]) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """The fine-tuned predecessor's classifier, and its config with ``overrides`` applied."""
+    import dataclasses
+
+    from ptmkit.training.finetune import load_classifier
+    from ptmkit.training.pretrain import resolve_config
+
+    model, config, tokenizer, manifest = load_classifier(source.path, registry)
+    if overrides:
+        changed = resolve_config(registry, manifest["family"], None, overrides, base=read_toml(source.require(CONFIG)))
+        config = dataclasses.replace(config, finetune=changed.finetune)
+    return model, config, tokenizer, manifest
+
+
+def _labelled_inputs(family: Any, tokenizer: Any, ft: Any, source: RunDir, train: str | Path, dev: str | Path) -> dict[str, Any]:
+    """``{"x_train", "y_train", "x_dev", "y_dev", "labels"}``: the files encoded at ``ft.sequence_length``
+    with the run's labels."""
+    from ptmkit.data.tokenization import encode_texts
+    from ptmkit.training.finetune import load_labelled
+
+    labels = source.read_json(LABELS)
+    pad = family.special_tokens(tokenizer).padding_id
+    texts, _, y_train = load_labelled(train, labels)
+    dev_texts, _, y_dev = load_labelled(dev, labels)
+    if ft.max_train_examples and len(texts) > ft.max_train_examples:  # as finetune chooses them
+        keep = np.sort(np.random.default_rng(ft.seed).permutation(len(texts))[: ft.max_train_examples])
+        texts, y_train = [texts[i] for i in keep], y_train[keep]
+    encode = lambda rows: encode_texts(tokenizer, rows, ft.sequence_length, family.inputs, pad)  # noqa: E731
+    return {"x_train": encode(texts), "y_train": y_train, "x_dev": encode(dev_texts), "y_dev": y_dev, "labels": len(labels)}
+
+
+def _replace_modules(
+    registry: Registry, run: RunDir, config: Any, model: Any, model_config: Any, successor: Any, blocks: list[Any],
+    data: dict[str, Any], base_rate: float, slope: float | None, console: Console,
+) -> dict[str, Any]:
+    """Train ``successor``'s blocks by module replacement in ``run`` (its checkpoints and logs);
+    return the metrics (successor and predecessor dev accuracy, agreement, steps, seconds, slope)."""
+    import dataclasses
+
+    from ptmkit.training.finetune import _fit_classifier, build_classifier
+    from ptmkit.training.setup import seed_everything
+    from ptmkit.training.theseus import ReplacementScheduler, default_slope, replacing_model
+
+    ft = config.finetune
+    seed_everything(ft.seed)
+    teacher = np.argmax(model.predict(data["x_dev"], batch_size=128, verbose=0), axis=-1)
+    classifier = build_classifier(registry, dataclasses.replace(config, model=model_config), successor, data["labels"])
+    for layer in classifier.layers:  # the predecessor's head: same names, same shapes
+        if layer.weights and layer is not successor:
+            layer.set_weights(model.get_layer(layer.name).get_weights())
+    successor_blocks = registry.family(config.family).blocks(successor)
+    training, rate = replacing_model(classifier, successor, successor_blocks, blocks, seed=ft.seed)
+    total = -(-len(data["y_train"]) // ft.batch_size) * ft.epochs
+    k = default_slope(base_rate, total) if slope is None else slope
+    console.print(f"module replacement: {len(blocks)} -> {len(successor_blocks)} blocks, p_t = min(1, {k:.4g} t + {base_rate}) over {total} steps")
+    try:
+        seconds = _fit_classifier(
+            training, ft, data["x_train"], data["y_train"], data["x_dev"], data["y_dev"], run, console, ["ptmkit", "compress"],
+            extra=lambda start: [ReplacementScheduler(rate, k, base_rate, start)],
+        )
+    except Interrupted:  # its note offers a resume; the staged run is removed instead
+        raise Interrupted("interrupted: module replacement does not resume; nothing was written (run the command again)") from None
+    shutil.rmtree(run / "checkpoints", ignore_errors=True)
+    predictions = np.argmax(classifier.predict(data["x_dev"], batch_size=128, verbose=0), axis=-1)
+    return {
+        "dev_accuracy": round(float(np.mean(predictions == data["y_dev"])), 4),
+        "teacher_dev_accuracy": round(float(np.mean(teacher == data["y_dev"])), 4),
+        "dev_agreement_with_teacher": round(float(np.mean(teacher == predictions)), 4),
+        "train_examples": len(data["y_train"]), "dev_examples": len(data["y_dev"]), "steps": total,
+        "final_replacement_rate": round(float(rate.numpy()), 6), "train_seconds": round(seconds, 1), "slope": k,
+    }

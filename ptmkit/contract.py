@@ -39,7 +39,7 @@ UTF-8 bytes, see :mod:`ptmkit_export.fields`), or a family's own featurizer (``r
 :class:`typing.Protocol`, checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
 :class:`ProvidesWordVectors`, :class:`ProvidesSentenceFeatures`, :class:`ClassifiesRows`, :class:`WritesOwnExport`, :class:`TrainsOnWordVectors`,
 :class:`TrainsOnPairs`, :class:`EvaluatesPairs`,
-:class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask`, :class:`EmbedsLanguages` and :class:`TwoStreamAttention` (backbones), :class:`KeepsLayers`, :class:`PrunesHeads`,
+:class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask`, :class:`EmbedsLanguages` and :class:`TwoStreamAttention` (backbones), :class:`KeepsLayers`, :class:`PrunesHeads`, :class:`ReplacesModules`, :class:`SharesLayers`,
 :class:`SharesEmbeddings`. A family has the capability by defining the protocol's methods; there is no flag to keep in step.
 
 **Matching.** Objectives and heads list the backbone capabilities they ``require`` (e.g.
@@ -829,6 +829,56 @@ class PrunesHeads(Protocol):
             a backbone built from it whose attention layers hold the kept heads' query, key, value
             and output weights (physically smaller), everything else as in ``backbone``. It
             computes what ``backbone`` computes with the removed heads' outputs zeroed.
+        """
+        ...
+
+
+@runtime_checkable
+class ReplacesModules(KeepsLayers, Protocol):
+    """A family whose backbone is a functional stack of blocks, each called once, in order, on the
+    previous block's output (plus the same keyword inputs, e.g. a padding mask), that can be cut
+    down to some of them (:class:`KeepsLayers`): what ``ptmkit compress --theseus-layers`` needs to
+    replace blocks of a predecessor by successor blocks during fine-tuning (Xu et al. 2020,
+    "BERT-of-Theseus: Compressing BERT by Progressive Module Replacing")."""
+
+    def blocks(self, backbone: keras.Model) -> list[Any]:
+        """``backbone``'s blocks in the order its graph calls them: Keras layers, each called as
+        ``block(x, **inputs)`` with ``x`` ``(batch, sequence, hidden)`` and returning the same
+        shape, so that any run of consecutive blocks can stand in for another."""
+        ...
+
+
+#: What ``ptmkit compress --share-layers`` ties across blocks (:class:`SharesLayers`): every
+#: weight of a block, its attention sublayer (projections and their layer norm), or its
+#: feed-forward sublayer (both dense layers and their layer norm): ALBERT's all-shared,
+#: shared-attention and shared-FFN (Lan et al. 2020, table 4).
+SHARED_SUBLAYERS = ("all", "attention", "ffn")
+
+
+@runtime_checkable
+class SharesLayers(Protocol):
+    """A family whose backbone's blocks can share sublayers across depth, ALBERT's cross-layer
+    parameter sharing (Lan et al. 2020, section 3.1) applied to a trained backbone: what
+    ``ptmkit compress --share-layers`` needs."""
+
+    def share_layers(self, model_config: Any, backbone: keras.Model, sublayers: str, init: str) -> tuple[Any, keras.Model]:
+        """A backbone whose blocks all use one set of the ``sublayers`` weights.
+
+        Args:
+            model_config: ``backbone``'s ``[model]`` config.
+            backbone: the trained backbone.
+            sublayers: one of :data:`SHARED_SUBLAYERS`.
+            init: ``"mean"``: the shared weights are the element-wise mean of every block's;
+                ``"first"``: the first block's.
+
+        Returns:
+            ``(model_config, backbone)``: the config recording the sharing (so that
+            ``build_backbone`` rebuilds it and a saved run loads), and a backbone of it whose
+            blocks hold the same weight objects for ``sublayers`` (counted once), every other
+            weight as in ``backbone``.
+
+        Raises:
+            ConfigError: the backbone cannot share them (e.g. blocks of different shapes).
         """
         ...
 

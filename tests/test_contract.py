@@ -17,7 +17,9 @@ from ptmkit.contract import (
     KeepsLayers,
     ProvidesWordVectors,
     PrunesHeads,
+    ReplacesModules,
     Resumable,
+    SharesLayers,
     SpecialTokens,
     TrainsItself,
     TrainsOnWordVectors,
@@ -74,7 +76,8 @@ def test_builtin_families_declare_and_keep_their_capabilities() -> None:
     assert bert.input_names == ("token_ids", "segment_ids", "padding_mask")
     assert [s.field for s in bert.inputs] == ["ids", "type_ids", "attention_mask"]
     assert capabilities(bert) == {"sequence_output", "pooled_output", "token_embedding", "self_attention_mask", "positions_and_languages"}
-    assert isinstance(bert, KeepsLayers) and isinstance(bert, PrunesHeads)
+    assert isinstance(bert, KeepsLayers) and isinstance(bert, PrunesHeads) and isinstance(bert, ReplacesModules) and isinstance(bert, SharesLayers)
+    assert not isinstance(registry.family("albert"), SharesLayers)
     assert bert.graph_optimizer(registry.family("bert").config_class()) == ("bert", 4, 256) and not isinstance(bert, TrainsItself)
     for name in ("word2vec", "glove", "fasttext", "nnlm"):
         family = registry.family(name)

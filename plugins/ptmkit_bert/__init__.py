@@ -89,6 +89,17 @@ class BertFamily(ClsSepInputs, ModelFamily):
 
         return keep_layers(model_config, backbone, layers)
 
+    def blocks(self, backbone: Any) -> list[Any]:
+        """The ``transformer_layer_i`` blocks, first first (:class:`ptmkit.api.ReplacesModules`):
+        each is called as ``block(x, padding_mask=...)``."""
+        return list(backbone.transformer_layers)
+
+    def share_layers(self, model_config: BertConfig, backbone: Any, sublayers: str, init: str) -> tuple[BertConfig, Any]:
+        """A BERT whose blocks share their ``sublayers`` (:class:`ptmkit.api.SharesLayers`)."""
+        from ptmkit_bert.backbone import share_layers
+
+        return share_layers(model_config, backbone, sublayers, init)
+
     def attention_heads(self, model_config: BertConfig) -> list[int]:
         """Heads in each block (:class:`ptmkit.api.PrunesHeads`)."""
         from ptmkit_bert.backbone import attention_heads

@@ -39,6 +39,9 @@ class BertBackbone(keras_hub.models.BertBackbone):
         layer_norm_epsilon: epsilon of the embedding and of every transformer layer norm.
         attention_heads: heads in each block (each of ``hidden_dim // num_heads``); None or empty:
             ``num_heads`` in every block.
+        shared_layers: ``"all"``, ``"attention"`` or ``"ffn"``: every block calls the first
+            block's sublayers of that kind (:data:`SHARED_GROUPS`; ALBERT's cross-layer sharing,
+            Lan et al. 2020), so their weights exist once; empty: none shared.
         **kwargs: keras-hub ``BertBackbone`` arguments (sizes, dropout, ...).
 
     Raises:
@@ -46,7 +49,8 @@ class BertBackbone(keras_hub.models.BertBackbone):
     """
 
     def __init__(
-        self, *args: Any, hidden_activation: str = "gelu", layer_norm_epsilon: float = 1e-12, attention_heads: list[int] | None = None, **kwargs: Any
+        self, *args: Any, hidden_activation: str = "gelu", layer_norm_epsilon: float = 1e-12, attention_heads: list[int] | None = None,
+        shared_layers: str = "", **kwargs: Any,
     ) -> None:
         activation = feedforward_activation(hidden_activation)
         super().__init__(*args, **kwargs)
@@ -54,6 +58,12 @@ class BertBackbone(keras_hub.models.BertBackbone):
             if heads != self.num_heads:
                 _set_heads(layer, heads, self.hidden_dim // self.num_heads, self.hidden_dim)
         self.attention_heads = list(attention_heads or [])
+        self.shared_layers = shared_layers
+        if shared_layers:
+            first = self.transformer_layers[0]
+            for layer in self.transformer_layers[1:]:
+                for name in SHARED_GROUPS[shared_layers]:
+                    _swap_sublayer(layer, name, getattr(first, name))
         self.embeddings_layer_norm.epsilon = layer_norm_epsilon
         for layer in self.transformer_layers:
             layer._feedforward_intermediate_dense.activation = activation
@@ -64,7 +74,10 @@ class BertBackbone(keras_hub.models.BertBackbone):
 
     def get_config(self) -> dict[str, Any]:
         config: dict[str, Any] = super().get_config()
-        config.update(hidden_activation=self.hidden_activation, layer_norm_epsilon=self.layer_norm_epsilon, attention_heads=self.attention_heads)
+        config.update(
+            hidden_activation=self.hidden_activation, layer_norm_epsilon=self.layer_norm_epsilon, attention_heads=self.attention_heads,
+            shared_layers=self.shared_layers,
+        )
         return config
 
     def sequence_output_with_attention_mask(self, inputs: dict[str, Any], attention_mask: Any) -> Any:
@@ -103,6 +116,25 @@ class BertBackbone(keras_hub.models.BertBackbone):
         return x
 
 
+#: The sublayers of a keras-hub ``TransformerEncoder`` that ``shared_layers`` ties, by kind: the
+#: self-attention (query, key, value and output projections) with the layer norm after it, and the
+#: two feed-forward dense layers with theirs (the dropouts hold no weights).
+SHARED_GROUPS = {
+    "attention": ("_self_attention_layer", "_self_attention_layer_norm"),
+    "ffn": ("_feedforward_intermediate_dense", "_feedforward_output_dense", "_feedforward_layer_norm"),
+}
+SHARED_GROUPS["all"] = SHARED_GROUPS["attention"] + SHARED_GROUPS["ffn"]
+
+
+def _swap_sublayer(layer: Any, name: str, new: Any) -> None:
+    """Make built block ``layer`` call ``new`` as its sublayer ``name`` (and track it in place of
+    the old one, whose weights are then not the block's)."""
+    layer._tracker.replace_tracked_value("layers", getattr(layer, name), new)  # the built layer's state is locked
+    layer._tracker.unlock()
+    setattr(layer, name, new)
+    layer._tracker.lock()
+
+
 def _set_heads(layer: Any, heads: int, head_dim: int, hidden_dim: int) -> None:
     """Give keras-hub ``TransformerEncoder`` ``layer`` (built) a self-attention of ``heads`` heads
     of ``head_dim`` (keras-hub sizes a head ``hidden_dim // num_heads``, which would widen them)."""
@@ -131,6 +163,7 @@ def build_backbone(config: BertConfig) -> BertBackbone:
         hidden_activation=config.hidden_activation,
         layer_norm_epsilon=config.layer_norm_epsilon,
         attention_heads=config.attention_heads,
+        shared_layers=config.shared_layers,
     )
 
 
@@ -190,3 +223,38 @@ def prune_heads(config: BertConfig, backbone: BertBackbone, heads: dict[int, lis
 def attention_heads(config: BertConfig) -> list[int]:
     """The heads in each block of ``config``'s backbone."""
     return list(config.attention_heads) or [config.num_heads] * config.num_layers
+
+
+def share_layers(config: BertConfig, backbone: BertBackbone, sublayers: str, init: str) -> tuple[BertConfig, BertBackbone]:
+    """``config`` with ``shared_layers = sublayers``, and a backbone of it holding ``backbone``'s
+    weights, the shared sublayers set to the element-wise mean of every block's (``init =
+    "mean"``) or to the first block's (``"first"``) (:class:`ptmkit.api.SharesLayers`).
+
+    Raises:
+        ConfigError: attention shared across blocks of different head counts, or a backbone that
+            already shares.
+    """
+    import dataclasses
+
+    import numpy as np
+
+    from ptmkit.api import ConfigError
+
+    if config.shared_layers:
+        raise ConfigError(f"--share-layers {sublayers}: the backbone already shares its {config.shared_layers!r} sublayers")
+    shared = dataclasses.replace(config, shared_layers=sublayers)
+    shared.validate()
+    new = build_backbone(shared)
+    for layer in new.layers:
+        if layer.weights and not layer.name.startswith("transformer_layer_"):
+            layer.set_weights(backbone.get_layer(layer.name).get_weights())
+    names = SHARED_GROUPS[sublayers]
+    for old, layer in zip(backbone.transformer_layers, new.transformer_layers, strict=True):
+        for name in SHARED_GROUPS["all"]:
+            if name not in names:
+                getattr(layer, name).set_weights(getattr(old, name).get_weights())
+    for name in names:
+        per_block = [getattr(old, name).get_weights() for old in backbone.transformer_layers]
+        values = per_block[0] if init == "first" else [np.mean(np.stack(ws), axis=0) for ws in zip(*per_block, strict=True)]
+        getattr(new.transformer_layers[0], name).set_weights(values)
+    return shared, new

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ptmkit.api import ConfigError, check_positive
+from ptmkit.api import SHARED_SUBLAYERS, ConfigError, check_positive
 
 #: Feed-forward activations a BERT backbone supports (``model.hidden_activation``).
 ACTIVATIONS = ("gelu", "gelu_approximate", "relu")
@@ -36,6 +36,10 @@ class BertConfig:
         min_frequency: a merge must occur this often in the corpus to enter the vocabulary.
         attention_heads: the heads left in each block after ``ptmkit compress --prune-heads``
             (each of size ``hidden_dim // num_heads``); empty: ``num_heads`` in every block.
+        shared_layers: the sublayers every block shares with the first after ``ptmkit compress
+            --share-layers`` (ALBERT's cross-layer sharing, Lan et al. 2020): ``"all"``,
+            ``"attention"`` (the self-attention and its layer norm) or ``"ffn"`` (both
+            feed-forward dense layers and their layer norm); empty: none.
     """
 
     vocabulary_size: int = 8000
@@ -51,6 +55,7 @@ class BertConfig:
     lowercase: bool = True
     min_frequency: int = 2
     attention_heads: list[int] = dataclasses.field(default_factory=list)
+    shared_layers: str = ""
 
     def validate(self) -> None:
         check_positive(self, "model", "vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim", "max_sequence_length")
@@ -62,6 +67,10 @@ class BertConfig:
             raise ConfigError(
                 f"config key 'model.attention_heads' = {self.attention_heads} must list {self.num_layers} head counts in [1, {self.num_heads}] (or be empty)"
             )
+        if self.shared_layers not in ("", *SHARED_SUBLAYERS):
+            raise ConfigError(f"config key 'model.shared_layers' must be one of {', '.join(SHARED_SUBLAYERS)} (or empty), got {self.shared_layers!r}")
+        if self.shared_layers in ("all", "attention") and len(set(self.attention_heads)) > 1:
+            raise ConfigError(f"config key 'model.shared_layers' = {self.shared_layers!r} shares attention across blocks whose heads differ ('model.attention_heads' = {self.attention_heads})")
         if self.hidden_activation not in ACTIVATIONS:
             raise ConfigError(
                 f"config key 'model.hidden_activation' must be one of {', '.join(ACTIVATIONS)}, got {self.hidden_activation!r}"

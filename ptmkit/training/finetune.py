@@ -448,12 +448,13 @@ def _teacher_logits(teacher_dir: str, text_sets: list[list[str]], console: Conso
 
 def _fit_classifier(
     model: Any, ft: Any, x_train: dict[str, np.ndarray], y_train: np.ndarray, x_dev: dict[str, np.ndarray], y_dev: np.ndarray,
-    target: RunDir, console: Console, command: list[str], loss: Any = None, accuracy: Any = None,
+    target: RunDir, console: Console, command: list[str], loss: Any = None, accuracy: Any = None, extra: Any = None,
 ) -> float:
     """Compile and train ``model`` over ``ft.epochs`` epochs from the newest checkpoint in
     ``target/checkpoints`` (if any), printing dev accuracy at each epoch's end; return the seconds.
     ``loss`` and ``accuracy`` (a function of ``y_true, y_pred``) replace the cross-entropy on label
-    ids and its accuracy (distillation's targets are rows of label and teacher logits)."""
+    ids and its accuracy (distillation's targets are rows of label and teacher logits); ``extra``,
+    a function of the start step, returns callbacks to run first (module replacement's schedule)."""
     import keras
 
     from ptmkit.training.checkpoint import CheckpointCallback, interrupt_note, latest_step, restore_state
@@ -474,6 +475,7 @@ def _fit_classifier(
     if start:
         console.print(f"resuming from step {start} of {total} ({checkpoints})")
     pruning = _magnitude_pruning(model, ft, start, total)
+    first = [*(extra(start) if extra else []), *pruning]
     started = time.perf_counter()
     if start < total:
         every = ft.checkpoint_every or steps_per_epoch
@@ -484,7 +486,7 @@ def _fit_classifier(
                 shuffle=False,  # batch i is step start + i
                 verbose=0,
                 callbacks=[
-                    *pruning,  # first: the checkpoints and the dev accuracy see the pruned weights
+                    *first,  # first: the checkpoints and the dev accuracy see the pruned weights
                     CheckpointCallback(checkpoints, start, total, every, epoch_steps=steps_per_epoch),
                     ProgressCallback("fine-tuning", start, total, ft.batch_size * ft.sequence_length, console, step_log=target / STEP_LOG),
                     DevAccuracyCallback(x_dev, y_dev, start, steps_per_epoch, console, dev_log=target / DEV_LOG),
