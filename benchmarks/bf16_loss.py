@@ -74,7 +74,9 @@ def report(work: Path, runs: dict[str, dict[str, float]], args: argparse.Namespa
     lines += [
         "",
         f"Means: float32 {means['float32']:.4f}, bf16 {means['bf16']:.4f}; bf16 is {100 * relative:+.2f}% from float32 "
-        f"(goal: within {100 * GOAL:.0f}%: {'met' if abs(relative) <= GOAL else 'not met'}).",
+        f"(goal: within {100 * GOAL:.0f}%: {'met' if abs(relative) <= GOAL else 'not met'}). The loss is read at the "
+        "issue's step count with ptmkit's default schedule: it says that bf16 follows float32's trajectory that far, "
+        "not where longer runs of the two end.",
         "",
     ]
     text = "\n".join(lines)
