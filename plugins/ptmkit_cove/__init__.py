@@ -7,8 +7,8 @@ encoder of an attentional LSTM translation model on English-German sentence pair
 :mod:`ptmkit_cove.train`). Downstream, each word is ``[GloVe(w); CoVe(w)]`` (the backbone's
 ``sequence_output``): ``ptmkit finetune`` trains a head on it with the encoder frozen (the paper's
 recipe, :attr:`CoVeFamily.head_defaults`), ``ptmkit probe`` mean-pools it, and ``ptmkit export``
-converts the encoder through the standard Keras -> ONNX path (the LSTMs become ``Loop`` nodes
-there, see ``docs/families/cove.md``).
+converts the encoder through the standard Keras -> ONNX path, its LSTMs as fused ONNX ``LSTM``
+nodes (:attr:`CoVeFamily.fuse_lstm_export`).
 
 Not here: the paper's input feeding in the decoder (left out to keep a fused decoder LSTM), its
 biattentive classification network (the benchmark's head is a biLSTM with max pooling,
@@ -41,6 +41,7 @@ class CoVeFamily(ModelFamily):
     """CoVe: a biLSTM over frozen GloVe, the encoder of an attentional LSTM translation model."""
 
     name = "cove"
+    fuse_lstm_export = True  # the biLSTM exports as fused ONNX LSTM nodes, not tf2onnx's Loop
     description = "CoVe (McCann et al. 2017): 2-layer biLSTM over frozen GloVe, trained as an NMT encoder; [GloVe; CoVe] features"
     config_class = CoVeConfig
     inputs = (

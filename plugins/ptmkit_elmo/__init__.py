@@ -16,7 +16,7 @@ LSTM as a ``Loop``. The manifest's ``recurrence`` records which.
 
 Not yet here: a sampled softmax for large vocabularies (the full softmax is computed); the
 characters of words outside the input vocabulary (the core's ``char_ids`` spell them as
-``<unk>``); CoVe and ULMFiT.
+``<unk>``). CoVe is its own family (``ptmkit_cove``).
 """
 
 from __future__ import annotations

@@ -123,6 +123,7 @@ def test_export_matches_keras_on_padded_rows(cove_run, tmp_path: Path) -> None:
     gc.freeze()  # the export collects before each tf2onnx pass: skip the live objects (the root conftest's reason)
     manifest = export_run(run, tmp_path / "export")
     assert manifest["task"] == "embedding"
+    assert manifest["recurrence"] == {"kind": "fused", "LSTM": 4, "Loop": 0}  # 2 layers x 2 directions, no Loop
     backbone, *_ = load_backbone(get_registry(), RunDir(run))
     ids = np.zeros((3, 6), np.int32)
     mask = np.zeros((3, 6), np.int32)
