@@ -87,7 +87,8 @@ def embedding_settings(run_dir: str | Path) -> tuple[Any, Any, dict[str, Any], d
         smaller of the pooling's length and the family's ``max_sequence_length``), its manifest.
 
     Raises:
-        RunDirError: a fine-tuned run (embed its parent), or missing/corrupted files.
+        RunDirError: a fine-tuned run (embed its parent), a family whose backbone has no
+            ``sequence_output`` (an encoder-decoder), or missing/corrupted files.
     """
     from ptmkit.config import read_toml
     from ptmkit.errors import RunDirError
@@ -103,6 +104,12 @@ def embedding_settings(run_dir: str | Path) -> tuple[Any, Any, dict[str, Any], d
     registry = get_registry()
     config = resolve_config(registry, manifest["family"], None, None, base=read_toml(run.require(CONFIG)))
     family = registry.family(manifest["family"])
+    offered = [spec.name for spec in family.outputs]
+    if "sequence_output" not in offered:
+        raise RunDirError(
+            f"{run.path}: a {family.name} run has no sentence embeddings (its backbone gives {', '.join(offered)}, "
+            "no sequence_output to pool into one)"
+        )
     limit = family.limits(config.model).max_sequence_length or DEFAULT_SEQUENCE_LENGTH
     pooling["max_sequence_length"] = min(int(pooling.get("max_sequence_length") or DEFAULT_SEQUENCE_LENGTH), int(limit))
     return config, run.load_tokenizer(), pooling, manifest
