@@ -17,14 +17,11 @@ tiny pre-trained BERT of two blocks instead of MiniLM (theseus 2 -> 1).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import head_pruning as hp  # noqa: E402  # the teacher, the timing and the dev predictions of the head-pruning table
@@ -73,31 +70,9 @@ def main() -> int:
             "agreement with teacher": float((predictions == teacher_predictions).mean()),
             "train s": metrics.get("train_seconds", "-") if name.startswith("theseus") else "-",
         })
-    write(rows, args, load_before, time.time() - started)
+    hp.write(rows, args, load_before, time.time() - started,
+             title="Module replacement and cross-layer sharing: size, int8 latency, accuracy", script="compression_methods.py")
     return 0
-
-
-def write(rows: list[dict[str, Any]], args: argparse.Namespace, load_before: list[str], seconds: float) -> None:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
-    header = list(rows[0])
-    lines = [
-        "# Module replacement and cross-layer sharing: size, int8 latency, accuracy"
-        + (" (--quick: tiny BERT)" if args.quick else " (all-MiniLM-L6-v2 fine-tuned on polarity-200)"),
-        "",
-        f"Date {datetime.date.today()}, commit {commit}, load average before {' '.join(load_before)}, after "
-        f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])} (2 shared cores), {seconds:.0f} s in all.",
-        f"Command: `python benchmarks/compression_methods.py {' '.join(sys.argv[1:])}`; ONNX Runtime {__import__('onnxruntime').__version__}, "
-        f"{args.threads} thread(s), {args.rounds} rounds x {args.calls} calls each, sessions interleaved.",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-    ]
-    for row in rows:
-        lines.append("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v) for v in row.values()) + " |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
 
 
 if __name__ == "__main__":

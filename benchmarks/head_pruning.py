@@ -186,35 +186,32 @@ def main() -> int:
     return 0
 
 
-def write(rows: list[dict[str, Any]], args: argparse.Namespace, load_before: list[str], seconds: float) -> None:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
-    ).stdout.strip()
+def write(rows: list[dict[str, Any]], args: argparse.Namespace, load_before: list[str], seconds: float,
+          title: str = "Attention-head pruning: size and int8 latency", script: str = "head_pruning.py") -> None:
+    """The table of ``rows`` (one dict each, its keys the header) with date, commit, load and
+    command, printed and written atomically to ``args.out`` (compression_methods.py writes its own
+    table with it)."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
     header = list(rows[0])
     lines = [
-        "# Attention-head pruning: size and int8 latency"
-        + (" (--quick: tiny BERT)" if args.quick else " (all-MiniLM-L6-v2 fine-tuned on polarity-200)"),
+        f"# {title}" + (" (--quick: tiny BERT)" if args.quick else " (all-MiniLM-L6-v2 fine-tuned on polarity-200)"),
         "",
         f"Date {datetime.date.today()}, commit {commit}, load average before {' '.join(load_before)}, after "
         f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])} (2 shared cores), {seconds:.0f} s in all.",
-        f"Command: `python benchmarks/head_pruning.py {' '.join(sys.argv[1:])}`; ONNX Runtime {__import__('onnxruntime').__version__}, "
+        f"Command: `python benchmarks/{script} {' '.join(sys.argv[1:])}`; ONNX Runtime {__import__('onnxruntime').__version__}, "
         f"{args.threads} thread(s), {args.rounds} rounds x {args.calls} calls each, sessions interleaved.",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
     ]
     for row in rows:
-        lines.append(
-            "| "
-            + " | ".join(
-                f"{v:.3f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v) for v in row.values()
-            )
-            + " |"
-        )
+        lines.append("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v) for v in row.values()) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
-        args.out.write_text(text)
+        temporary = args.out.with_name(args.out.name + ".tmp")
+        temporary.write_text(text)
+        os.replace(temporary, args.out)
 
 
 if __name__ == "__main__":
