@@ -288,6 +288,10 @@ class ModelFamily:
             the objective's own defaults, by objective name (keys of its config), e.g. a family
             whose paper masks n-grams: ``{"mlm": {"max_ngram": 3}}``. A ``--config`` file or
             ``--set`` still overrides them.
+        stage_names: what the family calls its runs in one-line errors about a stage run out of
+            order, by stage: ``"pretrain"`` (the run ``ptmkit train FAMILY --init RUN`` and
+            ``ptmkit finetune RUN`` need first), e.g. ``{"pretrain": "general-domain language
+            model"}``; the default names the stage ``"FAMILY pre-training run"``.
     """
 
     name: ClassVar[str]
@@ -301,6 +305,7 @@ class ModelFamily:
     hf_model_types: ClassVar[frozenset[str]] = frozenset()
     head_defaults: ClassVar[Mapping[str, Any]] = {}
     objective_defaults: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    stage_names: ClassVar[Mapping[str, str]] = {}
 
     @property
     def input_names(self) -> tuple[str, ...]:
