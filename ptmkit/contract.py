@@ -288,6 +288,11 @@ class ModelFamily:
             the objective's own defaults, by objective name (keys of its config), e.g. a family
             whose paper masks n-grams: ``{"mlm": {"max_ngram": 3}}``. A ``--config`` file or
             ``--set`` still overrides them.
+        finetune_defaults: ``[finetune]`` values this family's runs start from instead of the
+            core's defaults, e.g. a family whose paper fine-tunes with discriminative rates and a
+            slanted triangular schedule: ``{"layer_lr_decay": 0.3846, "schedule":
+            "slanted_triangular"}``. A pre-training run records them in its config, which its
+            fine-tunings start from; a ``--config`` file or ``--set`` still overrides them.
         stage_names: what the family calls its runs in one-line errors about a stage run out of
             order, by stage: ``"pretrain"`` (the run ``ptmkit train FAMILY --init RUN`` and
             ``ptmkit finetune RUN`` need first), e.g. ``{"pretrain": "general-domain language
@@ -305,6 +310,7 @@ class ModelFamily:
     hf_model_types: ClassVar[frozenset[str]] = frozenset()
     head_defaults: ClassVar[Mapping[str, Any]] = {}
     objective_defaults: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    finetune_defaults: ClassVar[Mapping[str, Any]] = {}
     stage_names: ClassVar[Mapping[str, str]] = {}
 
     @property
