@@ -274,6 +274,8 @@ def _check_sources(parent: RunDir, teacher: str | Path | None, overrides: list[s
     Raises:
         RunDirError, ConfigError: one line naming the run or the key.
     """
+    if not parent.path.exists():
+        raise RunDirError(f"{parent.path}: no such run directory; fine-tuning starts from a finished pre-training run: ptmkit train FAMILY --corpus CORPUS --out {parent.path}")
     if parent.path.is_dir() and not (parent / "manifest.json").exists():
         _refuse_unfinished(parent)
     manifest = parent.manifest()
