@@ -23,6 +23,7 @@ Run::
 
     python benchmarks/ulmfit_supersense.py --out benchmarks/results/ulmfit_supersense.md   # ~20-40 min on 2 cores
     python benchmarks/ulmfit_supersense.py --quick                                         # a smoke test, minutes
+    python benchmarks/ulmfit_supersense.py --quick --rows no_target_lm,full                # some rows (and the LMs they need)
 """
 
 from __future__ import annotations
@@ -59,9 +60,11 @@ QUICK = {
     "model": ["model.vocabulary_size=800", "model.embedding_dim=8", "model.hidden_dim=12", "model.num_layers=2", "model.lowercase=true"],
     "general": ["train.max_steps=3", "train.batch_size=8", "train.sequence_length=24", "train.heldout_lines=10", "train.schedule=slanted_triangular"],
     "target": ["train.max_steps=2", "train.batch_size=8", "train.sequence_length=24", "train.heldout_lines=10", "train.schedule=slanted_triangular"],
-    "finetune": ["finetune.epochs=2", "finetune.batch_size=32", "finetune.sequence_length=16"],
+    "finetune": ["finetune.epochs=1", "finetune.batch_size=32", "finetune.sequence_length=16"],
     "sizes": {"train": 300, "dev": 100, "test": 100, "corpus": 150},
 }
+#: The LM run each row's classifier starts from.
+SOURCES = {"random": "random", "no_pretraining": "scratch", "no_target_lm": "general", "full": "target", "full_plain_finetune": "target"}
 PLAIN = ["finetune.layer_lr_decay=1.0", "finetune.schedule=linear", "finetune.gradual_unfreezing=false"]
 ROWS = {
     "random": "no LM: random initialisation -> classifier",
@@ -107,9 +110,10 @@ def registry_with_ulmfit() -> Any:
     return get_registry()
 
 
-def language_models(files: dict[str, Path], work: Path, plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Stage 1 (general), stage 2 (target, ``--init general``), the LM from scratch on the task's
-    texts and a random (0 learning rate, 1 step) backbone: ``{name: {"run", "metrics", "seconds"}}``."""
+def language_models(files: dict[str, Path], work: Path, plan: dict[str, Any], rows: list[str]) -> dict[str, dict[str, Any]]:
+    """Those of stage 1 (general), stage 2 (target, ``--init general``), the LM from scratch on the
+    task's texts and a random (0 learning rate, 1 step) backbone that ``rows`` need (``general``
+    always): ``{name: {"run", "metrics", "seconds"}}``."""
     from ptmkit.training.pretrain import pretrain
 
     model = plan["model"]
@@ -119,8 +123,11 @@ def language_models(files: dict[str, Path], work: Path, plan: dict[str, Any]) ->
         "scratch": (files["texts"], [*model, *plan["target"]], {}),
         "random": (files["texts"], [*model, *plan["target"], "train.max_steps=1", "train.learning_rate=0.0"], {"tokenizer": work / "general" / "tokenizer.json"}),
     }
+    needed = {"general", *(SOURCES[row] for row in rows)}
     out = {}
     for name, (corpus, overrides, extra) in jobs.items():
+        if name not in needed:
+            continue
         run = work / name
         if not (run / "manifest.json").exists():
             shutil.rmtree(run, ignore_errors=True)
@@ -131,13 +138,13 @@ def language_models(files: dict[str, Path], work: Path, plan: dict[str, Any]) ->
     return out
 
 
-def classifiers(files: dict[str, Path], work: Path, plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The classifier of each row (cached as ``WORK/NAME-clf/metrics.json``)."""
+def classifiers(files: dict[str, Path], work: Path, plan: dict[str, Any], names: list[str]) -> dict[str, dict[str, Any]]:
+    """The classifier of each row of ``names`` (cached as ``WORK/NAME-clf/metrics.json``)."""
     from ptmkit.training.finetune import finetune
 
-    sources = {"random": "random", "no_pretraining": "scratch", "no_target_lm": "general", "full": "target", "full_plain_finetune": "target"}
     rows = {}
-    for row, source in sources.items():
+    for row in names:
+        source = SOURCES[row]
         out = work / f"{row}-clf"
         if not (out / "manifest.json").exists():
             shutil.rmtree(out, ignore_errors=True)
@@ -154,6 +161,7 @@ def classifiers(files: dict[str, Path], work: Path, plan: dict[str, Any]) -> dic
 def page(lms: dict[str, dict[str, Any]], rows: dict[str, dict[str, Any]], plan: dict[str, Any], quick: bool, command: str) -> str:
     """The results page: the LM stages' perplexities, the ablation table, and how it was run."""
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    first = next(iter(rows.values()))
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["?"]
     lines = [
         "# ULMFiT ablation on WordNet supersense (`benchmarks/ulmfit_supersense.py`)",
@@ -163,18 +171,18 @@ def page(lms: dict[str, dict[str, Any]], rows: dict[str, dict[str, Any]], plan: 
         f"Command: `{command}`.",
         f"Model: {' '.join(plan['model'])}. Stage 1: {' '.join(plan['general'])}. Stage 2 (and the LM from scratch): {' '.join(plan['target'])}.",
         f"Classifiers: {' '.join(plan['finetune'])} with the family's recipe (lr / 2.6 per layer, STLR, gradual unfreezing); "
-        f"{rows['full']['train_examples']:,} training / {rows['full']['dev_examples']:,} dev glosses, {rows['full']['labels']} labels.",
+        f"{first['train_examples']:,} training / {first['dev_examples']:,} dev glosses, {first['labels']} labels.",
         "",
         "| LM | corpus | steps | held-out word perplexity | unigram | seconds |",
         "|---|---|---|---|---|---|",
     ]
-    for name in ("general", "target", "scratch"):
+    for name in [n for n in ("general", "target", "scratch") if n in lms]:
         m = lms[name]["metrics"]
         lines.append(f"| {name} | {Path(json.loads((lms[name]['run'] / 'manifest.json').read_text())['corpus']).name} | {m['steps']} | "
                      f"{m.get('heldout_word_perplexity', float('nan')):.1f} | {m.get('heldout_unigram_word_perplexity', float('nan')):.1f} | {lms[name]['seconds']:.0f} |")
     lines += ["", "| row | stages | dev acc | test acc | dev macro-F1 | fine-tune s |", "|---|---|---|---|---|---|"]
-    for row, description in ROWS.items():
-        r = rows[row]
+    for row, r in rows.items():
+        description = ROWS[row]
         lines.append(f"| {row} | {description} | {r['dev_accuracy']:.4f} | {r.get('test_accuracy', float('nan')):.4f} | {r['dev_macro_f1']:.4f} | {r['seconds']:.0f} |")
     return "\n".join(lines) + "\n"
 
@@ -184,14 +192,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny models on a few hundred rows: a smoke test")
     parser.add_argument("--work", type=Path, default=Path("/tmp/ptmkit-ulmfit-supersense"), help="runs (cached: a second run resumes)")
     parser.add_argument("--out", type=Path, default=None, help="write the results page here")
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated rows of {', '.join(ROWS)} (default: all)")
     args = parser.parse_args(argv)
+    names = [row.strip() for row in args.rows.split(",") if row.strip()]
+    unknown = [row for row in names if row not in ROWS]
+    if unknown or not names:
+        parser.error(f"--rows: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(ROWS)}")
     plan = QUICK if args.quick else FULL
     work = args.work / ("quick" if args.quick else "full")
     registry_with_ulmfit()
     files = prepare_data(work, plan["sizes"])
-    lms = language_models(files, work, plan)
-    rows = classifiers(files, work, plan)
-    command = "python benchmarks/ulmfit_supersense.py" + (" --quick" if args.quick else "") + (f" --out {args.out}" if args.out else "")
+    lms = language_models(files, work, plan, names)
+    rows = classifiers(files, work, plan, names)
+    command = "python benchmarks/ulmfit_supersense.py" + (" --quick" if args.quick else "") + (f" --rows {args.rows}" if names != list(ROWS) else "")
+    command += f" --out {args.out}" if args.out else ""
     text = page(lms, rows, plan, args.quick, command)
     (work / "results.json").write_text(json.dumps({"rows": rows, "lms": {k: v["metrics"] for k, v in lms.items()}}, indent=1, default=str))
     if args.out:
