@@ -71,6 +71,10 @@ def train(
     objective: Annotated[str | None, typer.Option(help="Objectives, comma separated, e.g. mlm,nsp.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted run from its last checkpoint.")] = False,
     tokenizer: Annotated[Path | None, typer.Option(help="Use this tokenizer.json instead of training one.")] = None,
+    init: Annotated[
+        Path | None,
+        typer.Option(help="A finished pre-training run of FAMILY to continue on --corpus (e.g. a target domain's own texts): its tokenizer, [model] config and weights; train.init in the config.", show_default=False),
+    ] = None,
     distribute: Annotated[
         str | None,
         typer.Option(
@@ -91,7 +95,7 @@ def train(
 
     objectives = [o.strip() for o in objective.split(",") if o.strip()] if objective else None
     with _noting_interrupts():
-        metrics = pretrain(family, corpus, out, config, set_ or [], objectives, resume, console=console, tokenizer=tokenizer, distribute=distribute, parallel=parallel, dev=dev)
+        metrics = pretrain(family, corpus, out, config, set_ or [], objectives, resume, console=console, tokenizer=tokenizer, distribute=distribute, parallel=parallel, dev=dev, init=init)
     _report(f"pre-trained {family} -> {out}", metrics)
 
 
@@ -115,7 +119,7 @@ def finetune(
     Config sections: \\[finetune] (head, epochs, batch_size, sequence_length, learning_rate,
     warmup_ratio, weight_decay, seed, max_train_examples, checkpoint_every, distill_temperature,
     distill_alpha, strategy, adapter_size, lora_rank, lora_alpha, lora_targets, layer_lr_decay,
-    gradual_unfreezing) and \\[head] (dropout, initializer_range, pooling, layers); e.g. --set
+    gradual_unfreezing, schedule, schedule_ratio) and \\[head] (dropout, initializer_range, pooling, layers); e.g. --set
     finetune.epochs=5. After
     Ctrl-C, the same command with --resume continues from the last checkpoint to the weights an
     uninterrupted run ends with. With --teacher, the student (RUN_DIR's backbone) learns from the

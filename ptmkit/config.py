@@ -57,6 +57,15 @@ class TrainConfig:
             hosts, each described by the ``TF_CONFIG`` environment variable). ``batch_size``,
             ``learning_rate`` and ``max_steps`` stay global: each replica takes
             ``batch_size / replicas`` sequences a step (docs/scale.md).
+        schedule: the learning-rate schedule: ``linear`` (warm-up over ``warmup_ratio`` of the
+            steps, then linear decay to 0) or ``slanted_triangular`` (Howard and Ruder 2018,
+            equation 3: a rise over ``warmup_ratio`` of the steps, the paper's ``cut_frac``, then a
+            linear fall to ``learning_rate / schedule_ratio``).
+        schedule_ratio: with ``slanted_triangular``, how much smaller the lowest rate is than
+            the peak (the paper's ``ratio``: 32).
+        init: a finished pre-training run of the same family to start from (``--init RUN``): its
+            tokenizer, its ``[model]`` config and its backbone's weights; the corpus is new
+            (continued pre-training, e.g. on a target domain's own texts). Empty: start from scratch.
     """
 
     objectives: list[str] = dataclasses.field(default_factory=list)
@@ -72,12 +81,34 @@ class TrainConfig:
     mixed_precision: bool | str = "float32"
     jit_compile: bool = False
     distribute: str = "none"
+    schedule: str = "linear"
+    schedule_ratio: float = 32.0
+    init: str = ""
 
     def validate(self) -> None:
         self.mixed_precision = precision_policy(self.mixed_precision, "train")
         check_positive(self, "train", "batch_size", "sequence_length", "max_steps", "checkpoint_every")
         check_unit_interval(self, "train", "warmup_ratio")
         check_choice(self, "train", "distribute", ("none", "mirrored", "multi-worker"))
+        check_schedule(self, "train")
+
+
+#: ``train.schedule`` and ``finetune.schedule``: learning-rate schedules (:mod:`ptmkit.training.schedule`).
+SCHEDULES = ("linear", "slanted_triangular")
+
+
+def check_schedule(cfg: Any, section: str) -> None:
+    """Check ``schedule`` and ``schedule_ratio`` of ``cfg`` (``section`` names them).
+
+    Raises:
+        ConfigError: an unknown schedule, a ratio below 1, or a slanted triangular schedule whose
+            ``warmup_ratio`` (its ``cut_frac``) is 1.
+    """
+    check_choice(cfg, section, "schedule", SCHEDULES)
+    if not cfg.schedule_ratio >= 1.0:
+        raise ConfigError(f"config key '{section}.schedule_ratio' must be >= 1, got {cfg.schedule_ratio}")
+    if cfg.schedule == "slanted_triangular" and cfg.warmup_ratio >= 1.0:
+        raise ConfigError(f"config key '{section}.warmup_ratio' = {cfg.warmup_ratio} is the slanted triangular schedule's cut_frac; it must be below 1")
 
 
 #: ``finetune.strategy``: which weights fine-tuning trains (:mod:`ptmkit.training.strategies`).
@@ -132,6 +163,10 @@ class FinetuneConfig:
             section 3.3): epoch 0 trains the head only, epoch 1 also the last block, and one block
             more each epoch down to the embeddings (epoch L + 1); a frozen weight gets no gradient
             and no decay (set ``epochs`` >= L + 2 to train them all).
+        schedule: the learning-rate schedule, as ``train.schedule``: ``linear`` or
+            ``slanted_triangular`` (ULMFiT's, Howard and Ruder 2018, equation 3; ``warmup_ratio``
+            is its ``cut_frac``, the paper's 0.1).
+        schedule_ratio: with ``slanted_triangular``, the peak over the lowest rate (the paper's 32).
         sparsity: final sparsity of every kernel, reached by gradual magnitude pruning (Zhu &
             Gupta 2017's polynomial schedule, :mod:`ptmkit.training.sparsity`); 0: no pruning.
         sparsity_begin: the fraction of all fine-tuning steps at which magnitude pruning starts.
@@ -162,6 +197,8 @@ class FinetuneConfig:
     lora_targets: list[str] = dataclasses.field(default_factory=lambda: ["query", "value"])
     layer_lr_decay: float = 1.0
     gradual_unfreezing: bool = False
+    schedule: str = "linear"
+    schedule_ratio: float = 32.0
     sparsity: float = 0.0
     sparsity_begin: float = 0.0
     sparsity_end: float = 0.75
@@ -171,6 +208,7 @@ class FinetuneConfig:
         self.mixed_precision = precision_policy(self.mixed_precision, "finetune")
         check_positive(self, "finetune", "epochs", "batch_size", "sequence_length", "distill_temperature")
         check_choice(self, "finetune", "strategy", STRATEGIES)
+        check_schedule(self, "finetune")
         check_positive(self, "finetune", "adapter_size", "adapter_init_scale", "lora_rank", "lora_alpha", "layer_lr_decay")
         if self.layer_lr_decay > 1:
             raise ConfigError(f"config key 'finetune.layer_lr_decay' must be in (0, 1], got {self.layer_lr_decay}")

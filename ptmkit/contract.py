@@ -293,6 +293,15 @@ class ModelFamily:
             False: tf2onnx writes a masked LSTM as a ``Loop``). Declare it only when every mask
             an LSTM layer reads has each row's padding at its end
             (:mod:`ptmkit.exporting.recurrent`); the manifest's ``recurrence`` says what the graph holds.
+        finetune_defaults: ``[finetune]`` values this family's runs start from instead of the
+            core's defaults, e.g. a family whose paper fine-tunes with discriminative rates and a
+            slanted triangular schedule: ``{"layer_lr_decay": 0.3846, "schedule":
+            "slanted_triangular"}``. A pre-training run records them in its config, which its
+            fine-tunings start from; a ``--config`` file or ``--set`` still overrides them.
+        stage_names: what the family calls its runs in one-line errors about a stage run out of
+            order, by stage: ``"pretrain"`` (the run ``ptmkit train FAMILY --init RUN`` and
+            ``ptmkit finetune RUN`` need first), e.g. ``{"pretrain": "general-domain language
+            model"}``; the default names the stage ``"FAMILY pre-training run"``.
     """
 
     name: ClassVar[str]
@@ -307,6 +316,8 @@ class ModelFamily:
     head_defaults: ClassVar[Mapping[str, Any]] = {}
     objective_defaults: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     fuse_lstm_export: ClassVar[bool] = False
+    finetune_defaults: ClassVar[Mapping[str, Any]] = {}
+    stage_names: ClassVar[Mapping[str, str]] = {}
 
     @property
     def input_names(self) -> tuple[str, ...]:

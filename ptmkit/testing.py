@@ -339,6 +339,9 @@ CORE_STAGES: dict[str, str] = {
     "read_vectors": "ptmkit.wordvectors.formats",
     "encode_words": "ptmkit.exporting.vectors",
     "row_export": "ptmkit.exporting.rows",
+    "layer_lr_multipliers": "ptmkit.training.strategies",
+    "unfreeze_steps": "ptmkit.training.strategies",
+    "SlantedTriangular": "ptmkit.training.schedule",
 }
 #: Names of :data:`CORE_STAGES` that are the module itself (tests patch its limits).
 CORE_MODULES = frozenset({"row_export"})

@@ -274,6 +274,10 @@ def _check_sources(parent: RunDir, teacher: str | Path | None, overrides: list[s
     Raises:
         RunDirError, ConfigError: one line naming the run or the key.
     """
+    if not parent.path.exists():
+        raise RunDirError(f"{parent.path}: no such run directory; fine-tuning starts from a finished pre-training run: ptmkit train FAMILY --corpus CORPUS --out {parent.path}")
+    if parent.path.is_dir() and not (parent / "manifest.json").exists():
+        _refuse_unfinished(parent)
     manifest = parent.manifest()
     if manifest["stage"] not in ("pretrain", "import"):
         raise RunDirError(f"{parent.path}: is a {manifest['stage']} run; fine-tune a pre-training run")
@@ -289,6 +293,20 @@ def _check_sources(parent: RunDir, teacher: str | Path | None, overrides: list[s
         if section not in ("finetune", "head"):
             raise ConfigError(f"--set {override!r}: fine-tuning keeps the pre-trained run's [{section}]; set finetune.* or head.* keys")
     return manifest
+
+
+def _refuse_unfinished(parent: RunDir) -> None:
+    """Raise RunDirError for a run directory without a manifest, naming the stage to finish first
+    (the family's name for it when ``config.toml`` says which family,
+    :attr:`~ptmkit.contract.ModelFamily.stage_names`)."""
+    from ptmkit.training.pretrain import stage_name
+
+    family_name = read_toml(parent / CONFIG).get("family") if (parent / CONFIG).exists() else None
+    if family_name is None:
+        raise RunDirError(f"{parent.path}: no finished pre-training run (no manifest.json); pre-train one first: ptmkit train FAMILY --corpus CORPUS --out {parent.path}")
+    family = get_registry().family(str(family_name))
+    wanted = stage_name(family, "pretrain", f"{family_name} pre-training run")
+    raise RunDirError(f"{parent.path}: the {wanted} has not finished (no manifest.json); finish it first: ptmkit train {family_name} --corpus CORPUS --out {parent.path} --resume")
 
 
 def _check_target(target: RunDir, resume: bool) -> dict[str, Any] | None:
@@ -465,7 +483,10 @@ def _fit_classifier(
     steps_per_epoch = -(-len(y_train) // ft.batch_size)
     total = steps_per_epoch * ft.epochs
     model.compile(
-        optimizer=adamw(ft.learning_rate, ft.weight_decay, total, ft.warmup_ratio, ft.adam_epsilon, *_layer_schedules(model, ft, steps_per_epoch)),
+        optimizer=adamw(
+            ft.learning_rate, ft.weight_decay, total, ft.warmup_ratio, ft.adam_epsilon, *_layer_schedules(model, ft, steps_per_epoch),
+            schedule=ft.schedule, ratio=ft.schedule_ratio,
+        ),
         loss=loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[keras.metrics.MeanMetricWrapper(accuracy, name="accuracy") if accuracy else keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         jit_compile=ft.jit_compile,

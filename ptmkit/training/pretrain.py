@@ -48,7 +48,7 @@ from ptmkit.data.readers import read_corpus
 from ptmkit.errors import ConfigError, DataError, PluginError, PtmkitError, RunDirError
 from ptmkit.io import atomic_save, atomic_write_text
 from ptmkit.plugins import Registry, get_registry
-from ptmkit.rundir import BACKBONE_WEIGHTS, CONFIG, METRICS, STEP_LOG, TOKENIZER, RunDir
+from ptmkit.rundir import BACKBONE_WEIGHTS, CONFIG, METRICS, STEP_LOG, TOKENIZER, RunDir, load_weights
 from ptmkit.training.distribute import STRATEGIES, Cluster, barrier, check_global_batch, make_strategy, read_cluster
 from ptmkit.training.setup import precision
 
@@ -84,6 +84,8 @@ def resolve_config(
     data = _with_head_defaults(registry, family, data, overrides or [])
     if family.objective_defaults:  # the family's objective settings under the file's and --set's
         data = _merge({"objectives": {name: dict(values) for name, values in family.objective_defaults.items()}}, data)
+    if getattr(family, "finetune_defaults", None):  # the family's fine-tuning recipe, under the file's and --set's
+        data = _merge({"finetune": dict(family.finetune_defaults)}, data)
 
     def build(data: dict[str, Any], source: str) -> RunConfig:
         return build_run_config(
@@ -309,7 +311,7 @@ def build_pretraining_model(registry: Registry, config: RunConfig) -> tuple[Any,
     model = keras.Model(all_inputs, outputs, name=f"{config.family}_pretraining")
     train = config.train
     model.compile(
-        optimizer=adamw(train.learning_rate, train.weight_decay, train.max_steps, train.warmup_ratio),
+        optimizer=adamw(train.learning_rate, train.weight_decay, train.max_steps, train.warmup_ratio, schedule=train.schedule, ratio=train.schedule_ratio),
         loss=losses,
         weighted_metrics=metrics,
         jit_compile=train.jit_compile,
@@ -401,8 +403,7 @@ def pretrain(
     registry: Registry | None = None,
     tokenizer: str | Path | None = None,
     distribute: str | None = None,
-    parallel: str | Path | None = None,
-    dev: str | Path | None = None,
+    parallel: str | Path | None = None, dev: str | Path | None = None, init: str | Path | None = None,
 ) -> dict[str, Any]:
     """Pre-train a model of family ``family_name`` on ``corpus`` (or, for a family that
     :class:`~ptmkit.contract.TrainsOnPairs`, on the sentence pairs of ``parallel``); write the run
@@ -417,14 +418,14 @@ def pretrain(
         overrides: ``section.key=value`` strings applied over the config.
         objectives: objective names (default: the family's, e.g. ``["mlm"]``).
         resume: continue an interrupted run in ``out`` from its newest checkpoint.
-        tokenizer: an existing ``tokenizer.json`` to use instead of training one (a trained one
-            is the same for the same corpus and config, so either way one seed gives one run,
-            bit for bit: ``tests/test_reproducibility.py``).
+        tokenizer: an existing ``tokenizer.json`` to use instead of training one (either way one
+            seed gives one run, bit for bit: ``tests/test_reproducibility.py``).
         distribute: ``none``, ``mirrored`` or ``multi-worker`` (sets ``train.distribute``;
             :mod:`ptmkit.training.distribute`); refused by families that train themselves.
         parallel: ``SOURCE<TAB>TARGET`` pairs (:mod:`ptmkit.data.parallel`), for a family that
             :class:`~ptmkit.contract.TrainsOnPairs` (and only for one).
         dev: held-out pairs of such a family.
+        init: a finished pre-training run to continue (``train.init``, :func:`init_source`).
 
     Returns:
         the metrics written to ``metrics.json`` (a multi-worker run's other workers write
@@ -441,10 +442,10 @@ def pretrain(
     trains_itself = own_loop(family)
     _check_flags(registry, family, corpus, parallel, dev, distribute, tokenizer, resume, objectives)
     run = RunDir(out)
-    extra = ([f"train.objectives={','.join(objectives)}"] if objectives else []) + ([f"train.distribute={distribute}"] if distribute is not None else [])
+    extra, base, tokenizer = _flag_settings(family, objectives, distribute, init, tokenizer)
     cluster = Cluster("none") if trains_itself else _cluster(registry, family_name, run, config_path, (overrides or []) + extra, resume)
     stored = _stored_config(run, family_name, trains_itself, resume, shared=not cluster.is_chief)
-    config = _run_config(registry, family_name, run, stored, config_path, (overrides or []) + extra)
+    config = _run_config(registry, family_name, run, stored, config_path, (overrides or []) + extra, base)
     _check_paths(corpus, parallel, dev)
     corpus, pairs = (corpus, False) if trains_itself else _core_data(registry, family, config, corpus, parallel, dev)  # --parallel, as pairs?
     if cluster.kind == "multi-worker":
@@ -469,6 +470,18 @@ def pretrain(
     if cluster.kind == "multi-worker":
         barrier(strategy)
     return _fit(registry, config, family, trained, run, corpus, console, strategy, cluster)
+
+
+def _flag_settings(
+    family: Any, objectives: list[str] | None, distribute: str | None, init: str | Path | None, tokenizer: str | Path | None,
+) -> tuple[list[str], dict[str, Any] | None, str | Path | None]:
+    """``(--set overrides, base config, tokenizer file)`` that ``--objective``, ``--distribute``
+    and ``--init`` (:func:`init_source`) amount to."""
+    extra = ([f"train.objectives={','.join(objectives)}"] if objectives else []) + ([f"train.distribute={distribute}"] if distribute is not None else [])
+    if init is None:
+        return extra, None, tokenizer
+    base, tokenizer = init_source(family, init, tokenizer)
+    return [*extra, f"train.init={Path(init).resolve()}"], base, tokenizer
 
 
 def _check_flags(
@@ -614,6 +627,47 @@ def _check_data_flags(
         raise ConfigError(f"the {name} family trains on a text corpus: give --corpus FILE")
 
 
+def stage_name(family: Any, stage: str, default: str) -> str:
+    """What ``family`` calls a run of ``stage`` in messages (:attr:`~ptmkit.contract.ModelFamily.stage_names`), else ``default``."""
+    return str(getattr(family, "stage_names", {}).get(stage, default))
+
+
+def init_source(family: Any, init: str | Path, tokenizer: str | Path | None) -> tuple[dict[str, Any], Path]:
+    """``({"model": the init run's [model]}, its tokenizer file)`` for ``--init``, after checking
+    that ``init`` is a finished pre-training run of ``family``.
+
+    Raises:
+        ConfigError: ``--tokenizer`` with ``--init``, or a family with its own training loop.
+        RunDirError: ``init`` holds no finished run (the message names the stage to run first,
+            :func:`stage_name`), or one that is not a pre-training run.
+        PluginError: ``init`` is another family's run.
+    """
+    if own_loop(family):
+        raise ConfigError(f"--init: the {family.name} family trains with its own loop; --init continues a run the core pre-trains")
+    if tokenizer is not None:
+        raise ConfigError(f"--init {init}: the run's own tokenizer is used; drop --tokenizer")
+    source = RunDir(init)
+    wanted = stage_name(family, "pretrain", f"{family.name} pre-training run")
+    if not (source / "manifest.json").exists():
+        unfinished = " (unfinished: no manifest.json)" if (source / CONFIG).exists() else ""
+        raise RunDirError(f"--init {init}: no finished {wanted} there{unfinished}; train it first: ptmkit train {family.name} --corpus CORPUS --out {init}")
+    manifest = source.manifest()
+    if manifest["family"] != family.name:
+        raise PluginError(f"--init {init}: is a {manifest['family']!r} run, not {family.name!r}; continue a {wanted}")
+    if manifest["stage"] not in ("pretrain", "import"):
+        raise RunDirError(f"--init {init}: is a {manifest['stage']} run; --init continues a {wanted}")
+    return {"model": read_toml(source.require(CONFIG)).get("model", {})}, source.require(TOKENIZER)
+
+
+def init_lineage(init: str) -> dict[str, Any]:
+    """The manifest fields of a run continued from ``init`` (``train.init``; empty: none): ``init``
+    and ``corpora``, the corpora of every run in the chain, oldest first."""
+    if not init:
+        return {}
+    parent = RunDir(init).manifest()
+    return {"init": init, "corpora": [*parent.get("corpora", [parent.get("corpus")])]}
+
+
 def _stored_config(run: RunDir, family_name: str, trains_itself: bool, resume: bool, shared: bool = False) -> dict[str, Any] | None:
     """The run's stored ``config.toml`` when resuming (None otherwise), after checking that
     ``run`` may be started or resumed. ``shared``: a multi-worker run's other worker, which
@@ -642,13 +696,14 @@ def _stored_config(run: RunDir, family_name: str, trains_itself: bool, resume: b
 
 
 def _run_config(
-    registry: Registry, family_name: str, run: RunDir, stored: dict[str, Any] | None, config_path: str | Path | None, overrides: list[str]
+    registry: Registry, family_name: str, run: RunDir, stored: dict[str, Any] | None, config_path: str | Path | None, overrides: list[str],
+    base: dict[str, Any] | None = None,
 ) -> RunConfig:
     """The run's config: the ``stored`` one of a resumed run (the command retyped with
     ``--resume``: its flags must say what the run says, :func:`check_resume_flags`), else
-    ``config_path`` with ``overrides``."""
+    ``config_path`` with ``overrides`` over ``base`` (an ``--init`` run's ``[model]``)."""
     if stored is None:
-        return resolve_config(registry, family_name, config_path, overrides)
+        return resolve_config(registry, family_name, config_path, overrides, base=base)
     check_resume_flags(registry, family_name, run / CONFIG, stored, config_path, overrides)
     return resolve_config(registry, family_name, None, None, base=stored)
 
@@ -865,6 +920,8 @@ def _fit_steps(
         start = restore_state(model, checkpoints) if latest_step(checkpoints) else 0
     if start:
         console.print(f"resuming from step {start} ({checkpoints})")
+    elif train.init:
+        _load_init_weights(backbone, train.init, console)
     if strategy is not None:
         console.print(describe(cluster, strategy, train.batch_size, train.learning_rate, train.max_steps))
     tokens_per_step = train.batch_size * train.sequence_length
@@ -894,6 +951,13 @@ def _fit_steps(
     metrics.update(score_heldout_lines(backbone, run, family, tokenizer, specials, objectives, config, corpus, vocabulary_size))
     _finish(registry, config, family, backbone, run, corpus, objectives, metrics)
     return metrics
+
+
+def _load_init_weights(backbone: Any, init: str, console: Console) -> None:
+    """Load the backbone weights of the ``train.init`` run (``--init``) into ``backbone``."""
+    source = RunDir(init)
+    load_weights(backbone, source.require(source.manifest().get("weights", BACKBONE_WEIGHTS)))
+    console.print(f"starting from the weights of {init}")
 
 
 def _run_fit(
@@ -946,9 +1010,18 @@ def _finish(
         corpus=str(Path(corpus).resolve()),
         inputs=list(family.input_names),
         weights=BACKBONE_WEIGHTS,
+        **_lineage(config.train.init, corpus),
     )
     for old in sorted((run / "checkpoints").glob("ckpt-*.npz"))[:-1]:  # a finished run keeps its last state only
         old.unlink()
+
+
+def _lineage(init: str, corpus: str | Path) -> dict[str, Any]:
+    """:func:`init_lineage` with this run's ``corpus`` last (empty for a run from scratch)."""
+    fields = init_lineage(init)
+    if fields:
+        fields["corpora"].append(str(Path(corpus).resolve()))
+    return fields
 
 
 def evaluate_heldout(

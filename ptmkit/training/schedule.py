@@ -41,6 +41,49 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
 
 @keras.saving.register_keras_serializable(package="ptmkit")
+class SlantedTriangular(keras.optimizers.schedules.LearningRateSchedule):
+    """Slanted triangular learning rates (Howard and Ruder 2018, section 3.2, equation 3): a short
+    linear rise to ``peak`` over the first ``cut_frac`` of the steps, then a long linear fall to
+    ``peak / ratio``::
+
+        cut = floor(T * cut_frac)
+        p = t / cut                                       if t < cut
+            1 - (t - cut) / (cut * (1 / cut_frac - 1))    otherwise
+        lr_t = peak * (1 + p * (ratio - 1)) / ratio
+
+    with ``T = total_steps`` and ``t`` the 0-based step (the paper's: ``cut_frac = 0.1``,
+    ``ratio = 32``). With ``cut = 0`` (``T * cut_frac < 1``) the rise is skipped and the fall
+    runs over all ``T`` steps from ``peak``.
+
+    Args:
+        peak: float. The learning rate at step ``cut`` (the paper's ``eta_max``).
+        total_steps: int. T.
+        cut_frac: float. The fraction of T spent rising, in [0, 1).
+        ratio: float. How much smaller the lowest rate is than ``peak``.
+    """
+
+    def __init__(self, peak: float, total_steps: int, cut_frac: float = 0.1, ratio: float = 32.0) -> None:
+        self.peak = float(peak)
+        self.total_steps = int(max(total_steps, 1))
+        self.cut_frac = float(cut_frac)
+        self.ratio = float(ratio)
+
+    def __call__(self, step: Any) -> Any:
+        step = keras.ops.cast(step, "float32")
+        cut = float(int(self.total_steps * self.cut_frac))
+        if cut > 0:
+            falling_span = cut * (1.0 / self.cut_frac - 1.0)
+            p = keras.ops.where(step < cut, step / cut, 1.0 - (step - cut) / falling_span)
+        else:
+            p = 1.0 - step / float(self.total_steps)
+        p = keras.ops.maximum(p, 0.0)
+        return self.peak * (1.0 + p * (self.ratio - 1.0)) / self.ratio
+
+    def get_config(self) -> dict[str, Any]:
+        return {"peak": self.peak, "total_steps": self.total_steps, "cut_frac": self.cut_frac, "ratio": self.ratio}
+
+
+@keras.saving.register_keras_serializable(package="ptmkit")
 class AdamW(keras.optimizers.AdamW):
     """AdamW (Loshchilov & Hutter 2019) with epsilon where PyTorch and Hugging Face put it.
 
@@ -180,17 +223,22 @@ def _sum_over_replicas(grads: list[Any]) -> list[Any]:
 
 def adamw(
     learning_rate: float, weight_decay: float, total_steps: int, warmup_ratio: float, epsilon: float = 1e-6, multipliers: dict[str, float] | None = None,
-    unfreeze: dict[str, int] | None = None,
+    unfreeze: dict[str, int] | None = None, schedule: str = "linear", ratio: float = 32.0,
 ) -> Any:
     """:class:`AdamW` with :class:`WarmupLinearDecay`; LayerNorm scales/offsets and biases get no
     decay (as BERT's optimizer, Hugging Face's Trainer and keras-hub's ``BertMaskedLM`` do); global
     gradient-norm clipping at 1 (``torch.nn.utils.clip_grad_norm_(..., 1.0)``). ``multipliers``
     scales the learning rate (and so the decay) of the variables whose paths it names
     (:func:`ptmkit.training.strategies.layer_lr_multipliers`); ``unfreeze`` holds variables frozen
-    until the step it names (:func:`ptmkit.training.strategies.unfreeze_steps`).
+    until the step it names (:func:`ptmkit.training.strategies.unfreeze_steps`). ``schedule``:
+    ``"linear"`` (:class:`WarmupLinearDecay`) or ``"slanted_triangular"`` (:class:`SlantedTriangular`
+    with ``cut_frac = warmup_ratio`` and ``ratio``).
     """
-    schedule = WarmupLinearDecay(learning_rate, int(round(warmup_ratio * total_steps)), total_steps)
-    optimizer = AdamW(learning_rate=schedule, weight_decay=weight_decay, epsilon=epsilon, global_clipnorm=1.0, learning_rate_multipliers=multipliers,
+    if schedule == "slanted_triangular":
+        rate: Any = SlantedTriangular(learning_rate, total_steps, warmup_ratio, ratio)
+    else:
+        rate = WarmupLinearDecay(learning_rate, int(round(warmup_ratio * total_steps)), total_steps)
+    optimizer = AdamW(learning_rate=rate, weight_decay=weight_decay, epsilon=epsilon, global_clipnorm=1.0, learning_rate_multipliers=multipliers,
                      unfreeze_steps=unfreeze)
     optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
     return optimizer

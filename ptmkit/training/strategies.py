@@ -345,18 +345,28 @@ def hidden_states_model(backbone: Any) -> Any:
     return keras.Model(backbone.inputs, ops.stack(states, axis=1), name="hidden_states")
 
 
+def depth_blocks(backbone: Any) -> list[Any]:
+    """The blocks that discriminative rates and gradual unfreezing count, input side first: those
+    the backbone lists itself with a ``layer_blocks()`` method (a backbone of other blocks than
+    transformer ones, e.g. a stack of recurrent layers), else its :func:`transformer_blocks`."""
+    listed = getattr(backbone, "layer_blocks", None)
+    return list(listed()) if callable(listed) else transformer_blocks(backbone)
+
+
 def layer_depths(backbone: Any, purpose: str) -> tuple[dict[str, int], int]:
     """``({variable path: depth}, L)`` for the backbone's variables: depth 0 for those before the
-    first of its L transformer blocks (the embeddings), ``i + 1`` for block ``i``'s (adapters and
-    LoRA factors included), L for those after the last (a pooler, a final norm). A head on the
-    backbone is at depth L + 1.
+    first of its L blocks (:func:`depth_blocks`; the embeddings), ``i + 1`` for block ``i``'s
+    (adapters and LoRA factors included), L for those after the last (a pooler, a final norm). A
+    head on the backbone is at depth L + 1.
 
     Raises:
-        ConfigError: the backbone has no transformer blocks (naming ``purpose``, the config key).
+        ConfigError: the backbone has no blocks (naming ``purpose``, the config key).
     """
-    blocks = transformer_blocks(backbone)
+    blocks = depth_blocks(backbone)
     if not blocks:
-        raise ConfigError(f"{purpose} works block by block; the backbone has no transformer blocks ({' and '.join(ADAPTER_SITES)})")
+        raise ConfigError(
+            f"{purpose} works block by block; the backbone has no transformer blocks ({' and '.join(ADAPTER_SITES)}) and lists none (layer_blocks())"
+        )
     depth: dict[int, int] = {}
     for i, block in enumerate(blocks):
         for variable in block.weights:

@@ -1,0 +1,79 @@
+"""ULMFiT's three stages through the core: the LM's per-word perplexity, target-LM fine-tuning
+with --init, the classifier with the paper's fine-tuning recipe, its ONNX export against Keras on
+padded rows, and the one-line refusals of a stage run out of order."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from inplugins import in_tree_plugins  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.usefixtures("in_tree_plugins")
+
+
+def test_the_three_stages_chain(ulmfit_stages: dict[str, Path]) -> None:
+    general = json.loads((ulmfit_stages["general"] / "metrics.json").read_text())
+    assert math.isfinite(general["heldout_word_perplexity"]) and general["heldout_words"] > 0
+    target = json.loads((ulmfit_stages["target"] / "manifest.json").read_text())
+    assert target["init"] == str(ulmfit_stages["general"].resolve())
+    assert target["corpora"] == [str(ulmfit_stages["corpus"].resolve()), str(ulmfit_stages["train"].resolve())]
+    assert (ulmfit_stages["target"] / "tokenizer.json").read_text() == (ulmfit_stages["general"] / "tokenizer.json").read_text()
+    config = (ulmfit_stages["classifier"] / "config.toml").read_text()
+    for line in ('schedule = "slanted_triangular"', "layer_lr_decay = 0.384615", "gradual_unfreezing = true"):
+        assert line in config  # the family's [finetune] recipe, recorded
+    assert json.loads((ulmfit_stages["classifier"] / "metrics.json").read_text())["dev_accuracy"] >= 0.0
+
+
+def test_onnx_export_matches_keras_on_padded_rows(ulmfit_stages: dict[str, Path], tmp_path: Path) -> None:
+    """``ptmkit export`` of the classifier; ONNX Runtime's logits equal Keras' within 1e-4 on rows
+    of 1, 4 and 9 tokens padded to 12, and on a row of padding only."""
+    import onnxruntime
+
+    from ptmkit.testing import export_run, load_classifier
+
+    manifest = export_run(ulmfit_stages["classifier"], tmp_path / "export")
+    assert max(manifest["variants"]["fp32"]["parity_max_abs_diff"].values()) < 1e-4
+    model, _, _, _ = load_classifier(ulmfit_stages["classifier"])
+    rng = np.random.default_rng(0)
+    ids = rng.integers(4, 100, (4, 12)).astype(np.int32)
+    mask = np.zeros((4, 12), np.int32)
+    for row, length in enumerate((1, 4, 9, 0)):
+        mask[row, :length] = 1
+    ids[mask == 0] = 0
+    feeds = {"token_ids": ids, "padding_mask": mask}
+    expected = np.asarray(model(feeds, training=False))
+    session = onnxruntime.InferenceSession(str(tmp_path / "export" / "model.onnx"), providers=["CPUExecutionProvider"])
+    (actual,) = session.run(None, feeds)
+    assert np.abs(actual - expected).max() < 1e-4
+
+
+def _refusal(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    from ptmkit.testing import main
+
+    assert main(list(args)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_stages_out_of_order_name_the_missing_stage(ulmfit_stages: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corpus, train, dev = (str(ulmfit_stages[k]) for k in ("corpus", "train", "dev"))
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    (unfinished / "config.toml").write_text('family = "ulmfit"\n')
+    # target-LM fine-tuning without a general-domain LM
+    for missing in (tmp_path / "none", unfinished):
+        err = _refusal(capsys, "train", "ulmfit", "--init", str(missing), "--corpus", corpus, "--out", str(tmp_path / "out"))
+        assert "general-domain language model (ULMFiT stage 1)" in err and str(missing) in err
+    assert not (tmp_path / "out").exists()
+    err = _refusal(capsys, "train", "ulmfit", "--init", str(ulmfit_stages["classifier"]), "--corpus", corpus, "--out", str(tmp_path / "out"))
+    assert "is a finetune run" in err and "general-domain language model" in err
+    # a classifier without a language model
+    err = _refusal(capsys, "finetune", str(unfinished), "--train", train, "--dev", dev, "--out", str(tmp_path / "clf"))
+    assert "general-domain language model (ULMFiT stage 1) has not finished" in err
+    err = _refusal(capsys, "finetune", str(tmp_path / "none"), "--train", train, "--dev", dev, "--out", str(tmp_path / "clf"))
+    assert "no such run directory; fine-tuning starts from a finished pre-training run" in err
