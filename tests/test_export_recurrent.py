@@ -109,3 +109,21 @@ def test_weights_in_onnx_gate_order_by_hand() -> None:
     assert "stateful" in fusible(keras.layers.LSTM(2, stateful=True))
     assert "'softsign'" in fusible(keras.layers.LSTM(2, activation="softsign"))
     assert fusible(keras.layers.GRU(2)) == "not a keras.layers.LSTM"
+
+
+def test_a_subclass_with_its_own_call_is_fused_only_when_it_says_it_exports_as_lstm() -> None:
+    import keras
+
+    from ptmkit.exporting.recurrent import fusible
+
+    class Noisy(keras.layers.LSTM):
+        def call(self, sequences, initial_state=None, mask=None, training=False):  # noqa: ANN001, ANN202
+            return super().call(sequences, initial_state=initial_state, mask=mask, training=training)
+
+    class TrainingOnly(Noisy):
+        exports_as_lstm = True  # its call differs from LSTM's in training only
+
+    assert fusible(keras.layers.LSTM(4)) is None
+    assert fusible(Noisy(4, name="noisy")) == "noisy: a subclass with its own call or cell"
+    assert fusible(TrainingOnly(4)) is None
+    assert fusible(keras.layers.GRU(4)) == "not a keras.layers.LSTM"

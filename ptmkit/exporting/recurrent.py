@@ -38,7 +38,9 @@ The one assumption: the mask of a fused layer is a prefix mask (each row's valid
 padding at the end), which every packer of ptmkit writes; ``lengths`` is the mask's row sum.
 A family opts in (:attr:`ptmkit.contract.ModelFamily.fuse_lstm_export`); other layers (a
 subclass with its own ``call``, a stateful one, other activations, a compute dtype other than
-float32) keep tf2onnx's conversion. :func:`recurrence` counts what a graph holds, for the
+float32) keep tf2onnx's conversion. A subclass whose own ``call`` differs from ``LSTM``'s in
+training only (a weight-dropped LSTM, say) declares ``exports_as_lstm = True`` to be fused:
+the export traces at inference, where it is a plain ``LSTM``. :func:`recurrence` counts what a graph holds, for the
 export manifest.
 """
 
@@ -101,13 +103,15 @@ def _activation_name(function: Any) -> str:
 
 def fusible(layer: Any) -> str | None:
     """Why the Keras layer ``layer`` cannot be exported as a fused ``LSTM`` node, or None when it
-    can: a ``keras.layers.LSTM`` (or a subclass that keeps its ``call``) on a plain ``LSTMCell``,
+    can: a ``keras.layers.LSTM`` (or a subclass that keeps its ``call``, or declares
+    ``exports_as_lstm = True``: its ``call`` at inference is ``LSTM``'s) on a plain ``LSTMCell``,
     not stateful, float32 compute, activations of :data:`ACTIVATIONS`."""
     import keras
 
     if not isinstance(layer, keras.layers.LSTM):
         return "not a keras.layers.LSTM"
-    if type(layer).call is not keras.layers.LSTM.call or type(layer.cell) is not keras.layers.LSTMCell:
+    own_call = type(layer).call is not keras.layers.LSTM.call and not getattr(layer, "exports_as_lstm", False)
+    if own_call or type(layer.cell) is not keras.layers.LSTMCell:
         return f"{layer.name}: a subclass with its own call or cell"
     if layer.stateful:
         return f"{layer.name}: stateful"
