@@ -20,8 +20,8 @@ A stage run out of order is refused in one line naming the missing stage
 finished general-domain LM.
 
 Not here: fastai's bias on the tied decoder, AR/TAR (activation regularisation), the
-bidirectional (forward + backward) ensemble of the paper's best results, and an ONNX export with
-fused ``LSTM`` nodes (the standard export converts the recurrence as a ``Loop``).
+bidirectional (forward + backward) ensemble of the paper's best results. The standard ONNX export
+writes the LSTM layers as fused ``LSTM`` nodes (:attr:`ULMFiTFamily.fuse_lstm_export`).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ class ULMFiTFamily(ModelFamily):
     """ULMFiT: a word-level AWD-LSTM language model and its concat-pooled classifier."""
 
     name = "ulmfit"
+    fuse_lstm_export = True  # the AWD-LSTM's layers export as fused ONNX LSTM nodes, not tf2onnx's Loop
     description = "ULMFiT (Howard & Ruder 2018): AWD-LSTM LM (weight drop, locked/embedding dropout), --init target-LM fine-tuning, concat pooling"
     config_class = ULMFiTConfig
     inputs = (

@@ -111,7 +111,7 @@ class WeightDropLSTM(keras.layers.LSTM):
     (Merity et al. 2017, section 2; fastai's ``WeightDropout`` around ``nn.LSTM``): while
     training, ``W_hh`` is replaced by ``W_hh * m / (1 - p)`` with one Bernoulli mask ``m`` per
     batch, shared by every time step; at inference it is ``W_hh``, and the layer is a plain
-    ``LSTM`` (cuDNN's kernel on a GPU, an ONNX ``LSTM`` or ``Loop`` when exported).
+    ``LSTM`` (cuDNN's kernel on a GPU, an ONNX ``LSTM`` node when exported: :attr:`exports_as_lstm`).
 
     The cell is Keras' (and PyTorch's ``nn.LSTM``), gates in the order input, forget, cell,
     output::
@@ -134,6 +134,9 @@ class WeightDropLSTM(keras.layers.LSTM):
     Returns:
         ``(batch, sequence, units)``, every step's ``h_t``.
     """
+
+    #: At inference ``call`` is ``LSTM``'s: the ONNX export may write the layer as a fused node.
+    exports_as_lstm = True
 
     def __init__(self, units: int, weight_dropout: float = 0.0, seed: int | None = None, **kwargs: Any) -> None:
         kwargs["return_sequences"] = True

@@ -37,6 +37,7 @@ def test_onnx_export_matches_keras_on_padded_rows(ulmfit_stages: dict[str, Path]
 
     manifest = export_run(ulmfit_stages["classifier"], tmp_path / "export")
     assert max(manifest["variants"]["fp32"]["parity_max_abs_diff"].values()) < 1e-4
+    assert manifest["recurrence"]["kind"] == "fused" and manifest["recurrence"]["Loop"] == 0, manifest["recurrence"]
     model, _, _, _ = load_classifier(ulmfit_stages["classifier"])
     rng = np.random.default_rng(0)
     ids = rng.integers(4, 100, (4, 12)).astype(np.int32)
