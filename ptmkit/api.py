@@ -62,7 +62,7 @@ Data and training glue (:mod:`ptmkit.data.readers`, :mod:`ptmkit.training`)
     (byte-level BPE, for every family that learns its vocabulary on bytes); :func:`train_wordpiece`,
     :func:`wordpiece_special_tokens`, :data:`WORDPIECE_SPECIALS`, :func:`load_checkpoint_wordpiece`
     (WordPiece, for every family whose vocabulary is WordPiece, and its import from a checkpoint); :func:`train_unigram`,
-    :func:`unigram_tokenizer` (SentencePiece-style unigram pieces: ALBERT, T5, XLNet); :func:`derive_inputs` (a family's declared inputs from
+    :func:`unigram_tokenizer` (SentencePiece-style unigram pieces: ALBERT, T5, XLNet); :func:`train_word_level` (a whitespace word vocabulary: ELMo, CoVe, ULMFiT); :func:`derive_inputs` (a family's declared inputs from
     token ids, segment ids and a padding mask); :func:`pack_cls_sep` (BERT's ``[CLS] A [SEP] B [SEP]``
     packing with segment ids) and :class:`ClsSepInputs` (a family's ``pack`` and
     ``num_special_tokens`` for it); :func:`quiet_tensorflow`, :func:`seed_everything`;
@@ -165,7 +165,7 @@ from ptmkit.contract import (
 from ptmkit.data.byte_level_bpe import byte_level_tokenizer, train_byte_level_bpe
 from ptmkit.data.parallel import ParallelCorpus, read_parallel
 from ptmkit.data.readers import is_labelled, read_corpus, read_labelled, read_multilabelled
-from ptmkit.data.tokenization import ClsSepInputs, derive_inputs, pack_cls_sep
+from ptmkit.data.tokenization import ClsSepInputs, derive_inputs, pack_cls_sep, train_word_level
 from ptmkit.data.unigram import train_unigram, unigram_tokenizer
 from ptmkit.data.wordpiece import SPECIALS as WORDPIECE_SPECIALS
 from ptmkit.data.wordpiece import load_checkpoint_wordpiece, train_wordpiece, wordpiece_special_tokens
@@ -247,6 +247,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "pack_cls_sep",
+    "train_word_level",
     "ClsSepInputs",
     # hook markers
     "__version__",

@@ -29,7 +29,15 @@ from typing import Any
 
 import numpy as np
 
-from ptmkit.api import BACKBONE_WEIGHTS, TOKENIZER, DataError, RunDir, atomic_save, read_parallel, seed_everything
+from ptmkit.api import (
+    BACKBONE_WEIGHTS,
+    TOKENIZER,
+    RunDir,
+    atomic_save,
+    read_parallel,
+    seed_everything,
+    train_word_level,
+)
 from ptmkit_cove.config import CoVeConfig
 
 TARGET_TOKENIZER = "target_tokenizer.json"
@@ -73,17 +81,8 @@ def target_tokenizer(targets: list[str], config: CoVeConfig) -> Any:
     Raises:
         DataError: no target word is that frequent.
     """
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    trainer = trainers.WordLevelTrainer(
-        vocab_size=config.target_vocabulary_size, min_frequency=config.target_min_frequency, special_tokens=list(TARGET_SPECIALS), show_progress=False
-    )
-    tokenizer.train_from_iterator(targets, trainer)
-    if tokenizer.get_vocab_size() <= len(TARGET_SPECIALS):
-        raise DataError(f"the targets hold no word occurring at least model.target_min_frequency = {config.target_min_frequency} times")
-    return tokenizer
+    return train_word_level(targets, config.target_vocabulary_size, config.target_min_frequency, TARGET_SPECIALS, what="the targets",
+                            key="model.target_min_frequency")
 
 
 def pack(sources: list[list[int]], targets: list[list[int]], length: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ptmkit.api import DataError
+from ptmkit.api import train_word_level
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 
@@ -22,16 +22,9 @@ def train_word_vocabulary(texts: Iterable[str], vocabulary_size: int, min_freque
     Raises:
         DataError: the texts held no word occurring ``min_frequency`` times.
     """
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import processors
 
-    tokenizer = Tokenizer(models.WordLevel(unk_token=UNK))
-    if lowercase:
-        tokenizer.normalizer = normalizers.Lowercase()
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    trainer = trainers.WordLevelTrainer(vocab_size=vocabulary_size, min_frequency=min_frequency, special_tokens=[PAD, UNK, BOS, EOS], show_progress=False)
-    tokenizer.train_from_iterator(texts, trainer)
-    if tokenizer.get_vocab_size() <= 4:
-        raise DataError(f"the corpus gave no word occurring at least model.min_frequency = {min_frequency} times to build a vocabulary from")
+    tokenizer = train_word_level(texts, vocabulary_size, min_frequency, (PAD, UNK, BOS, EOS), lowercase)
     ids = [(token, tokenizer.token_to_id(token)) for token in (BOS, EOS)]
     tokenizer.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A {EOS} $B:1", special_tokens=ids)
     return tokenizer

@@ -104,6 +104,31 @@ def word_start_table(tokenizer: Any) -> np.ndarray | None:
     return table
 
 
+def train_word_level(texts: Any, vocabulary_size: int, min_frequency: int, specials: Sequence[str], lowercase: bool = False, what: str = "the corpus", key: str = "model.min_frequency") -> Any:
+    """A word-level Hugging Face ``tokenizers.Tokenizer`` trained on ``texts``: words are the
+    whitespace-separated strings of a line (lower-cased with ``lowercase``); ``specials`` take the
+    first ids (the first of them unused by the model here, the second the unknown word), then the
+    ``vocabulary_size - len(specials)`` most frequent words occurring ``min_frequency`` times or
+    more (``tokenizers``' ``WordLevelTrainer``). No post-processor: the family adds its own.
+
+    Raises:
+        DataError: no word of ``what`` occurs ``min_frequency`` times (``key`` names the setting).
+    """
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    from ptmkit.errors import DataError
+
+    tokenizer = Tokenizer(models.WordLevel(unk_token=specials[1]))
+    if lowercase:
+        tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    trainer = trainers.WordLevelTrainer(vocab_size=vocabulary_size, min_frequency=min_frequency, special_tokens=list(specials), show_progress=False)
+    tokenizer.train_from_iterator(texts, trainer)
+    if tokenizer.get_vocab_size() <= len(specials):
+        raise DataError(f"{what} gave no word occurring at least {key} = {min_frequency} times to build a vocabulary from")
+    return tokenizer
+
+
 def pack_cls_sep(first: list[int], second: list[int] | None, sequence_length: int, cls: int, sep: int) -> tuple[list[int], list[int]]:
     """BERT's packing (Devlin et al. 2019): ``[CLS] first [SEP]`` as segment 0 and ``second [SEP]``
     as segment 1, cut to ``sequence_length``; returns ``(token_ids, segment_ids)``."""
