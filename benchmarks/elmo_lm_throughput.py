@@ -26,7 +26,7 @@ Rows (tokens/s = batch x sequence_length per step, every position a token, the d
   distinct ones kept, ``-log`` inclusion-probability correction, accidental hits removed).
 
 Threads: TensorFlow's intra-op pool and ``torch.set_num_threads`` are both ``--threads`` (default:
-all cores), inter-op 1... 2 as TensorFlow defaults. Timing: a wall clock and the process CPU time
+all cores; TensorFlow's inter-op pool at its default). Timing: a wall clock and the process CPU time
 (``time.process_time``, all threads) stamped after every step; the first ``--warmup`` steps of
 each row are dropped (tracing), the next ``--steps`` kept; reported: median wall time per step,
 tokens/s from it, median CPU time per step, and the ratios to the anchors. The machine these
