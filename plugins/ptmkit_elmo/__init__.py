@@ -14,9 +14,11 @@ from the padding mask (:attr:`ELMoFamily.fuse_lstm_export`; :mod:`ptmkit.exporti
 equal to Keras within 1e-4 at every step, padded ones included; tf2onnx alone writes each masked
 LSTM as a ``Loop``. The manifest's ``recurrence`` records which.
 
-Not yet here: a sampled softmax for large vocabularies (the full softmax is computed); the
-characters of words outside the input vocabulary (the core's ``char_ids`` spell them as
-``<unk>``). CoVe is its own family (``ptmkit_cove``).
+``objectives.bilm.softmax = "sampled"`` trains through a sampled softmax (Jean et al. 2015, as
+bilm-tf trains; :mod:`ptmkit_elmo.softmax`); held-out figures always use the full softmax.
+
+Not yet here: the characters of words outside the input vocabulary (the core's ``char_ids``
+spell them as ``<unk>``). CoVe is its own family (``ptmkit_cove``).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ptmkit.api import HeldoutLines, Objective, SpecialTokens, derive_inputs
+from ptmkit.api import ConfigError, HeldoutLines, Objective, SpecialTokens, check_positive, derive_inputs
 
 #: ``<unk>``'s id in an ELMo vocabulary (:mod:`ptmkit_elmo.tokenizer`: ``<pad>``, ``<unk>``, ``<S>``, ``</S>`` first).
 UNK_ID = 1
@@ -45,14 +45,37 @@ UNK_ID = 1
 #: The backbone capabilities the objective reads (the declared outputs of the ``elmo`` family).
 FORWARD_OUTPUT, BACKWARD_OUTPUT = "forward_output", "backward_output"
 
+#: The extra training input of a sampled-softmax run: the targets, ``(batch, 2, sequence)`` int32.
+TARGETS_INPUT = "bilm_targets"
+
+
+#: ``objectives.bilm.softmax`` values.
+SOFTMAX_KINDS = ("full", "sampled")
+
 
 @dataclasses.dataclass
 class BiLMConfig:
-    """Bidirectional-LM settings (section ``[objectives.bilm]``); it has none yet: every real
-    token of a window but the first is a forward target and every one but the last a backward one."""
+    """Bidirectional-LM settings (section ``[objectives.bilm]``). Every real token of a window but
+    the first is a forward target and every one but the last a backward one.
+
+    Attributes:
+        softmax: the training loss's softmax: ``"full"`` (every word's logit, every step) or
+            ``"sampled"`` (Jean et al. 2015, as bilm-tf trains: the target and ``num_sampled``
+            candidates drawn per direction and step from a log-uniform distribution over the
+            frequency-sorted vocabulary; :mod:`ptmkit_elmo.softmax`). Held-out losses and
+            perplexities always use the full softmax; a sampled run reports no accuracy.
+        num_sampled: candidates per direction and step with ``softmax = "sampled"``, fewer than
+            ``model.vocabulary_size`` (bilm-tf: 8,192 of 793,471 words); drawn with replacement,
+            so the frequent words recur (1,024 draws over 8,000 words give about 530 distinct).
+    """
+
+    softmax: str = "full"
+    num_sampled: int = 1024
 
     def validate(self) -> None:
-        return None
+        if self.softmax not in SOFTMAX_KINDS:
+            raise ConfigError(f"config key 'objectives.bilm.softmax' must be one of {', '.join(SOFTMAX_KINDS)}, got {self.softmax!r}")
+        check_positive(self, "objectives.bilm", "num_sampled")
 
 
 def bidirectional_targets(token_ids: np.ndarray, padding_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -100,16 +123,39 @@ class BiLM(Objective):
         self, batch: Mapping[str, np.ndarray], rng: np.random.Generator, config: BiLMConfig, specials: SpecialTokens, vocabulary_size: int
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
         targets, weights = bidirectional_targets(batch["token_ids"], batch["padding_mask"])
-        return {}, {"bilm": targets}, {"bilm": weights}
+        extra = {TARGETS_INPUT: targets} if config.softmax == "sampled" else {}  # the sampled loss is computed in the graph
+        return extra, {"bilm": targets}, {"bilm": weights}
 
     def build(self, backbone: Any, inputs: dict[str, Any], config: BiLMConfig) -> tuple[dict, dict, dict, dict]:
+        """The stacked logits and the full cross-entropy (``softmax = "full"``), or the per-prediction
+        NLL of :class:`~ptmkit_elmo.softmax.BiLMSoftmaxLoss` (``"sampled"``; targets as an extra input).
+
+        Raises:
+            ConfigError: ``objectives.bilm.num_sampled`` is not below ``model.vocabulary_size``.
+        """
         import keras
         from keras import ops
 
         outputs = backbone(inputs)
+        softmax_size, unk = int(backbone.vocabulary_size), UNK_ID
+        if config.softmax == "sampled":
+            from ptmkit_elmo.softmax import BiLMSoftmaxLoss
+
+            if config.num_sampled >= softmax_size:
+                raise ConfigError(
+                    f"config key 'objectives.bilm.num_sampled' = {config.num_sampled} must be less than 'model.vocabulary_size' = {softmax_size} "
+                    "(or set objectives.bilm.softmax = \"full\")"
+                )
+            targets = keras.Input(shape=(2, None), dtype="int32", name=TARGETS_INPUT)
+            states = ops.stack([outputs[FORWARD_OUTPUT], outputs[BACKWARD_OUTPUT]], axis=1)
+            nll = BiLMSoftmaxLoss(backbone.softmax, config.num_sampled, name="bilm")(states, softmax_targets(targets, softmax_size, unk))
+
+            def per_prediction(y_true: Any, y_pred: Any) -> Any:
+                return y_pred
+
+            return {TARGETS_INPUT: targets}, {"bilm": nll}, {"bilm": per_prediction}, {"bilm": []}
         both = ops.stack([backbone.logits(outputs[FORWARD_OUTPUT]), backbone.logits(outputs[BACKWARD_OUTPUT])], axis=1)
         logits = keras.layers.Activation("linear", dtype="float32", name="bilm")(both)
-        softmax_size, unk = int(backbone.vocabulary_size), UNK_ID
 
         def loss(y_true: Any, y_pred: Any) -> Any:
             return keras.losses.sparse_categorical_crossentropy(softmax_targets(y_true, softmax_size, unk), y_pred, from_logits=True)

@@ -96,6 +96,8 @@ def test_config_documents_every_key(capsys: pytest.CaptureFixture[str]) -> None:
     assert keys == [f.name for f in dataclasses.fields(ELMoConfig)]
     assert all(model[model.index(line) - 1].startswith("#") for line in model if " = " in line and not line.startswith("#"))
     assert "[objectives.bilm]" in lines and "filter_counts = [16, 16, 32, 32, 64, 64, 64]" in lines
+    bilm = lines[lines.index("[objectives.bilm]") + 1 :]
+    assert [line for line in bilm if not line.startswith("#")][:2] == ['softmax = "full"', "num_sampled = 1024"]
     assert main(["config", "elmo", "--finetune"]) == 0
     tuned = capsys.readouterr().out.splitlines()
     assert {'layers = "mix"', "freeze_backbone = true", 'pooling = "mean"'} <= set(tuned)
