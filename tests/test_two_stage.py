@@ -51,13 +51,13 @@ def test_stage_two_starts_from_the_stage_one_encoder_with_a_new_head(stage_one: 
     from ptmkit.training.finetune import build_classifier, finetune, load_classifier, load_encoder
 
     train, dev, labels = supersense_files(tmp_path)
-    trained = _weights(load_classifier(stage_one)[0])
+    stage_one_model, config, _, _ = load_classifier(stage_one)
+    trained = _weights(stage_one_model)
     backbone, _ = load_encoder(get_registry(), RunDir(stage_one))
     start = [np.asarray(w) for w in backbone.get_weights()]
     assert len(start) == len(trained) and all(np.array_equal(a, b) for a, b in zip(start, trained, strict=True))
     original, _ = load_encoder(get_registry(), RunDir(tiny_pretrained))
     assert not all(np.array_equal(a, np.asarray(b)) for a, b in zip(trained, original.get_weights(), strict=True))  # stage 1 moved it
-    config = load_classifier(stage_one)[1]
     head = build_classifier(get_registry(), config, backbone, labels).get_layer("logits")
     assert head.kernel.shape == (32, labels) and np.all(np.asarray(head.bias) == 0)
 

@@ -332,6 +332,8 @@ def load_encoder(registry: Registry, run: RunDir) -> tuple[Any, Any]:
     import keras
 
     trained, config, tokenizer, _ = load_classifier(run.path, registry)
+    if "tasks" in manifest:  # a multi-task run: the encoder inside its first head's model
+        trained = next(layer for layer in trained.layers if isinstance(layer, keras.Model))
     old = next(layer for layer in trained.layers if isinstance(layer, keras.Model))
     backbone = registry.family(manifest["family"]).build_backbone(config.model)
     backbone.set_weights(old.get_weights())
@@ -728,7 +730,8 @@ def _finetune_word_vectors(
 
 
 def load_classifier(run_dir: str | Path, registry: Registry | None = None) -> tuple[Any, RunConfig, Any, dict[str, Any]]:
-    """Rebuild a fine-tuned run's model and load its weights.
+    """Rebuild a fine-tuned run's model and load its weights (a multi-task run's model returns a
+    list of logits, one per task in its manifest's ``tasks`` order).
 
     Returns:
         ``(model, config, tokenizer, manifest)``.
@@ -744,6 +747,11 @@ def load_classifier(run_dir: str | Path, registry: Registry | None = None) -> tu
     manifest = run.manifest()
     if not manifest.get("head"):
         raise RunDirError(f"{run.path}: this {manifest['stage']} run has no head; fine-tune it first (`ptmkit finetune {run.path} ...`)")
+    if "tasks" in manifest:  # multi-task: the model of every head, one output per task
+        from ptmkit.training.multitask import load_multitask
+
+        model, _, config, tokenizer, manifest = load_multitask(run.path, registry)
+        return model, config, tokenizer, manifest
     backbone, config, tokenizer, _ = load_backbone(registry, run)
     labels = run.read_json(LABELS)
     model = build_classifier(registry, config, backbone, len(labels))
