@@ -70,6 +70,12 @@ def test_a_two_task_run_reports_each_head_on_its_dev_set(multitask_run: tuple[Pa
         assert heads[name].output.shape[-1] == len(task["labels"]) == tasks[name]["labels"]
         assert tasks[name]["share"] == 0.5 and tasks[name]["steps"] > 0  # uniform
         steps += tasks[name]["steps"]
+    from ptmkit.compress import prune_heads_run
+    from ptmkit.console import default_console
+    from ptmkit.errors import RunDirError
+
+    with pytest.raises(RunDirError, match=r"is a multi-task run \(polarity, supersense\); attention-head pruning works on a run with one head"):
+        prune_heads_run(out, out.parent / "pruned", default_console(), fraction=0.5)
     assert steps == metrics["steps"] == 2 * (3 + 3)  # 2 epochs of ceil(48 / 16) batches of each task (max_train_examples=48)
 
 

@@ -290,6 +290,8 @@ def _check_sources(parent: RunDir, teacher: str | Path | None, overrides: list[s
             raise RunDirError(f"--teacher {exc}; the teacher is a fine-tuned run (ptmkit finetune ... --out DIR)") from None
         if stage != "finetune":
             raise RunDirError(f"--teacher {teacher}: is a {stage} run; the teacher is a fine-tuned run (one with a head)")
+        if "tasks" in RunDir(teacher).manifest():
+            raise RunDirError(f"--teacher {teacher}: is a multi-task run; the teacher is a fine-tuned run with one head and the student's labels")
     for override in overrides:
         section = override.partition("=")[0].strip().split(".")[0]
         if section not in ("finetune", "head"):
