@@ -483,7 +483,8 @@ def _stage_start(parent: RunDir, manifest: dict[str, Any], config: RunConfig, la
         return "pretrained"
     parent_config = read_toml(parent.require(CONFIG))
     same = (
-        list(parent.read_json(LABELS)) == list(labels)
+        "tasks" not in manifest  # a multi-task parent's heads are not one head to continue
+        and list(parent.read_json(LABELS)) == list(labels)
         and manifest.get("head") == config.finetune.head
         and (parent_config.get("finetune") or {}).get("strategy", "full") == config.finetune.strategy
         and read_toml_section(parent_config, "head") == config.to_dict().get("head", {})
