@@ -70,6 +70,15 @@ def test_a_two_task_run_reports_each_head_on_its_dev_set(multitask_run: tuple[Pa
         assert heads[name].output.shape[-1] == len(task["labels"]) == tasks[name]["labels"]
         assert tasks[name]["share"] == 0.5 and tasks[name]["steps"] > 0  # uniform
         steps += tasks[name]["steps"]
+    from ptmkit.rundir import RunDir
+    from ptmkit.training.finetune import load_encoder
+
+    encoder, _ = load_encoder(get_registry(), RunDir(out))  # a multi-task run as the intermediate run of a later fine-tuning
+    import keras
+
+    shared = next(layer for layer in heads["polarity"].layers if isinstance(layer, keras.Model))  # the backbone both heads share
+    assert shared is next(layer for layer in heads["supersense"].layers if isinstance(layer, keras.Model))
+    assert all(np.array_equal(a, b) for a, b in zip(encoder.get_weights(), shared.get_weights(), strict=True))
     from ptmkit.compress import prune_heads_run
     from ptmkit.console import default_console
     from ptmkit.errors import RunDirError
