@@ -101,10 +101,14 @@ def train(
 
 @app.command()
 def finetune(
-    run_dir: Annotated[Path, typer.Argument(help="A pre-trained run directory.")],
-    train: Annotated[Path, typer.Option(help="Labelled training file: __label__ lines, or TSV/CSV/JSONL with label,text.")],
-    dev: Annotated[Path, typer.Option(help="Labelled dev file, same formats.")],
+    run_dir: Annotated[Path, typer.Argument(help="A pre-trained run directory, or a fine-tuned one (two-stage fine-tuning: its encoder, and a new head when the labels differ).")],
     out: Annotated[Path, typer.Option(help="Run directory to create for the fine-tuned model.")],
+    train: Annotated[Path | None, typer.Option(help="Labelled training file: __label__ lines, or TSV/CSV/JSONL with label,text.")] = None,
+    dev: Annotated[Path | None, typer.Option(help="Labelled dev file, same formats.")] = None,
+    task: Annotated[
+        list[str] | None,
+        typer.Option("--task", help="Multi-task fine-tuning (MT-DNN), instead of --train/--dev: NAME=TRAIN:DEV, repeated for each task; one head per task on a shared encoder, each batch's task drawn by finetune.task_sampling."),
+    ] = None,
     test: Annotated[Path | None, typer.Option(help="Labelled test file, evaluated once at the end.")] = None,
     config: ConfigOption = None,
     set_: SetOption = None,
@@ -124,7 +128,10 @@ def finetune(
     Ctrl-C, the same command with --resume continues from the last checkpoint to the weights an
     uninterrupted run ends with. With --teacher, the student (RUN_DIR's backbone) learns from the
     teacher's soft targets and the gold labels (Hinton et al. 2015), and the metrics add its
-    agreement with the teacher.
+    agreement with the teacher. RUN_DIR may itself be fine-tuned (two-stage fine-tuning: an
+    intermediate task, then this one). With --task NAME=TRAIN:DEV for each of several tasks, one
+    head per task trains on the shared encoder (MT-DNN; finetune.task_sampling: proportional,
+    temperature or uniform), and one export serves every head.
     """
     from ptmkit.config import STRATEGIES
     from ptmkit.errors import ConfigError
@@ -133,6 +140,18 @@ def finetune(
     if strategy is not None and strategy not in STRATEGIES:
         raise ConfigError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     overrides = [*(set_ or []), *([f"finetune.strategy={strategy}"] if strategy is not None else [])]
+    if task:
+        from ptmkit.training.multitask import finetune_multitask
+
+        given = [flag for flag, value in (("--train", train), ("--dev", dev), ("--test", test), ("--teacher", teacher), ("--resume", resume or None)) if value is not None]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: multi-task fine-tuning reads each task's files from --task NAME=TRAIN:DEV and has no {given[0]}")
+        with _noting_interrupts():
+            metrics = finetune_multitask(run_dir, task, out, config, overrides, console=console)
+        _report(f"fine-tuned {len(task)} tasks -> {out}", metrics)
+        return
+    if train is None or dev is None:
+        raise ConfigError("ptmkit finetune: give --train FILE and --dev FILE (or --task NAME=TRAIN:DEV for each task of a multi-task run)")
     with _noting_interrupts():
         metrics = run_finetune(run_dir, train, dev, out, config, overrides, console=console, test_file=test, resume=resume, teacher=teacher)
     _report(f"fine-tuned -> {out}", metrics)
@@ -293,6 +312,7 @@ def serve(
     device: Annotated[str, typer.Option(help="cpu or cuda (CUDA through onnxruntime-gpu; CPU with a warning without it).")] = "cpu",
     max_body_bytes: Annotated[int, typer.Option(min=1, help="Larger request bodies get HTTP 413.")] = 8 * 1024 * 1024,
     generation_slots: Annotated[int, typer.Option(min=1, help="Text generations (decoder exports) that run at once; more wait.")] = 2,
+    task: Annotated[str | None, typer.Option(help="A multi-task export: the head to serve (default: its first task).")] = None,
 ) -> None:
     """Serve an export over HTTP: the Open Inference Protocol (KServe v2: /v2/health/live, /v2/models/NAME,
     /v2/models/NAME/infer; for a decoder export the generate extension, /v2/models/NAME/generate and
@@ -311,7 +331,7 @@ def serve(
     try:
         run_server(
             directory, name=name, host=host, port=port, max_batch=max_batch, max_delay_ms=max_delay_ms, variant=variant,
-            threads=threads, device=device, max_body_bytes=max_body_bytes, generation_slots=generation_slots, log=lambda line: console.print(line, markup=False, highlight=False),
+            threads=threads, device=device, max_body_bytes=max_body_bytes, generation_slots=generation_slots, task=task, log=lambda line: console.print(line, markup=False, highlight=False),
         )
     except ExportDirError as exc:
         raise PtmkitError(str(exc)) from None
@@ -530,6 +550,7 @@ def predict(
     top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="Print only the K most probable labels, most probable first (default: every label, in the export's order).")] = None,
     threshold: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Print only the labels whose probability is >= P, most probable first (fastText's predict -th; with a one-vs-all export, e.g. -loss ova, every label over 0.5: --threshold 0.5).")] = None,
     echo: Annotated[bool, typer.Option("--echo", help=f"Print each whole text in its JSON line (default: its first {ECHO_CHARS} characters, then an ellipsis, and its index).")] = False,
+    task: Annotated[str | None, typer.Option(help="A multi-task export (ptmkit finetune --task ...): the head to predict with (default: its first task).")] = None,
 ) -> None:
     """Classify texts with ONNX Runtime: one JSON line per text (its index, the text or its start, the
     label and the probabilities, to 6 significant digits as fastText prints them). A long text costs what the model reads: it is cut to a prefix of
@@ -555,9 +576,9 @@ def predict(
             "(`ptmkit export RUN --onnx --int8`) first"
         )
     try:
-        predictor = Predictor(directory, variant=variant, threads=threads)
-    except ExportDirError as exc:
-        raise PtmkitError(str(exc)) from None
+        predictor = Predictor(directory, variant=variant, threads=threads, task=task)
+    except (ExportDirError, ValueError) as exc:
+        raise PtmkitError(str(exc) if task is None or isinstance(exc, ExportDirError) else f"--task {exc}") from None
     if predictor.is_embedder:
         raise PtmkitError(f"{directory}: is an embedding export (no labels); `ptmkit embed {directory} --text ...` gives its embeddings")
     for index, (item, prediction) in enumerate(zip(texts, predictor.predict(texts), strict=True)):

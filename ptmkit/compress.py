@@ -251,6 +251,7 @@ def prune_heads_run(
         raise ConfigError(f"{flag}: the {family.name} family cannot remove attention heads (it does not implement PrunesHeads)")
     _check_head_options(spec, fraction, per_layer, data)
     fine_tuned = bool(manifest.get("head"))
+    _refuse_multitask(source, manifest, "attention-head pruning")
     if not fine_tuned and spec is None:
         raise ConfigError(f"{source.path}: head importance needs a fine-tuned run (a classifier); for a {manifest['stage']} run name the heads with --prune-heads-spec")
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
@@ -433,6 +434,7 @@ def theseus_run(
         raise ConfigError(f"--theseus-layers: the {family.name} family cannot replace blocks of its backbone (it does not implement ReplacesModules)")
     if not manifest.get("head"):
         raise RunDirError(f"{source.path}: is a {manifest['stage']} run; module replacement compresses a fine-tuned run (the predecessor, with its head)")
+    _refuse_multitask(source, manifest, "module replacement")
     _check_theseus_options(base_rate, slope, overrides or [])
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise RunDirError(f"{target}: exists and is not an empty directory; choose another --out")
@@ -540,3 +542,12 @@ def _replace_modules(
         "train_examples": len(data["y_train"]), "dev_examples": len(data["y_dev"]), "steps": total,
         "final_replacement_rate": round(float(rate.numpy()), 6), "train_seconds": round(seconds, 1), "slope": k,
     }
+
+
+def _refuse_multitask(source: RunDir, manifest: dict[str, Any], method: str) -> None:
+    """Raise RunDirError for a multi-task run (``ptmkit finetune --task``): ``method`` reads one head."""
+    if "tasks" in manifest:
+        raise RunDirError(
+            f"{source.path}: is a multi-task run ({', '.join(manifest['tasks'])}); {method} works on a run with one head: fine-tune one task "
+            f"from it (ptmkit finetune {source.path} --train FILE --dev FILE --out RUN) and compress that"
+        )

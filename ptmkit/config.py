@@ -113,6 +113,8 @@ def check_schedule(cfg: Any, section: str) -> None:
 
 #: ``finetune.strategy``: which weights fine-tuning trains (:mod:`ptmkit.training.strategies`).
 STRATEGIES = ("full", "features", "adapters", "lora")
+#: How multi-task fine-tuning picks each batch's task (``finetune.task_sampling``; :mod:`ptmkit.training.multitask`).
+TASK_SAMPLINGS = ("proportional", "temperature", "uniform")
 
 
 @dataclasses.dataclass
@@ -172,6 +174,12 @@ class FinetuneConfig:
         sparsity_begin: the fraction of all fine-tuning steps at which magnitude pruning starts.
         sparsity_end: the fraction of all fine-tuning steps at which it reaches ``sparsity``.
         sparsity_every: steps between pruning steps (Zhu & Gupta's delta t).
+        task_sampling: multi-task fine-tuning (``--task``, :mod:`ptmkit.training.multitask`): the
+            rule that picks each batch's task: ``proportional`` to the task's training examples
+            (MT-DNN, Liu et al. 2019), ``temperature`` (``p_i`` proportional to
+            ``n_i ** (1 / task_temperature)``) or ``uniform``.
+        task_temperature: with ``task_sampling = "temperature"``, T (1: proportional; larger
+            values move the shares towards uniform).
     """
 
     head: str = "classification"
@@ -203,6 +211,8 @@ class FinetuneConfig:
     sparsity_begin: float = 0.0
     sparsity_end: float = 0.75
     sparsity_every: int = 10
+    task_sampling: str = "proportional"
+    task_temperature: float = 2.0
 
     def validate(self) -> None:
         self.mixed_precision = precision_policy(self.mixed_precision, "finetune")
@@ -215,7 +225,8 @@ class FinetuneConfig:
         if not self.lora_targets:
             raise ConfigError("config key 'finetune.lora_targets' is empty; name at least one layer (e.g. query,value)")
         check_unit_interval(self, "finetune", "distill_alpha")
-        check_positive(self, "finetune", "sparsity_every")
+        check_positive(self, "finetune", "sparsity_every", "task_temperature")
+        check_choice(self, "finetune", "task_sampling", TASK_SAMPLINGS)
         if not 0.0 <= self.sparsity < 1.0:
             raise ConfigError(f"config key 'finetune.sparsity' must be in [0, 1), got {self.sparsity}")
         if not 0.0 <= self.sparsity_begin < self.sparsity_end <= 1.0:

@@ -198,11 +198,15 @@ class Predictor:
             ``onnxruntime-gpu``; without it, CPU with a :class:`RuntimeWarning` (see
             :func:`device_providers`). The int8 variant's integer kernels are CPU kernels, so on
             CUDA the default variant is ``"fp32"``.
+        task: a multi-task export (``ptmkit finetune --task ...``; its manifest's ``tasks``): the
+            head whose labels :meth:`predict` and :meth:`logits` give; ``None``: the manifest's
+            ``default_task`` (the first). A single-task export takes ``None`` only.
 
     Attributes:
         manifest: the parsed ``manifest.json`` (dict).
         variant: the variant in use (str).
-        labels: label names, one per logit column (list of str).
+        labels: label names, one per logit column (list of str); a multi-task export's: the chosen task's.
+        task: the chosen task of a multi-task export (str), else None.
         batch_size: texts per ONNX Runtime call in :meth:`logits` (int, default 32).
         session: the ``onnxruntime.InferenceSession``; ``session.get_providers()`` lists the
             providers in use.
@@ -219,6 +223,8 @@ class Predictor:
             that tokenizes in the graph without onnxruntime-extensions installed, or whose outputs
             on the manifest's probe texts moved since the export (e.g. with TensorFlow loaded in
             the same process; :func:`ptmkit_export.tokenizer_graph.check_probe`).
+        ValueError: a ``task`` the export does not have (the message lists its tasks), or a
+            ``task`` for a single-task export.
     """
 
     batch_size: int = 32
@@ -230,6 +236,7 @@ class Predictor:
         threads: int | None = None,
         providers: Sequence[str] | None = None,
         device: str | None = None,
+        task: str | None = None,
     ) -> None:
         if providers and device is not None:
             raise ValueError("give providers or device, not both")
@@ -247,14 +254,14 @@ class Predictor:
                     stacklevel=2,
                 )
         self.variant: str = variant
-        self.labels: list[str] = list(self.manifest["labels"])
+        self.task, self.labels = self._choose_task(task)
         self.activation: str = str(self.manifest.get("activation", "softmax"))
         model_path = variant_path(self.export_dir, self.manifest, self.variant)
 
         self._inputs = [(spec["name"], spec["encoding"], np.dtype(spec["dtype"])) for spec in self.manifest["inputs"]]
         entry = self.manifest["variants"][self.variant]
         self.text_input: str | None = entry.get("text_input") if isinstance(entry.get("text_input"), str) else None
-        self._output = self.manifest["outputs"][0]["name"]
+        self._output = self.manifest["tasks"][self.task]["output"] if self.task is not None else self.manifest["outputs"][0]["name"]
         self.tokenizer: Tokenizer | None = None
         self.featurizer: BagOfRows | None = None
         if "featurizer" in self.manifest:
@@ -302,6 +309,24 @@ class Predictor:
             from ptmkit_export.tokenizer_graph import check_probe
 
             check_probe(self.session, entry, self._output, model_path)
+
+    def _choose_task(self, task: str | None) -> tuple[str | None, list[str]]:
+        """``(task, labels)``: the head of a multi-task export to use (``task``, else the
+        manifest's ``default_task``) and its labels; ``(None, the manifest's labels)`` for a
+        single-task export.
+
+        Raises:
+            ValueError: a ``task`` the export does not have, or any ``task`` for a single-task export.
+        """
+        tasks = self.manifest.get("tasks")
+        if not isinstance(tasks, dict):
+            if task is not None:
+                raise ValueError(f"{self.export_dir}: is a single-task export; it has no task {task!r} (drop the task)")
+            return None, list(self.manifest["labels"])
+        chosen = task if task is not None else str(self.manifest.get("default_task") or next(iter(tasks)))
+        if chosen not in tasks:
+            raise ValueError(f"{self.export_dir}: has no task {chosen!r}; its tasks: {', '.join(tasks)}")
+        return chosen, list(tasks[chosen]["labels"])
 
     def _load_tokenizer(self, path: Path) -> Tokenizer:
         try:

@@ -26,6 +26,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=None, help="ONNX Runtime intra-op threads")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
+    parser.add_argument("--task", default=None, help="a multi-task export: the head to serve (default: its first task)")
     parser.add_argument("--generation-slots", type=int, default=DEFAULT_GENERATION_SLOTS, help="text generations (decoder exports) that run at once; more wait")
     return parser
 
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         serve(
             args.export_dir, name=args.name, host=args.host, port=args.port, max_batch=args.max_batch,
             max_delay_ms=args.max_delay_ms, variant=args.variant, threads=args.threads, device=args.device,
-            max_body_bytes=args.max_body_bytes, generation_slots=args.generation_slots,
+            max_body_bytes=args.max_body_bytes, generation_slots=args.generation_slots, task=args.task,
         )
     except (ExportDirError, ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)

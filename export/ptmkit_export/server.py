@@ -243,7 +243,8 @@ class ModelService:
 
         ``inputs`` lists ``text`` first, then the model's tensors: a request gives ``text`` alone
         or all the tensors. ``outputs`` lists the text outputs then any other model output.
-        ``parameters`` adds ptmkit's ``task``, ``labels``, ``max_sequence_length``, ``variant``.
+        ``parameters`` adds ptmkit's ``task``, ``labels``, ``max_sequence_length``, ``variant``
+        (and for a multi-task export ``tasks`` and ``served_task``, whose labels ``labels`` are).
         """
         if self.is_generator:  # the generate extension's request and response fields
             inputs = [{"name": GENERATE_INPUT, "datatype": "BYTES", "shape": [1]}]
@@ -264,6 +265,7 @@ class ModelService:
                 "labels": self.labels,
                 "max_sequence_length": self.max_length,
                 "variant": self.predictor.variant,
+                **({"tasks": list(self.predictor.manifest["tasks"]), "served_task": self.predictor.task} if self.predictor.task is not None else {}),
             },
         }
 
@@ -1127,6 +1129,7 @@ def serve(
     graceful_timeout_s: float = 30.0,
     log: Callable[[str], None] | None = None,
     generation_slots: int = DEFAULT_GENERATION_SLOTS,
+    task: str | None = None,
 ) -> None:
     """Serve ``export_dir`` until SIGTERM or SIGINT; blocks.
 
@@ -1144,6 +1147,8 @@ def serve(
         graceful_timeout_s: longest wait for requests in flight at shutdown, in seconds.
         log: called with one line once the server listens (default: print to stdout, flushed).
         generation_slots: generations (decoder exports) that run at once (see :func:`create_app`).
+        task: a multi-task export's head to serve (default: its first task); the KServe v2
+            tensor path returns every task's ``logits_NAME`` output all the same.
 
     Raises:
         ExportDirError: the export directory is missing or broken.
@@ -1151,14 +1156,14 @@ def serve(
             ``generation_slots < 1``.
         OSError: ``host:port`` cannot be bound.
     """
-    predictor = Predictor(export_dir, variant=variant, threads=threads, device=device)
+    predictor = Predictor(export_dir, variant=variant, threads=threads, device=device, task=task)
     name = name or default_name(export_dir)
     app = create_app(predictor, name, max_batch=max_batch, max_delay_ms=max_delay_ms, max_body_bytes=max_body_bytes, generation_slots=generation_slots)
     sock = bind(host, port)
     bound = sock.getsockname()
     url_host = f"[{bound[0]}]" if sock.family == socket.AF_INET6 else bound[0]
     server = uvicorn.Server(uvicorn_config(app, graceful_timeout_s))
-    task = predictor.manifest.get("task", "")
+    task = predictor.manifest.get("task", "") + (f" {predictor.task}" if predictor.task is not None else "")
     line = (
         f"serving {name} ({task}, {predictor.variant}, {', '.join(predictor.session.get_providers())}) on "
         f"http://{url_host}:{bound[1]}  max batch {max_batch}, max delay {max_delay_ms:g} ms"

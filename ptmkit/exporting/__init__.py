@@ -188,7 +188,13 @@ def export_run(
 def _family_export(family: ModelFamily, run_dir: Path, out: str | Path | None, options: dict[str, Any], console: Console) -> dict[str, Any] | None:
     """The export of a family that makes its own: a bag-of-rows classifier
     (:func:`~ptmkit.exporting.rows.export_row_classifier`), or one that
-    :class:`~ptmkit.contract.WritesOwnExport` and accepts this run; None for the standard export."""
+    :class:`~ptmkit.contract.WritesOwnExport` and accepts this run; None for the standard export
+    (a multi-task run's: one ``logits_NAME`` output per task, its variants gated on the first
+    task's dev set, without ``--with-tokenizer``'s single-file variants: ExportError).
+    """
+    tasks = RunDir(run_dir).manifest().get("tasks")
+    if tasks and options["with_tokenizer"]:
+        raise ExportError(f"--with-tokenizer: {run_dir} is a multi-task run ({len(tasks)} outputs); it has no single-file variants, drop the flag")
     if isinstance(family, ClassifiesRows):
         check_row_options(run_dir, family.name, int8=options["int8"], optimize=options["optimize"], fp16=options["fp16"],
                           with_tokenizer=options["with_tokenizer"], int4=options["int4"])

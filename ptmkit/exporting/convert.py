@@ -25,10 +25,11 @@ from ptmkit.errors import ExportError
 from ptmkit.exporting.source import ExportSource
 
 
-def convert_to_onnx(model: Any, path: Path, inputs: Sequence[InputSpec], output_name: str = "logits", fuse_lstm: bool = False) -> None:
+def convert_to_onnx(model: Any, path: Path, inputs: Sequence[InputSpec], output_name: str | Sequence[str] = "logits", fuse_lstm: bool = False) -> None:
     """Export ``model`` to ONNX at ``path``: one graph input per declared input (its dtype, its
     named axes as symbolic dimensions, fixed sizes kept) and one output named ``output_name``
-    with a symbolic ``batch`` axis. With ``fuse_lstm``, each fusible Keras ``LSTM`` layer becomes
+    with a symbolic ``batch`` axis (a sequence of names: a model returning a list of as many
+    tensors, e.g. a multi-task run's logits, gets one output per name, in order). With ``fuse_lstm``, each fusible Keras ``LSTM`` layer becomes
     one ONNX ``LSTM`` node with ``sequence_lens`` from its mask, which must then have each row's
     padding at its end (:mod:`ptmkit.exporting.recurrent`); without, tf2onnx writes a masked
     LSTM as a ``Loop``.
@@ -75,12 +76,15 @@ def convert_to_onnx(model: Any, path: Path, inputs: Sequence[InputSpec], output_
         for dim, axis in zip(value.type.tensor_type.shape.dim, axes[value.name], strict=True):
             if not dim.HasField("dim_value"):
                 dim.dim_param = axis
-    (output,) = graph.output
-    old = output.name
+    names = [output_name] if isinstance(output_name, str) else list(output_name)
+    if len(graph.output) != len(names):
+        raise ExportError(f"the converted graph has {len(graph.output)} outputs, expected {len(names)} ({', '.join(names)})")
+    renamed = {output.name: name for output, name in zip(graph.output, names, strict=True)}
     for node in graph.node:
-        node.output[:] = [output_name if name == old else name for name in node.output]
-    output.name = output_name
-    output.type.tensor_type.shape.dim[0].dim_param = "batch"
+        node.output[:] = [renamed.get(name, name) for name in node.output]
+    for output in graph.output:
+        output.name = renamed[output.name]
+        output.type.tensor_type.shape.dim[0].dim_param = "batch"
     onnx.checker.check_model(graph_model)
     onnx.save(graph_model, str(path))
     del graph_model
@@ -235,6 +239,6 @@ def convert_run(model: Any, path: Path, source: ExportSource, console: Console) 
     release_memory()  # loading the weights left freed buffers behind
     with console.status("converting to ONNX (tf2onnx)"):
         try:
-            convert_to_onnx(model, path, source.family.inputs, source.output, fuse_lstm=source.family.fuse_lstm_export)
+            convert_to_onnx(model, path, source.family.inputs, source.outputs or source.output, fuse_lstm=source.family.fuse_lstm_export)
         except Exception as exc:
             raise ExportError(f"ONNX conversion of {source.run.path} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc

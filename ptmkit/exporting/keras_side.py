@@ -69,7 +69,7 @@ def _convert_and_check_here(source: ExportSource, model: Any, path: Path, consol
     session = open_session(path)
     shapes = parity_shapes(source.sequence_length, source.limits.max_sequence_length)
     try:
-        return check_parity(model, session, shapes, source.vocabulary_size, source.padding_id, source.output, source.family.inputs, source.characters)
+        return check_parity(model, session, shapes, source.vocabulary_size, source.padding_id, source.outputs or source.output, source.family.inputs, source.characters)
     finally:
         del model, session  # the Keras side is done: free its weights and traced graphs before the variants
         release_keras()

@@ -48,6 +48,9 @@ class ExportSource:
         dev_file: the file the variants are gated on, or None.
         merge_lora: fold a LoRA run's low-rank updates into its kernels before converting
             (``--merge-lora``, :func:`ptmkit.training.strategies.merge_lora`).
+        outputs: a multi-task run's graph outputs, ``logits_NAME`` per task in its manifest's
+            order; empty for one output (``output``). ``output``, ``labels`` and ``dev_file`` are
+            then the first task's: the variants are gated on it.
     """
 
     run: RunDir
@@ -67,6 +70,7 @@ class ExportSource:
     mask_input: str | None
     dev_file: str | Path | None
     merge_lora: bool = False
+    outputs: tuple[str, ...] = ()
 
 
 def read_run(
@@ -93,7 +97,20 @@ def read_run(
 
     run = RunDir(run_dir)
     task_manifest: dict[str, Any]
-    if run.manifest().get("head"):
+    outputs: tuple[str, ...] = ()
+    if "tasks" in run.manifest():
+        config, tokenizer, run_manifest = _classifier_settings(run, registry)
+        tasks = run_manifest["tasks"]
+        first = next(iter(tasks))
+        outputs = tuple(task["output"] for task in tasks.values())
+        output, task, labels = tasks[first]["output"], run_manifest["head"], tasks[first]["labels"]
+        sequence_length = int(run_manifest["sequence_length"])
+        task_manifest = {
+            "labels": labels, "default_task": first, "tasks": {name: {"labels": t["labels"], "output": t["output"]} for name, t in tasks.items()},
+            "outputs": [{"name": t["output"], "dtype": "float32", "shape": ["batch", len(t["labels"])]} for t in tasks.values()],
+        }
+        dev = dev or tasks[first]["dev"]
+    elif run.manifest().get("head"):
         config, tokenizer, run_manifest = _classifier_settings(run, registry)
         output, task, labels = "logits", run_manifest["head"], run_manifest["labels"]
         sequence_length = int(run_manifest["sequence_length"])
@@ -125,7 +142,7 @@ def read_run(
         run=run, family=family, run_manifest=run_manifest, tokenizer=tokenizer, output=output, task=task, labels=labels,
         sequence_length=sequence_length, task_manifest=task_manifest, graph_optimizer=graph_optimizer, padding_id=specials.padding_id,
         limits=limits, vocabulary_size=vocabulary_size, characters=characters, mask_input=mask_spec.name if mask_spec else None, dev_file=dev_file,
-        merge_lora=merge_lora,
+        merge_lora=merge_lora, outputs=outputs,
     )
 
 
@@ -148,7 +165,7 @@ def load_model(source: ExportSource, registry: Registry) -> Any:
     Raises:
         RunDirError: missing or corrupted weights.
     """
-    if source.output == "logits":
+    if source.output == "logits" or source.outputs:
         from ptmkit.training.finetune import load_classifier
 
         model = load_classifier(source.run.path, registry)[0]

@@ -279,8 +279,10 @@ def _check_sources(parent: RunDir, teacher: str | Path | None, overrides: list[s
     if parent.path.is_dir() and not (parent / "manifest.json").exists():
         _refuse_unfinished(parent)
     manifest = parent.manifest()
-    if manifest["stage"] not in ("pretrain", "import"):
-        raise RunDirError(f"{parent.path}: is a {manifest['stage']} run; fine-tune a pre-training run")
+    if manifest["stage"] not in ("pretrain", "import", "finetune"):
+        raise RunDirError(f"{parent.path}: is a {manifest['stage']} run; fine-tune a pre-training run or a fine-tuned one")
+    if manifest["stage"] == "finetune":
+        _check_fine_tuned_parent(parent, manifest)
     if teacher is not None:
         try:
             stage = RunDir(teacher).manifest().get("stage")
@@ -288,11 +290,57 @@ def _check_sources(parent: RunDir, teacher: str | Path | None, overrides: list[s
             raise RunDirError(f"--teacher {exc}; the teacher is a fine-tuned run (ptmkit finetune ... --out DIR)") from None
         if stage != "finetune":
             raise RunDirError(f"--teacher {teacher}: is a {stage} run; the teacher is a fine-tuned run (one with a head)")
+        if "tasks" in RunDir(teacher).manifest():
+            raise RunDirError(f"--teacher {teacher}: is a multi-task run; the teacher is a fine-tuned run with one head and the student's labels")
     for override in overrides:
         section = override.partition("=")[0].strip().split(".")[0]
         if section not in ("finetune", "head"):
             raise ConfigError(f"--set {override!r}: fine-tuning keeps the pre-trained run's [{section}]; set finetune.* or head.* keys")
     return manifest
+
+
+def _check_fine_tuned_parent(parent: RunDir, manifest: dict[str, Any]) -> None:
+    """Refuse a fine-tuned parent whose encoder two-stage fine-tuning cannot take over: one whose
+    head trained on word vectors (no encoder), or one fine-tuned with ``adapters`` or ``lora``
+    (its encoder is the base weights plus added layers the new head's strategy would add again).
+
+    Raises:
+        RunDirError, ConfigError: one line naming the run.
+    """
+    registry = get_registry()
+    head = registry.heads.get(str(manifest.get("head")))
+    if isinstance(head, TrainsOnWordVectors) or isinstance(registry.family(manifest["family"]), ClassifiesRows):
+        raise RunDirError(f"{parent.path}: is a finetune run whose {manifest.get('head')} head trained on word vectors, with no encoder to fine-tune further; fine-tune its parent {manifest.get('parent')}")
+    strategy = (read_toml(parent.require(CONFIG)).get("finetune") or {}).get("strategy", "full")
+    if strategy in ("adapters", "lora"):
+        raise ConfigError(
+            f"{parent.path}: was fine-tuned with finetune.strategy = {strategy!r}; two-stage fine-tuning continues the encoder of a run "
+            f"fine-tuned with 'full' or 'features'"
+        )
+
+
+def load_encoder(registry: Registry, run: RunDir) -> tuple[Any, Any]:
+    """``(backbone, tokenizer)`` to fine-tune from ``run``: a pre-training (or imported) run's
+    backbone (:func:`load_backbone`), or, for a fine-tuned run (two-stage fine-tuning, Phang et
+    al. 2018's STILTs), a new backbone holding the weights of that run's encoder, without its head.
+
+    Raises:
+        RunDirError: missing or corrupted files.
+    """
+    manifest = run.manifest()
+    if manifest["stage"] != "finetune":
+        backbone, _, tokenizer, _ = load_backbone(registry, run)
+        return backbone, tokenizer
+    import keras
+
+    trained, config, tokenizer, _ = load_classifier(run.path, registry)
+    if "tasks" in manifest:  # a multi-task run: the encoder inside its first head's model
+        trained = next(layer for layer in trained.layers if isinstance(layer, keras.Model))
+    old = next(layer for layer in trained.layers if isinstance(layer, keras.Model))
+    backbone = registry.family(manifest["family"]).build_backbone(config.model)
+    backbone.set_weights(old.get_weights())
+    del trained, old
+    return backbone, tokenizer
 
 
 def _refuse_unfinished(parent: RunDir) -> None:
@@ -358,11 +406,12 @@ def _finetune_backbone(
 
     teacher = _teacher_logits(inputs["teacher"], [texts, dev_texts], console) if "teacher" in inputs else None
     seed_everything(ft.seed)
-    backbone, _, tokenizer, _ = load_backbone(registry, parent)
+    backbone, tokenizer = load_encoder(registry, parent)
     specials = family.special_tokens(tokenizer)
     x_train = encode_texts(tokenizer, texts, ft.sequence_length, family.inputs, specials.padding_id)
     x_dev = encode_texts(tokenizer, dev_texts, ft.sequence_length, family.inputs, specials.padding_id)
     model, counts = _classifier_to_train(registry, config, backbone, len(labels), console)
+    start = _stage_start(parent, manifest, config, labels, model, console)
     target.path.mkdir(parents=True, exist_ok=True)
     atomic_write_text(target / CONFIG, to_toml(config.to_dict()))
     target.write_json(INPUTS, inputs)
@@ -392,10 +441,7 @@ def _finetune_backbone(
         metrics["dev_agreement_with_teacher"] = round(float(np.mean(teacher_dev == predictions)), 4)
     if test_file is not None:
         x_test = encode_texts(tokenizer, test_texts, ft.sequence_length, family.inputs, specials.padding_id)
-        test_predictions = np.argmax(model.predict(x_test, batch_size=128, verbose=0), axis=-1)
-        metrics["test_accuracy"] = round(float(np.mean(test_predictions == y_test)), 4)
-        metrics["test_macro_f1"] = round(macro_f1(y_test, test_predictions, len(labels)), 4)
-        metrics["test_examples"] = len(test_texts)
+        metrics |= {**scores(model, x_test, y_test, len(labels), "test"), "test_examples": len(test_texts)}
     atomic_save(target / TOKENIZER, lambda tmp: tokenizer.save(str(tmp)))
     target.write_json(LABELS, labels)
     atomic_save(target / MODEL_WEIGHTS, lambda tmp: save_model_weights(model, tmp))
@@ -414,9 +460,61 @@ def _finetune_backbone(
         outputs=["logits"],
         sequence_length=ft.sequence_length,
         weights=MODEL_WEIGHTS,
+        start=start,
+        chain=[*task_chain(parent, manifest), {"run": str(target.path.resolve()), "train": inputs["train"], "head": ft.head, "labels": len(labels)}],
     )
     shutil.rmtree(target / "checkpoints", ignore_errors=True)  # the finished weights are model.weights.h5
     return metrics
+
+
+def scores(model: Any, x: dict[str, np.ndarray], y: np.ndarray, num_labels: int, prefix: str) -> dict[str, float]:
+    """``{PREFIX_accuracy, PREFIX_macro_f1}`` (4 decimals) of ``model``'s top-1 predictions on
+    inputs ``x`` against label ids ``y`` (``(examples,)`` int; batches of 128)."""
+    predictions = np.argmax(model.predict(x, batch_size=128, verbose=0), axis=-1)
+    return {f"{prefix}_accuracy": round(float(np.mean(predictions == y)), 4), f"{prefix}_macro_f1": round(macro_f1(y, predictions, num_labels), 4)}
+
+
+def _stage_start(parent: RunDir, manifest: dict[str, Any], config: RunConfig, labels: list[str], model: Any, console: Console) -> str:
+    """What the fine-tuning starts from, for the manifest's ``start``: ``"pretrained"`` (a
+    pre-training or imported run), ``"encoder"`` (a fine-tuned run's encoder with a new head, the
+    head's weights freshly drawn, sized for ``labels``) or ``"encoder+head"`` (a fine-tuned run with
+    the same labels, head and head settings: its head's weights too, loaded into ``model``)."""
+    if manifest["stage"] != "finetune":
+        return "pretrained"
+    parent_config = read_toml(parent.require(CONFIG))
+    same = (
+        "tasks" not in manifest  # a multi-task parent's heads are not one head to continue
+        and list(parent.read_json(LABELS)) == list(labels)
+        and manifest.get("head") == config.finetune.head
+        and (parent_config.get("finetune") or {}).get("strategy", "full") == config.finetune.strategy
+        and read_toml_section(parent_config, "head") == config.to_dict().get("head", {})
+    )
+    if same:
+        load_weights(model, parent.require(manifest.get("weights", MODEL_WEIGHTS)))
+        console.print(f"two-stage fine-tuning: {parent.path}'s encoder and head (the same {len(labels)} labels)")
+        return "encoder+head"
+    console.print(f"two-stage fine-tuning: {parent.path}'s encoder, a new {config.finetune.head} head for {len(labels)} labels")
+    return "encoder"
+
+
+def read_toml_section(data: dict[str, Any], section: str) -> dict[str, Any]:
+    """``data[section]`` when it is a table, else ``{}``."""
+    value = data.get(section)
+    return value if isinstance(value, dict) else {}
+
+
+def task_chain(parent: RunDir, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The labelled tasks a fine-tuned ``parent`` was trained on, first to last (its manifest's
+    ``chain``; a fine-tuned run written before chains were recorded gives one entry), each
+    ``{"run", "train", "head", "labels"}`` (``labels``: how many); ``[]`` for a pre-training run.
+    A multi-task parent's entry has ``tasks`` (name -> training file) instead of ``train``."""
+    if manifest["stage"] != "finetune":
+        return []
+    if "chain" in manifest:
+        return list(manifest["chain"])
+    if "tasks" in manifest:
+        return [{"run": str(parent.path.resolve()), "head": manifest.get("head"), "tasks": {t: v["train"] for t, v in manifest["tasks"].items()}}]
+    return [{"run": str(parent.path.resolve()), "train": manifest.get("train"), "head": manifest.get("head"), "labels": len(manifest.get("labels") or [])}]
 
 
 def _classifier_to_train(registry: Registry, config: RunConfig, backbone: Any, num_labels: int, console: Console) -> tuple[Any, dict[str, Any]]:
@@ -635,7 +733,8 @@ def _finetune_word_vectors(
 
 
 def load_classifier(run_dir: str | Path, registry: Registry | None = None) -> tuple[Any, RunConfig, Any, dict[str, Any]]:
-    """Rebuild a fine-tuned run's model and load its weights.
+    """Rebuild a fine-tuned run's model and load its weights (a multi-task run's model returns a
+    list of logits, one per task in its manifest's ``tasks`` order).
 
     Returns:
         ``(model, config, tokenizer, manifest)``.
@@ -651,6 +750,11 @@ def load_classifier(run_dir: str | Path, registry: Registry | None = None) -> tu
     manifest = run.manifest()
     if not manifest.get("head"):
         raise RunDirError(f"{run.path}: this {manifest['stage']} run has no head; fine-tune it first (`ptmkit finetune {run.path} ...`)")
+    if "tasks" in manifest:  # multi-task: the model of every head, one output per task
+        from ptmkit.training.multitask import load_multitask
+
+        model, _, config, tokenizer, manifest = load_multitask(run.path, registry)
+        return model, config, tokenizer, manifest
     backbone, config, tokenizer, _ = load_backbone(registry, run)
     labels = run.read_json(LABELS)
     model = build_classifier(registry, config, backbone, len(labels))

@@ -250,7 +250,7 @@ def test_finetune_from_word2vec_vectors_and_wrong_heads(labelled: dict[str, Path
         ([str(sgns), "--set", "finetune.head=classification"], "finetune.head = 'classification' needs ['pooled_output'], which word2vec runs do not provide; heads for them: fasttext"),
         ([str(sgns), "--set", "finetune.epochs=2"], "the fasttext head trains with its own settings; set head.* keys"),
         ([str(sgns), "--strategy", "adapters"], "--strategy / finetune.strategy = 'adapters': the fasttext head trains on the run's word vectors"),
-        ([str(out)], "is a finetune run; fine-tune a pre-training run"),
+        ([str(out)], "is a finetune run whose fasttext head trained on word vectors, with no encoder to fine-tune further"),
     ]
     for args, message in cases:
         assert main(["finetune", *args, *common, "--out", str(tmp_path / "bad")]) == 2

