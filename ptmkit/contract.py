@@ -293,6 +293,10 @@ class ModelFamily:
             False: tf2onnx writes a masked LSTM as a ``Loop``). Declare it only when every mask
             an LSTM layer reads has each row's padding at its end
             (:mod:`ptmkit.exporting.recurrent`); the manifest's ``recurrence`` says what the graph holds.
+        train_defaults: ``[train]`` values this family's pre-training runs start from instead of
+            the core's defaults, e.g. a family whose paper trains its language model at a higher
+            rate on another schedule: ``{"learning_rate": 0.01, "schedule": "slanted_triangular"}``.
+            A ``--config`` file or ``--set`` still overrides them; a resumed run keeps its own.
         finetune_defaults: ``[finetune]`` values this family's runs start from instead of the
             core's defaults, e.g. a family whose paper fine-tunes with discriminative rates and a
             slanted triangular schedule: ``{"layer_lr_decay": 0.3846, "schedule":
@@ -316,6 +320,7 @@ class ModelFamily:
     head_defaults: ClassVar[Mapping[str, Any]] = {}
     objective_defaults: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     fuse_lstm_export: ClassVar[bool] = False
+    train_defaults: ClassVar[Mapping[str, Any]] = {}
     finetune_defaults: ClassVar[Mapping[str, Any]] = {}
     stage_names: ClassVar[Mapping[str, str]] = {}
 

@@ -84,6 +84,8 @@ def resolve_config(
     data = _with_head_defaults(registry, family, data, overrides or [])
     if family.objective_defaults:  # the family's objective settings under the file's and --set's
         data = _merge({"objectives": {name: dict(values) for name, values in family.objective_defaults.items()}}, data)
+    if getattr(family, "train_defaults", None):  # the family's pre-training recipe, under the file's and --set's
+        data = _merge({"train": dict(family.train_defaults)}, data)
     if getattr(family, "finetune_defaults", None):  # the family's fine-tuning recipe, under the file's and --set's
         data = _merge({"finetune": dict(family.finetune_defaults)}, data)
 
