@@ -39,7 +39,7 @@ UTF-8 bytes, see :mod:`ptmkit_export.fields`), or a family's own featurizer (``r
 :class:`typing.Protocol`, checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
 :class:`ProvidesWordVectors`, :class:`ProvidesSentenceFeatures`, :class:`ClassifiesRows`, :class:`WritesOwnExport`, :class:`TrainsOnWordVectors`,
 :class:`TrainsOnPairs`, :class:`EvaluatesPairs`,
-:class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask`, :class:`EmbedsLanguages` and :class:`TwoStreamAttention` (backbones), :class:`KeepsLayers`, :class:`PrunesHeads`, :class:`ReplacesModules`, :class:`SharesLayers`,
+:class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask`, :class:`InitialisesOutputBias`, :class:`EmbedsLanguages` and :class:`TwoStreamAttention` (backbones), :class:`KeepsLayers`, :class:`PrunesHeads`, :class:`ReplacesModules`, :class:`SharesLayers`,
 :class:`SharesEmbeddings`. A family has the capability by defining the protocol's methods; there is no flag to keep in step.
 
 **Matching.** Objectives and heads list the backbone capabilities they ``require`` (e.g.
@@ -293,6 +293,10 @@ class ModelFamily:
             False: tf2onnx writes a masked LSTM as a ``Loop``). Declare it only when every mask
             an LSTM layer reads has each row's padding at its end
             (:mod:`ptmkit.exporting.recurrent`); the manifest's ``recurrence`` says what the graph holds.
+        train_defaults: ``[train]`` values this family's pre-training runs start from instead of
+            the core's defaults, e.g. a family whose paper trains its language model at a higher
+            rate on another schedule: ``{"learning_rate": 0.01, "schedule": "slanted_triangular"}``.
+            A ``--config`` file or ``--set`` still overrides them; a resumed run keeps its own.
         finetune_defaults: ``[finetune]`` values this family's runs start from instead of the
             core's defaults, e.g. a family whose paper fine-tunes with discriminative rates and a
             slanted triangular schedule: ``{"layer_lr_decay": 0.3846, "schedule":
@@ -316,6 +320,7 @@ class ModelFamily:
     head_defaults: ClassVar[Mapping[str, Any]] = {}
     objective_defaults: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     fuse_lstm_export: ClassVar[bool] = False
+    train_defaults: ClassVar[Mapping[str, Any]] = {}
     finetune_defaults: ClassVar[Mapping[str, Any]] = {}
     stage_names: ClassVar[Mapping[str, str]] = {}
 
@@ -936,6 +941,25 @@ class AttendsWithMask(Protocol):
         Returns:
             ``(batch, sequence, hidden)`` float, through the backbone's own layers and weights.
         """
+        ...
+
+
+@runtime_checkable
+class InitialisesOutputBias(Protocol):
+    """A backbone whose language-model output layer has a bias of its own (ULMFiT's tied decoder)
+    that a fresh pre-training run starts at the log unigram prior of its training tokens, so that
+    the first step predicts the unigram model rather than the uniform distribution ("init well":
+    Karpathy 2019, *A Recipe for Training Neural Networks*; the standard initialisation of a
+    classifier's output bias to the log class prior). Without it, a short run spends its steps
+    learning word frequencies, and a tied softmax whose inputs are bounded (an LSTM's outputs in
+    (-1, 1)) learns them by saturating its states to one constant vector, which carries no context.
+    The core calls it once, before the first step of a run that neither resumes nor continues
+    another (``--init``)."""
+
+    def init_output_bias(self, log_prior: Any) -> None:
+        """Set the output bias from ``log_prior``: ``(vocabulary_size,)`` float32, the log of each
+        token id's add-one smoothed share of the training tokens (natural log; sums to 1 in
+        probability)."""
         ...
 
 

@@ -532,3 +532,29 @@ def test_a_family_sets_objective_defaults_under_the_file_and_set() -> None:
     assert (mlm.max_ngram, mlm.whole_word, mlm.mask_rate) == (3, True, 0.15)
     assert resolve_config(registry, "ngram-bert", None, ["objectives.mlm.max_ngram=2"]).objectives["mlm"].max_ngram == 2
     assert resolve_config(registry, "bert").objectives["mlm"].max_ngram == 1
+
+
+def test_a_family_sets_train_defaults_under_the_file_and_set(tmp_path: Path) -> None:
+    """:attr:`ModelFamily.train_defaults` start its runs' ``[train]`` section; the config file and
+    ``--set`` still override them, and other families keep the core's defaults."""
+    from ptmkit_bert import BertFamily
+
+    class FastBert(BertFamily):
+        name = "fast-bert"
+        train_defaults = {"learning_rate": 0.01, "schedule": "slanted_triangular"}
+
+    plugin = types.ModuleType("ptmkit_test_fast")
+
+    @hookimpl
+    def ptmkit_model_families() -> list[Any]:
+        return [FastBert()]
+
+    plugin.ptmkit_model_families = ptmkit_model_families  # type: ignore[attr-defined]
+    registry = Registry.load()
+    registry.register(plugin, PluginInfo("fast", "ptmkit-test-fast", "0", plugin.__name__))
+    train = resolve_config(registry, "fast-bert").train
+    assert (train.learning_rate, train.schedule, train.max_steps) == (0.01, "slanted_triangular", TrainConfig().max_steps)
+    assert resolve_config(registry, "fast-bert", None, ["train.learning_rate=0.002"]).train.learning_rate == 0.002
+    path = toml_file(tmp_path, "[train]\nschedule = 'linear'\n")
+    assert resolve_config(registry, "fast-bert", path, []).train.schedule == "linear"
+    assert resolve_config(registry, "bert").train.learning_rate == TrainConfig().learning_rate

@@ -12,16 +12,16 @@ implementation: fastai's ``AWD_LSTM``) trained and fine-tuned through the core:
    lr / 2.6 per layer down), the slanted triangular schedule (``finetune.schedule``, cut_frac 0.1,
    ratio 32) and gradual unfreezing (``finetune.gradual_unfreezing``).
 
-The LM stages take the same schedule with ``--set train.schedule=slanted_triangular`` (the
-benchmark sets it).
+The LM stages train on the same schedule at learning rate 0.003 (:attr:`ULMFiTFamily.train_defaults`);
+the tied decoder has a bias of its own that a fresh LM starts at the log unigram prior of its
+training words (:meth:`ULMFiTBackbone.init_output_bias`, the core's ``InitialisesOutputBias``).
 
 A stage run out of order is refused in one line naming the missing stage
 (:attr:`ULMFiTFamily.stage_names`): ``--init`` or ``ptmkit finetune`` on a directory without a
 finished general-domain LM.
 
-Not here: fastai's bias on the tied decoder, AR/TAR (activation regularisation), the
-bidirectional (forward + backward) ensemble of the paper's best results. The standard ONNX export
-writes the LSTM layers as fused ``LSTM`` nodes (:attr:`ULMFiTFamily.fuse_lstm_export`).
+Not here: AR/TAR (activation regularisation), the bidirectional (forward + backward) ensemble of
+the paper's best results. The standard ONNX export writes the LSTM layers as fused ``LSTM`` nodes (:attr:`ULMFiTFamily.fuse_lstm_export`).
 """
 
 from __future__ import annotations
@@ -75,6 +75,9 @@ class ULMFiTFamily(ModelFamily):
         "layer_lr_decay": round(1 / 2.6, 6), "schedule": "slanted_triangular", "warmup_ratio": 0.1, "schedule_ratio": 32.0,
         "gradual_unfreezing": True, "learning_rate": 0.01, "epochs": 6, "weight_decay": 0.01,
     }
+    # the LM stages: fastai trains the AWD-LSTM LM with Adam on a one-cycle schedule; measured
+    # here (300 steps, docs/families/ulmfit.md), 0.003 beat 0.01 and 0.03
+    train_defaults = {"learning_rate": 0.003, "schedule": "slanted_triangular", "warmup_ratio": 0.1, "schedule_ratio": 32.0}
     stage_names = {"pretrain": "general-domain language model (ULMFiT stage 1)"}
 
     def sentence_features(self, run_dir: Path) -> SentenceFeatures:

@@ -15,8 +15,8 @@ Outputs (float32):
 - ``sequence_output`` ``(batch, sequence, embedding_dim)``: ``h`` after locked dropout
   (``output_dropout``; none at inference); position ``i`` reads positions ``<= i`` only, so the
   core's causal-LM objective ``clm`` trains it, its logits ``h @ E^T`` through the tied embedding
-  (:attr:`ULMFiTBackbone.token_embedding`, fastai's ``tie_weights``; fastai's decoder also has a
-  bias, this one has none);
+  (:attr:`ULMFiTBackbone.token_embedding`, fastai's ``tie_weights``) plus the decoder's own bias, as
+  fastai's;
 - ``pooled_output`` ``(batch, 3 * embedding_dim)``: ULMFiT's concat pooling (section 3.3)
   ``[h_T; maxpool(h); meanpool(h)]`` over the row's tokens, ``h_T`` the state at its last token
   (:class:`ConcatPooling`).
@@ -41,32 +41,59 @@ class DroppedEmbedding(keras.layers.ReversibleEmbedding):
     dropout (Merity et al. 2017, section 4.3; fastai's ``EmbeddingDropout``), ``E' = E * m /
     (1 - p)`` with ``m`` ``(vocabulary, 1)`` Bernoulli(1 - p), then the lookup; every occurrence
     of a dropped word in the batch reads zeros. ``reverse=True`` gives logits ``x @ E^T`` through
-    the undropped embedding (the tied softmax).
+    the undropped embedding (the tied softmax) plus, with ``decoder_bias``, a bias ``b``
+    ``(input_dim,)``: ``x @ E^T + b``, fastai's tied decoder (``nn.Linear(emb_sz, vocab_sz)`` whose
+    weight is the encoder's, whose bias is its own). Without ``b`` the log-prior of each word must
+    come from ``h @ E^T`` alone, with ``h`` an LSTM output in (-1, 1) and ``E`` drawn from
+    U(-0.1, 0.1): a short run's predictions then stay close to uniform, worse than the unigram model.
 
     Args:
         input_dim, output_dim: int. Vocabulary and embedding sizes.
         dropout: float. p.
+        decoder_bias: bool. Give the reverse (logits) call a bias of its own, zeros at first.
 
     Call arguments:
         inputs: ``(batch, sequence)`` int32 ids; with ``reverse``, ``(..., output_dim)`` float.
     """
 
-    def __init__(self, input_dim: int, output_dim: int, dropout: float = 0.0, seed: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, input_dim: int, output_dim: int, dropout: float = 0.0, seed: int | None = None, decoder_bias: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(input_dim, output_dim, **kwargs)
         self.dropout = float(dropout)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
+        self.decoder_bias = bool(decoder_bias)
+
+    def build(self, input_shape: Any = None) -> None:
+        super().build(input_shape)
+        if self.decoder_bias:
+            self.bias = self.add_weight(shape=(self.input_dim,), initializer="zeros", name="decoder_bias")
+
+    def save_own_variables(self, store: Any) -> None:
+        # ReversibleEmbedding saves the variables of its serialization spec only
+        super().save_own_variables(store)
+        if self.decoder_bias and self.built:
+            store["decoder_bias"] = self.bias
+
+    def load_own_variables(self, store: Any) -> None:
+        super().load_own_variables(store)
+        if self.decoder_bias and self.built:
+            self.bias.assign(store["decoder_bias"])
 
     def call(self, inputs: Any, reverse: bool = False, training: Any = None) -> Any:
-        if reverse or not (training and self.dropout > 0):
-            return super().call(inputs, reverse=reverse)
+        if reverse:
+            logits = super().call(inputs, reverse=True)
+            return logits + ops.cast(self.bias, logits.dtype) if self.decoder_bias else logits
+        if not (training and self.dropout > 0):
+            return super().call(inputs)
         keep = ops.cast(keras.random.uniform((self.input_dim, 1), seed=self.seed_generator) >= self.dropout, self.embeddings.dtype)
         weights = ops.cast(self.embeddings * keep / (1.0 - self.dropout), self.compute_dtype)
         return ops.take(weights, ops.cast(inputs, "int32"), axis=0)
 
     def get_config(self) -> dict[str, Any]:
         config: dict[str, Any] = super().get_config()
-        config.update(dropout=self.dropout, seed=self.seed)
+        config.update(dropout=self.dropout, seed=self.seed, decoder_bias=self.decoder_bias)
         return config
 
 
@@ -221,17 +248,18 @@ class ULMFiTBackbone(keras_hub.models.Backbone):
 
     def __init__(
         self, vocabulary_size: int, embedding_dim: int, hidden_dim: int, num_layers: int, embedding_dropout: float = 0.0, input_dropout: float = 0.0,
-        weight_dropout: float = 0.0, hidden_dropout: float = 0.0, output_dropout: float = 0.0, dtype: Any = None, **kwargs: Any,
+        weight_dropout: float = 0.0, hidden_dropout: float = 0.0, output_dropout: float = 0.0, decoder_bias: bool = True, dtype: Any = None,
+        **kwargs: Any,
     ) -> None:
         settings = dict(
             vocabulary_size=vocabulary_size, embedding_dim=embedding_dim, hidden_dim=hidden_dim, num_layers=num_layers,
             embedding_dropout=embedding_dropout, input_dropout=input_dropout, weight_dropout=weight_dropout,
-            hidden_dropout=hidden_dropout, output_dropout=output_dropout,
+            hidden_dropout=hidden_dropout, output_dropout=output_dropout, decoder_bias=decoder_bias,
         )
         # fastai draws the embedding from U(-0.1, 0.1) (AWD_LSTM.initrange)
         self.token_embedding = DroppedEmbedding(
             vocabulary_size, embedding_dim, embedding_dropout, embeddings_initializer=keras.initializers.RandomUniform(-0.1, 0.1), dtype=dtype,
-            name="token_embedding",
+            decoder_bias=decoder_bias, name="token_embedding",
         )
         self.lstm_layers = [
             WeightDropLSTM(embedding_dim if k == num_layers - 1 else hidden_dim, weight_dropout, dtype=dtype, name=f"lstm_{k}") for k in range(num_layers)
@@ -262,12 +290,20 @@ class ULMFiTBackbone(keras_hub.models.Backbone):
         config: dict[str, Any] = super().get_config()
         config.update({key: getattr(self, key) for key in (
             "vocabulary_size", "embedding_dim", "hidden_dim", "num_layers", "embedding_dropout", "input_dropout",
-            "weight_dropout", "hidden_dropout", "output_dropout",
+            "weight_dropout", "hidden_dropout", "output_dropout", "decoder_bias",
         )})
         return config
 
+    def init_output_bias(self, log_prior: Any) -> None:
+        """Start the tied decoder's bias at ``log_prior`` ``(vocabulary_size,)`` (the training
+        tokens' log unigram prior: :class:`ptmkit.api.InitialisesOutputBias`); nothing without
+        ``decoder_bias``."""
+        if self.decoder_bias:
+            self.token_embedding.bias.assign(ops.cast(log_prior, self.token_embedding.bias.dtype))
+
     def logits(self, sequence_output: Any) -> Any:
-        """Next-word logits ``(batch, sequence, vocabulary_size)`` through the tied embedding."""
+        """Next-word logits ``(batch, sequence, vocabulary_size)`` through the tied embedding (and
+        its decoder bias)."""
         return self.token_embedding(sequence_output, reverse=True)
 
 
@@ -276,5 +312,5 @@ def build_backbone(config: Any) -> ULMFiTBackbone:
     return ULMFiTBackbone(
         vocabulary_size=config.vocabulary_size, embedding_dim=config.embedding_dim, hidden_dim=config.hidden_dim, num_layers=config.num_layers,
         embedding_dropout=config.embedding_dropout, input_dropout=config.input_dropout, weight_dropout=config.weight_dropout,
-        hidden_dropout=config.hidden_dropout, output_dropout=config.output_dropout,
+        hidden_dropout=config.hidden_dropout, output_dropout=config.output_dropout, decoder_bias=config.decoder_bias,
     )

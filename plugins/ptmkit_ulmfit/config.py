@@ -37,6 +37,8 @@ class ULMFiTConfig:
             ``hidden_p``: 0.15).
         output_dropout: locked dropout on the last layer's output before the tied softmax
             (fastai's ``output_p``: 0.1); concat pooling reads the states before it.
+        decoder_bias: give the tied softmax a bias of its own (fastai's decoder has one): it
+            holds each word's log-prior, which the tied weights alone learn slowly.
     """
 
     vocabulary_size: int = 8000
@@ -50,6 +52,7 @@ class ULMFiTConfig:
     weight_dropout: float = 0.2
     hidden_dropout: float = 0.15
     output_dropout: float = 0.1
+    decoder_bias: bool = True
 
     def validate(self) -> None:
         check_positive(self, "model", "vocabulary_size", "min_frequency", "embedding_dim", "hidden_dim", "num_layers")

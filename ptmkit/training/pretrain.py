@@ -36,6 +36,7 @@ from ptmkit.console import default_console
 from ptmkit.contract import (
     BuildsOnFamily,
     HeldoutLines,
+    InitialisesOutputBias,
     InputSpec,
     Resumable,
     ScoresHeldoutLines,
@@ -84,6 +85,8 @@ def resolve_config(
     data = _with_head_defaults(registry, family, data, overrides or [])
     if family.objective_defaults:  # the family's objective settings under the file's and --set's
         data = _merge({"objectives": {name: dict(values) for name, values in family.objective_defaults.items()}}, data)
+    if getattr(family, "train_defaults", None):  # the family's pre-training recipe, under the file's and --set's
+        data = _merge({"train": dict(family.train_defaults)}, data)
     if getattr(family, "finetune_defaults", None):  # the family's fine-tuning recipe, under the file's and --set's
         data = _merge({"finetune": dict(family.finetune_defaults)}, data)
 
@@ -922,6 +925,8 @@ def _fit_steps(
         console.print(f"resuming from step {start} ({checkpoints})")
     elif train.init:
         _load_init_weights(backbone, train.init, console)
+    elif isinstance(backbone, InitialisesOutputBias):
+        backbone.init_output_bias(unigram_log_prior(train_token_counts(run, vocabulary_size)))
     if strategy is not None:
         console.print(describe(cluster, strategy, train.batch_size, train.learning_rate, train.max_steps))
     tokens_per_step = train.batch_size * train.sequence_length
@@ -951,6 +956,29 @@ def _fit_steps(
     metrics.update(score_heldout_lines(backbone, run, family, tokenizer, specials, objectives, config, corpus, vocabulary_size))
     _finish(registry, config, family, backbone, run, corpus, objectives, metrics)
     return metrics
+
+
+def train_token_counts(run: RunDir, vocabulary_size: int) -> Any:
+    """``(vocabulary_size,)`` int64: how often each token id occurs in the run's training tokens."""
+    import numpy as np
+
+    from ptmkit.data.pretraining import load_token_file
+
+    train = load_token_file(run / "tokens", "train")
+    token_counts = np.zeros(vocabulary_size, np.int64)
+    ids = np.memmap(train.path, dtype=train.dtype, mode="r") if train.num_tokens else np.zeros(0, np.int32)
+    for start in range(0, len(ids), 1 << 22):  # in chunks: memory stays flat however large the corpus
+        token_counts += np.bincount(ids[start : start + (1 << 22)], minlength=vocabulary_size)[:vocabulary_size]
+    return token_counts
+
+
+def unigram_log_prior(token_counts: Any) -> Any:
+    """``(vocabulary,)`` float32: ``log((c + 1) / sum(c + 1))`` of ``token_counts`` (add-one
+    smoothed, natural log), what :class:`~ptmkit.contract.InitialisesOutputBias` takes."""
+    import numpy as np
+
+    counts = np.asarray(token_counts, np.float64) + 1.0
+    return np.log(counts / counts.sum()).astype(np.float32)
 
 
 def _load_init_weights(backbone: Any, init: str, console: Console) -> None:
@@ -1072,20 +1100,15 @@ def score_heldout_lines(
         return {}
     import collections
 
-    import numpy as np
-
     from ptmkit.data.pretraining import load_token_file
 
     count = len(load_token_file(run / "tokens", "heldout").offsets) - 1
     if count == 0:
         return {}
     texts = list(collections.deque(read_corpus(corpus), maxlen=count))
-    train = load_token_file(run / "tokens", "train")
-    token_counts = np.zeros(vocabulary_size, np.int64)
-    ids = np.memmap(train.path, dtype=train.dtype, mode="r") if train.num_tokens else np.zeros(0, np.int32)
-    for start in range(0, len(ids), 1 << 22):  # in chunks: memory stays flat however large the corpus
-        token_counts += np.bincount(ids[start : start + (1 << 22)], minlength=vocabulary_size)[:vocabulary_size]
-    heldout = HeldoutLines(texts, tokenizer, specials, tuple(family.inputs), config.train.sequence_length, config.train.batch_size, token_counts)
+    heldout = HeldoutLines(
+        texts, tokenizer, specials, tuple(family.inputs), config.train.sequence_length, config.train.batch_size, train_token_counts(run, vocabulary_size)
+    )
     metrics: dict[str, Any] = {}
     for objective, objective_config in scorers:
         metrics.update(objective.score_lines(backbone, heldout, objective_config))

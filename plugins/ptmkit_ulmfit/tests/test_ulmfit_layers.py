@@ -33,6 +33,25 @@ def numpy_lstm(x: np.ndarray, mask: np.ndarray, w_ih: np.ndarray, w_hh: np.ndarr
     return out
 
 
+def test_tied_decoder_adds_its_own_bias_and_saves_it(tmp_path) -> None:
+    """logits = h @ E^T + b (fastai's tied decoder); the bias survives save and load of the
+    backbone's weights (ReversibleEmbedding saves only its serialization spec's variables)."""
+    from ptmkit_ulmfit.backbone import ULMFiTBackbone
+
+    backbone = ULMFiTBackbone(30, 4, 6, 2)
+    table = np.asarray(backbone.token_embedding.embeddings, np.float64)
+    bias = np.linspace(-2.0, 3.0, 30)
+    backbone.token_embedding.bias.assign(bias.astype(np.float32))
+    h = np.random.default_rng(0).normal(size=(2, 5, 4)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(backbone.logits(h)), h @ table.T + bias, atol=1e-5)
+    backbone.save_weights(tmp_path / "b.weights.h5")
+    again = ULMFiTBackbone(30, 4, 6, 2)
+    again.load_weights(tmp_path / "b.weights.h5")
+    np.testing.assert_array_equal(np.asarray(again.token_embedding.bias), bias.astype(np.float32))
+    plain = ULMFiTBackbone(30, 4, 6, 2, decoder_bias=False)  # fastai-less variant: the tied softmax alone
+    np.testing.assert_allclose(np.asarray(plain.logits(h)), h @ np.asarray(plain.token_embedding.embeddings, np.float64).T, atol=1e-5)
+
+
 def test_locked_dropout_keeps_one_mask_across_time_steps() -> None:
     from ptmkit_ulmfit.backbone import LockedDropout
 

@@ -78,3 +78,27 @@ def test_stages_out_of_order_name_the_missing_stage(ulmfit_stages: dict[str, Pat
     assert "general-domain language model (ULMFiT stage 1) has not finished" in err
     err = _refusal(capsys, "finetune", str(tmp_path / "none"), "--train", train, "--dev", dev, "--out", str(tmp_path / "clf"))
     assert "no such run directory; fine-tuning starts from a finished pre-training run" in err
+
+
+def test_a_fresh_lm_starts_its_decoder_bias_at_the_unigram_prior(ulmfit_stages: dict[str, Path]) -> None:
+    """Stage 1 starts the tied decoder's bias at the log unigram prior of its training tokens
+    (:class:`ptmkit.api.InitialisesOutputBias`) and moves it by at most a few Adam steps' worth
+    (3 steps); stage 2 (``--init``) keeps stage 1's bias rather than starting again."""
+    import numpy as np
+
+    from ptmkit.plugins import get_registry
+    from ptmkit.rundir import RunDir
+    from ptmkit.training.finetune import load_backbone
+    from ptmkit.training.pretrain import train_token_counts, unigram_log_prior
+
+    def bias(run: str) -> np.ndarray:
+        backbone = load_backbone(get_registry(), RunDir(ulmfit_stages[run]))[0]
+        return np.asarray(backbone.token_embedding.bias, np.float64)
+
+    general, target = bias("general"), bias("target")
+    prior = unigram_log_prior(train_token_counts(RunDir(ulmfit_stages["general"]), general.size)).astype(np.float64)
+    assert prior.max() - prior.min() > 3.0  # a real spread of word frequencies, not a flat start
+    assert np.abs(general - prior).max() < 0.1  # 3 steps at lr <= 0.01 move a bias by about 0.03
+    assert np.abs(target - general).max() < 0.1
+    target_prior = unigram_log_prior(train_token_counts(RunDir(ulmfit_stages["target"]), general.size))
+    assert np.abs(target_prior - general).max() > 0.5  # had stage 2 started again, it would sit here
