@@ -172,6 +172,17 @@ class FinetuneConfig:
         sparsity_begin: the fraction of all fine-tuning steps at which magnitude pruning starts.
         sparsity_end: the fraction of all fine-tuning steps at which it reaches ``sparsity``.
         sparsity_every: steps between pruning steps (Zhu & Gupta's delta t).
+        qat: quantisation-aware fine-tuning (Zafrir et al. 2019, Q8BERT,
+            :mod:`ptmkit.training.qat`): the inputs and weights of every dense layer and the
+            embedding tables are fake-quantised to symmetric int8 with a straight-through
+            gradient; the saved weights are the fake-quantised ones (on the int8 grid), for
+            ``ptmkit export --int8 --per-tensor``. With strategy ``full`` or ``features``.
+        qat_ema_decay: with ``qat``, the decay of the moving average of each dense layer's input
+            ``max|x|`` that sets its input scale (Q8BERT: 0.9999).
+        qat_reduce_range: with ``qat``, weights in ``[-64, 64]`` (ONNX Runtime's reduced-range
+            int8, ``ptmkit export --int8 --reduce-range``, the export's default on CPUs without
+            VNNI) instead of Q8BERT's ``[-127, 127]`` (``--no-reduce-range``); set it as the export
+            will, so that the export finds the same integers.
     """
 
     head: str = "classification"
@@ -203,6 +214,9 @@ class FinetuneConfig:
     sparsity_begin: float = 0.0
     sparsity_end: float = 0.75
     sparsity_every: int = 10
+    qat: bool = False
+    qat_ema_decay: float = 0.9999
+    qat_reduce_range: bool = False
 
     def validate(self) -> None:
         self.mixed_precision = precision_policy(self.mixed_precision, "finetune")
@@ -222,6 +236,13 @@ class FinetuneConfig:
             raise ConfigError(f"config keys 'finetune.sparsity_begin' = {self.sparsity_begin} and 'finetune.sparsity_end' = {self.sparsity_end} must satisfy 0 <= begin < end <= 1")
         check_non_negative(self, "finetune", "checkpoint_every")
         check_unit_interval(self, "finetune", "warmup_ratio")
+        if not 0.0 < self.qat_ema_decay < 1.0:
+            raise ConfigError(f"config key 'finetune.qat_ema_decay' must be in (0, 1), got {self.qat_ema_decay}")
+        if self.qat and self.strategy not in ("full", "features"):
+            raise ConfigError(
+                f"config key 'finetune.qat' (--qat) with finetune.strategy = {self.strategy!r}: its added weights multiply outside "
+                f"Dense/EinsumDense layers and would train unquantised; use strategy full or features"
+            )
 
 
 @dataclasses.dataclass
