@@ -115,6 +115,7 @@ def finetune(
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted fine-tuning in OUT from its last checkpoint.")] = False,
     teacher: Annotated[Path | None, typer.Option(help="A fine-tuned run with the same labels to distil from (soft targets at finetune.distill_temperature, weight finetune.distill_alpha).")] = None,
     strategy: Annotated[str | None, typer.Option(help="What trains: full, features (frozen backbone), adapters or lora; the same as --set finetune.strategy=NAME.")] = None,
+    qat: Annotated[bool, typer.Option("--qat", help="Quantisation-aware training (Q8BERT): fake int8 inputs and weights of every dense layer and embedding table; the saved weights are on the int8 grid (export with --int8 --per-tensor; set finetune.qat_reduce_range as the export's --reduce-range). The same as --set finetune.qat=true.")] = False,
 ) -> None:
     """Add a classification head to RUN_DIR's backbone (pre-trained, or imported with import-hf) and
     fine-tune it; report dev (and test) accuracy and macro-F1. On a run of static word vectors, the
@@ -123,7 +124,7 @@ def finetune(
     Config sections: \\[finetune] (head, epochs, batch_size, sequence_length, learning_rate,
     warmup_ratio, weight_decay, seed, max_train_examples, checkpoint_every, distill_temperature,
     distill_alpha, strategy, adapter_size, lora_rank, lora_alpha, lora_targets, layer_lr_decay,
-    gradual_unfreezing, schedule, schedule_ratio) and \\[head] (dropout, initializer_range, pooling, layers); e.g. --set
+    gradual_unfreezing, schedule, schedule_ratio, sparsity, qat, qat_ema_decay, qat_reduce_range) and \\[head] (dropout, initializer_range, pooling, layers); e.g. --set
     finetune.epochs=5. After
     Ctrl-C, the same command with --resume continues from the last checkpoint to the weights an
     uninterrupted run ends with. With --teacher, the student (RUN_DIR's backbone) learns from the
@@ -139,7 +140,7 @@ def finetune(
 
     if strategy is not None and strategy not in STRATEGIES:
         raise ConfigError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-    overrides = [*(set_ or []), *([f"finetune.strategy={strategy}"] if strategy is not None else [])]
+    overrides = [*(set_ or []), *([f"finetune.strategy={strategy}"] if strategy is not None else []), *(["finetune.qat=true"] if qat else [])]
     if task:
         from ptmkit.training.multitask import finetune_multitask
 

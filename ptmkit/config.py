@@ -180,6 +180,17 @@ class FinetuneConfig:
             ``n_i ** (1 / task_temperature)``) or ``uniform``.
         task_temperature: with ``task_sampling = "temperature"``, T (1: proportional; larger
             values move the shares towards uniform).
+        qat: quantisation-aware fine-tuning (Zafrir et al. 2019, Q8BERT,
+            :mod:`ptmkit.training.qat`): the inputs and weights of every dense layer and the
+            embedding tables are fake-quantised to symmetric int8 with a straight-through
+            gradient; the saved weights are the fake-quantised ones (on the int8 grid), for
+            ``ptmkit export --int8 --per-tensor``. With strategy ``full`` or ``features``.
+        qat_ema_decay: with ``qat``, the decay of the moving average of each dense layer's input
+            ``max|x|`` that sets its input scale (Q8BERT: 0.9999).
+        qat_reduce_range: with ``qat``, weights in ``[-64, 64]`` (ONNX Runtime's reduced-range
+            int8, ``ptmkit export --int8 --reduce-range``, the export's default on CPUs without
+            VNNI) instead of Q8BERT's ``[-127, 127]`` (``--no-reduce-range``); set it as the export
+            will, so that the export finds the same integers.
     """
 
     head: str = "classification"
@@ -213,6 +224,9 @@ class FinetuneConfig:
     sparsity_every: int = 10
     task_sampling: str = "proportional"
     task_temperature: float = 2.0
+    qat: bool = False
+    qat_ema_decay: float = 0.9999
+    qat_reduce_range: bool = False
 
     def validate(self) -> None:
         self.mixed_precision = precision_policy(self.mixed_precision, "finetune")
@@ -233,6 +247,13 @@ class FinetuneConfig:
             raise ConfigError(f"config keys 'finetune.sparsity_begin' = {self.sparsity_begin} and 'finetune.sparsity_end' = {self.sparsity_end} must satisfy 0 <= begin < end <= 1")
         check_non_negative(self, "finetune", "checkpoint_every")
         check_unit_interval(self, "finetune", "warmup_ratio")
+        if not 0.0 < self.qat_ema_decay < 1.0:
+            raise ConfigError(f"config key 'finetune.qat_ema_decay' must be in (0, 1), got {self.qat_ema_decay}")
+        if self.qat and self.strategy not in ("full", "features"):
+            raise ConfigError(
+                f"config key 'finetune.qat' (--qat) with finetune.strategy = {self.strategy!r}: its added weights multiply outside "
+                f"Dense/EinsumDense layers and would train unquantised; use strategy full or features"
+            )
 
 
 @dataclasses.dataclass

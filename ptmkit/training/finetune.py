@@ -410,7 +410,7 @@ def _finetune_backbone(
     specials = family.special_tokens(tokenizer)
     x_train = encode_texts(tokenizer, texts, ft.sequence_length, family.inputs, specials.padding_id)
     x_dev = encode_texts(tokenizer, dev_texts, ft.sequence_length, family.inputs, specials.padding_id)
-    model, counts = _classifier_to_train(registry, config, backbone, len(labels), console)
+    model, counts, qat = _classifier_to_train(registry, config, backbone, len(labels), console)
     start = _stage_start(parent, manifest, config, labels, model, console)
     target.path.mkdir(parents=True, exist_ok=True)
     atomic_write_text(target / CONFIG, to_toml(config.to_dict()))
@@ -418,12 +418,12 @@ def _finetune_backbone(
     command = ["ptmkit", "finetune", inputs["parent"], "--train", inputs["train"], "--dev", inputs["dev"], "--out", str(target.path), "--resume"]
     command += ["--teacher", inputs["teacher"]] if teacher is not None else []
     if teacher is None:
-        seconds = _fit_classifier(model, ft, x_train, y_train, x_dev, y_dev, target, console, command)
+        seconds = _fit_classifier(model, ft, x_train, y_train, x_dev, y_dev, target, console, command, qat=qat)
     else:
         from ptmkit.training.distillation import DistillationLoss, distillation_targets, label_accuracy
 
         loss = DistillationLoss(ft.distill_temperature, ft.distill_alpha)
-        seconds = _fit_classifier(model, ft, x_train, distillation_targets(y_train, teacher[0]), x_dev, y_dev, target, console, command, loss, label_accuracy)
+        seconds = _fit_classifier(model, ft, x_train, distillation_targets(y_train, teacher[0]), x_dev, y_dev, target, console, command, loss, label_accuracy, qat=qat)
     predictions = np.argmax(model.predict(x_dev, batch_size=128, verbose=0), axis=-1)
     metrics = {
         "dev_accuracy": round(float(np.mean(predictions == y_dev)), 4),
@@ -459,7 +459,7 @@ def _finetune_backbone(
         inputs=list(family.input_names),
         outputs=["logits"],
         sequence_length=ft.sequence_length,
-        weights=MODEL_WEIGHTS,
+        weights=MODEL_WEIGHTS, **({"qat": qat.summary()} if qat is not None else {}),
         start=start,
         chain=[*task_chain(parent, manifest), {"run": str(target.path.resolve()), "train": inputs["train"], "head": ft.head, "labels": len(labels)}],
     )
@@ -517,16 +517,18 @@ def task_chain(parent: RunDir, manifest: dict[str, Any]) -> list[dict[str, Any]]
     return [{"run": str(parent.path.resolve()), "train": manifest.get("train"), "head": manifest.get("head"), "labels": len(manifest.get("labels") or [])}]
 
 
-def _classifier_to_train(registry: Registry, config: RunConfig, backbone: Any, num_labels: int, console: Console) -> tuple[Any, dict[str, Any]]:
-    """:func:`build_classifier`, and its strategy and parameter counts (printed, and returned for the
-    metrics: ``strategy``, ``parameters``, ``trainable_parameters``, ``trainable_share``)."""
+def _classifier_to_train(registry: Registry, config: RunConfig, backbone: Any, num_labels: int, console: Console) -> tuple[Any, dict[str, Any], Any]:
+    """:func:`build_classifier`, its strategy and parameter counts (printed, and returned for the
+    metrics: ``strategy``, ``parameters``, ``trainable_parameters``, ``trainable_share``, and
+    ``qat``: true with ``finetune.qat``), and the fake quantisation's handle (None without)."""
     from ptmkit.training.strategies import parameter_counts
 
     model = build_classifier(registry, config, backbone, num_labels)
     counts = {"strategy": config.finetune.strategy, **parameter_counts(model)}
     share = f"{100 * counts['trainable_share']:.2f}%"
     console.print(f"strategy {counts['strategy']}: {counts['trainable_parameters']:,} of {counts['parameters']:,} parameters train ({share})")
-    return model, counts
+    qat = _fake_quantisation(model, config.finetune, console)
+    return model, {**counts, **({"qat": True} if qat is not None else {})}, qat
 
 
 def _check_teacher_labels(teacher_dir: str, labels: list[str], train_file: str) -> None:
@@ -564,13 +566,15 @@ def _teacher_logits(teacher_dir: str, text_sets: list[list[str]], console: Conso
 
 def _fit_classifier(
     model: Any, ft: Any, x_train: dict[str, np.ndarray], y_train: np.ndarray, x_dev: dict[str, np.ndarray], y_dev: np.ndarray,
-    target: RunDir, console: Console, command: list[str], loss: Any = None, accuracy: Any = None, extra: Any = None,
+    target: RunDir, console: Console, command: list[str], loss: Any = None, accuracy: Any = None, extra: Any = None, qat: Any = None,
 ) -> float:
     """Compile and train ``model`` over ``ft.epochs`` epochs from the newest checkpoint in
     ``target/checkpoints`` (if any), printing dev accuracy at each epoch's end; return the seconds.
     ``loss`` and ``accuracy`` (a function of ``y_true, y_pred``) replace the cross-entropy on label
     ids and its accuracy (distillation's targets are rows of label and teacher logits); ``extra``,
-    a function of the start step, returns callbacks to run first (module replacement's schedule)."""
+    a function of the start step, returns callbacks to run first (module replacement's schedule);
+    ``qat``, :mod:`ptmkit.training.qat`'s handle, has the weights put on their int8 grid at the end
+    (what is saved and evaluated)."""
     import keras
 
     from ptmkit.training.checkpoint import CheckpointCallback, interrupt_note, latest_step, restore_state
@@ -614,6 +618,8 @@ def _fit_classifier(
             )
     for callback in pruning:
         console.print(f"magnitude pruning: {callback.sparsity():.1%} of {len(callback.kernels)} kernels' weights are zero")
+    if qat is not None:
+        qat.snap_weights()
     return time.perf_counter() - started
 
 
@@ -627,6 +633,17 @@ def _layer_schedules(model: Any, ft: Any, steps_per_epoch: int) -> tuple[dict[st
     backbone = next(layer for layer in model.layers if isinstance(layer, keras.Model))
     multipliers = layer_lr_multipliers(backbone, ft.layer_lr_decay) if ft.layer_lr_decay < 1 else None
     return multipliers, unfreeze_steps(backbone, steps_per_epoch) if ft.gradual_unfreezing else None
+
+
+def _fake_quantisation(model: Any, ft: Any, console: Console) -> Any:
+    """``finetune.qat``'s handle on ``model`` (:mod:`ptmkit.training.qat`), None when it is off."""
+    if not ft.qat:
+        return None
+    from ptmkit.training.qat import apply_fake_quantisation
+
+    handle = apply_fake_quantisation(model, ft.qat_ema_decay, 64 if ft.qat_reduce_range else 127)
+    console.print(f"quantisation-aware training: {len(handle.products)} dense layers (inputs and weights) and {len(handle.tables)} embedding tables fake-quantised to int8")
+    return handle
 
 
 def _magnitude_pruning(model: Any, ft: Any, start: int, total: int) -> list[Any]:
@@ -672,6 +689,8 @@ def _finetune_word_vectors(
                 f"--strategy / finetune.strategy = {override.partition('=')[2].strip()!r}: the {head.name} head trains on the run's "
                 f"word vectors, with no backbone to adapt or freeze; drop it (strategies apply to transformer runs)"
             )
+        if key == "finetune.qat":  # --qat arrives as this override
+            raise ConfigError(f"--qat / finetune.qat: the {head.name} head trains on the run's word vectors in one pass, outside Keras' fit; drop it")
         if key.startswith("finetune.") and key != "finetune.head":
             raise ConfigError(f"--set {override!r}: the {head.name} head trains with its own settings; set head.* keys (e.g. head.epochs)")
     family = registry.family(manifest["family"])

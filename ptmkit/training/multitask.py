@@ -157,7 +157,7 @@ def finetune_multitask(
 
     Raises:
         ConfigError, DataError, RunDirError: one line naming the flag, key or file: see
-            :func:`parse_tasks`; a head that trains on word vectors; ``finetune.sparsity``; an
+            :func:`parse_tasks`; a head that trains on word vectors; ``finetune.sparsity`` or ``finetune.qat``; an
             ``out`` that is not empty.
     """
     from ptmkit.config import choose_head
@@ -186,6 +186,8 @@ def finetune_multitask(
         raise ConfigError(f"--task: the {config.finetune.head} head trains from word vectors in one pass; multi-task fine-tuning trains heads on a shared encoder")
     if config.finetune.sparsity:
         raise ConfigError("finetune.sparsity: magnitude pruning is not available with multi-task fine-tuning (--task); set it to 0")
+    if config.finetune.qat:
+        raise ConfigError("finetune.qat: quantisation-aware training is not available with multi-task fine-tuning (--task); drop --qat")
     data = {name: _task_data(name, train, dev, config.finetune) for name, (train, dev) in tasks.items()}
     created = not target.path.exists()
     try:
