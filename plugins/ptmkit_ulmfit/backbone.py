@@ -28,11 +28,16 @@ inference the layers compute the plain LSTM.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import keras
 import keras_hub
 from keras import ops
+
+# The classifier (concat pooling) does not read the LM's decoder bias: Keras would warn at every
+# fine-tuning that it gets no gradient.
+warnings.filterwarnings("ignore", message=r"Gradients do not exist for variables \['token_embedding/decoder_bias'\]")
 
 
 @keras.saving.register_keras_serializable(package="ptmkit_ulmfit")
