@@ -111,6 +111,7 @@ def finetune(
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted fine-tuning in OUT from its last checkpoint.")] = False,
     teacher: Annotated[Path | None, typer.Option(help="A fine-tuned run with the same labels to distil from (soft targets at finetune.distill_temperature, weight finetune.distill_alpha).")] = None,
     strategy: Annotated[str | None, typer.Option(help="What trains: full, features (frozen backbone), adapters or lora; the same as --set finetune.strategy=NAME.")] = None,
+    distill: Annotated[str | None, typer.Option(help="With --teacher: logits (soft targets only, the default), tinybert (also embeddings, hidden states and attention scores, layer to layer) or minilm (also the last block's attention and value relations); the same as --set finetune.distill=NAME.")] = None,
 ) -> None:
     """Add a classification head to RUN_DIR's backbone (pre-trained, or imported with import-hf) and
     fine-tune it; report dev (and test) accuracy and macro-F1. On a run of static word vectors, the
@@ -118,21 +119,25 @@ def finetune(
 
     Config sections: \\[finetune] (head, epochs, batch_size, sequence_length, learning_rate,
     warmup_ratio, weight_decay, seed, max_train_examples, checkpoint_every, distill_temperature,
-    distill_alpha, strategy, adapter_size, lora_rank, lora_alpha, lora_targets, layer_lr_decay,
+    distill_alpha, distill, distill_intermediate_weight, strategy, adapter_size, lora_rank, lora_alpha, lora_targets, layer_lr_decay,
     gradual_unfreezing, schedule, schedule_ratio) and \\[head] (dropout, initializer_range, pooling, layers); e.g. --set
     finetune.epochs=5. After
     Ctrl-C, the same command with --resume continues from the last checkpoint to the weights an
     uninterrupted run ends with. With --teacher, the student (RUN_DIR's backbone) learns from the
     teacher's soft targets and the gold labels (Hinton et al. 2015), and the metrics add its
-    agreement with the teacher.
+    agreement with the teacher; --distill tinybert or minilm adds losses between the teacher's and
+    the student's blocks (Jiao et al. 2020; Wang et al. 2020).
     """
-    from ptmkit.config import STRATEGIES
+    from ptmkit.config import DISTILL_METHODS, STRATEGIES
     from ptmkit.errors import ConfigError
     from ptmkit.training.finetune import finetune as run_finetune
 
     if strategy is not None and strategy not in STRATEGIES:
         raise ConfigError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if distill is not None and distill not in DISTILL_METHODS:
+        raise ConfigError(f"--distill must be one of {', '.join(DISTILL_METHODS)}, got {distill!r}")
     overrides = [*(set_ or []), *([f"finetune.strategy={strategy}"] if strategy is not None else [])]
+    overrides += [f"finetune.distill={distill}"] if distill is not None else []
     with _noting_interrupts():
         metrics = run_finetune(run_dir, train, dev, out, config, overrides, console=console, test_file=test, resume=resume, teacher=teacher)
     _report(f"fine-tuned -> {out}", metrics)
