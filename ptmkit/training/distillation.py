@@ -223,6 +223,6 @@ class LayerDistillation(keras.Model):
         return logits
 
     def measure(self, inputs: dict[str, np.ndarray]) -> dict[str, float]:
-        """The intermediate losses on ``inputs`` without dropout, as floats (rounded to 6 digits)."""
+        """The intermediate losses on ``inputs`` without dropout, as floats (6 significant digits)."""
         losses = self.intermediate_losses({name: ops.convert_to_tensor(v) for name, v in inputs.items()}, training=False)
-        return {name: round(float(ops.convert_to_numpy(value)), 6) for name, value in losses.items()}
+        return {name: float(f"{float(ops.convert_to_numpy(value)):.6g}") for name, value in losses.items()}
