@@ -152,6 +152,9 @@ class FinetuneConfig:
             their attention (:class:`ptmkit.contract.ExposesAttention`) and one vocabulary.
         distill_intermediate_weight: with ``tinybert`` or ``minilm``, the weight of the sum of the
             intermediate losses added to the prediction layer's.
+        distill_intermediate_epochs: with ``tinybert`` or ``minilm``, TinyBERT's two stages: the
+            first this many epochs train on the intermediate losses alone, the rest on the
+            prediction layer alone (below ``epochs``); 0 (default): both together every step.
         strategy: which weights train (:mod:`ptmkit.training.strategies`): ``full`` (all),
             ``features`` (the backbone frozen: feature extraction; the same as ``head.freeze_backbone``),
             ``adapters`` (Houlsby et al. 2019 bottleneck adapters after each block's attention and
@@ -205,6 +208,7 @@ class FinetuneConfig:
     distill_alpha: float = 0.5
     distill: str = "logits"
     distill_intermediate_weight: float = 1.0
+    distill_intermediate_epochs: int = 0
     strategy: str = "full"
     adapter_size: int = 64
     adapter_init_scale: float = 1e-3
@@ -232,7 +236,12 @@ class FinetuneConfig:
             raise ConfigError("config key 'finetune.lora_targets' is empty; name at least one layer (e.g. query,value)")
         check_unit_interval(self, "finetune", "distill_alpha")
         check_choice(self, "finetune", "distill", DISTILL_METHODS)
-        check_non_negative(self, "finetune", "distill_intermediate_weight")
+        check_non_negative(self, "finetune", "distill_intermediate_weight", "distill_intermediate_epochs")
+        if self.distill_intermediate_epochs >= self.epochs:
+            raise ConfigError(
+                f"config key 'finetune.distill_intermediate_epochs' = {self.distill_intermediate_epochs} must be below "
+                f"finetune.epochs = {self.epochs} (the prediction layer trains in the epochs after it)"
+            )
         check_positive(self, "finetune", "sparsity_every")
         if not 0.0 <= self.sparsity < 1.0:
             raise ConfigError(f"config key 'finetune.sparsity' must be in [0, 1), got {self.sparsity}")

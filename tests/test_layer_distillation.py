@@ -139,6 +139,42 @@ def test_tinyberts_prediction_loss_is_the_soft_cross_entropy_at_t() -> None:
     assert float(keras.ops.convert_to_numpy(loss)) == pytest.approx(np.mean(0.75 * soft + 0.25 * hard), rel=1e-5)
 
 
+def test_the_two_stages_switch_the_prediction_and_intermediate_losses_off_in_turn() -> None:
+    import keras
+    import tensorflow as tf
+
+    from ptmkit.training.distillation import DistillationLoss, LayerDistillation, distillation_targets, stage_scales
+    from ptmkit_bert import BertFamily
+    from ptmkit_bert.config import BertConfig
+
+    assert [stage_scales(t, 2) for t in (0, 1, 2, 9)] == [(1.0, 0.0), (1.0, 0.0), (0.0, 1.0), (0.0, 1.0)] and stage_scales(3, 0) == (1.0, 1.0)
+    family = BertFamily()
+    student = family.build_backbone(BertConfig(vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16, max_sequence_length=16))
+    teacher = family.build_backbone(BertConfig(vocabulary_size=50, num_layers=2, num_heads=2, hidden_dim=12, intermediate_dim=16, max_sequence_length=16))
+    inputs = {name: keras.Input((None,), dtype="int32", name=name) for name in ("token_ids", "segment_ids", "padding_mask")}
+    head = keras.layers.Dense(2, name="head")
+    classifier = keras.Model(inputs, head(student(inputs)["pooled_output"]))
+    model = LayerDistillation(classifier, family.attention_internals(student), family.attention_internals(teacher), "tinybert", {n: n for n in inputs}, 2)
+    rng = np.random.default_rng(4)
+    x = {"token_ids": rng.integers(0, 50, (2, 6)).astype("int32"), "segment_ids": np.zeros((2, 6), "int32"), "padding_mask": np.ones((2, 6), "int32")}
+    y = distillation_targets(np.array([0, 1]), rng.normal(size=(2, 2)))
+
+    def gradients(intermediate: float, prediction: float) -> tuple[float, float, float]:
+        model.intermediate_scale.assign(intermediate)
+        model.prediction_scale.assign(prediction)
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            added = sum(model.losses)
+            loss = DistillationLoss(2.0, 1.0, soft="ce")(y, logits) + added
+        head_gradient, projection_gradient = tape.gradient(loss, [head.kernel, model.projection.kernel])
+        return float(added), float(np.abs(head_gradient).sum()), float(np.abs(projection_gradient).sum())
+
+    added, head_gradient, projection_gradient = gradients(1.0, 0.0)  # stage 1: the head learns nothing
+    assert added > 0 and head_gradient == 0 and projection_gradient > 0
+    added, head_gradient, projection_gradient = gradients(0.0, 1.0)  # stage 2: the intermediate losses are off
+    assert added == 0 and head_gradient > 0 and projection_gradient == 0
+
+
 def test_the_layer_mapping_needs_a_multiple() -> None:
     from ptmkit.errors import ConfigError
     from ptmkit.training.distillation import teacher_layer_step

@@ -38,8 +38,10 @@ With ``M`` student blocks and ``N`` teacher blocks (``N`` a multiple of ``M``, `
   targets' loss above.
 
 The step's loss is the prediction loss plus ``finetune.distill_intermediate_weight`` times the sum
-of those terms (the reference trains the intermediate terms alone first, then the prediction
-layer alone; a weight near 0 or very large approaches either stage).
+of those terms. With ``finetune.distill_intermediate_epochs = E > 0`` training runs TinyBERT's
+two stages instead (the reference runs ``task_distill.py`` twice, without and with
+``--pred_distill``): the first ``E`` epochs on the intermediate terms alone, the rest on the
+prediction loss alone (:func:`stage_scales`, :class:`DistillationStages`).
 """
 
 from __future__ import annotations
@@ -114,6 +116,40 @@ def teacher_layer_step(student_layers: int, teacher_layers: int, method: str) ->
     return teacher_layers // student_layers
 
 
+def stage_scales(step: int, boundary: int) -> tuple[float, float]:
+    """``(intermediate, prediction)`` loss scales at global ``step`` (0-based) when the first
+    ``boundary`` steps are TinyBERT's intermediate stage: ``(1, 0)`` before it, ``(0, 1)`` after;
+    ``(1, 1)`` (both every step) when ``boundary`` is 0.
+
+    >>> [stage_scales(t, 2) for t in (0, 1, 2)], stage_scales(5, 0)
+    ([(1.0, 0.0), (1.0, 0.0), (0.0, 1.0)], (1.0, 1.0))
+    """
+    if not boundary:
+        return 1.0, 1.0
+    return (1.0, 0.0) if step < boundary else (0.0, 1.0)
+
+
+class DistillationStages(keras.callbacks.Callback):
+    """Set a :class:`LayerDistillation`'s loss scales to :func:`stage_scales` before each step.
+
+    Args:
+        model: the training model (its ``intermediate_scale`` and ``prediction_scale``).
+        boundary: the steps of the intermediate stage.
+        start: the global step the fit starts after (a resumed run's).
+    """
+
+    def __init__(self, model: Any, boundary: int, start: int = 0) -> None:
+        super().__init__()
+        self.scales, self.boundary, self.step = (model.intermediate_scale, model.prediction_scale), boundary, start
+
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        for variable, value in zip(self.scales, stage_scales(self.step, self.boundary), strict=True):
+            variable.assign(value)
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        self.step += 1
+
+
 def _mse(a: Any, b: Any) -> Any:
     return ops.mean(ops.square(ops.cast(a, "float32") - ops.cast(b, "float32")))
 
@@ -176,7 +212,10 @@ def minilm_losses(student: dict[str, Any], teacher: dict[str, Any]) -> dict[str,
 class LayerDistillation(keras.Model):
     """The training model of layer-to-layer distillation: the student classifier's logits, plus
     ``weight`` times the sum of the method's intermediate losses as a Keras added loss while
-    training (the compiled loss is the prediction layer's).
+    training (the compiled loss is the prediction layer's). While training, the added loss is
+    scaled by ``intermediate_scale`` and the prediction loss's gradient by ``prediction_scale``
+    (non-trainable scalars, 1 unless :class:`DistillationStages` sets them: the logits pass
+    through as ``s * z + (1 - s) * stop_gradient(z)``, the same values).
 
     Args:
         student: the student classifier (a head on the student backbone); its weights are the run's.
@@ -199,6 +238,8 @@ class LayerDistillation(keras.Model):
         self.student, self.student_internals, self.teacher_internals = student, student_internals, teacher_internals
         self.teacher_internals.trainable = False
         self.method, self.teacher_inputs, self.step, self.weight = method, dict(teacher_inputs), int(step), float(weight)
+        self.intermediate_scale = keras.Variable(1.0, dtype="float32", trainable=False, name="intermediate_scale")
+        self.prediction_scale = keras.Variable(1.0, dtype="float32", trainable=False, name="prediction_scale")
         self.projection = None
         if method == "tinybert":  # the reference's fit_dense: nn.Linear, BERT's normal(0.02) initialisation
             widths = [int(model.output["hidden_states"][0].shape[-1]) for model in (student_internals, teacher_internals)]
@@ -218,9 +259,11 @@ class LayerDistillation(keras.Model):
 
     def call(self, inputs: dict[str, Any], training: bool = False) -> Any:
         logits = self.student(inputs, training=training)
-        if training:
-            self.add_loss(self.weight * sum(self.intermediate_losses(inputs, training=True).values()))
-        return logits
+        if not training:
+            return logits
+        self.add_loss(self.weight * self.intermediate_scale * sum(self.intermediate_losses(inputs, training=True).values()))
+        scale = ops.cast(self.prediction_scale, logits.dtype)
+        return scale * logits + (1.0 - scale) * ops.stop_gradient(logits)
 
     def measure(self, inputs: dict[str, np.ndarray]) -> dict[str, float]:
         """The intermediate losses on ``inputs`` without dropout, as floats (6 significant digits)."""

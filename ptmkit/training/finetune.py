@@ -428,14 +428,25 @@ def _fit_distilled(
     """Train ``model`` (through ``trainer``, layer distillation's training model, or itself) on the
     teacher's soft targets; return the seconds and, for layer distillation, the intermediate
     losses on the first 64 dev examples before and after training (the metrics'
-    ``intermediate_losses``)."""
+    ``intermediate_losses``). With ``finetune.distill_intermediate_epochs`` the steps of those
+    epochs train on the intermediate losses alone, the later ones on the prediction loss alone
+    (:class:`~ptmkit.training.distillation.DistillationStages`)."""
     from ptmkit.training.distillation import DistillationLoss, distillation_targets, label_accuracy
 
     loss = DistillationLoss(ft.distill_temperature, ft.distill_alpha, soft="ce" if ft.distill == "tinybert" else "kl")
     probe = {name: values[:64] for name, values in x_dev.items()}
     before = trainer.measure(probe) if trainer is not model else None
     targets = distillation_targets(y_train, teacher_logits)
-    seconds = _fit_classifier(trainer, ft, x_train, targets, x_dev, y_dev, target, console, command, loss, label_accuracy, student=model)
+    boundary = ft.distill_intermediate_epochs * -(-len(targets) // ft.batch_size) if before is not None else 0
+    if boundary:
+        console.print(f"two stages: intermediate losses alone for steps 1..{boundary}, then the prediction layer alone")
+
+    def stages(start: int) -> list[Any]:
+        from ptmkit.training.distillation import DistillationStages
+
+        return [DistillationStages(trainer, boundary, start)] if boundary else []
+
+    seconds = _fit_classifier(trainer, ft, x_train, targets, x_dev, y_dev, target, console, command, loss, label_accuracy, stages, student=model)
     if before is None:
         return seconds, None
     examples = len(next(iter(probe.values())))
