@@ -10,8 +10,9 @@ then ``ptmkit finetune STUDENT`` with the teacher's recipe, once without a teach
 with the teacher's dev predictions, training seconds (and the ratio to the ``logits`` row, today's
 distillation, the anchor), the intermediate losses on 40 dev texts before and after training.
 
-Run: ``python benchmarks/distillation.py [--work DIR] [--out FILE.md]``; ``--quick``: the tiny
-pre-trained BERT of two blocks of ``head_pruning.py --quick`` (student: block 1).
+Run: ``python benchmarks/distillation.py [--work DIR] [--out FILE.md] [--student-epochs N]``;
+``--quick``: the tiny pre-trained BERT of two blocks of ``head_pruning.py --quick`` (student:
+block 1). ``--student-epochs``: every student row's epochs (the same budget for each).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path("/tmp/distillation"))
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--student-epochs", type=int, help="the students' epochs (default: the teacher's recipe's)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -52,7 +54,8 @@ def main() -> int:
         hp.ptmkit("compress", args.work / "base", "--out", student, "--keep-layers", "1" if args.quick else "1,3,5")
     from ptmkit.quickstart import MINILM_POLARITY
 
-    recipe = ["finetune.epochs=2", "finetune.sequence_length=32", "finetune.learning_rate=1e-3"] if args.quick else MINILM_POLARITY
+    recipe = ["finetune.epochs=2", "finetune.sequence_length=32", "finetune.learning_rate=1e-3"] if args.quick else list(MINILM_POLARITY)
+    recipe += [f"finetune.epochs={args.student_epochs}"] if args.student_epochs else []
     runs = {"teacher": teacher}
     for name, options in METHODS.items():
         run = runs[name] = args.work / name.replace(" ", "-")
