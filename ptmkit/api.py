@@ -20,7 +20,7 @@ Contract types (:mod:`ptmkit.contract`)
     checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`, :class:`TrainsOnPairs`,
     :class:`EvaluatesPairs`,
     :class:`ProvidesWordVectors`, :class:`ProvidesSentenceFeatures` (with :class:`SentenceFeatures`), :class:`ClassifiesRows`, :class:`ImportsCheckpoints`, :class:`WritesOwnExport`, :class:`HasQuickstart` (families, with :class:`QuickstartPlan`), :class:`TrainsOnWordVectors`
-    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask`, :class:`InitialisesOutputBias`, :class:`EmbedsLanguages` and :class:`TwoStreamAttention` (backbones), :class:`KeepsLayers`, :class:`PrunesHeads`, :class:`ReplacesModules` and :class:`SharesLayers` (``ptmkit compress``; the sublayer kinds :data:`SHARED_SUBLAYERS`), :class:`SharesEmbeddings` (a generator on the backbone's embeddings, ``rtd``); :func:`pooled_states` and :func:`averaged_word_vectors` build a family's :class:`SentenceFeatures` (:mod:`ptmkit.features`); :func:`capabilities` lists what a family offers objectives and heads
+    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask`, :class:`InitialisesOutputBias`, :class:`EmbedsLanguages` and :class:`TwoStreamAttention` (backbones), :class:`KeepsLayers`, :class:`PrunesHeads`, :class:`ReplacesModules` and :class:`SharesLayers` (``ptmkit compress``; the sublayer kinds :data:`SHARED_SUBLAYERS`), :class:`ExposesAttention` (per-block states, attention scores and values for layer-to-layer distillation), :class:`SharesEmbeddings` (a generator on the backbone's embeddings, ``rtd``); :func:`pooled_states` and :func:`averaged_word_vectors` build a family's :class:`SentenceFeatures` (:mod:`ptmkit.features`); :func:`capabilities` lists what a family offers objectives and heads
     (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`HIDDEN_STATES`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`, :data:`SELF_ATTENTION_MASK`, :data:`POSITIONS_AND_LANGUAGES`, :data:`TWO_STREAM_ATTENTION`).
 
 Errors (:mod:`ptmkit.errors`)
@@ -130,6 +130,7 @@ from ptmkit.contract import (
     CorpusReader,
     EmbedsLanguages,
     EvaluatesPairs,
+    ExposesAttention,
     GraphOptimizer,
     HasQuickstart,
     Head,
@@ -293,6 +294,7 @@ __all__ = [
     "PrunesHeads",
     "ReplacesModules",
     "SharesLayers",
+    "ExposesAttention",
     "SHARED_SUBLAYERS",
     "SharesEmbeddings",
     "SpecialTokens",

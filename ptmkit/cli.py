@@ -116,6 +116,7 @@ def finetune(
     teacher: Annotated[Path | None, typer.Option(help="A fine-tuned run with the same labels to distil from (soft targets at finetune.distill_temperature, weight finetune.distill_alpha).")] = None,
     strategy: Annotated[str | None, typer.Option(help="What trains: full, features (frozen backbone), adapters or lora; the same as --set finetune.strategy=NAME.")] = None,
     qat: Annotated[bool, typer.Option("--qat", help="Quantisation-aware training (Q8BERT): fake int8 inputs and weights of every dense layer and embedding table; the saved weights are on the int8 grid (export with --int8 --per-tensor; set finetune.qat_reduce_range as the export's --reduce-range). The same as --set finetune.qat=true.")] = False,
+    distill: Annotated[str | None, typer.Option(help="With --teacher: logits (soft targets only, the default), tinybert (also embeddings, hidden states and attention scores, layer to layer) or minilm (also the last block's attention and value relations); the same as --set finetune.distill=NAME.")] = None,
 ) -> None:
     """Add a classification head to RUN_DIR's backbone (pre-trained, or imported with import-hf) and
     fine-tune it; report dev (and test) accuracy and macro-F1. On a run of static word vectors, the
@@ -123,24 +124,28 @@ def finetune(
 
     Config sections: \\[finetune] (head, epochs, batch_size, sequence_length, learning_rate,
     warmup_ratio, weight_decay, seed, max_train_examples, checkpoint_every, distill_temperature,
-    distill_alpha, strategy, adapter_size, lora_rank, lora_alpha, lora_targets, layer_lr_decay,
+    distill_alpha, distill, distill_intermediate_weight, strategy, adapter_size, lora_rank, lora_alpha, lora_targets, layer_lr_decay,
     gradual_unfreezing, schedule, schedule_ratio, sparsity, qat, qat_ema_decay, qat_reduce_range) and \\[head] (dropout, initializer_range, pooling, layers); e.g. --set
     finetune.epochs=5. After
     Ctrl-C, the same command with --resume continues from the last checkpoint to the weights an
     uninterrupted run ends with. With --teacher, the student (RUN_DIR's backbone) learns from the
     teacher's soft targets and the gold labels (Hinton et al. 2015), and the metrics add its
-    agreement with the teacher. RUN_DIR may itself be fine-tuned (two-stage fine-tuning: an
+    agreement with the teacher; --distill tinybert or minilm adds losses between the teacher's and
+    the student's blocks (Jiao et al. 2020; Wang et al. 2020). RUN_DIR may itself be fine-tuned (two-stage fine-tuning: an
     intermediate task, then this one). With --task NAME=TRAIN:DEV for each of several tasks, one
     head per task trains on the shared encoder (MT-DNN; finetune.task_sampling: proportional,
     temperature or uniform), and one export serves every head.
     """
-    from ptmkit.config import STRATEGIES
+    from ptmkit.config import DISTILL_METHODS, STRATEGIES
     from ptmkit.errors import ConfigError
     from ptmkit.training.finetune import finetune as run_finetune
 
     if strategy is not None and strategy not in STRATEGIES:
         raise ConfigError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if distill is not None and distill not in DISTILL_METHODS:
+        raise ConfigError(f"--distill must be one of {', '.join(DISTILL_METHODS)}, got {distill!r}")
     overrides = [*(set_ or []), *([f"finetune.strategy={strategy}"] if strategy is not None else []), *(["finetune.qat=true"] if qat else [])]
+    overrides += [f"finetune.distill={distill}"] if distill is not None else []
     if task:
         from ptmkit.training.multitask import finetune_multitask
 

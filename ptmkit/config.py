@@ -111,6 +111,11 @@ def check_schedule(cfg: Any, section: str) -> None:
         raise ConfigError(f"config key '{section}.warmup_ratio' = {cfg.warmup_ratio} is the slanted triangular schedule's cut_frac; it must be below 1")
 
 
+#: ``finetune.distill``: what a student learns from ``--teacher`` (:mod:`ptmkit.training.distillation`):
+#: its logits only (soft targets), also its blocks' states and attention scores (TinyBERT), or also
+#: its last block's attention distributions and value relations (MiniLM).
+DISTILL_METHODS = ("logits", "tinybert", "minilm")
+
 #: ``finetune.strategy``: which weights fine-tuning trains (:mod:`ptmkit.training.strategies`).
 STRATEGIES = ("full", "features", "adapters", "lora")
 #: How multi-task fine-tuning picks each batch's task (``finetune.task_sampling``; :mod:`ptmkit.training.multitask`).
@@ -138,8 +143,20 @@ class FinetuneConfig:
             end of each epoch only.
         distill_temperature: with ``--teacher``, the softmax temperature T of the soft targets
             (Hinton et al. 2015; DistilBERT: 2).
-        distill_alpha: with ``--teacher``, the weight of the soft-target term (T^2-scaled KL);
-            the gold labels' cross-entropy gets ``1 - distill_alpha``.
+        distill_alpha: with ``--teacher``, the weight of the soft-target term (T^2-scaled KL;
+            with ``distill = "tinybert"`` the soft cross-entropy, TinyBERT's eq. 10); the gold
+            labels' cross-entropy gets ``1 - distill_alpha``.
+        distill: with ``--teacher``, what the student learns (:data:`DISTILL_METHODS`):
+            ``logits`` (the soft targets alone), ``tinybert`` (also embeddings, hidden states
+            through a learned projection and attention scores, layer to layer; Jiao et al. 2020)
+            or ``minilm`` (also the last block's attention distributions and value relations;
+            Wang et al. 2020). The layer methods need a teacher and student whose families expose
+            their attention (:class:`ptmkit.contract.ExposesAttention`) and one vocabulary.
+        distill_intermediate_weight: with ``tinybert`` or ``minilm``, the weight of the sum of the
+            intermediate losses added to the prediction layer's.
+        distill_intermediate_epochs: with ``tinybert`` or ``minilm``, TinyBERT's two stages: the
+            first this many epochs train on the intermediate losses alone, the rest on the
+            prediction layer alone (below ``epochs``); 0 (default): both together every step.
         strategy: which weights train (:mod:`ptmkit.training.strategies`): ``full`` (all),
             ``features`` (the backbone frozen: feature extraction; the same as ``head.freeze_backbone``),
             ``adapters`` (Houlsby et al. 2019 bottleneck adapters after each block's attention and
@@ -208,6 +225,9 @@ class FinetuneConfig:
     jit_compile: bool = False
     distill_temperature: float = 2.0
     distill_alpha: float = 0.5
+    distill: str = "logits"
+    distill_intermediate_weight: float = 1.0
+    distill_intermediate_epochs: int = 0
     strategy: str = "full"
     adapter_size: int = 64
     adapter_init_scale: float = 1e-3
@@ -239,6 +259,13 @@ class FinetuneConfig:
         if not self.lora_targets:
             raise ConfigError("config key 'finetune.lora_targets' is empty; name at least one layer (e.g. query,value)")
         check_unit_interval(self, "finetune", "distill_alpha")
+        check_choice(self, "finetune", "distill", DISTILL_METHODS)
+        check_non_negative(self, "finetune", "distill_intermediate_weight", "distill_intermediate_epochs")
+        if self.distill_intermediate_epochs >= self.epochs:
+            raise ConfigError(
+                f"config key 'finetune.distill_intermediate_epochs' = {self.distill_intermediate_epochs} must be below "
+                f"finetune.epochs = {self.epochs} (the prediction layer trains in the epochs after it)"
+            )
         check_positive(self, "finetune", "sparsity_every", "task_temperature")
         check_choice(self, "finetune", "task_sampling", TASK_SAMPLINGS)
         if not 0.0 <= self.sparsity < 1.0:

@@ -39,7 +39,7 @@ UTF-8 bytes, see :mod:`ptmkit_export.fields`), or a family's own featurizer (``r
 :class:`typing.Protocol`, checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`,
 :class:`ProvidesWordVectors`, :class:`ProvidesSentenceFeatures`, :class:`ClassifiesRows`, :class:`WritesOwnExport`, :class:`TrainsOnWordVectors`,
 :class:`TrainsOnPairs`, :class:`EvaluatesPairs`,
-:class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask`, :class:`InitialisesOutputBias`, :class:`EmbedsLanguages` and :class:`TwoStreamAttention` (backbones), :class:`KeepsLayers`, :class:`PrunesHeads`, :class:`ReplacesModules`, :class:`SharesLayers`,
+:class:`ScoresHeldoutLines` (objectives), :class:`AttendsWithMask`, :class:`InitialisesOutputBias`, :class:`EmbedsLanguages` and :class:`TwoStreamAttention` (backbones), :class:`KeepsLayers`, :class:`PrunesHeads`, :class:`ReplacesModules`, :class:`SharesLayers`, :class:`ExposesAttention`,
 :class:`SharesEmbeddings`. A family has the capability by defining the protocol's methods; there is no flag to keep in step.
 
 **Matching.** Objectives and heads list the backbone capabilities they ``require`` (e.g.
@@ -895,6 +895,37 @@ class SharesLayers(Protocol):
 
         Raises:
             ConfigError: the backbone cannot share them (e.g. blocks of different shapes).
+        """
+        ...
+
+
+@runtime_checkable
+class ExposesAttention(Protocol):
+    """A family whose backbone is a stack of multi-head self-attention blocks that can show what
+    each block computes: its input and output states, its attention scores and its values. What
+    layer-to-layer distillation needs (``ptmkit finetune --teacher RUN --distill tinybert|minilm``:
+    Jiao et al. 2020, "TinyBERT", section 3.1; Wang et al. 2020, "MiniLM", section 3.1), in the
+    teacher and the student alike; :mod:`ptmkit.training.distillation` computes every loss from
+    what this returns."""
+
+    def attention_internals(self, backbone: keras.Model) -> keras.Model:
+        """A functional model of ``backbone``'s inputs (a dict, the family's declared inputs)
+        that calls ``backbone``'s own layers (gradients reach its weights), returning a dict:
+
+        - ``hidden_states``: a list of ``L + 1`` ``(batch, sequence, hidden)`` float tensors: the
+          embeddings (the first block's input), then each block's output (Hugging Face's
+          ``output_hidden_states`` layout);
+        - ``attention_scores``: a list of ``L`` ``(batch, heads_l, sequence, sequence)`` float
+          tensors, block ``l``'s pre-softmax scores ``q k^T / sqrt(d_k)`` (query axis, then key
+          axis), before any mask is applied;
+        - ``values``: a list of ``L`` ``(batch, heads_l, sequence, d_k)`` float tensors, block
+          ``l``'s value vectors per head;
+        - ``attention_mask``: ``(batch, sequence, sequence)`` float, 1 where query ``i`` may
+          attend to key ``j`` (the padding mask of the keys for a bidirectional encoder).
+
+        The softmax over keys of the scores, with masked keys given probability 0, is the
+        attention distribution each block's attention layer applies to its values (before its
+        attention dropout).
         """
         ...
 

@@ -99,12 +99,9 @@ def quantize_int8(
     Args:
         src: path of the fp32 ``.onnx`` file.
         dst: path to write the int8 ``.onnx`` file to; its directory must exist. May equal ``src``.
-        per_channel: one scale per output column of each weight instead of one per tensor
-            (more accurate, same speed).
-        reduce_range: quantize weights to 7 bits; needed for accuracy on x86 CPUs without VNNI,
-            where ONNX Runtime's u8s8 kernels can saturate (a tiny BERT's logits moved by 25% of
-            their range on an AVX2-only CPU, by 1% with 7 bits). ``None`` (the default):
-            :func:`auto_reduce_range` chooses it from this machine's CPU; the summary records it.
+        per_channel: one scale per output column of each weight instead of one per tensor (more accurate, same speed).
+        reduce_range: 7-bit weights, needed on x86 CPUs without VNNI, where ONNX Runtime's u8s8 kernels saturate (a tiny
+            BERT's logits moved by 25% of their range on an AVX2-only CPU); ``None``: :func:`auto_reduce_range` decides.
         preprocess: run step (1).
         exclude_nodes: names of nodes (in the graph after steps 1-2, see
             :func:`quantizable_matmuls`) to leave in float.
@@ -128,9 +125,8 @@ def quantize_int8(
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    if reduce_range is None:
-        reduce_range = auto_reduce_range()[0]
     src, dst = _checked_paths(Path(src), Path(dst))
+    reduce_range = auto_reduce_range()[0] if reduce_range is None else reduce_range
     original, before = _load_measured(src)
     with tempfile.TemporaryDirectory(prefix="ptmkit-quantize-") as tmp:
         work = Path(tmp)
@@ -395,8 +391,7 @@ def quantize_int8_static(
     """
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    if reduce_range is None:
-        reduce_range = auto_reduce_range()[0]
+    reduce_range = auto_reduce_range()[0] if reduce_range is None else reduce_range
     calibrate_method = _calibration_method(method)
     batches = list(calibration)
     if not batches:

@@ -116,6 +116,14 @@ class BertFamily(ClsSepInputs, ModelFamily):
 
         return prune_heads(model_config, backbone, heads)
 
+    def attention_internals(self, backbone: Any) -> Any:
+        """Each block's input and output states, attention scores and values, through
+        ``backbone``'s layers (:class:`ptmkit.api.ExposesAttention`; what ``ptmkit finetune
+        --distill tinybert|minilm`` reads in teacher and student)."""
+        from ptmkit_bert.backbone import attention_internals
+
+        return attention_internals(backbone)
+
     def train_tokenizer(self, texts: Iterable[str], config: BertConfig) -> Any:
         from ptmkit_bert.tokenizer import train_wordpiece
 

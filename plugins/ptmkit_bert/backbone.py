@@ -258,3 +258,76 @@ def share_layers(config: BertConfig, backbone: BertBackbone, sublayers: str, ini
         values = per_block[0] if init == "first" else [np.mean(np.stack(ws), axis=0) for ws in zip(*per_block, strict=True)]
         getattr(new.transformer_layers[0], name).set_weights(values)
     return shared, new
+
+
+def attention_internals(backbone: BertBackbone) -> keras.Model:
+    """What each block of ``backbone`` computes (:class:`ptmkit.api.ExposesAttention`), through its
+    own layers: keras-hub's ``BertBackbone`` graph (as :meth:`BertBackbone.sequence_output_with_attention_mask`
+    runs it), each ``TransformerEncoder`` called as the backbone calls it, plus its attention
+    scores and values recomputed from the block input by the block's own ``MultiHeadAttention``
+    query, key and value ``EinsumDense`` projections (keras' attention returns only the softmax
+    probabilities, and TinyBERT distils the scores before the softmax).
+
+    Returns:
+        a functional model of ``token_ids``, ``segment_ids``, ``padding_mask`` (``(batch,
+        sequence)`` int32) returning ``hidden_states`` (``L + 1`` tensors ``(batch, sequence,
+        hidden_dim)``), ``attention_scores`` (``L`` tensors ``(batch, heads, sequence,
+        sequence)``: ``q k^T / sqrt(head_dim)``, unmasked), ``values`` (``L`` tensors ``(batch,
+        heads, sequence, head_dim)``) and ``attention_mask`` (``(batch, sequence, sequence)``
+        float32: the key's padding mask on every query row, keras-hub's
+        ``merge_padding_and_attention_mask``).
+    """
+    from keras import ops
+
+    inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name) for name in ("token_ids", "segment_ids", "padding_mask")}
+    tokens = backbone.token_embedding(inputs["token_ids"])
+    x = backbone.embeddings_add((tokens, backbone.position_embedding(tokens), backbone.segment_embedding(inputs["segment_ids"])))
+    x = backbone.embeddings_dropout(backbone.embeddings_layer_norm(x))
+    states, scores, values = [x], [], []
+    for layer in backbone.transformer_layers:
+        block_scores, block_values = AttentionProbe(layer)(x)
+        scores.append(block_scores)
+        values.append(block_values)
+        x = layer(x, padding_mask=inputs["padding_mask"])
+        states.append(x)
+    keys = ops.cast(inputs["padding_mask"], "float32")[:, None, :]  # (batch, 1, sequence)
+    mask = ops.ones_like(ops.cast(states[0][:, :, :1], "float32")) * keys  # (batch, sequence, sequence)
+    outputs = {"hidden_states": states, "attention_scores": scores, "values": values, "attention_mask": mask}
+    return keras.Model(inputs, outputs, name=f"{backbone.name}_internals")
+
+
+class AttentionProbe(keras.layers.Layer):
+    """Block ``block``'s (a built keras-hub ``TransformerEncoder``) attention scores and values on
+    its input, from its ``MultiHeadAttention``'s own query, key and value projections (one layer,
+    so that the projections, named alike in every block, are no nodes of the functional graph).
+
+    Call: ``x`` ``(batch, sequence, hidden)`` -> ``(scores, values)``: ``(batch, heads, sequence,
+    sequence)`` float32 ``q k^T / sqrt(head_dim)`` (query axis first, unmasked) and ``(batch,
+    heads, sequence, head_dim)`` float32.
+    """
+
+    def __init__(self, block: Any, **kwargs: Any) -> None:
+        super().__init__(name=f"{block.name}_attention_probe", dtype=block.dtype_policy, **kwargs)
+        self.block = block
+
+    def build(self, input_shape: Any = None) -> None:
+        self.built = True
+
+    def call(self, x: Any) -> tuple[Any, Any]:
+        from keras import ops
+
+        block = self.block
+        attention = block._self_attention_layer
+        if block.normalize_first:
+            x = block._self_attention_layer_norm(x)
+        query = ops.cast(attention._query_dense(x), "float32")  # (batch, sequence, heads, head_dim)
+        key = ops.cast(attention._key_dense(x), "float32")
+        value = ops.cast(attention._value_dense(x), "float32")
+        scores = ops.einsum("bqhd,bkhd->bhqk", query, key) / float(attention._key_dim) ** 0.5
+        return scores, ops.transpose(value, (0, 2, 1, 3))
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[Any, Any]:
+        attention = self.block._self_attention_layer
+        batch, sequence = input_shape[0], input_shape[1]
+        heads, head_dim = attention._num_heads, attention._key_dim
+        return (batch, heads, sequence, sequence), (batch, heads, sequence, head_dim)

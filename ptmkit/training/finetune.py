@@ -242,6 +242,8 @@ def finetune(
     overrides = choose_head(registry, family, config_path, list(overrides or []))
     config = resolve_config(registry, manifest["family"], config_path, overrides, base=_head_base(parent_config, config_path, overrides))
     head = registry.head(config.finetune.head)
+    if config.finetune.distill != "logits" and teacher is None:
+        raise ConfigError(f"--distill {config.finetune.distill} (finetune.distill) distils a teacher's layers into the student; give --teacher FINE_TUNED_RUN")
     if isinstance(head, TrainsOnWordVectors):
         if teacher is not None:
             raise ConfigError(f"--teacher: the {config.finetune.head} head trains from word vectors in one pass; distillation needs a head trained by Keras")
@@ -401,7 +403,7 @@ def _finetune_backbone(
         keep = np.sort(np.random.default_rng(ft.seed).permutation(len(texts))[: ft.max_train_examples])
         texts, y_train = [texts[i] for i in keep], y_train[keep]
     if "teacher" in inputs:
-        _check_teacher_labels(inputs["teacher"], labels, inputs["train"])
+        _check_teacher(registry, family, parent, inputs, labels, ft.distill)
     console.print(f"fine-tuning on {len(texts):,} examples, {len(labels)} labels; dev {len(dev_texts):,} examples")
 
     teacher = _teacher_logits(inputs["teacher"], [texts, dev_texts], console) if "teacher" in inputs else None
@@ -417,13 +419,12 @@ def _finetune_backbone(
     target.write_json(INPUTS, inputs)
     command = ["ptmkit", "finetune", inputs["parent"], "--train", inputs["train"], "--dev", inputs["dev"], "--out", str(target.path), "--resume"]
     command += ["--teacher", inputs["teacher"]] if teacher is not None else []
+    distilled = None
     if teacher is None:
         seconds = _fit_classifier(model, ft, x_train, y_train, x_dev, y_dev, target, console, command, qat=qat)
     else:
-        from ptmkit.training.distillation import DistillationLoss, distillation_targets, label_accuracy
-
-        loss = DistillationLoss(ft.distill_temperature, ft.distill_alpha)
-        seconds = _fit_classifier(model, ft, x_train, distillation_targets(y_train, teacher[0]), x_dev, y_dev, target, console, command, loss, label_accuracy, qat=qat)
+        trainer = model if ft.distill == "logits" else _layer_distillation(registry, family, backbone, model, ft, inputs["teacher"], console)
+        seconds, distilled = _fit_distilled(trainer, model, ft, x_train, y_train, teacher[0], x_dev, y_dev, target, console, command, qat)
     predictions = np.argmax(model.predict(x_dev, batch_size=128, verbose=0), axis=-1)
     metrics = {
         "dev_accuracy": round(float(np.mean(predictions == y_dev)), 4),
@@ -439,6 +440,7 @@ def _finetune_backbone(
         teacher_dev = np.argmax(teacher[1], axis=-1)
         metrics["teacher_dev_accuracy"] = round(float(np.mean(teacher_dev == y_dev)), 4)
         metrics["dev_agreement_with_teacher"] = round(float(np.mean(teacher_dev == predictions)), 4)
+    metrics.update({"intermediate_losses": distilled} if distilled else {})
     if test_file is not None:
         x_test = encode_texts(tokenizer, test_texts, ft.sequence_length, family.inputs, specials.padding_id)
         metrics |= {**scores(model, x_test, y_test, len(labels), "test"), "test_examples": len(test_texts)}
@@ -517,6 +519,38 @@ def task_chain(parent: RunDir, manifest: dict[str, Any]) -> list[dict[str, Any]]
     return [{"run": str(parent.path.resolve()), "train": manifest.get("train"), "head": manifest.get("head"), "labels": len(manifest.get("labels") or [])}]
 
 
+def _fit_distilled(
+    trainer: Any, model: Any, ft: Any, x_train: dict[str, np.ndarray], y_train: np.ndarray, teacher_logits: np.ndarray, x_dev: dict[str, np.ndarray],
+    y_dev: np.ndarray, target: RunDir, console: Console, command: list[str], qat: Any = None,
+) -> tuple[float, dict[str, Any] | None]:
+    """Train ``model`` (through ``trainer``, layer distillation's training model, or itself) on the
+    teacher's soft targets; return the seconds and, for layer distillation, the intermediate
+    losses on the first 64 dev examples before and after training (the metrics'
+    ``intermediate_losses``). With ``finetune.distill_intermediate_epochs`` the steps of those
+    epochs train on the intermediate losses alone, the later ones on the prediction loss alone
+    (:class:`~ptmkit.training.distillation.DistillationStages`). ``qat``: as :func:`_fit_classifier`."""
+    from ptmkit.training.distillation import DistillationLoss, distillation_targets, label_accuracy
+
+    loss = DistillationLoss(ft.distill_temperature, ft.distill_alpha, soft="ce" if ft.distill == "tinybert" else "kl")
+    probe = {name: values[:64] for name, values in x_dev.items()}
+    before = trainer.measure(probe) if trainer is not model else None
+    targets = distillation_targets(y_train, teacher_logits)
+    boundary = ft.distill_intermediate_epochs * -(-len(targets) // ft.batch_size) if before is not None else 0
+    if boundary:
+        console.print(f"two stages: intermediate losses alone for steps 1..{boundary}, then the prediction layer alone")
+
+    def stages(start: int) -> list[Any]:
+        from ptmkit.training.distillation import DistillationStages
+
+        return [DistillationStages(trainer, boundary, start)] if boundary else []
+
+    seconds = _fit_classifier(trainer, ft, x_train, targets, x_dev, y_dev, target, console, command, loss, label_accuracy, stages, student=model, qat=qat)
+    if before is None:
+        return seconds, None
+    examples = len(next(iter(probe.values())))
+    return seconds, {"method": ft.distill, "dev_examples": examples, "before": before, "after": trainer.measure(probe)}
+
+
 def _classifier_to_train(registry: Registry, config: RunConfig, backbone: Any, num_labels: int, console: Console) -> tuple[Any, dict[str, Any], Any]:
     """:func:`build_classifier`, its strategy and parameter counts (printed, and returned for the
     metrics: ``strategy``, ``parameters``, ``trainable_parameters``, ``trainable_share``, and
@@ -544,6 +578,78 @@ def _check_teacher_labels(teacher_dir: str, labels: list[str], train_file: str) 
         raise ConfigError(f"--teacher {teacher_dir}: its labels differ from {train_file}'s ({detail})")
 
 
+def _check_teacher(registry: Registry, family: Any, parent: RunDir, inputs: dict[str, str], labels: list[str], method: str) -> None:
+    """:func:`_check_teacher_labels`, then for a layer method (``finetune.distill``) :func:`_check_layer_teacher`."""
+    _check_teacher_labels(inputs["teacher"], labels, inputs["train"])
+    if method != "logits":
+        _check_layer_teacher(registry, family, parent, inputs["teacher"], method)
+
+
+def _check_layer_teacher(registry: Registry, family: Any, parent: RunDir, teacher_dir: str, method: str) -> None:
+    """Refuse layer-to-layer distillation (``method``) between these runs before anything is built:
+    a family (the student's or the teacher's) that does not expose its attention, a teacher input
+    the student's inputs cannot feed, or another vocabulary (the teacher reads the student's ids).
+
+    Raises:
+        ConfigError: one line naming the run and what is missing.
+    """
+    from ptmkit.contract import ExposesAttention
+
+    teacher_run = RunDir(teacher_dir)
+    teacher_family = registry.family(teacher_run.manifest()["family"])
+    for role, candidate in (("student", family), ("teacher", teacher_family)):
+        if not isinstance(candidate, ExposesAttention):
+            raise ConfigError(
+                f"--distill {method}: the {role}'s family {candidate.name!r} does not expose its blocks' states and attention "
+                f"(it does not implement ExposesAttention.attention_internals); --distill logits works with any family"
+            )
+    fields = {spec.field for spec in family.inputs}
+    missing = [spec.name for spec in teacher_family.inputs if spec.field not in fields]
+    if missing:
+        raise ConfigError(f"--distill {method}: the teacher {teacher_dir} reads {', '.join(missing)}, which the {family.name} student's inputs do not provide")
+    student_vocabulary, teacher_vocabulary = parent.load_tokenizer().get_vocab(), teacher_run.load_tokenizer().get_vocab()
+    if student_vocabulary != teacher_vocabulary:
+        raise ConfigError(
+            f"--teacher {teacher_dir}: its vocabulary ({len(teacher_vocabulary):,} tokens) differs from the student's "
+            f"({len(student_vocabulary):,}); --distill {method} runs the teacher on the student's token ids, so both need one "
+            f"tokenizer (--distill logits takes any)"
+        )
+
+
+def _layer_distillation(registry: Registry, family: Any, backbone: Any, model: Any, ft: Any, teacher_dir: str, console: Console) -> Any:
+    """The :class:`~ptmkit.training.distillation.LayerDistillation` training model of ``model`` (the
+    student classifier on ``backbone``) and the teacher run's frozen backbone.
+
+    Raises:
+        ConfigError: the teacher's positions fewer than ``ft.sequence_length``, its blocks not a
+            multiple of the student's, or matched blocks with different head counts.
+    """
+    import keras
+
+    from ptmkit.training.distillation import LayerDistillation, teacher_layer_step
+
+    teacher_model, teacher_config, _, manifest = load_classifier(teacher_dir, registry)
+    teacher_family = registry.family(manifest["family"])
+    limit = teacher_family.limits(teacher_config.model).max_sequence_length
+    if limit is not None and ft.sequence_length > limit:
+        raise ConfigError(f"finetune.sequence_length = {ft.sequence_length}: the teacher {teacher_dir} holds {limit} positions; --distill {ft.distill} runs it on the student's sequences")
+    teacher_backbone = next(layer for layer in teacher_model.layers if isinstance(layer, keras.Model))
+    student_internals, teacher_internals = family.attention_internals(backbone), teacher_family.attention_internals(teacher_backbone)
+    heads = [[int(scores.shape[1]) for scores in m.output["attention_scores"]] for m in (student_internals, teacher_internals)]
+    step = teacher_layer_step(len(heads[0]), len(heads[1]), ft.distill)
+    pairs = [(m, (m + 1) * step - 1) for m in range(len(heads[0]))] if ft.distill == "tinybert" else [(len(heads[0]) - 1, len(heads[1]) - 1)]
+    for m, t in pairs:
+        if heads[0][m] != heads[1][t]:
+            raise ConfigError(
+                f"--distill {ft.distill}: student block {m} has {heads[0][m]} attention heads and teacher block {t} {heads[1][t]}; "
+                f"{ft.distill} compares attention head by head, so they must match"
+            )
+    teacher_inputs = {spec.name: family.input(spec.field).name for spec in teacher_family.inputs}
+    mapped = ", ".join(f"{m}->{t}" for m, t in pairs)
+    console.print(f"distilling layers ({ft.distill}, weight {ft.distill_intermediate_weight}): student block -> teacher block {mapped}")
+    return LayerDistillation(model, student_internals, teacher_internals, ft.distill, teacher_inputs, step, ft.distill_intermediate_weight)
+
+
 def _teacher_logits(teacher_dir: str, text_sets: list[list[str]], console: Console) -> list[np.ndarray]:
     """The fine-tuned teacher's ``(texts, classes)`` float32 logits on each list of ``text_sets``,
     through its own tokenizer and sequence length (Keras, batches of 128)."""
@@ -566,13 +672,15 @@ def _teacher_logits(teacher_dir: str, text_sets: list[list[str]], console: Conso
 
 def _fit_classifier(
     model: Any, ft: Any, x_train: dict[str, np.ndarray], y_train: np.ndarray, x_dev: dict[str, np.ndarray], y_dev: np.ndarray,
-    target: RunDir, console: Console, command: list[str], loss: Any = None, accuracy: Any = None, extra: Any = None, qat: Any = None,
+    target: RunDir, console: Console, command: list[str], loss: Any = None, accuracy: Any = None, extra: Any = None, student: Any = None, qat: Any = None,
 ) -> float:
     """Compile and train ``model`` over ``ft.epochs`` epochs from the newest checkpoint in
     ``target/checkpoints`` (if any), printing dev accuracy at each epoch's end; return the seconds.
     ``loss`` and ``accuracy`` (a function of ``y_true, y_pred``) replace the cross-entropy on label
     ids and its accuracy (distillation's targets are rows of label and teacher logits); ``extra``,
     a function of the start step, returns callbacks to run first (module replacement's schedule);
+    ``student``, the classifier inside a training model that wraps it (layer distillation's), is
+    the one whose backbone gets the layer-wise schedules and whose kernels magnitude pruning prunes.
     ``qat``, :mod:`ptmkit.training.qat`'s handle, has the weights put on their int8 grid at the end
     (what is saved and evaluated)."""
     import keras
@@ -586,7 +694,7 @@ def _fit_classifier(
     total = steps_per_epoch * ft.epochs
     model.compile(
         optimizer=adamw(
-            ft.learning_rate, ft.weight_decay, total, ft.warmup_ratio, ft.adam_epsilon, *_layer_schedules(model, ft, steps_per_epoch),
+            ft.learning_rate, ft.weight_decay, total, ft.warmup_ratio, ft.adam_epsilon, *_layer_schedules(student or model, ft, steps_per_epoch),
             schedule=ft.schedule, ratio=ft.schedule_ratio,
         ),
         loss=loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -597,7 +705,7 @@ def _fit_classifier(
     start = restore_state(model, checkpoints) if latest_step(checkpoints) else 0
     if start:
         console.print(f"resuming from step {start} of {total} ({checkpoints})")
-    pruning = _magnitude_pruning(model, ft, start, total)
+    pruning = _magnitude_pruning(student or model, ft, start, total)
     first = [*(extra(start) if extra else []), *pruning]
     started = time.perf_counter()
     if start < total:

@@ -148,7 +148,7 @@ class FakeQuantisation:
     def summary(self) -> dict[str, Any]:
         """What the run's manifest and metrics record: the scheme, the decay, the layer counts."""
         return {
-            "scheme": "Q8BERT symmetric int8, per tensor; inputs at an EMA of max|x|",
+            "scheme": "symmetric int8, per tensor; inputs at an EMA of max|x| (Zafrir et al. 2019)",
             "weight_range": [-self.weight_max, self.weight_max],
             "ema_decay": self.ema_decay,
             "product_layers": len(self.products),
