@@ -18,14 +18,11 @@ block 1). ``--student-epochs``: every student row's epochs (the same budget for 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import head_pruning as hp  # noqa: E402  # the teacher and the table writer of the compression tables
@@ -79,33 +76,11 @@ def main() -> int:
                 f"{sum(losses['before'].values()):.4f} -> {sum(losses['after'].values()):.4f}" if losses else "-"
             ),
         })
-    write(rows, args, load_before, time.time() - started)
+    hp.write(
+        rows, args, load_before, time.time() - started, title="Distillation: soft targets, TinyBERT and MiniLM into the same student",
+        script="distillation.py", details="anchor: the `logits` row (soft targets, today's `--teacher`).",
+    )
     return 0
-
-
-def write(rows: list[dict[str, Any]], args: argparse.Namespace, load_before: list[str], seconds: float) -> None:
-    """The table with date, commit, load and command, printed and written atomically to ``args.out``."""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=hp.REPO).stdout.strip()
-    header = list(rows[0])
-    lines = [
-        "# Distillation: soft targets, TinyBERT and MiniLM into the same student"
-        + (" (--quick: tiny BERT)" if args.quick else " (all-MiniLM-L6-v2 fine-tuned on polarity-200)"),
-        "",
-        f"Date {datetime.date.today()}, commit {commit}, load average before {' '.join(load_before)}, after "
-        f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])} (2 shared cores), {seconds:.0f} s in all.",
-        f"Command: `python benchmarks/distillation.py {' '.join(sys.argv[1:])}`; anchor: the `logits` row (soft targets, today's `--teacher`).",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-    ]
-    for row in rows:
-        lines.append("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v) for v in row.values()) + " |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        temporary = args.out.with_name(args.out.name + ".tmp")
-        temporary.write_text(text)
-        os.replace(temporary, args.out)
 
 
 if __name__ == "__main__":

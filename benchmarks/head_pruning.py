@@ -187,10 +187,11 @@ def main() -> int:
 
 
 def write(rows: list[dict[str, Any]], args: argparse.Namespace, load_before: list[str], seconds: float,
-          title: str = "Attention-head pruning: size and int8 latency", script: str = "head_pruning.py") -> None:
+          title: str = "Attention-head pruning: size and int8 latency", script: str = "head_pruning.py", details: str | None = None) -> None:
     """The table of ``rows`` (one dict each, its keys the header) with date, commit, load and
-    command, printed and written atomically to ``args.out`` (compression_methods.py writes its own
-    table with it)."""
+    command, printed and written atomically to ``args.out`` (compression_methods.py, qat.py and
+    distillation.py write their tables with it); ``details`` follows the command instead of the
+    ONNX Runtime settings."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
     header = list(rows[0])
     lines = [
@@ -198,8 +199,8 @@ def write(rows: list[dict[str, Any]], args: argparse.Namespace, load_before: lis
         "",
         f"Date {datetime.date.today()}, commit {commit}, load average before {' '.join(load_before)}, after "
         f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])} (2 shared cores), {seconds:.0f} s in all.",
-        f"Command: `python benchmarks/{script} {' '.join(sys.argv[1:])}`; ONNX Runtime {__import__('onnxruntime').__version__}, "
-        f"{args.threads} thread(s), {args.rounds} rounds x {args.calls} calls each, sessions interleaved.",
+        f"Command: `python benchmarks/{script} {' '.join(sys.argv[1:])}`; "
+        + (details or f"ONNX Runtime {__import__('onnxruntime').__version__}, {args.threads} thread(s), {args.rounds} rounds x {args.calls} calls each, sessions interleaved."),
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
