@@ -126,6 +126,21 @@ def load_backbone(registry: Registry, run: RunDir) -> tuple[Any, RunConfig, Any,
     return backbone, config, run.load_tokenizer(), manifest
 
 
+def fine_tuning_config(
+    registry: Registry, parent: RunDir, manifest: dict[str, Any], config_path: str | Path | None, overrides: list[str] | None
+) -> tuple[Any, RunConfig]:
+    """``(family, config)`` of a fine-tuning of ``parent``: its config under ``config_path`` and
+    ``overrides`` (the head chosen for the family; a changed pre-training key refused)."""
+    from ptmkit.training.pretrain import resolve_config
+
+    family = registry.family(manifest["family"])
+    parent_config = read_toml(parent.require(CONFIG))
+    if config_path is not None:
+        _refuse_changed_pretraining_keys(read_toml(config_path), parent_config, str(config_path))
+    overrides = choose_head(registry, family, config_path, list(overrides or []))
+    return family, resolve_config(registry, manifest["family"], config_path, overrides, base=_head_base(parent_config, config_path, overrides))
+
+
 def _head_base(parent_config: dict[str, Any], config_path: str | Path | None, overrides: list[str]) -> dict[str, Any]:
     """The parent run's config as the base of a fine-tuning config: its ``[head]`` section holds the
     keys of the parent's ``finetune.head`` (a pre-training run records the default head's), so it
@@ -235,12 +250,7 @@ def finetune(
     stored = _check_target(target, resume)
     manifest = _check_sources(parent, teacher, overrides or [])
     quiet_tensorflow()  # after the checks: a wrong path or key is refused without importing TensorFlow
-    family = registry.family(manifest["family"])
-    parent_config = read_toml(parent.require(CONFIG))
-    if config_path is not None:
-        _refuse_changed_pretraining_keys(read_toml(config_path), parent_config, str(config_path))
-    overrides = choose_head(registry, family, config_path, list(overrides or []))
-    config = resolve_config(registry, manifest["family"], config_path, overrides, base=_head_base(parent_config, config_path, overrides))
+    family, config = fine_tuning_config(registry, parent, manifest, config_path, overrides)
     head = registry.head(config.finetune.head)
     if config.finetune.distill != "logits" and teacher is None:
         raise ConfigError(f"--distill {config.finetune.distill} (finetune.distill) distils a teacher's layers into the student; give --teacher FINE_TUNED_RUN")

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from ptmkit.config import RunConfig, read_toml, to_toml
+from ptmkit.config import RunConfig, to_toml
 from ptmkit.errors import ConfigError, DataError
 from ptmkit.io import atomic_save, atomic_write_text
 from ptmkit.plugins import Registry
@@ -160,11 +160,9 @@ def finetune_multitask(
             :func:`parse_tasks`; a head that trains on word vectors; ``finetune.sparsity`` or ``finetune.qat``; an
             ``out`` that is not empty.
     """
-    from ptmkit.config import choose_head
     from ptmkit.console import default_console
     from ptmkit.plugins import get_registry
-    from ptmkit.training.finetune import _check_sources, _check_target, _head_base, _refuse_changed_pretraining_keys
-    from ptmkit.training.pretrain import resolve_config
+    from ptmkit.training.finetune import _check_sources, _check_target, fine_tuning_config
     from ptmkit.training.setup import precision, quiet_tensorflow
 
     console = console or default_console()
@@ -174,12 +172,7 @@ def finetune_multitask(
     _check_target(target, False)
     manifest = _check_sources(parent, None, overrides or [])
     quiet_tensorflow()
-    family = registry.family(manifest["family"])
-    parent_config = read_toml(parent.require(CONFIG))
-    if config_path is not None:
-        _refuse_changed_pretraining_keys(read_toml(config_path), parent_config, str(config_path))
-    overrides = choose_head(registry, family, config_path, list(overrides or []))
-    config = resolve_config(registry, manifest["family"], config_path, overrides, base=_head_base(parent_config, config_path, overrides))
+    family, config = fine_tuning_config(registry, parent, manifest, config_path, overrides)
     from ptmkit.contract import TrainsOnWordVectors
 
     if isinstance(registry.head(config.finetune.head), TrainsOnWordVectors):
