@@ -87,6 +87,6 @@ def test_same_labels_continue_the_head_too(stage_one: Path, tmp_path: Path) -> N
     parent = RunDir(stage_one)
     trained, config, _, manifest = load_classifier(stage_one)
     backbone, _ = load_encoder(get_registry(), parent)
-    model, _ = _classifier_to_train(get_registry(), config, backbone, 2, default_console())
+    model, _, _ = _classifier_to_train(get_registry(), config, backbone, 2, default_console())
     assert _stage_start(parent, manifest, config, ["neg", "pos"], model, default_console()) == "encoder+head"
     np.testing.assert_array_equal(np.asarray(model.get_layer("logits").kernel), np.asarray(trained.get_layer("logits").kernel))
