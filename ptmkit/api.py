@@ -20,7 +20,7 @@ Contract types (:mod:`ptmkit.contract`)
     checked with ``isinstance``: :class:`TrainsItself`, :class:`Resumable`, :class:`TrainsOnPairs`,
     :class:`EvaluatesPairs`,
     :class:`ProvidesWordVectors`, :class:`ProvidesSentenceFeatures` (with :class:`SentenceFeatures`), :class:`ClassifiesRows`, :class:`ImportsCheckpoints`, :class:`WritesOwnExport`, :class:`HasQuickstart` (families, with :class:`QuickstartPlan`), :class:`TrainsOnWordVectors`
-    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask`, :class:`InitialisesOutputBias`, :class:`EmbedsLanguages` and :class:`TwoStreamAttention` (backbones), :class:`KeepsLayers`, :class:`PrunesHeads`, :class:`ReplacesModules` and :class:`SharesLayers` (``ptmkit compress``; the sublayer kinds :data:`SHARED_SUBLAYERS`), :class:`ExposesAttention` (per-block states, attention scores and values for layer-to-layer distillation), :class:`SharesEmbeddings` (a generator on the backbone's embeddings, ``rtd``); :func:`pooled_states` and :func:`averaged_word_vectors` build a family's :class:`SentenceFeatures` (:mod:`ptmkit.features`); :func:`capabilities` lists what a family offers objectives and heads
+    (heads), :class:`ScoresHeldoutLines` (objectives, with :class:`HeldoutLines`), :class:`AttendsWithMask`, :class:`InitialisesOutputBias` (with :func:`train_token_counts` and :func:`unigram_log_prior`), :class:`EmbedsLanguages` and :class:`TwoStreamAttention` (backbones), :class:`KeepsLayers`, :class:`PrunesHeads`, :class:`ReplacesModules` and :class:`SharesLayers` (``ptmkit compress``; the sublayer kinds :data:`SHARED_SUBLAYERS`), :class:`ExposesAttention` (per-block states, attention scores and values for layer-to-layer distillation), :class:`SharesEmbeddings` (a generator on the backbone's embeddings, ``rtd``); :func:`pooled_states` and :func:`averaged_word_vectors` build a family's :class:`SentenceFeatures` (:mod:`ptmkit.features`); :func:`capabilities` lists what a family offers objectives and heads
     (:data:`SEQUENCE_OUTPUT`, :data:`POOLED_OUTPUT`, :data:`HIDDEN_STATES`, :data:`TOKEN_EMBEDDING`, :data:`WORD_VECTORS`, :data:`SELF_ATTENTION_MASK`, :data:`POSITIONS_AND_LANGUAGES`, :data:`TWO_STREAM_ATTENTION`).
 
 Errors (:mod:`ptmkit.errors`)
@@ -213,7 +213,7 @@ from ptmkit.rundir import (
     write_backbone_run,
 )
 from ptmkit.training.finetune import macro_f1, top1_gold
-from ptmkit.training.pretrain import imported_run_config, resolve_config
+from ptmkit.training.pretrain import imported_run_config, resolve_config, train_token_counts, unigram_log_prior
 from ptmkit.training.setup import quiet_tensorflow, seed_everything
 from ptmkit.wordvectors import VECTORS_FILE, VOCABULARY_FILE, WordVectors, load_matrix, save_matrix
 from ptmkit.wordvectors.family import WordVectorFamily
@@ -325,6 +325,8 @@ __all__ = [
     "check_unit_interval",
     "read_toml",
     "resolve_config",
+    "train_token_counts",
+    "unigram_log_prior",
     "to_toml",
     # run directories and the registry
     "BACKBONE_WEIGHTS",

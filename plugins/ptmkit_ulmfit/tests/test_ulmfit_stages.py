@@ -86,13 +86,13 @@ def test_a_fresh_lm_starts_its_decoder_bias_at_the_unigram_prior(ulmfit_stages: 
     (3 steps); stage 2 (``--init``) keeps stage 1's bias rather than starting again."""
     import numpy as np
 
-    from ptmkit.plugins import get_registry
-    from ptmkit.rundir import RunDir
-    from ptmkit.training.finetune import load_backbone
-    from ptmkit.training.pretrain import train_token_counts, unigram_log_prior
+    from ptmkit.api import RunDir, get_registry, load_weights, resolve_config, train_token_counts, unigram_log_prior
 
     def bias(run: str) -> np.ndarray:
-        backbone = load_backbone(get_registry(), RunDir(ulmfit_stages[run]))[0]
+        registry = get_registry()
+        config = resolve_config(registry, "ulmfit", ulmfit_stages[run] / "config.toml", [])
+        backbone = registry.family("ulmfit").build_backbone(config.model)
+        load_weights(backbone, ulmfit_stages[run] / "backbone.weights.h5")
         return np.asarray(backbone.token_embedding.bias, np.float64)
 
     general, target = bias("general"), bias("target")
