@@ -888,9 +888,11 @@ def load_classifier(run_dir: str | Path, registry: Registry | None = None) -> tu
     if not manifest.get("head"):
         raise RunDirError(f"{run.path}: this {manifest['stage']} run has no head; fine-tune it first (`ptmkit finetune {run.path} ...`)")
     if "tasks" in manifest:  # multi-task: the model of every head, one output per task
-        from ptmkit.training.multitask import load_multitask
+        from ptmkit.training.multitask_model import build_multitask
 
-        model, _, config, tokenizer, manifest = load_multitask(run.path, registry)
+        backbone, config, tokenizer, manifest = load_backbone(registry, run)
+        model, _ = build_multitask(registry, config, backbone, {name: len(task["labels"]) for name, task in manifest["tasks"].items()})
+        load_weights(model, run.require(MODEL_WEIGHTS))
         return model, config, tokenizer, manifest
     backbone, config, tokenizer, _ = load_backbone(registry, run)
     labels = run.read_json(LABELS)

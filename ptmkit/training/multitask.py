@@ -43,11 +43,10 @@ from ptmkit.errors import ConfigError, DataError
 from ptmkit.io import atomic_save, atomic_write_text
 from ptmkit.plugins import Registry
 from ptmkit.rundir import CONFIG, LABELS, METRICS, MODEL_WEIGHTS, TOKENIZER, RunDir, load_weights, save_model_weights
+from ptmkit.training.multitask_model import OUTPUT_PREFIX, build_multitask
 
 #: A task's name: what its ONNX output (``logits_NAME``) and ``--task NAME`` at prediction take.
 TASK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-#: The output of task NAME in the multi-task graph.
-OUTPUT_PREFIX = "logits_"
 
 
 def parse_tasks(specs: list[str]) -> dict[str, tuple[Path, Path]]:
@@ -109,32 +108,6 @@ def task_schedule(probabilities: np.ndarray, steps: int, seed: int) -> np.ndarra
     ``probabilities`` with NumPy's generator seeded ``[seed, 1]`` (a pure function of its
     arguments)."""
     return np.random.default_rng([seed, 1]).choice(len(probabilities), size=steps, p=probabilities)
-
-
-def build_multitask(registry: Registry, config: RunConfig, backbone: Any, label_counts: dict[str, int]) -> tuple[Any, dict[str, Any]]:
-    """One ``finetune.head`` model per task on the shared ``backbone`` (with ``finetune.strategy``
-    applied once), and the model of them all.
-
-    Returns:
-        ``(model, heads)``: ``model`` maps the backbone's inputs to a list of ``(batch, labels_i)``
-        float32 logits, one per task in ``label_counts``' order; ``heads`` maps each task's name to
-        its own ``keras.Model`` (``classifier_NAME``), sharing the backbone's weights.
-    """
-    import keras
-
-    from ptmkit.training.pretrain import backbone_inputs
-    from ptmkit.training.strategies import apply_strategy, prepare_backbone
-
-    added = prepare_backbone(backbone, config.finetune, config.head)
-    head = registry.head(config.finetune.head)
-    heads = {}
-    for name, count in label_counts.items():
-        heads[name] = head.build(backbone, count, config.head)
-        heads[name].name = f"classifier_{name}"
-    apply_strategy(backbone, config.finetune, added)
-    inputs = backbone_inputs(backbone)
-    model = keras.Model(inputs, [heads[name](inputs) for name in label_counts], name="multitask")
-    return model, heads
 
 
 def finetune_multitask(
