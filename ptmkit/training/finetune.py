@@ -888,11 +888,10 @@ def load_classifier(run_dir: str | Path, registry: Registry | None = None) -> tu
     if not manifest.get("head"):
         raise RunDirError(f"{run.path}: this {manifest['stage']} run has no head; fine-tune it first (`ptmkit finetune {run.path} ...`)")
     if "tasks" in manifest:  # multi-task: the model of every head, one output per task
-        from ptmkit.training.multitask_model import build_multitask
+        from ptmkit.training.multitask_model import load_multitask_weights
 
         backbone, config, tokenizer, manifest = load_backbone(registry, run)
-        model, _ = build_multitask(registry, config, backbone, {name: len(task["labels"]) for name, task in manifest["tasks"].items()})
-        load_weights(model, run.require(MODEL_WEIGHTS))
+        model, _ = load_multitask_weights(registry, run, config, backbone, manifest)
         return model, config, tokenizer, manifest
     backbone, config, tokenizer, _ = load_backbone(registry, run)
     labels = run.read_json(LABELS)

@@ -42,8 +42,8 @@ from ptmkit.config import RunConfig, to_toml
 from ptmkit.errors import ConfigError, DataError
 from ptmkit.io import atomic_save, atomic_write_text
 from ptmkit.plugins import Registry
-from ptmkit.rundir import CONFIG, LABELS, METRICS, MODEL_WEIGHTS, TOKENIZER, RunDir, load_weights, save_model_weights
-from ptmkit.training.multitask_model import OUTPUT_PREFIX, build_multitask
+from ptmkit.rundir import CONFIG, LABELS, METRICS, MODEL_WEIGHTS, TOKENIZER, RunDir, save_model_weights
+from ptmkit.training.multitask_model import OUTPUT_PREFIX, build_multitask, load_multitask_weights
 
 #: A task's name: what its ONNX output (``logits_NAME``) and ``--task NAME`` at prediction take.
 TASK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -291,6 +291,5 @@ def load_multitask(run_dir: str | Path, registry: Registry | None = None) -> tup
     registry = registry or get_registry()
     run = RunDir(run_dir)
     backbone, config, tokenizer, manifest = load_backbone(registry, run)
-    model, heads = build_multitask(registry, config, backbone, {name: len(task["labels"]) for name, task in manifest["tasks"].items()})
-    load_weights(model, run.require(MODEL_WEIGHTS))
+    model, heads = load_multitask_weights(registry, run, config, backbone, manifest)
     return model, heads, config, tokenizer, manifest

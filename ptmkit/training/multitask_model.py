@@ -8,6 +8,7 @@ from typing import Any
 
 from ptmkit.config import RunConfig
 from ptmkit.plugins import Registry
+from ptmkit.rundir import MODEL_WEIGHTS, RunDir, load_weights
 
 #: The output of task NAME in the multi-task graph.
 OUTPUT_PREFIX = "logits_"
@@ -36,4 +37,20 @@ def build_multitask(registry: Registry, config: RunConfig, backbone: Any, label_
     apply_strategy(backbone, config.finetune, added)
     inputs = backbone_inputs(backbone)
     model = keras.Model(inputs, [heads[name](inputs) for name in label_counts], name="multitask")
+    return model, heads
+
+
+def load_multitask_weights(registry: Registry, run: RunDir, config: RunConfig, backbone: Any, manifest: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Rebuild a multi-task run's model on its loaded ``backbone`` (one head per task of the
+    manifest's ``tasks``, in that order) and load the run's weights into it.
+
+    Returns:
+        ``(model, heads)`` as :func:`build_multitask` gives them.
+
+    Raises:
+        RunDirError: the run has no model weights, or they do not fit the model.
+    """
+    label_counts = {name: len(task["labels"]) for name, task in manifest["tasks"].items()}
+    model, heads = build_multitask(registry, config, backbone, label_counts)
+    load_weights(model, run.require(MODEL_WEIGHTS))
     return model, heads
