@@ -124,7 +124,7 @@ def finetune(
 
     Config sections: \\[finetune] (head, epochs, batch_size, sequence_length, learning_rate,
     warmup_ratio, weight_decay, seed, max_train_examples, checkpoint_every, distill_temperature,
-    distill_alpha, distill, distill_intermediate_weight, strategy, adapter_size, lora_rank, lora_alpha, lora_targets, layer_lr_decay,
+    distill_alpha, distill_loss, distill, distill_intermediate_weight, strategy, adapter_size, lora_rank, lora_alpha, lora_targets, layer_lr_decay,
     gradual_unfreezing, schedule, schedule_ratio, sparsity, qat, qat_ema_decay, qat_reduce_range) and \\[head] (dropout, initializer_range, pooling, layers); e.g. --set
     finetune.epochs=5. After
     Ctrl-C, the same command with --resume continues from the last checkpoint to the weights an

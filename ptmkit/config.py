@@ -115,6 +115,10 @@ def check_schedule(cfg: Any, section: str) -> None:
 #: its logits only (soft targets), also its blocks' states and attention scores (TinyBERT), or also
 #: its last block's attention distributions and value relations (MiniLM).
 DISTILL_METHODS = ("logits", "tinybert", "minilm")
+#: ``finetune.distill_loss``: the soft-target term between the teacher's and the student's logits:
+#: Hinton et al.'s T^2-scaled KL (TinyBERT's soft cross-entropy with ``--distill tinybert``), or
+#: Tang et al. 2019's squared error between raw logits.
+DISTILL_LOSSES = ("kl", "mse")
 
 #: ``finetune.strategy``: which weights fine-tuning trains (:mod:`ptmkit.training.strategies`).
 STRATEGIES = ("full", "features", "adapters", "lora")
@@ -146,6 +150,12 @@ class FinetuneConfig:
         distill_alpha: with ``--teacher``, the weight of the soft-target term (T^2-scaled KL;
             with ``distill = "tinybert"`` the soft cross-entropy, TinyBERT's eq. 10); the gold
             labels' cross-entropy gets ``1 - distill_alpha``.
+        distill_loss: with ``--teacher``, the soft-target term (:data:`DISTILL_LOSSES`): ``kl``
+            (default; the T^2-scaled KL above) or ``mse``, the squared L2 distance between the
+            student's and the teacher's raw logits, ``sum_c (z_s - z_t)_c^2`` per example (Tang et
+            al. 2019, "Distilling Task-Specific Knowledge from BERT into Simple Neural Networks",
+            eq. 2; ``distill_temperature`` unused), still mixed with the gold labels' cross-entropy
+            by ``distill_alpha``.
         distill: with ``--teacher``, what the student learns (:data:`DISTILL_METHODS`):
             ``logits`` (the soft targets alone), ``tinybert`` (also embeddings, hidden states
             through a learned projection and attention scores, layer to layer; Jiao et al. 2020)
@@ -225,6 +235,7 @@ class FinetuneConfig:
     jit_compile: bool = False
     distill_temperature: float = 2.0
     distill_alpha: float = 0.5
+    distill_loss: str = "kl"
     distill: str = "logits"
     distill_intermediate_weight: float = 1.0
     distill_intermediate_epochs: int = 0
@@ -260,6 +271,7 @@ class FinetuneConfig:
             raise ConfigError("config key 'finetune.lora_targets' is empty; name at least one layer (e.g. query,value)")
         check_unit_interval(self, "finetune", "distill_alpha")
         check_choice(self, "finetune", "distill", DISTILL_METHODS)
+        check_choice(self, "finetune", "distill_loss", DISTILL_LOSSES)
         check_non_negative(self, "finetune", "distill_intermediate_weight", "distill_intermediate_epochs")
         if self.distill_intermediate_epochs >= self.epochs:
             raise ConfigError(

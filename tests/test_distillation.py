@@ -36,6 +36,34 @@ def test_the_loss_is_alpha_t2_kl_plus_hard_cross_entropy(temperature: float, alp
     assert DistillationLoss.from_config(DistillationLoss(temperature, alpha).get_config()).temperature == temperature
 
 
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 0.0])
+def test_the_mse_loss_is_tangs_squared_logit_distance_plus_hard_cross_entropy(alpha: float) -> None:
+    """``finetune.distill_loss = "mse"``: Tang et al. 2019's eq. 2, ``||z_s - z_t||^2`` on raw
+    logits (no temperature), mixed with the gold labels' cross-entropy by alpha."""
+    import keras
+
+    from ptmkit.training.distillation import DistillationLoss, distillation_targets
+
+    student = np.array([[1.0, -2.0, 0.5], [0.0, 0.0, 0.0], [3.0, 1.0, -1.0], [-0.5, 2.5, 1.5]])
+    teacher = np.array([[2.0, -1.0, 0.0], [1.0, -1.0, 0.5], [3.0, 1.0, -1.0], [0.5, 0.5, 4.0]])
+    labels = np.array([0, 2, 0, 1])
+    squared = ((student - teacher) ** 2).sum(-1)  # [2.25, 2.25, 0, 11.25]
+    hard = -_log_softmax(student)[np.arange(4), labels]
+    expected = (alpha * squared + (1 - alpha) * hard).mean()
+    loss = DistillationLoss(7.0, alpha, soft="mse")(distillation_targets(labels, teacher), student.astype(np.float32))  # T has no effect
+    assert float(keras.ops.convert_to_numpy(loss)) == pytest.approx(expected, rel=1e-6)
+    if alpha == 1.0:
+        assert float(keras.ops.convert_to_numpy(loss)) == pytest.approx(15.75 / 4, rel=1e-6)
+
+
+def test_distill_loss_rejects_an_unknown_name() -> None:
+    from ptmkit.config import FinetuneConfig
+    from ptmkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="finetune.distill_loss"):
+        FinetuneConfig(distill_loss="l1").validate()
+
+
 @pytest.fixture(scope="module")
 def teacher(tiny_pretrained: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from ptmkit.training.finetune import finetune

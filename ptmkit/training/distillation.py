@@ -9,7 +9,10 @@ Sanh et al. 2019, and of Tang et al. 2019's BiLSTM students).
 with ``z_t`` the teacher's logits for the example (computed once, before training, by the
 teacher's own tokenizer and sequence length), ``z_s`` the student's and ``y`` the gold label;
 ``T^2`` keeps the soft term's gradients on the scale of the hard one's as ``T`` changes (Hinton et
-al.). ``finetune.distill_temperature`` is ``T``, ``finetune.distill_alpha`` is ``alpha``. The
+al.). ``finetune.distill_temperature`` is ``T``, ``finetune.distill_alpha`` is ``alpha``. With
+``finetune.distill_loss = "mse"`` the soft term is instead Tang et al. 2019's squared error
+between raw logits, ``||z_s - z_t||^2`` (their eq. 2, which they found best for a BiLSTM student;
+no temperature). The
 student is any run ``finetune`` takes (smaller, of another family); its result is an ordinary
 fine-tuned run, exported and served like any.
 
@@ -63,7 +66,8 @@ class DistillationLoss(keras.losses.Loss):
     logits after it (:func:`distillation_targets`); ``y_pred`` the student's ``(batch, classes)``
     logits. ``soft = "kl"``: the soft term is ``T^2 * KL`` (Hinton et al.); ``"ce"``: the soft
     cross-entropy ``-sum_c softmax(z_t / T)_c log softmax(z_s / T)_c`` (TinyBERT's eq. 10, no
-    ``T^2``).
+    ``T^2``); ``"mse"``: ``sum_c (z_s - z_t)_c^2`` on raw logits (Tang et al. 2019, eq. 2; the
+    temperature is unused). Each is ``alpha`` of the loss, the gold labels' cross-entropy ``1 - alpha``.
     """
 
     def __init__(self, temperature: float = 2.0, alpha: float = 0.5, soft: str = "kl", name: str = "distillation", **kwargs: Any) -> None:
@@ -77,7 +81,9 @@ class DistillationLoss(keras.losses.Loss):
         temperature = self.temperature
         teacher = ops.log_softmax(ops.cast(y_true[:, 1:], "float32") / temperature, axis=-1)
         student = ops.log_softmax(ops.cast(y_pred, "float32") / temperature, axis=-1)
-        if self.soft == "ce":
+        if self.soft == "mse":
+            soft = ops.sum(ops.square(ops.cast(y_pred, "float32") - ops.cast(y_true[:, 1:], "float32")), axis=-1)
+        elif self.soft == "ce":
             soft = -ops.sum(ops.exp(teacher) * student, axis=-1)
         else:
             soft = ops.sum(ops.exp(teacher) * (teacher - student), axis=-1) * temperature**2

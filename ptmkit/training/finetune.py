@@ -541,7 +541,8 @@ def _fit_distilled(
     (:class:`~ptmkit.training.distillation.DistillationStages`). ``qat``: as :func:`_fit_classifier`."""
     from ptmkit.training.distillation import DistillationLoss, distillation_targets, label_accuracy
 
-    loss = DistillationLoss(ft.distill_temperature, ft.distill_alpha, soft="ce" if ft.distill == "tinybert" else "kl")
+    soft = "mse" if ft.distill_loss == "mse" else "ce" if ft.distill == "tinybert" else "kl"
+    loss = DistillationLoss(ft.distill_temperature, ft.distill_alpha, soft=soft)
     probe = {name: values[:64] for name, values in x_dev.items()}
     before = trainer.measure(probe) if trainer is not model else None
     targets = distillation_targets(y_train, teacher_logits)
