@@ -172,6 +172,15 @@ def tiny_pretrain(family: str, corpus: Path, out: Path, overrides: Sequence[str]
     return pretrain(family, corpus, out, overrides=[*TINY_TRAIN, *overrides])
 
 
+def run_cli(argv: Sequence[str]) -> int:
+    """Run ``ptmkit ARGV...`` in this process (as the console script would) and return its exit
+    code: 0 done, 2 bad input (the one-line error is on stderr). For plugin tests, which use the
+    core's published surface only."""
+    from ptmkit.cli import main
+
+    return main(list(argv))
+
+
 def check_family(family: ModelFamily, workdir: Path, overrides: Sequence[str] = (), corpus: Path | None = None) -> dict[str, Any]:
     """Run the contract's battery on ``family`` (see the module docstring); ``family`` must be
     installed (its plugin's entry point on ``sys.path``), as in its plugin's own tests.

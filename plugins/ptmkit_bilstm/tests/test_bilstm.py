@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from inplugins import in_tree_plugins, registered  # noqa: F401 - the fixture
 
+from ptmkit.testing import run_cli
+
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 
 #: The toy task: a text is positive when it holds "good", negative when it holds "bad", among filler words.
@@ -47,8 +49,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A word2vec run on a corpus without ``w16``..``w23`` (they get random rows), the bilstm run
     built on the toy training texts, a teacher fine-tuned on the gold labels, and a student
     distilled from the teacher's logits alone (``distill_alpha = 1``: no gold label)."""
-    from ptmkit.cli import main
-
     work = tmp_path_factory.mktemp("bilstm")
     train, dev = _write(work / "train.txt", _texts(96, 0)), _write(work / "dev.txt", _texts(40, 1, unseen=True))
     rng = np.random.default_rng(2)
@@ -56,12 +56,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     corpus.write_text("".join(" ".join(rng.choice([*FILLERS[:16], "good", "bad"], 8)) + "\n" for _ in range(200)), encoding="utf-8")
     runs = {name: work / name for name in ("w2v", "base", "teacher", "student")}
     with registered():
-        assert main(["train", "word2vec", "--corpus", str(corpus), "--out", str(runs["w2v"]),
+        assert run_cli(["train", "word2vec", "--corpus", str(corpus), "--out", str(runs["w2v"]),
                      *_set(["model.vector_size=8", "model.min_count=1", "model.epochs=1", "model.sample=0"])]) == 0
-        assert main(["train", "bilstm", "--corpus", str(train), "--out", str(runs["base"]), *_set([f"model.word_vectors={runs['w2v']}", *TINY])]) == 0
+        assert run_cli(["train", "bilstm", "--corpus", str(train), "--out", str(runs["base"]), *_set([f"model.word_vectors={runs['w2v']}", *TINY])]) == 0
         common = ["--train", str(train), "--dev", str(dev)]
-        assert main(["finetune", str(runs["base"]), *common, "--out", str(runs["teacher"]), *_set(RECIPE)]) == 0
-        assert main(["finetune", str(runs["base"]), *common, "--out", str(runs["student"]), "--teacher", str(runs["teacher"]),
+        assert run_cli(["finetune", str(runs["base"]), *common, "--out", str(runs["teacher"]), *_set(RECIPE)]) == 0
+        assert run_cli(["finetune", str(runs["base"]), *common, "--out", str(runs["student"]), "--teacher", str(runs["teacher"]),
                      *_set([*RECIPE, "finetune.distill_loss=mse", "finetune.distill_alpha=1.0"])]) == 0
     return {**runs, "train": train, "dev": dev}
 
@@ -168,12 +168,10 @@ def test_export_matches_keras(runs: dict[str, Path], tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("method", ["tinybert", "minilm"])
 def test_layer_distillation_is_refused_in_one_line(runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], method: str) -> None:
-    from ptmkit.cli import main
-
     out = tmp_path / "s"
     argv = ["finetune", str(runs["base"]), "--train", str(runs["train"]), "--dev", str(runs["dev"]), "--out", str(out),
             "--teacher", str(runs["teacher"]), "--distill", method]
-    assert main(argv) == 2
+    assert run_cli(argv) == 2
     assert capsys.readouterr().err.strip() == (
         f"error: --distill {method}: the student's family 'bilstm' does not expose its blocks' states and attention "
         "(it does not implement ExposesAttention.attention_internals); --distill logits works with any family"
