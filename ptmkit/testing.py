@@ -174,8 +174,9 @@ def tiny_pretrain(family: str, corpus: Path, out: Path, overrides: Sequence[str]
 
 def run_cli(argv: Sequence[str]) -> int:
     """Run ``ptmkit ARGV...`` in this process (as the console script would) and return its exit
-    code: 0 done, 2 bad input (the one-line error is on stderr). For plugin tests, which use the
-    core's published surface only."""
+    code: 0 done, 2 bad input (the one-line error is on stderr). The in-process counterpart of the
+    :func:`ptmkit_cli` fixture: no interpreter start or re-import per command (seconds each), but
+    the command's plugins are those this process has registered, and a crash takes the test down."""
     from ptmkit.cli import main
 
     return main(list(argv))
