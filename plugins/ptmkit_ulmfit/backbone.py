@@ -314,7 +314,9 @@ class ULMFiTBackbone(keras_hub.models.Backbone):
     Args:
         vocabulary_size, embedding_dim, hidden_dim, num_layers, embedding_dropout, input_dropout,
         weight_dropout, hidden_dropout, output_dropout, decoder_bias, ar_alpha, tar_beta: as
-        :class:`~ptmkit_ulmfit.config.ULMFiTConfig`.
+        :class:`~ptmkit_ulmfit.config.ULMFiTConfig` (``ar_alpha`` and ``tar_beta`` default to 0
+        here, so that a backbone config saved before them means what it meant; the family's
+        config gives 2 and 1).
 
     Examples:
         >>> backbone = ULMFiTBackbone(50, 8, 12, 2)
