@@ -16,12 +16,19 @@ The LM stages train on the same schedule at learning rate 0.003 (:attr:`ULMFiTFa
 the tied decoder has a bias of its own that a fresh LM starts at the log unigram prior of its
 training words (:meth:`ULMFiTBackbone.init_output_bias`, the core's ``InitialisesOutputBias``).
 
+While training, AR and TAR, AWD-LSTM's activation regularisers (Merity et al. 2017, section 4.6;
+fastai's ``RNNRegularizer``), add ``model.ar_alpha * mean(d ** 2)`` (``d`` the last LSTM layer's
+dropped output) and ``model.tar_beta * mean((h_t - h_{t-1}) ** 2)`` (``h`` its raw output) to the
+loss, padding left out (defaults 2 and 1, fastai's); held-out losses and perplexities leave them
+out. They apply in every stage the backbone trains in, the classifier included, as in the paper's
+own scripts (fastai's ``courses/dl2/imdb_scripts/train_clas.py``: ``seq2seq_reg, alpha=2, beta=1``)
+and fastai's ``text_classifier_learner``.
+
 A stage run out of order is refused in one line naming the missing stage
 (:attr:`ULMFiTFamily.stage_names`): ``--init`` or ``ptmkit finetune`` on a directory without a
 finished general-domain LM.
 
-Not here: AR/TAR (activation regularisation), the bidirectional (forward + backward) ensemble of
-the paper's best results. The standard ONNX export writes the LSTM layers as fused ``LSTM`` nodes (:attr:`ULMFiTFamily.fuse_lstm_export`).
+Not here: the bidirectional (forward + backward) ensemble of the paper's best results. The standard ONNX export writes the LSTM layers as fused ``LSTM`` nodes (:attr:`ULMFiTFamily.fuse_lstm_export`).
 """
 
 from __future__ import annotations
@@ -56,7 +63,7 @@ class ULMFiTFamily(ModelFamily):
 
     name = "ulmfit"
     fuse_lstm_export = True  # the AWD-LSTM's layers export as fused ONNX LSTM nodes, not tf2onnx's Loop
-    description = "ULMFiT (Howard & Ruder 2018): AWD-LSTM LM (weight drop, locked/embedding dropout), --init target-LM fine-tuning, concat pooling"
+    description = "ULMFiT (Howard & Ruder 2018): AWD-LSTM LM (weight drop, locked/embedding dropout, AR/TAR), --init target-LM fine-tuning, concat pooling"
     config_class = ULMFiTConfig
     inputs = (
         InputSpec("token_ids", ("batch", "sequence"), "int32", field="ids"),

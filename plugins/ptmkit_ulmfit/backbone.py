@@ -21,6 +21,11 @@ Outputs (float32):
   ``[h_T; maxpool(h); meanpool(h)]`` over the row's tokens, ``h_T`` the state at its last token
   (:class:`ConcatPooling`).
 
+While training, the backbone adds AWD-LSTM's activation regularisers to the training loss
+(``add_loss``, :class:`ActivationRegularization`): AR ``ar_alpha * mean(sequence_output ** 2)`` and
+TAR ``tar_beta * mean((h_t - h_{t-1}) ** 2)``, both over the row's tokens only; Keras' reported
+training ``loss`` includes them, held-out losses and perplexities (``training=False``) do not.
+
 Padding (``padding_mask`` 0, on the right) never reaches a real token's state: a padded step
 carries the previous state on unchanged (Keras' masked ``LSTM``). Dropout of every kind is drawn only when training; at
 inference the layers compute the plain LSTM.
@@ -237,12 +242,81 @@ class ConcatPooling(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="ptmkit_ulmfit")
+class ActivationRegularization(keras.layers.Layer):
+    """AWD-LSTM's activation regularisers (Merity et al. 2017, section 4.6; fastai's
+    ``RNNRegularizer``): while training, adds to the model's loss (``add_loss``)
+
+    - AR ``alpha * mean(d ** 2)``, ``d`` the last LSTM layer's output after its locked dropout
+      (the states the tied softmax reads), the mean over the row's tokens and the features;
+    - TAR ``beta * mean((h_t - h_{t-1}) ** 2)``, ``h`` the last layer's raw (un-dropped) output,
+      the mean over the consecutive pairs ``(t - 1, t)`` of tokens and the features.
+
+    fastai and Merity et al. take the mean over every position of their (unpadded) LM batches;
+    here padding (``padding_mask`` 0) is left out of both means, so a padded row is regularised as
+    its unpadded self. A term whose coefficient is 0 is not computed. The layer returns ``dropped``
+    unchanged, and adds nothing at inference.
+
+    Args:
+        alpha: float. AR's coefficient (fastai's and Merity et al.'s: 2).
+        beta: float. TAR's coefficient (fastai's and Merity et al.'s: 1).
+
+    Call arguments:
+        dropped: ``(batch, sequence, hidden)`` float, ``d``.
+        raw: ``(batch, sequence, hidden)`` float, ``h``.
+        padding_mask: ``(batch, sequence)`` int, 1 on tokens.
+
+    Returns:
+        ``dropped``.
+    """
+
+    def __init__(self, alpha: float = 0.0, beta: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.alpha = float(alpha)
+        self.beta = float(beta)
+
+    def call(self, dropped: Any, raw: Any, padding_mask: Any, training: Any = None) -> Any:
+        if training and (self.alpha > 0 or self.beta > 0):
+            for loss in activation_penalties(dropped, raw, padding_mask, self.alpha, self.beta):
+                self.add_loss(loss)
+        return dropped
+
+    def compute_output_shape(self, dropped_shape: Any, raw_shape: Any = None, padding_mask_shape: Any = None) -> Any:
+        return dropped_shape
+
+    def get_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = super().get_config()
+        config.update(alpha=self.alpha, beta=self.beta)
+        return config
+
+
+def activation_penalties(dropped: Any, raw: Any, padding_mask: Any, alpha: float, beta: float) -> list[Any]:
+    """``[AR, TAR]`` float32 scalars of :class:`ActivationRegularization` (a term whose
+    coefficient is 0 left out); ``dropped``, ``raw`` ``(batch, sequence, hidden)``,
+    ``padding_mask`` ``(batch, sequence)``, 1 on tokens."""
+    mask = ops.cast(ops.not_equal(padding_mask, 0), "float32")
+    features = ops.cast(ops.shape(raw)[-1], "float32")
+    penalties = []
+    if alpha > 0:
+        squares = ops.sum(ops.square(ops.cast(dropped, "float32")), axis=-1)  # (batch, sequence)
+        penalties.append(alpha * ops.sum(squares * mask) / ops.maximum(ops.sum(mask) * features, 1.0))
+    if beta > 0:
+        h = ops.cast(raw, "float32")
+        steps = ops.sum(ops.square(h[:, 1:] - h[:, :-1]), axis=-1)  # (batch, sequence - 1)
+        pairs = mask[:, 1:] * mask[:, :-1]
+        penalties.append(beta * ops.sum(steps * pairs) / ops.maximum(ops.sum(pairs) * features, 1.0))
+    return penalties
+
+
+@keras.saving.register_keras_serializable(package="ptmkit_ulmfit")
 class ULMFiTBackbone(keras_hub.models.Backbone):
     """An AWD-LSTM; see the module docstring for the layers and outputs.
 
     Args:
         vocabulary_size, embedding_dim, hidden_dim, num_layers, embedding_dropout, input_dropout,
-        weight_dropout, hidden_dropout, output_dropout: as :class:`~ptmkit_ulmfit.config.ULMFiTConfig`.
+        weight_dropout, hidden_dropout, output_dropout, decoder_bias, ar_alpha, tar_beta: as
+        :class:`~ptmkit_ulmfit.config.ULMFiTConfig` (``ar_alpha`` and ``tar_beta`` default to 0
+        here, so that a backbone config saved before them means what it meant; the family's
+        config gives 2 and 1).
 
     Examples:
         >>> backbone = ULMFiTBackbone(50, 8, 12, 2)
@@ -253,13 +327,13 @@ class ULMFiTBackbone(keras_hub.models.Backbone):
 
     def __init__(
         self, vocabulary_size: int, embedding_dim: int, hidden_dim: int, num_layers: int, embedding_dropout: float = 0.0, input_dropout: float = 0.0,
-        weight_dropout: float = 0.0, hidden_dropout: float = 0.0, output_dropout: float = 0.0, decoder_bias: bool = True, dtype: Any = None,
-        **kwargs: Any,
+        weight_dropout: float = 0.0, hidden_dropout: float = 0.0, output_dropout: float = 0.0, decoder_bias: bool = True,
+        ar_alpha: float = 0.0, tar_beta: float = 0.0, dtype: Any = None, **kwargs: Any,
     ) -> None:
         settings = dict(
             vocabulary_size=vocabulary_size, embedding_dim=embedding_dim, hidden_dim=hidden_dim, num_layers=num_layers,
             embedding_dropout=embedding_dropout, input_dropout=input_dropout, weight_dropout=weight_dropout,
-            hidden_dropout=hidden_dropout, output_dropout=output_dropout, decoder_bias=decoder_bias,
+            hidden_dropout=hidden_dropout, output_dropout=output_dropout, decoder_bias=decoder_bias, ar_alpha=ar_alpha, tar_beta=tar_beta,
         )
         # fastai draws the embedding from U(-0.1, 0.1) (AWD_LSTM.initrange)
         self.token_embedding = DroppedEmbedding(
@@ -277,8 +351,9 @@ class ULMFiTBackbone(keras_hub.models.Backbone):
             x = lstm(x, mask=mask)
             if k < num_layers - 1:
                 x = LockedDropout(hidden_dropout, dtype=dtype, name=f"hidden_dropout_{k}")(x)
+        dropped = LockedDropout(output_dropout, dtype=dtype, name="output_dropout")(x)
         outputs = {
-            "sequence_output": LockedDropout(output_dropout, dtype=dtype, name="output_dropout")(x),
+            "sequence_output": ActivationRegularization(ar_alpha, tar_beta, dtype=dtype, name="activation_regularization")(dropped, x, padding_mask),
             "pooled_output": ConcatPooling(dtype=dtype, name="concat_pooling")(x, padding_mask),
         }
         kwargs.setdefault("name", "ulmfit_backbone")
@@ -295,7 +370,7 @@ class ULMFiTBackbone(keras_hub.models.Backbone):
         config: dict[str, Any] = super().get_config()
         config.update({key: getattr(self, key) for key in (
             "vocabulary_size", "embedding_dim", "hidden_dim", "num_layers", "embedding_dropout", "input_dropout",
-            "weight_dropout", "hidden_dropout", "output_dropout", "decoder_bias",
+            "weight_dropout", "hidden_dropout", "output_dropout", "decoder_bias", "ar_alpha", "tar_beta",
         )})
         return config
 
@@ -318,4 +393,5 @@ def build_backbone(config: Any) -> ULMFiTBackbone:
         vocabulary_size=config.vocabulary_size, embedding_dim=config.embedding_dim, hidden_dim=config.hidden_dim, num_layers=config.num_layers,
         embedding_dropout=config.embedding_dropout, input_dropout=config.input_dropout, weight_dropout=config.weight_dropout,
         hidden_dropout=config.hidden_dropout, output_dropout=config.output_dropout, decoder_bias=config.decoder_bias,
+        ar_alpha=config.ar_alpha, tar_beta=config.tar_beta,
     )

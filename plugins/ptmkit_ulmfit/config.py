@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
-from ptmkit.api import ConfigError, check_positive
+from ptmkit.api import ConfigError, check_non_negative, check_positive
 
 
 @dataclasses.dataclass
@@ -39,6 +40,15 @@ class ULMFiTConfig:
             (fastai's ``output_p``: 0.1); concat pooling reads the states before it.
         decoder_bias: give the tied softmax a bias of its own (fastai's decoder has one): it
             holds each word's log-prior, which the tied weights alone learn slowly.
+        ar_alpha: activation regularisation (AR; Merity et al. 2017, section 4.6; fastai's
+            ``alpha``: 2): while training, ``ar_alpha * mean(d ** 2)`` is added to the loss, ``d``
+            the last LSTM layer's output after ``output_dropout``, the mean over tokens (padding
+            left out) and features; 0 turns it off. Held-out losses and perplexities leave it out.
+            It applies wherever the backbone trains: both LM stages and the classifier (as
+            fastai's text classifier does).
+        tar_beta: temporal activation regularisation (TAR; fastai's ``beta``: 1): while
+            training, ``tar_beta * mean((h_t - h_{t-1}) ** 2)`` is added to the loss, ``h`` the
+            last layer's output before dropout, over consecutive tokens; 0 turns it off.
     """
 
     vocabulary_size: int = 8000
@@ -53,6 +63,8 @@ class ULMFiTConfig:
     hidden_dropout: float = 0.15
     output_dropout: float = 0.1
     decoder_bias: bool = True
+    ar_alpha: float = 2.0
+    tar_beta: float = 1.0
 
     def validate(self) -> None:
         check_positive(self, "model", "vocabulary_size", "min_frequency", "embedding_dim", "hidden_dim", "num_layers")
@@ -61,3 +73,7 @@ class ULMFiTConfig:
         for key in ("embedding_dropout", "input_dropout", "weight_dropout", "hidden_dropout", "output_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise ConfigError(f"config key 'model.{key}' must be in [0, 1), got {getattr(self, key)}")
+        check_non_negative(self, "model", "ar_alpha", "tar_beta")
+        for key in ("ar_alpha", "tar_beta"):
+            if not math.isfinite(getattr(self, key)):
+                raise ConfigError(f"config key 'model.{key}' must be finite (0 turns it off), got {getattr(self, key)}")
