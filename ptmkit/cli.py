@@ -768,7 +768,7 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-readab
 
     table = Table(title="ptmkit plugins")
     for column in ("plugin", "distribution", "version", "families", "objectives", "heads", "readers"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # a name is folded onto the next line, never cut
     table.add_column("status", min_width=30)  # "ok; clash: family 'NAME'" stays on one line
     for p in registry.plugins:
         status = "ok" if p.ok else f"[red]broken: {p.error}[/red]"

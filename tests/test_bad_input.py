@@ -126,6 +126,7 @@ def test_the_command_runs() -> None:
     assert result.returncode == 0
     for command in ("train", "finetune", "export", "predict"):
         assert command in result.stdout
+    assert "--debug" in result.stdout and "<bool>" not in result.stdout  # typer 0.29 printed a type after each flag
 
 
 # -- corpora ---------------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ def test_finetune_export_predict(tiny_pretrained: Path, tmp_path: Path) -> None:
     )
     assert metrics["train_examples"] == 160 and metrics["dev_examples"] == 40 and metrics["labels"] == 2
     assert 0.0 <= metrics["dev_accuracy"] <= 1.0 and 0.0 <= metrics["dev_macro_f1"] <= 1.0
+    assert metrics["dev_majority_accuracy"] == 0.5  # 80 neg / 80 pos in train (tie: neg), 20 of the 40 dev lines are neg
     assert json.loads((out / "labels.json").read_text()) == ["neg", "pos"]
     import h5py
 
@@ -108,3 +109,12 @@ def test_int8_export_of_embeddings_needs_dev_texts(tiny_pretrained: Path) -> Non
     with pytest.raises(ExportError, match="no dev file recorded in the run; pass --dev FILE"):
         export_run(tiny_pretrained, int8=True)
     assert not (tiny_pretrained / "export").exists()
+
+
+def test_majority_accuracy() -> None:
+    from ptmkit.training.finetune import majority_accuracy
+
+    train, dev = np.array([2, 2, 0, 1, 2]), np.array([2, 0, 0, 2, 1, 1, 2, 2])
+    assert majority_accuracy(train, dev) == 4 / 8  # label 2 is the training majority; 4 dev labels are 2
+    assert majority_accuracy(np.array([1, 0]), np.array([0, 1, 1])) == 1 / 3  # a tie goes to the lowest id
+    assert majority_accuracy(np.array([], dtype=int), dev) == 0.0

@@ -117,6 +117,8 @@ def test_quickstart_without_the_checkpoint_says_how_to_install_it_and_runs_the_r
     assert "<td>heldout_mlm_accuracy</td>" in page and "<td>dev_accuracy</td>" in page and "supersense-run: exported variants" in page
     assert list(summary["stages"]) == ["pretrain", "supersense", "predict"]
     assert "minilm" not in summary["runs"] and list(summary["predictions"]) == ["supersense"]  # exported after all
+    assert log.index("1/3 pre-training") < log.index("loading TensorFlow")  # a line before the slow imports
+    assert 0 <= summary["runs"]["supersense"]["dev_majority_accuracy"] < 0.5 and "majority class: the dev accuracy" in log
     assert all(s["seconds"] > 0 and s["load_average_1min"] >= 0 for s in summary["stages"].values())
 
 

@@ -42,8 +42,8 @@ class BiLSTMConfig:
         dropout: dropout on the pooled states before the ReLU layer (training only).
         trainable_embeddings: the embedding table trains (the paper's: initialised from word2vec
             and fine-tuned).
-        seed: the initial rows of corpus words without a vector (normal, the vectors' own standard
-            deviation).
+        seed: the random seed of the backbone's initial weights and of the initial rows
+            of corpus words without a vector (normal, the vectors' own standard deviation).
     """
 
     word_vectors: str = ""

@@ -61,6 +61,20 @@ def macro_f1(labels: np.ndarray, predictions: np.ndarray, num_classes: int) -> f
     return float(np.mean(scores)) if scores else 0.0
 
 
+def majority_accuracy(train_labels: np.ndarray, dev_labels: np.ndarray) -> float:
+    """The dev accuracy of always predicting the most frequent training label: the baseline a
+    classifier that learned nothing from the text reaches (ties go to the lowest label id).
+
+    Args:
+        train_labels: int label ids of the training examples, shape ``(n_train,)``.
+        dev_labels: int label ids of the dev examples, shape ``(n_dev,)``.
+    """
+    if len(train_labels) == 0 or len(dev_labels) == 0:
+        return 0.0
+    majority = np.bincount(np.asarray(train_labels)[np.asarray(train_labels) >= 0]).argmax()
+    return float(np.mean(np.asarray(dev_labels) == majority))
+
+
 def top1_gold(predicted: np.ndarray, label_sets: list[tuple[str, ...]], names: list[str]) -> np.ndarray:
     """The gold label id to score each top-1 prediction against when a line may have several
     labels: the predicted id when it is one of the line's labels (fastText's ``test``: precision
@@ -439,6 +453,7 @@ def _finetune_backbone(
     metrics = {
         "dev_accuracy": round(float(np.mean(predictions == y_dev)), 4),
         "dev_macro_f1": round(macro_f1(y_dev, predictions, len(labels)), 4),
+        "dev_majority_accuracy": round(majority_accuracy(y_train, y_dev), 4),
         "train_examples": len(texts),
         "dev_examples": len(dev_texts),
         "labels": len(labels),
@@ -833,6 +848,7 @@ def _finetune_word_vectors(
         metrics: dict[str, Any] = {
             "dev_accuracy": round(float(np.mean(predictions == y_dev)), 4),
             "dev_macro_f1": round(macro_f1(y_dev, predictions, len(labels)), 4),
+            "dev_majority_accuracy": round(majority_accuracy(y_train, y_dev), 4),
             "train_examples": len(texts),
             "dev_examples": len(dev_texts),
             "labels": len(labels),
