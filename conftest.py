@@ -95,21 +95,30 @@ def tiny_embedding_export(tmp_path_factory: pytest.TempPathFactory, tiny_export:
 
 #: Test files that run for minutes (end-to-end runs in subprocesses), longest first. They are
 #: collected before the others, so that pytest-xdist's ``--dist loadfile`` (which hands out files
-#: in collection order) starts them first and no worker is left running one alone at the end.
+#: in collection order under ``--no-loadscope-reorder``; by default it puts the files of most tests
+#: first, which left a 4-minute quickstart file to the end) starts them first and no worker is left
+#: running one alone at the end.
 LONG_FIRST = (
     "tests/test_quickstart.py",
-    "tests/test_distribute.py",
-    "tests/test_export_variants.py",
-    "tests/test_bad_input.py",
-    "tests/test_plugin_example.py",
+    "tests/test_benchmark_compression.py",
     "tests/test_benchmark_minilm_inference.py",
-    "tests/test_gpu_check.py",
-    "plugins/ptmkit_albert/tests/test_albert.py",
-    "tests/test_rtd.py",
+    "tests/test_finetune_resume.py",
     "plugins/ptmkit_electra/tests/test_electra.py",
+    "tests/test_plugin_example.py",
+    "tests/test_gpu_check.py",
+    "tests/test_distribute.py",
+    "tests/test_bad_input.py",
+    "tests/test_export_variants.py",
     "plugins/ptmkit_transformer/tests/test_transformer.py",
-    "plugins/ptmkit_gpt/tests/test_gpt_generate.py",
+    "tests/test_elmo_resume.py",
+    "tests/test_benchmark_supersense_full.py",
+    "tests/test_reproducibility.py",
     "plugins/ptmkit_xlnet/tests/test_xlnet.py",
+    "plugins/ptmkit_albert/tests/test_albert.py",
+    "plugins/ptmkit_roberta/tests/test_roberta.py",
+    "plugins/ptmkit_bilstm/tests/test_bilstm.py",
+    "tests/test_rtd.py",
+    "plugins/ptmkit_gpt/tests/test_gpt_generate.py",
 )
 
 

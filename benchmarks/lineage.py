@@ -21,12 +21,14 @@ and probes 2,000 / 500 / 500 glosses (dev and test: the first 500 whose label is
 accuracies say nothing about the families.
 
 Each row runs ``ptmkit train`` / ``ptmkit import-hf`` and ``ptmkit probe`` as subprocesses and is
-cached as ``WORK/rows/NAME.json``: a second run resumes where the first stopped (delete a row's file
+cached as ``WORK/rows/NAME.json`` (or ``--rows DIR``): a second run resumes where the first stopped (delete a row's file
 to redo it). Run::
 
     python benchmarks/lineage.py --out benchmarks/results/lineage.md            # full: hours on 2 cores
     python benchmarks/lineage.py --quick --out benchmarks/results/lineage.md    # minutes
     python benchmarks/lineage.py --only bert --only tfidf                       # some rows
+    python benchmarks/lineage.py --rows benchmarks/results/lineage-rows ...     # rows kept in git: a later
+                                                                                # session resumes the table
 """
 
 from __future__ import annotations
@@ -291,19 +293,20 @@ def table(rows: dict[str, dict[str, Any]], header: str) -> str:
     lines = [
         header,
         "",
-        "| row | year | features | dim | dev acc | test acc | train s | probe s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| row | year | features | dim | dev acc | test acc | train s | probe s | load |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, _, year, paper in ROWS:
         row = rows.get(name)
         if row is None:
             continue
         if "error" in row or "skipped" in row:
-            lines.append(f"| {name} ({paper}) | {year} | {row.get('error') or row.get('skipped')} | | | | | |")
+            lines.append(f"| {name} ({paper}) | {year} | {row.get('error') or row.get('skipped')} | | | | | | |")
             continue
         mark = " *" if row.get("converged") is False else ""
+        load = row["load_average"][0] if row.get("load_average") else "-"  # the 1-minute load average as the row ended
         lines.append(
-            f"| {name} ({paper}) | {year} | {row['feature_kind']} | {row['feature_dim']:,} | {row['dev_accuracy']:.4f}{mark} | {row['test_accuracy']:.4f}{mark} | {row['train_seconds']:.0f} | {row['probe_seconds']:.0f} |"
+            f"| {name} ({paper}) | {year} | {row['feature_kind']} | {row['feature_dim']:,} | {row['dev_accuracy']:.4f}{mark} | {row['test_accuracy']:.4f}{mark} | {row['train_seconds']:.0f} | {row['probe_seconds']:.0f} | {load} |"
         )
     if any(row.get("converged") is False for row in rows.values()):
         lines += [
@@ -319,19 +322,23 @@ def main(argv: list[str] | None = None) -> int:
         "--quick", action="store_true", help="tiny models, 300 corpus lines, 2,000/500/500 glosses: a smoke test"
     )
     parser.add_argument("--work", type=Path, help="runs, logs and cached rows (default /tmp/ptmkit-lineage[-quick])")
+    parser.add_argument(
+        "--rows", type=Path, help="where finished rows are cached (default WORK/rows); a directory kept in git outlives the machine"
+    )
     parser.add_argument("--only", action="append", help="run only these rows (repeatable)")
     parser.add_argument("--c", type=float, default=1.0, help="the logistic regression's C (every row)")
     parser.add_argument("--out", type=Path, help="write the markdown table here")
     args = parser.parse_args(argv)
     work = args.work or Path("/tmp/ptmkit-lineage" + ("-quick" if args.quick else ""))
-    for sub in ("rows", "logs", "runs"):
-        (work / sub).mkdir(parents=True, exist_ok=True)
+    rows_dir = args.rows or work / "rows"
+    for directory in (rows_dir, work / "logs", work / "runs"):
+        directory.mkdir(parents=True, exist_ok=True)
     files = prepare_data(work, args.quick)
     rows: dict[str, dict[str, Any]] = {}
     for name, family, _, _ in ROWS:
         if args.only and name not in args.only:
             continue
-        cached = work / "rows" / f"{name}.json"
+        cached = rows_dir / f"{name}.json"
         if cached.exists():
             rows[name] = json.loads(cached.read_text(encoding="utf-8"))
             print(f"{name}: cached ({cached})", flush=True)

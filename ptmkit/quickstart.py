@@ -379,7 +379,7 @@ def _print_summary(summary: dict[str, Any], out: Path, console: Console) -> None
     console.print(table)
     console.print(
         f"majority class: the dev accuracy of always predicting the most frequent training label. {pre['steps']} steps of "
-        "pre-training from scratch leave a weak encoder, near that baseline; all-MiniLM-L6-v2 (pre-trained, then tuned on a "
+        "pre-training from scratch leave a weak encoder, a little above that baseline at best; all-MiniLM-L6-v2 (pre-trained, then tuned on a "
         "billion sentence pairs) shows what full pre-training buys.",
         markup=False,
     )
