@@ -1,6 +1,6 @@
 """The lineage table: every family pre-trained on the same corpus, then probed on one task.
 
-Each available family (NNLM, word2vec, GloVe, fastText, ELMo, GPT, BERT, RoBERTa, ALBERT, ELECTRA:
+Each available family (NNLM, word2vec, GloVe, fastText, ELMo, ULMFiT, GPT, BERT, RoBERTa, XLNet, ALBERT, ELECTRA:
 whatever ``ptmkit plugins`` lists among them) is trained on ``data/corpus/enwiki-106.txt`` with a
 quickstart-size budget, then ``ptmkit probe`` fits the same logistic regression (standardised
 features, C=1, L-BFGS) on its frozen sentence features for WordNet supersenses
@@ -13,8 +13,12 @@ Budgets (``full``):
 
 * transformer encoders and ELMo: the BERT quickstart's pre-training, 250 steps at learning rate
   1e-3 (``ptmkit quickstart``, ``full``), on each family's default model (its ``ptmkit config``);
+* ULMFiT: 250 steps of its own defaults (learning rate 0.003, slanted triangular) at sequence
+  length 48;
 * a family with its own quickstart plan (GPT): that plan's ``full`` pre-training;
 * word vectors: the family's defaults (epochs, dimension, ``min_count``), lower-cased.
+
+CoVe has no row: its encoder is trained on translation pairs, not on the corpus.
 
 ``--quick`` trains tiny models (the tests' sizes) for a few steps on the corpus's first 300 lines
 and probes 2,000 / 500 / 500 glosses (dev and test: the first 500 whose label is among the 2,000's): it checks the pipeline end to end in a few minutes; its
@@ -61,9 +65,11 @@ ROWS = [
     ("glove", "glove", 2014, "Pennington et al., GloVe"),
     ("fasttext", "fasttext", 2017, "Bojanowski et al., subword vectors"),
     ("elmo", "elmo", 2018, "Peters et al., ELMo biLM"),
+    ("ulmfit", "ulmfit", 2018, "Howard and Ruder, ULMFiT's AWD-LSTM language model"),
     ("gpt", "gpt", 2018, "Radford et al., GPT"),
     ("bert", "bert", 2019, "Devlin et al., BERT"),
     ("roberta", "roberta", 2019, "Liu et al., RoBERTa"),
+    ("xlnet", "xlnet", 2019, "Yang et al., XLNet"),
     ("albert", "albert", 2020, "Lan et al., ALBERT"),
     ("electra", "electra", 2020, "Clark et al., ELECTRA"),
     ("minilm", None, 2020, "all-MiniLM-L6-v2, imported (reference: pre-trained far longer)"),
@@ -72,6 +78,10 @@ ROWS = [
 WORD_VECTORS = {"nnlm", "word2vec", "glove", "fasttext"}
 #: The BERT quickstart's pre-training (ptmkit.quickstart, "full").
 ENCODER_FULL = ["train.max_steps=250", "train.checkpoint_every=50", "train.learning_rate=1e-3"]
+#: Families whose ``full`` budget is not the encoders': ULMFiT keeps its own learning rate and
+#: schedule (``train_defaults``: 0.003, slanted triangular) and ``benchmarks/ulmfit_supersense.py``'s
+#: sequence length (48; the default 128 costs three times the minutes).
+FULL_OVERRIDES = {"ulmfit": ["train.max_steps=250", "train.checkpoint_every=50", "train.sequence_length=48"]}
 _TINY_TRANSFORMER = [
     "model.hidden_dim=32",
     "model.num_heads=2",
@@ -110,6 +120,14 @@ QUICK = {
     "gpt": ["model.num_layers=2", *_TINY_TRANSFORMER, *_TINY_TRAIN],
     "bert": ["model.num_layers=2", *_TINY_TRANSFORMER, *_TINY_TRAIN],
     "roberta": ["model.num_layers=2", *_TINY_TRANSFORMER, *_TINY_TRAIN],
+    "xlnet": ["model.num_layers=2", *[o for o in _TINY_TRANSFORMER if "max_sequence_length" not in o], *_TINY_TRAIN],
+    "ulmfit": [
+        "model.vocabulary_size=600",
+        "model.embedding_dim=16",
+        "model.hidden_dim=32",
+        "model.num_layers=2",
+        *[o for o in _TINY_TRAIN if not o.startswith("train.learning_rate")],
+    ],
     "albert": ["model.num_layers=2", "model.embedding_dim=16", *_TINY_TRANSFORMER, *_TINY_TRAIN],
     "electra": ["model.num_layers=2", "model.embedding_dim=16", *_TINY_TRANSFORMER, *_TINY_TRAIN],
 }
@@ -120,6 +138,8 @@ def full_overrides(family: str) -> list[str]:
     word vectors: the family's defaults, lower-cased."""
     if family in WORD_VECTORS:
         return ["model.lowercase=true"]
+    if family in FULL_OVERRIDES:
+        return list(FULL_OVERRIDES[family])
     from ptmkit.contract import HasQuickstart
     from ptmkit.plugins import get_registry
 
