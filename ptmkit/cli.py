@@ -149,11 +149,11 @@ def finetune(
     if task:
         from ptmkit.training.multitask import finetune_multitask
 
-        given = [flag for flag, value in (("--train", train), ("--dev", dev), ("--test", test), ("--teacher", teacher), ("--resume", resume or None)) if value is not None]
+        given = [flag for flag, value in (("--train", train), ("--dev", dev), ("--test", test), ("--teacher", teacher)) if value is not None]
         if given:
             raise ConfigError(f"{', '.join(given)}: multi-task fine-tuning reads each task's files from --task NAME=TRAIN:DEV and has no {given[0]}")
         with _noting_interrupts():
-            metrics = finetune_multitask(run_dir, task, out, config, overrides, console=console)
+            metrics = finetune_multitask(run_dir, task, out, config, overrides, console=console, resume=resume)
         _report(f"fine-tuned {len(task)} tasks -> {out}", metrics)
         return
     if train is None or dev is None:

@@ -157,7 +157,7 @@ def test_bad_tasks_are_refused_in_one_line(tiny_pretrained: Path, tmp_path: Path
     assert "give --train FILE and --dev FILE" in _refusal(capsys, "finetune", run, "--out", out)
 
 
-def test_a_head_changes_only_on_its_own_tasks_steps() -> None:
+def test_a_head_changes_only_on_its_own_tasks_steps(tmp_path: Path) -> None:
     """MT-DNN's update: a step of task a moves the encoder and a's head; b's head gets no gradient,
     no Adam moment and no weight decay (AdamW's decay alone would shrink its kernel)."""
     import keras
@@ -180,8 +180,45 @@ def test_a_head_changes_only_on_its_own_tasks_steps() -> None:
     before = {name: [np.asarray(w).copy() for w in head.get_layer("logits").weights] for name, head in heads.items()}
     encoder = np.asarray(backbone.get_layer("encoder").kernel).copy()
     ft = FinetuneConfig(epochs=2, batch_size=4, learning_rate=0.1, warmup_ratio=0.0, weight_decay=0.5)
-    _, schedule = _fit(model, heads, ft, data, np.array([1.0, 0.0]), default_console())
+    _, schedule = _fit(model, heads, ft, data, np.array([1.0, 0.0]), tmp_path / "checkpoints", ["ptmkit"], default_console())
     assert schedule.tolist() == [0] * 8  # 2 epochs of 2 + 2 batches, all drawn from a
     assert all(np.array_equal(w0, np.asarray(w)) for w0, w in zip(before["b"], heads["b"].get_layer("logits").weights, strict=True))
     assert not np.array_equal(before["a"][0], np.asarray(heads["a"].get_layer("logits").kernel))
     assert not np.array_equal(encoder, np.asarray(backbone.get_layer("encoder").kernel))
+
+
+def test_an_interrupted_run_resumes_to_the_uninterrupted_weights(
+    multitask_run: tuple[Path, dict[str, object], Path], tiny_pretrained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The module's run again, stopped by Ctrl-C right after its first epoch's checkpoint, then
+    continued with ``--resume``: the same weights, bit for bit, as the run that was not stopped."""
+    import ptmkit.training.checkpoint as checkpoint
+    from ptmkit.errors import ConfigError, Interrupted
+    from ptmkit.training.multitask import finetune_multitask, load_multitask
+
+    whole = multitask_run[0]
+    config = json.loads((whole / "manifest.json").read_text())
+    specs = [f"{name}={task['train']}:{task['dev']}" for name, task in config["tasks"].items()]
+    overrides = [*TINY_FINETUNE, "finetune.epochs=2", "finetune.task_sampling=uniform"]
+    out, save_state, saved = tmp_path / "run", checkpoint.save_state, []
+
+    def save_then_stop(model: object, directory: Path, step: int) -> Path:
+        saved.append(step)
+        save_state(model, directory, step)
+        raise KeyboardInterrupt  # as Ctrl-C would, after the first checkpoint
+
+    monkeypatch.setattr(checkpoint, "save_state", save_then_stop)
+    with pytest.raises(Interrupted, match="holds step 6 of 12; `ptmkit finetune .* --resume` continues"):
+        finetune_multitask(tiny_pretrained, specs, out, overrides=overrides)
+    monkeypatch.setattr(checkpoint, "save_state", save_state)
+    assert saved == [6] and not (out / "manifest.json").exists()  # 3 + 3 batches an epoch (48 examples each, batch 16)
+    with pytest.raises(ConfigError, match="the --task flags differ"):
+        finetune_multitask(tiny_pretrained, specs[::-1], out, overrides=overrides, resume=True)
+    finetune_multitask(tiny_pretrained, specs, out, overrides=overrides, resume=True)
+    assert "resuming from step 6 of 12" in capsys.readouterr().err and not (out / "checkpoints").exists()
+    # the weights (a loaded model's dropout seeds are drawn afresh, not read from the file)
+    expected, actual = ([v for v in load_multitask(run)[0].variables if "seed_generator" not in v.path] for run in (whole, out))
+    assert len(expected) == len(actual) > 10
+    for want, got in zip(expected, actual, strict=True):
+        assert np.array_equal(want.numpy(), got.numpy()), f"{want.path}: the resumed run differs from the uninterrupted one"

@@ -112,7 +112,7 @@ def task_schedule(probabilities: np.ndarray, steps: int, seed: int) -> np.ndarra
 
 def finetune_multitask(
     run_dir: str | Path, specs: list[str], out: str | Path, config_path: str | Path | None = None, overrides: list[str] | None = None,
-    console: Console | None = None, registry: Registry | None = None,
+    console: Console | None = None, registry: Registry | None = None, resume: bool = False,
 ) -> dict[str, Any]:
     """Fine-tune ``run_dir``'s encoder on several labelled tasks at once into ``out`` (see the
     module docstring).
@@ -123,6 +123,9 @@ def finetune_multitask(
         specs: ``--task`` values, ``NAME=TRAIN:DEV`` each (:func:`parse_tasks`).
         config_path, overrides: as :func:`ptmkit.training.finetune.finetune` (``finetune.*`` and
             ``head.*`` keys); ``finetune.max_train_examples`` applies to each task.
+        resume: continue the interrupted run in ``out`` from its newest checkpoint (one at each
+            epoch's end and every ``finetune.checkpoint_every`` steps): the same parent and
+            tasks, the stored config; it ends with the weights the uninterrupted run ends with.
 
     Returns:
         metrics: ``tasks`` (each task's ``dev_accuracy``, ``dev_macro_f1``, examples, labels,
@@ -131,7 +134,8 @@ def finetune_multitask(
     Raises:
         ConfigError, DataError, RunDirError: one line naming the flag, key or file: see
             :func:`parse_tasks`; a head that trains on word vectors; ``finetune.sparsity`` or ``finetune.qat``; an
-            ``out`` that is not empty.
+            ``out`` that is not empty (without ``resume``); with ``resume``, an ``out`` with
+            nothing to resume or other parent or tasks than the interrupted run's.
     """
     from ptmkit.console import default_console
     from ptmkit.plugins import get_registry
@@ -142,10 +146,13 @@ def finetune_multitask(
     registry = registry or get_registry()
     tasks = parse_tasks(specs)
     parent, target = RunDir(run_dir), RunDir(out)
-    _check_target(target, False)
+    stored = _check_target(target, resume)
     manifest = _check_sources(parent, None, overrides or [])
     quiet_tensorflow()
     family, config = fine_tuning_config(registry, parent, manifest, config_path, overrides)
+    inputs = {"parent": str(parent.path.resolve()), "tasks": {name: [str(train.resolve()), str(dev.resolve())] for name, (train, dev) in tasks.items()}}
+    if stored is not None:
+        config = _resumed_config(registry, manifest["family"], target, stored, inputs, config_path, overrides)
     from ptmkit.contract import TrainsOnWordVectors
 
     if isinstance(registry.head(config.finetune.head), TrainsOnWordVectors):
@@ -158,11 +165,33 @@ def finetune_multitask(
     created = not target.path.exists()
     try:
         with precision(config.finetune.mixed_precision):
-            return _train(registry, parent, manifest, family, config, data, target, console)
+            return _train(registry, parent, manifest, family, config, data, target, inputs, console)
     except BaseException:
-        if created:
-            shutil.rmtree(target.path, ignore_errors=True)
+        if created and not (target / "checkpoints" / "latest.json").exists():
+            shutil.rmtree(target.path, ignore_errors=True)  # nothing to resume: leave nothing behind
         raise
+
+
+def _resumed_config(
+    registry: Registry, family_name: str, target: RunDir, stored: dict[str, Any], inputs: dict[str, Any], config_path: Any, overrides: list[str] | None,
+) -> RunConfig:
+    """The interrupted run's config, after checking that ``--resume`` changes nothing it trained with.
+
+    Raises:
+        ConfigError: other tasks (names or files) or another parent than ``target/inputs.json``'s;
+            a ``--config`` or ``--set`` that changes a stored key.
+    """
+    from ptmkit.training.finetune import INPUTS
+    from ptmkit.training.pretrain import check_resume_flags, resolve_config
+
+    check_resume_flags(registry, family_name, target / CONFIG, stored, config_path, overrides)
+    previous = target.read_json(INPUTS) if (target / INPUTS).exists() else inputs
+    if previous.get("parent") != inputs["parent"]:
+        raise ConfigError(f"--resume: RUN_DIR {inputs['parent']} differs from the interrupted run's {previous.get('parent')} ({target / INPUTS})")
+    if list((previous.get("tasks") or {}).items()) != list(inputs["tasks"].items()):  # in order: the heads' order
+        given = ", ".join(f"{name}={train}:{dev}" for name, (train, dev) in previous.get("tasks", {}).items())
+        raise ConfigError(f"--resume: the --task flags differ from the interrupted run's ({given}; {target / INPUTS})")
+    return resolve_config(registry, family_name, None, None, base=stored)
 
 
 def _task_data(name: str, train: Path, dev: Path, ft: Any) -> dict[str, Any]:
@@ -189,11 +218,11 @@ def _task_data(name: str, train: Path, dev: Path, ft: Any) -> dict[str, Any]:
 
 def _train(
     registry: Registry, parent: RunDir, manifest: dict[str, Any], family: Any, config: RunConfig, data: dict[str, dict[str, Any]],
-    target: RunDir, console: Console,
+    target: RunDir, inputs: dict[str, Any], console: Console,
 ) -> dict[str, Any]:
     """Build, train and write the multi-task run (see :func:`finetune_multitask`)."""
     from ptmkit.data.tokenization import encode_texts
-    from ptmkit.training.finetune import load_encoder, scores, task_chain
+    from ptmkit.training.finetune import INPUTS, load_encoder, scores, task_chain
     from ptmkit.training.setup import seed_everything
     from ptmkit.training.strategies import parameter_counts
 
@@ -214,7 +243,9 @@ def _train(
     )
     target.path.mkdir(parents=True, exist_ok=True)
     atomic_write_text(target / CONFIG, to_toml(config.to_dict()))
-    seconds, steps = _fit(model, heads, ft, encoded, shares, console)
+    target.write_json(INPUTS, inputs)
+    command = ["ptmkit", "finetune", inputs["parent"], *[a for n, (t, d) in inputs["tasks"].items() for a in ("--task", f"{n}={t}:{d}")], "--out", str(target.path), "--resume"]
+    seconds, steps = _fit(model, heads, ft, encoded, shares, target / "checkpoints", command, console)
     metrics: dict[str, Any] = {"tasks": {}}
     for i, (name, task) in enumerate(data.items()):
         x_dev, y_dev = encoded[name]["dev"]
@@ -239,15 +270,23 @@ def _train(
         sequence_length=ft.sequence_length, weights=MODEL_WEIGHTS, start="pretrained" if manifest["stage"] != "finetune" else "encoder",
         chain=[*task_chain(parent, manifest), {"run": str(target.path.resolve()), "head": ft.head, "tasks": {n: t["train"] for n, t in tasks.items()}}],
     )
+    shutil.rmtree(target / "checkpoints", ignore_errors=True)  # the finished weights are model.weights.h5
     return metrics
 
 
-def _fit(model: Any, heads: dict[str, Any], ft: Any, encoded: dict[str, Any], shares: np.ndarray, console: Console) -> tuple[float, np.ndarray]:
+def _fit(
+    model: Any, heads: dict[str, Any], ft: Any, encoded: dict[str, Any], shares: np.ndarray, checkpoints: Path, command: list[str], console: Console,
+) -> tuple[float, np.ndarray]:
     """Train the heads on the batches of :func:`task_schedule` (task ``i``'s ``k``-th batch is
     :func:`~ptmkit.training.finetune.step_batch` ``k`` of its examples, seed ``finetune.seed + i``),
-    printing each task's dev accuracy at each epoch's end; return ``(seconds, the schedule)``."""
+    from the newest checkpoint in ``checkpoints`` if there is one, saving one at each epoch's end
+    and every ``finetune.checkpoint_every`` steps, printing each task's dev accuracy at each epoch's
+    end; return ``(seconds, the schedule)``."""
+    import types
+
     import keras
 
+    from ptmkit.training.checkpoint import interrupt_note, latest_step, restore_state, save_state
     from ptmkit.training.finetune import _layer_schedules, step_batch
     from ptmkit.training.schedule import adamw
 
@@ -256,23 +295,34 @@ def _fit(model: Any, heads: dict[str, Any], ft: Any, encoded: dict[str, Any], sh
     total = per_epoch * ft.epochs
     optimizer = adamw(ft.learning_rate, ft.weight_decay, total, ft.warmup_ratio, ft.adam_epsilon, *_layer_schedules(heads[names[0]], ft, per_epoch),
                       schedule=ft.schedule, ratio=ft.schedule_ratio)
-    optimizer.build(model.trainable_variables)  # every head's and the encoder's: each task's step updates its own subset
+    # What the checkpoint functions read of a compiled model: every head's and the encoder's
+    # variables, and the one optimiser (each task's step updates its own subset).
+    state = types.SimpleNamespace(variables=model.variables, trainable_variables=model.trainable_variables, optimizer=optimizer)
+    start = restore_state(state, checkpoints) if latest_step(checkpoints) else 0  # builds the optimiser
+    if start:
+        console.print(f"resuming from step {start} of {total} ({checkpoints})")
+    else:
+        optimizer.build(model.trainable_variables)
     for head in heads.values():
         head.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=ft.jit_compile)
     schedule = task_schedule(shares, total, ft.seed)
-    seen = np.zeros(len(names), np.int64)
+    seen = np.bincount(schedule[:start], minlength=len(names)).astype(np.int64)  # each task's batches so far
+    every = ft.checkpoint_every or per_epoch
     losses: list[float] = []
     started = time.perf_counter()
-    for step, task in enumerate(schedule.tolist()):
-        name = names[task]
-        x, y = encoded[name]["train"]
-        batch_x, batch_y = step_batch(x, y, ft.batch_size, ft.seed + task, int(seen[task]))
-        seen[task] += 1
-        losses.append(float(np.asarray(heads[name].train_on_batch(batch_x, batch_y))))
-        if (step + 1) % per_epoch == 0:
-            dev = ", ".join(f"{n} {np.mean(np.argmax(heads[n].predict(encoded[n]['dev'][0], batch_size=128, verbose=0), -1) == encoded[n]['dev'][1]):.4f}" for n in names)
-            console.print(f"epoch {(step + 1) // per_epoch}/{ft.epochs}: step {step + 1}/{total}, loss {np.mean(losses):.4f}; dev accuracy {dev}")
-            losses = []
+    with interrupt_note(checkpoints, total, command):
+        for step in range(start, total):
+            task = int(schedule[step])
+            x, y = encoded[names[task]]["train"]
+            batch_x, batch_y = step_batch(x, y, ft.batch_size, ft.seed + task, int(seen[task]))
+            seen[task] += 1
+            losses.append(float(np.asarray(heads[names[task]].train_on_batch(batch_x, batch_y))))
+            if (step + 1) % per_epoch == 0:
+                dev = ", ".join(f"{n} {np.mean(np.argmax(heads[n].predict(encoded[n]['dev'][0], batch_size=128, verbose=0), -1) == encoded[n]['dev'][1]):.4f}" for n in names)
+                console.print(f"epoch {(step + 1) // per_epoch}/{ft.epochs}: step {step + 1}/{total}, loss {np.mean(losses):.4f}; dev accuracy {dev}")
+                losses = []
+            if (step + 1) % every == 0 or (step + 1) % per_epoch == 0 or step + 1 == total:
+                save_state(state, checkpoints, step + 1)
     return time.perf_counter() - started, schedule
 
 
