@@ -347,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only", action="append", help="run only these rows (repeatable)")
     parser.add_argument("--c", type=float, default=1.0, help="the logistic regression's C (every row)")
+    parser.add_argument("--no-run", action="store_true", help="train and probe nothing: the table of the rows cached so far")
     parser.add_argument("--out", type=Path, help="write the markdown table here")
     args = parser.parse_args(argv)
     work = args.work or Path("/tmp/ptmkit-lineage" + ("-quick" if args.quick else ""))
@@ -363,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             rows[name] = json.loads(cached.read_text(encoding="utf-8"))
             print(f"{name}: cached ({cached})", flush=True)
             continue
-        reason = available(name, family)
+        reason = "not run yet" if args.no_run else available(name, family)
         if reason:
             rows[name] = {"skipped": reason}
             print(f"{name}: skipped, {reason}", flush=True)
@@ -389,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = "--quick (tiny models: a smoke test, not the lineage)" if args.quick else "full"
     header = (
         f"Lineage table, {mode}: {datetime.date.today()}, commit {commit}, load average {' '.join(load)} at the end.\n"
-        f"Command: `python benchmarks/lineage.py{' --quick' if args.quick else ''}{''.join(f' --only {o}' for o in args.only or [])}` "
+        f"Command: `python benchmarks/lineage.py{' --quick' if args.quick else ''}{''.join(f' --only {o}' for o in args.only or [])}"
+        f"{f' --rows {args.rows}' if args.rows else ''}` "
         f"(C={args.c}; train {files['train'].name}, dev {files['dev'].name}, test {files['test'].name})."
     )
     text = table(rows, header)

@@ -46,3 +46,9 @@ def test_quick_rows_are_probed_cached_and_tabled(tmp_path: Path) -> None:
     second = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0 and "tfidf: cached" in second.stdout and "word2vec: cached" in second.stdout
     assert out.read_text(encoding="utf-8").split("\n", 2)[2] == page.split("\n", 2)[2]  # the same rows
+    every = [arg for arg in command if arg not in ("--only", "tfidf", "word2vec")] + ["--no-run"]  # every row, none run
+    third = subprocess.run(every, capture_output=True, text=True, timeout=600)
+    assert third.returncode == 0, third.stderr[-3000:]
+    table = out.read_text(encoding="utf-8")
+    assert "| bert (Devlin et al., BERT) | 2019 | not run yet |" in table and "| word2vec (" in table and "--no-run" not in table
+    assert sorted(path.name for path in kept.iterdir()) == ["tfidf.json", "word2vec.json"]  # nothing added
