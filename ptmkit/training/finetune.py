@@ -75,6 +75,16 @@ def majority_accuracy(train_labels: np.ndarray, dev_labels: np.ndarray) -> float
     return float(np.mean(np.asarray(dev_labels) == majority))
 
 
+def dev_scores(train_labels: np.ndarray, dev_labels: np.ndarray, predictions: np.ndarray, num_classes: int) -> dict[str, float]:
+    """A fine-tuning's dev metrics: ``dev_accuracy``, ``dev_macro_f1`` (:func:`macro_f1`) and
+    ``dev_majority_accuracy`` (:func:`majority_accuracy`), each rounded to 4 places."""
+    return {
+        "dev_accuracy": round(float(np.mean(predictions == dev_labels)), 4),
+        "dev_macro_f1": round(macro_f1(dev_labels, predictions, num_classes), 4),
+        "dev_majority_accuracy": round(majority_accuracy(train_labels, dev_labels), 4),
+    }
+
+
 def top1_gold(predicted: np.ndarray, label_sets: list[tuple[str, ...]], names: list[str]) -> np.ndarray:
     """The gold label id to score each top-1 prediction against when a line may have several
     labels: the predicted id when it is one of the line's labels (fastText's ``test``: precision
@@ -451,9 +461,7 @@ def _finetune_backbone(
         seconds, distilled = _fit_distilled(trainer, model, ft, x_train, y_train, teacher[0], x_dev, y_dev, target, console, command, qat)
     predictions = np.argmax(model.predict(x_dev, batch_size=128, verbose=0), axis=-1)
     metrics = {
-        "dev_accuracy": round(float(np.mean(predictions == y_dev)), 4),
-        "dev_macro_f1": round(macro_f1(y_dev, predictions, len(labels)), 4),
-        "dev_majority_accuracy": round(majority_accuracy(y_train, y_dev), 4),
+        **dev_scores(y_train, y_dev, predictions, len(labels)),
         "train_examples": len(texts),
         "dev_examples": len(dev_texts),
         "labels": len(labels),
@@ -846,9 +854,7 @@ def _finetune_word_vectors(
         seconds = time.perf_counter() - started
         predictions = np.argmax(trained.logits(dev_texts), axis=-1)
         metrics: dict[str, Any] = {
-            "dev_accuracy": round(float(np.mean(predictions == y_dev)), 4),
-            "dev_macro_f1": round(macro_f1(y_dev, predictions, len(labels)), 4),
-            "dev_majority_accuracy": round(majority_accuracy(y_train, y_dev), 4),
+            **dev_scores(y_train, y_dev, predictions, len(labels)),
             "train_examples": len(texts),
             "dev_examples": len(dev_texts),
             "labels": len(labels),
