@@ -377,7 +377,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: FAILED {rows[name]['error']}", flush=True)
             continue
         row["load_average"] = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None
-        cached.write_text(json.dumps(row, indent=2), encoding="utf-8")
+        from ptmkit.io import atomic_write_json
+
+        atomic_write_json(cached, row)  # rows kept in git: never a half-written file
         rows[name] = row
         print(
             f"{name}: dev {row['dev_accuracy']:.4f} test {row['test_accuracy']:.4f} ({row['feature_kind']}, {row['feature_dim']} dims)",

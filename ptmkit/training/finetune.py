@@ -69,10 +69,11 @@ def majority_accuracy(train_labels: np.ndarray, dev_labels: np.ndarray) -> float
         train_labels: int label ids of the training examples, shape ``(n_train,)``.
         dev_labels: int label ids of the dev examples, shape ``(n_dev,)``.
     """
-    if len(train_labels) == 0 or len(dev_labels) == 0:
+    train = np.asarray(train_labels)
+    known = train[train >= 0]
+    if len(known) == 0 or len(dev_labels) == 0:
         return 0.0
-    majority = np.bincount(np.asarray(train_labels)[np.asarray(train_labels) >= 0]).argmax()
-    return float(np.mean(np.asarray(dev_labels) == majority))
+    return float(np.mean(np.asarray(dev_labels) == np.bincount(known).argmax()))
 
 
 def dev_scores(train_labels: np.ndarray, dev_labels: np.ndarray, predictions: np.ndarray, num_classes: int) -> dict[str, float]:
