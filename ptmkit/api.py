@@ -69,7 +69,8 @@ Data and training glue (:mod:`ptmkit.data.readers`, :mod:`ptmkit.training`)
     :func:`macro_f1`, :func:`top1_gold` (precision at 1 on lines with several labels);
     :class:`AdamW`; checkpoint and resume of a Keras ``fit`` (:class:`CheckpointCallback`,
     :func:`restore_state`, :func:`latest_step`, :func:`interrupt_note`, :func:`step_dataset`:
-    batch ``i`` is global step ``start + i``) and :class:`ProgressCallback` (these loaded lazily:
+    batch ``i`` is global step ``start + i``; :func:`build_training_state`: the optimizer's and
+    metrics' variables made before ``fit``, whose first trace is then its only one) and :class:`ProgressCallback` (these loaded lazily:
     they import Keras).
 
 Word-vector toolkit (shared by the word2vec, fastText, GloVe and NNLM families)
@@ -242,7 +243,7 @@ if TYPE_CHECKING:
     from ptmkit.exporting.convert import convert_to_onnx
     from ptmkit.exporting.recurrent import recurrence
     from ptmkit.training.checkpoint import CheckpointCallback, interrupt_note, latest_step, restore_state
-    from ptmkit.training.pretrain import step_dataset
+    from ptmkit.training.pretrain import build_training_state, step_dataset
     from ptmkit.training.progress import ProgressCallback
     from ptmkit.training.schedule import AdamW
     from ptmkit.wordvectors.kernel import KernelSchedule, cpu_threads, resolve_backend, train_kernel
@@ -376,6 +377,7 @@ __all__ = [
     "latest_step",
     "restore_state",
     "step_dataset",
+    "build_training_state",
     "macro_f1",
     "top1_gold",
     "quiet_tensorflow",
@@ -455,8 +457,8 @@ def __getattr__(name: str) -> Any:
         from ptmkit.exporting.recurrent import recurrence
 
         return recurrence
-    if name == "step_dataset":
-        from ptmkit.training.pretrain import step_dataset
+    if name in ("step_dataset", "build_training_state"):
+        from ptmkit.training import pretrain
 
-        return step_dataset
+        return getattr(pretrain, name)
     raise AttributeError(f"module 'ptmkit.api' has no attribute {name!r}")

@@ -100,7 +100,14 @@ def train_pairs(parallel: Path, dev: Path | None, run_dir: Path, config: Transfo
             file of another language pair.
         RunDirError: a checkpoint that does not fit the config.
     """
-    from ptmkit.api import CheckpointCallback, ProgressCallback, interrupt_note, latest_step, restore_state
+    from ptmkit.api import (
+        CheckpointCallback,
+        ProgressCallback,
+        build_training_state,
+        interrupt_note,
+        latest_step,
+        restore_state,
+    )
     from ptmkit_transformer.objectives import pack_pairs, step_indices
 
     run = RunDir(run_dir)
@@ -136,6 +143,7 @@ def train_pairs(parallel: Path, dev: Path | None, run_dir: Path, config: Transfo
     started = time.perf_counter()
     if start < config.max_steps:
         command = ["ptmkit", "train", "transformer", "--parallel", str(parallel), *(["--dev", str(dev)] if dev else []), "--out", str(run.path), "--resume"]
+        build_training_state(model, make(start))  # one trace of the train step, not two
         with interrupt_note(checkpoints, config.max_steps, command):
             model.fit(
                 step_batches(make, start, config.max_steps), epochs=1, shuffle=False, verbose=0,

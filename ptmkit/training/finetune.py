@@ -721,7 +721,7 @@ def _fit_classifier(
     import keras
 
     from ptmkit.training.checkpoint import CheckpointCallback, interrupt_note, latest_step, restore_state
-    from ptmkit.training.pretrain import step_dataset
+    from ptmkit.training.pretrain import fit_steps
     from ptmkit.training.progress import DevAccuracyCallback, ProgressCallback
     from ptmkit.training.schedule import adamw
 
@@ -746,19 +746,13 @@ def _fit_classifier(
     if start < total:
         every = ft.checkpoint_every or steps_per_epoch
         with interrupt_note(checkpoints, total, command):
-            model.fit(
-                step_dataset(lambda step: step_batch(x_train, y_train, ft.batch_size, ft.seed, step), start, total),
-                epochs=1,
-                shuffle=False,  # batch i is step start + i
-                verbose=0,
-                callbacks=[
-                    *first,  # first: the checkpoints and the dev accuracy see the pruned weights
-                    CheckpointCallback(checkpoints, start, total, every, epoch_steps=steps_per_epoch),
-                    ProgressCallback("fine-tuning", start, total, ft.batch_size * ft.sequence_length, console, step_log=target / STEP_LOG),
-                    DevAccuracyCallback(x_dev, y_dev, start, steps_per_epoch, console, dev_log=target / DEV_LOG),
-                    keras.callbacks.TensorBoard(log_dir=str(target / "logs")),
-                ],
-            )
+            fit_steps(model, lambda step: step_batch(x_train, y_train, ft.batch_size, ft.seed, step), start, total, [
+                *first,  # first: the checkpoints and the dev accuracy see the pruned weights
+                CheckpointCallback(checkpoints, start, total, every, epoch_steps=steps_per_epoch),
+                ProgressCallback("fine-tuning", start, total, ft.batch_size * ft.sequence_length, console, step_log=target / STEP_LOG),
+                DevAccuracyCallback(x_dev, y_dev, start, steps_per_epoch, console, dev_log=target / DEV_LOG),
+                keras.callbacks.TensorBoard(log_dir=str(target / "logs")),
+            ])
     for callback in pruning:
         console.print(f"magnitude pruning: {callback.sparsity():.1%} of {len(callback.kernels)} kernels' weights are zero")
     if qat is not None:

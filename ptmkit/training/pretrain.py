@@ -394,6 +394,32 @@ def step_dataset(make: Any, start: int, stop: int) -> Any:
     return StepDataset()
 
 
+def build_training_state(model: Any, batch: Any) -> None:
+    """Create, before ``fit``, the variables Keras would create inside the first trace of the train
+    step: the optimizer's slots, the compiled metrics' and losses' state.
+
+    Without a ``tf.distribute`` strategy Keras (3.15) defers building them to that trace; a
+    ``tf.function`` that creates variables on its first call is traced a second time without them,
+    so every ``fit`` traced its train step twice (half of a tiny run's seconds, and the first step's
+    wait at any size). This runs Keras' own symbolic build (what ``fit`` does under a strategy) on
+    ``batch`` (the first step's ``(x, y[, sample_weight])``); a no-op when Keras has built them
+    already (a restored checkpoint) or when its trainer lacks that method (a later Keras: it only
+    costs the second trace).
+    """
+    symbolic_build = getattr(model, "_symbolic_build", None)
+    if symbolic_build is not None and getattr(model, "_distribute_strategy", None) is None:
+        symbolic_build(data_batch=batch)
+
+
+def fit_steps(model: Any, make: Any, start: int, stop: int, callbacks: list[Any]) -> None:
+    """``model.fit`` over global steps ``start .. stop``: ``make(step)`` is the batch of ``step``
+    (a :func:`step_dataset`, in order), the training state built first (:func:`build_training_state`),
+    no Keras progress bar (``callbacks`` report)."""
+    build_training_state(model, make(start))
+    # shuffle=False: batch i is step start + i; Keras would otherwise permute a PyDataset's indices
+    model.fit(step_dataset(make, start, stop), epochs=1, shuffle=False, verbose=0, callbacks=callbacks)
+
+
 def pretrain(
     family_name: str,
     corpus: str | Path | None,
@@ -1014,8 +1040,7 @@ def _run_fit(
         ]
     with interrupt_note(checkpoints, train.max_steps, command):
         if strategy is None:
-            # shuffle=False: batch i is step start + i; Keras would otherwise permute a PyDataset's indices
-            model.fit(step_dataset(make, start, train.max_steps), epochs=1, shuffle=False, verbose=0, callbacks=callbacks)
+            fit_steps(model, make, start, train.max_steps, callbacks)
         else:
             prepare_for_fit(model, strategy, replica_rows(make(start), 0, strategy.num_replicas_in_sync))
             dataset = distributed_dataset(strategy, make, start, train.max_steps)
