@@ -32,7 +32,7 @@ from rich.console import Console
 from ptmkit.console import default_console
 from ptmkit.contract import ClassifiesRows, ModelFamily, WritesOwnExport
 from ptmkit.errors import ExportError
-from ptmkit.exporting.convert import convert_to_onnx, release_memory
+from ptmkit.exporting.convert import collections_skip_live_objects, convert_to_onnx, release_memory
 from ptmkit.exporting.gate import LATENCY_REPEATS, LATENCY_THREADS, Gate, open_session, print_gate_table
 from ptmkit.exporting.keras_side import convert_and_check
 from ptmkit.exporting.parity import PARITY_TOLERANCE, check_parity, cosine, parity_shapes, random_inputs, report_parity
@@ -103,6 +103,7 @@ def check_options(
         raise ExportError(f"{calibration}: calibration file not found")
 
 
+@collections_skip_live_objects()  # the export's collections skip what was alive before it
 def export_run(
     run_dir: str | Path, out: str | Path | None = None, int8: bool = False, dev: str | Path | None = None, console: Console | None = None,
     *, optimize: int = 0, per_channel: bool = True, reduce_range: bool | None = None, exclude_nodes: tuple[str, ...] | list[str] = (),

@@ -210,6 +210,28 @@ def _weights_shared_by_graph_copies() -> Iterator[None]:
             dispatch[AttributeProto] = previous
 
 
+@contextlib.contextmanager
+def collections_skip_live_objects() -> Iterator[None]:
+    """Within the block, Python's full collections (:func:`release_memory` after each export stage,
+    one per tf2onnx pass of a large model) scan only the objects made in it.
+
+    What is alive at its start (TensorFlow's, Keras' and tf2onnx's modules and the caller's objects:
+    300,000 or more, about 0.5 s a collection) is set aside with :func:`gc.freeze` and handed back
+    with :func:`gc.unfreeze` at its end, to be collected as before. A tiny BERT's export (fp32 and
+    int8, in a fresh process) spent 4.3 of its 13.5 s in eight such scans. A no-op when the caller
+    has frozen objects itself (a test process, which freezes before each module): freezing does not
+    nest, and the unfreeze would hand back the caller's too.
+    """
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def release_memory() -> None:
     """Collect Python's garbage and hand freed heap memory back to the OS (glibc's
     ``malloc_trim``; elsewhere only the collection): after a stage that freed gigabytes, the next

@@ -28,7 +28,7 @@ from typing import Any
 from rich.console import Console
 
 from ptmkit import errors
-from ptmkit.exporting.convert import convert_run, release_keras
+from ptmkit.exporting.convert import collections_skip_live_objects, convert_run, release_keras
 from ptmkit.exporting.gate import open_session
 from ptmkit.exporting.parity import check_parity, parity_shapes
 from ptmkit.exporting.source import ExportSource, load_model, read_run
@@ -65,6 +65,11 @@ def convert_and_check(source: ExportSource, path: Path, console: Console, isolat
 
 
 def _convert_and_check_here(source: ExportSource, model: Any, path: Path, console: Console) -> dict[str, float]:
+    with collections_skip_live_objects():
+        return _convert_and_check_model(source, model, path, console)
+
+
+def _convert_and_check_model(source: ExportSource, model: Any, path: Path, console: Console) -> dict[str, float]:
     convert_run(model, path, source, console)
     session = open_session(path)
     shapes = parity_shapes(source.sequence_length, source.limits.max_sequence_length)
