@@ -235,6 +235,7 @@ def family_row(name: str, family: str, files: dict[str, Path], work: Path, quick
             "--out",
             str(run),
             *sets,
+            *(["--resume"] if (run / "checkpoints").is_dir() else []),  # an interrupted run goes on from its checkpoint
             log=work / "logs" / f"{name}.log",
         )
     metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8")) if (run / "metrics.json").exists() else {}
