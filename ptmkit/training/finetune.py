@@ -13,6 +13,7 @@ head does not fit the parent's family, the one installed head that fits is used.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -266,7 +267,6 @@ def finetune(
     Raises:
         ConfigError, DataError, RunDirError: with one-line messages naming the file or key.
     """
-    from ptmkit.training.pretrain import resolve_config
     from ptmkit.training.setup import quiet_tensorflow
 
     console = console or default_console()
@@ -289,11 +289,7 @@ def finetune(
     if teacher is not None:
         inputs["teacher"] = str(Path(teacher).resolve())
     if stored is not None:
-        from ptmkit.training.pretrain import check_resume_flags
-
-        check_resume_flags(registry, manifest["family"], target / CONFIG, stored, config_path, overrides)
-        config = resolve_config(registry, manifest["family"], None, None, base=stored)
-        _check_resume_inputs(target, inputs)
+        config = resumed_config(registry, manifest["family"], target, stored, inputs, config_path, overrides)
     created = not target.path.exists()
     try:
         with precision(config.finetune.mixed_precision):
@@ -414,12 +410,42 @@ def _check_target(target: RunDir, resume: bool) -> dict[str, Any] | None:
     return read_toml(target / CONFIG)
 
 
-def _check_resume_inputs(target: RunDir, inputs: dict[str, str]) -> None:
-    """A resumed fine-tuning reads the files the interrupted one read (``out/inputs.json``)."""
-    stored = target.read_json(INPUTS) if (target / INPUTS).exists() else inputs
-    for key, flag in (("parent", "RUN_DIR"), ("train", "--train"), ("dev", "--dev"), ("teacher", "--teacher")):
-        if stored.get(key) != inputs.get(key):
-            raise ConfigError(f"--resume: {flag} {inputs.get(key) or '(none)'} differs from the interrupted run's {stored.get(key) or '(none)'} ({target / INPUTS})")
+#: What a resumed fine-tuning reads again, as ``inputs.json`` keys and the flags that give them.
+RESUME_INPUTS = {"parent": "RUN_DIR", "train": "--train", "dev": "--dev", "teacher": "--teacher"}
+
+
+def resumed_config(
+    registry: Registry, family_name: str, target: RunDir, stored: dict[str, Any], inputs: dict[str, Any], config_path: str | Path | None,
+    overrides: list[str] | None, flags: dict[str, str] = RESUME_INPUTS,
+) -> RunConfig:
+    """The interrupted fine-tuning's config (``stored``), once ``--resume`` is found to change
+    nothing it trained with: no stored key changed by ``--config`` or ``--set``, and for each key
+    of ``flags`` (``inputs.json`` key -> the flag that gives it) the input it read
+    (``target/inputs.json``); a mapping's entries in the same order (a multi-task run's heads).
+
+    Raises:
+        ConfigError: the first setting or input that differs, naming its flag and both values.
+    """
+    from ptmkit.training.pretrain import check_resume_flags, resolve_config
+
+    check_resume_flags(registry, family_name, target / CONFIG, stored, config_path, overrides)
+    previous = target.read_json(INPUTS) if (target / INPUTS).exists() else inputs
+    for key, flag in flags.items():
+        if _in_order(previous.get(key)) != _in_order(inputs.get(key)):
+            raise ConfigError(f"--resume: {flag} {_shown(inputs.get(key))} differs from the interrupted run's {_shown(previous.get(key))} ({target / INPUTS})")
+    return resolve_config(registry, family_name, None, None, base=stored)
+
+
+def _in_order(value: Any) -> Any:
+    """``value`` as JSON stores it; a mapping as its ``[key, value]`` pairs, in order."""
+    return json.loads(json.dumps(list(value.items()) if isinstance(value, dict) else value))
+
+
+def _shown(value: Any) -> str:
+    """An input as its flags give it: a path, ``NAME=TRAIN:DEV ...`` for tasks, ``(none)``."""
+    if isinstance(value, dict):
+        return " ".join(f"{name}={':'.join(map(str, files))}" for name, files in value.items()) or "(none)"
+    return str(value) if value else "(none)"
 
 
 def _finetune_backbone(

@@ -139,7 +139,7 @@ def finetune_multitask(
     """
     from ptmkit.console import default_console
     from ptmkit.plugins import get_registry
-    from ptmkit.training.finetune import _check_sources, _check_target, fine_tuning_config
+    from ptmkit.training.finetune import _check_sources, _check_target, fine_tuning_config, resumed_config
     from ptmkit.training.setup import precision, quiet_tensorflow
 
     console = console or default_console()
@@ -152,7 +152,7 @@ def finetune_multitask(
     family, config = fine_tuning_config(registry, parent, manifest, config_path, overrides)
     inputs = {"parent": str(parent.path.resolve()), "tasks": {name: [str(train.resolve()), str(dev.resolve())] for name, (train, dev) in tasks.items()}}
     if stored is not None:
-        config = _resumed_config(registry, manifest["family"], target, stored, inputs, config_path, overrides)
+        config = resumed_config(registry, manifest["family"], target, stored, inputs, config_path, overrides, flags={"parent": "RUN_DIR", "tasks": "--task"})
     from ptmkit.contract import TrainsOnWordVectors
 
     if isinstance(registry.head(config.finetune.head), TrainsOnWordVectors):
@@ -170,28 +170,6 @@ def finetune_multitask(
         if created and not (target / "checkpoints" / "latest.json").exists():
             shutil.rmtree(target.path, ignore_errors=True)  # nothing to resume: leave nothing behind
         raise
-
-
-def _resumed_config(
-    registry: Registry, family_name: str, target: RunDir, stored: dict[str, Any], inputs: dict[str, Any], config_path: Any, overrides: list[str] | None,
-) -> RunConfig:
-    """The interrupted run's config, after checking that ``--resume`` changes nothing it trained with.
-
-    Raises:
-        ConfigError: other tasks (names or files) or another parent than ``target/inputs.json``'s;
-            a ``--config`` or ``--set`` that changes a stored key.
-    """
-    from ptmkit.training.finetune import INPUTS
-    from ptmkit.training.pretrain import check_resume_flags, resolve_config
-
-    check_resume_flags(registry, family_name, target / CONFIG, stored, config_path, overrides)
-    previous = target.read_json(INPUTS) if (target / INPUTS).exists() else inputs
-    if previous.get("parent") != inputs["parent"]:
-        raise ConfigError(f"--resume: RUN_DIR {inputs['parent']} differs from the interrupted run's {previous.get('parent')} ({target / INPUTS})")
-    if list((previous.get("tasks") or {}).items()) != list(inputs["tasks"].items()):  # in order: the heads' order
-        given = ", ".join(f"{name}={train}:{dev}" for name, (train, dev) in previous.get("tasks", {}).items())
-        raise ConfigError(f"--resume: the --task flags differ from the interrupted run's ({given}; {target / INPUTS})")
-    return resolve_config(registry, family_name, None, None, base=stored)
 
 
 def _task_data(name: str, train: Path, dev: Path, ft: Any) -> dict[str, Any]:
