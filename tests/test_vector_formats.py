@@ -193,7 +193,11 @@ def test_a_400d_word2vec_export_evaluates_as_its_run_and_as_gensim(tmp_path: Pat
             assert kv.evaluate_word_pairs(str(pairs))[1].statistic == pytest.approx(expected, abs=1e-6)
         assert main(["neighbors", str(path), "--words", "cat", "--topn", "5"]) == 0
         found = json.loads(capsys.readouterr().out)["neighbors"]
-        assert [n["word"] for n in found] == [w for w, _ in kv.most_similar("cat", topn=5)]
+        # gensim's k-th neighbour and ours are as similar to "cat" (the words may swap where two
+        # cosines tie to float32's precision: gensim ranks in float32, ours in float64)
+        ranked = kv.most_similar("cat", topn=5)
+        np.testing.assert_allclose([kv.similarity("cat", n["word"]) for n in found], [s for _, s in ranked], atol=1e-5)
+        assert len({n["word"] for n in found} ^ {w for w, _ in ranked}) <= 2
     kv = KeyedVectors.load_word2vec_format(str(tmp_path / "vectors-word2vec.txt"))
     # 4 pairs without ties: rho = 1 - sum(d^2) / 10, a multiple of 0.2 (its value on 4 pairs of a
     # 16-line corpus is noise of the trainer; what is tested above is that every file gives the run's)

@@ -475,7 +475,7 @@ def pretrain(
     cluster = Cluster("none") if trains_itself else _cluster(registry, family_name, run, config_path, (overrides or []) + extra, resume)
     stored = _stored_config(run, family_name, trains_itself, resume, shared=not cluster.is_chief)
     config = _run_config(registry, family_name, run, stored, config_path, (overrides or []) + extra, base)
-    _check_paths(corpus, parallel, dev, first_text=not trains_itself)
+    _check_paths(corpus, parallel, dev)
     corpus, pairs = (corpus, False) if trains_itself else _core_data(registry, family, config, corpus, parallel, dev)  # --parallel, as pairs?
     if cluster.kind == "multi-worker":
         check_global_batch(config.train.batch_size, cluster.num_workers, f"{cluster.num_workers} workers in TF_CONFIG")
@@ -552,15 +552,11 @@ def _check_objective_flag(registry: Registry, family: Any, objectives: list[str]
     check_objectives(registry, family, objectives, "--objective")
 
 
-def _check_paths(corpus: str | Path | None, parallel: str | Path | None, dev: str | Path | None, first_text: bool = False) -> None:
-    """Raises DataError naming the first data file given that does not exist, or (``first_text``)
-    a corpus with no text at all (empty, all blank: its reader's one-line error, before TensorFlow
-    loads; reading stops at the first text)."""
+def _check_paths(corpus: str | Path | None, parallel: str | Path | None, dev: str | Path | None) -> None:
+    """Raises DataError naming the first data file given that does not exist."""
     for path, what in ((corpus, "corpus file or directory"), (parallel, "parallel file"), (dev, "dev file")):
         if path is not None and not Path(path).exists():
             raise DataError(f"{path}: no such {what}")
-    if corpus is not None and first_text:
-        next(iter(read_corpus(corpus)), None)
 
 
 def _given_tokenizer(tokenizer: str | Path | None, run: RunDir, resume: bool) -> str | Path | None:
@@ -610,9 +606,17 @@ def _core_data(
     registry: Registry, family: Any, config: RunConfig, corpus: str | Path | None, parallel: str | Path | None, dev: str | Path | None
 ) -> tuple[str | Path | None, bool]:
     """The data a core-trained run reads, after :func:`_check_data_flags`: ``(parallel, True)``
-    when one of its objectives trains on sentence pairs, else ``(corpus, False)``."""
+    when one of its objectives trains on sentence pairs, else ``(corpus, False)``.
+
+    Raises:
+        ConfigError: the wrong data flag (:func:`_check_data_flags`).
+        DataError: a corpus with no text at all (empty, all blank): its reader's one-line error,
+            before TensorFlow loads (reading stops at the first text).
+    """
     pairs_objective = _pairs_objective(registry, config)
     _check_data_flags(family, corpus, parallel, dev, pairs_objective, _pairs_objectives(registry))
+    if pairs_objective is None and corpus is not None:
+        next(iter(read_corpus(corpus)), None)
     return (parallel, True) if pairs_objective is not None else (corpus, False)
 
 
