@@ -27,7 +27,7 @@ def test_compression_methods_quick(tmp_path: Path) -> None:
     lines = [line for line in text.splitlines() if line.startswith("| ")]
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     rows = {cells[0]: dict(zip(header, cells, strict=True)) for cells in ([c.strip() for c in line.strip("|").split("|")] for line in lines[1:])}
-    assert list(rows) == ["teacher", "theseus 1 blocks", "shared all (mean)", "shared attention (mean)", "shared ffn (mean)", "shared all (first)"]
+    assert list(rows) == ["teacher", "theseus 1 blocks", "shared all (mean)"]  # --quick: one sharing row
 
     def number(row: str, column: str) -> float:
         return float(rows[row][column].replace(",", ""))
@@ -35,9 +35,7 @@ def test_compression_methods_quick(tmp_path: Path) -> None:
     teacher = number("teacher", "parameters")
     # one of the two blocks goes (replacement) or is tied to the other (sharing): exact drops
     assert teacher - number("theseus 1 blocks", "parameters") == ATTENTION + FEED_FORWARD
-    assert teacher - number("shared all (mean)", "parameters") == ATTENTION + FEED_FORWARD == teacher - number("shared all (first)", "parameters")
-    assert teacher - number("shared attention (mean)", "parameters") == ATTENTION
-    assert teacher - number("shared ffn (mean)", "parameters") == FEED_FORWARD
+    assert teacher - number("shared all (mean)", "parameters") == ATTENTION + FEED_FORWARD
     for row in rows:
         assert number(row, "int8 MB") < number(row, "fp32 MB")  # the int8 file is smaller
         assert 0.0 <= number(row, "dev acc (int8)") <= 1.0 and 0.0 <= number(row, "agreement with teacher") <= 1.0
