@@ -70,8 +70,8 @@ Data and training glue (:mod:`ptmkit.data.readers`, :mod:`ptmkit.training`)
     :class:`AdamW`; checkpoint and resume of a Keras ``fit`` (:class:`CheckpointCallback`,
     :func:`restore_state`, :func:`latest_step`, :func:`interrupt_note`, :func:`step_dataset`:
     batch ``i`` is global step ``start + i``; :func:`build_training_state`: the optimizer's and
-    metrics' variables made before ``fit``, whose first trace is then its only one) and :class:`ProgressCallback` (these loaded lazily:
-    they import Keras).
+    metrics' variables made before ``fit``, whose first trace is then its only one) and
+    :class:`ProgressCallback` (these loaded lazily: they import Keras).
 
 Word-vector toolkit (shared by the word2vec, fastText, GloVe and NNLM families)
     Vocabulary and corpus encoding (:class:`Vocabulary`, :func:`build_vocabulary`,

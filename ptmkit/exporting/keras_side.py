@@ -64,12 +64,8 @@ def convert_and_check(source: ExportSource, path: Path, console: Console, isolat
     return _in_child(source.run.path, path, source.merge_lora)
 
 
+@collections_skip_live_objects()  # in the conversion's child process too
 def _convert_and_check_here(source: ExportSource, model: Any, path: Path, console: Console) -> dict[str, float]:
-    with collections_skip_live_objects():
-        return _convert_and_check_model(source, model, path, console)
-
-
-def _convert_and_check_model(source: ExportSource, model: Any, path: Path, console: Console) -> dict[str, float]:
     convert_run(model, path, source, console)
     session = open_session(path)
     shapes = parity_shapes(source.sequence_length, source.limits.max_sequence_length)
