@@ -139,6 +139,27 @@ def load_weights(model: Any, file: Path) -> None:
         raise RunDirError(f"{file}: corrupted or incompatible weights file ({reason[:200]})") from None
 
 
+def check_weights_file(file: Path) -> None:
+    """Open ``file`` (``.weights.h5``) with h5py and read every dataset's header, without Keras or
+    TensorFlow: a missing, truncated or garbled file is refused before a run imports them
+    (:func:`load_weights` still refuses weights of another shape).
+
+    Raises:
+        RunDirError: the file is missing or not a readable HDF5 file (the message of :func:`load_weights`).
+    """
+    import h5py
+
+    if not file.exists():
+        raise RunDirError(f"{file}: missing weights file")
+    shapes: list[tuple[int, ...]] = []
+    try:
+        with h5py.File(file, "r") as handle:
+            handle.visititems(lambda _, item: shapes.append(item.shape) if isinstance(item, h5py.Dataset) else None)
+    except Exception as exc:  # h5py raises OSError, KeyError or RuntimeError for damaged files
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RunDirError(f"{file}: corrupted or incompatible weights file ({reason[:200]})") from None
+
+
 def save_model_weights(model: Any, file: Path) -> None:
     """Write ``model``'s weights, without its optimizer's state, to ``file`` (``.weights.h5``).
 

@@ -13,6 +13,7 @@ head does not fit the parent's family, the one installed head that fits is used.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -37,6 +38,7 @@ from ptmkit.rundir import (
     STEP_LOG,
     TOKENIZER,
     RunDir,
+    check_weights_file,
     load_weights,
     save_model_weights,
 )
@@ -129,6 +131,35 @@ def load_labelled(path: str | Path, labels: list[str] | None = None) -> tuple[li
         if r.label not in index:
             raise DataError(f"{path}:{r.line}: label {r.label!r} does not occur in the training set ({len(labels)} labels)")
     return [r.text for r in records], labels, np.asarray([index[r.label or ""] for r in records], np.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelledData:
+    """A fine-tuning's labelled files, read (and checked) before TensorFlow is imported.
+
+    Attributes:
+        texts, y_train: the training texts and their label ids (int32, ``(n,)``).
+        labels: the label names (sorted; the training file's).
+        dev_texts, y_dev: the dev file's, mapped onto ``labels``.
+        test_texts, y_test: the test file's (empty without one); ``test_file`` its path or None.
+    """
+
+    texts: list[str]
+    labels: list[str]
+    y_train: np.ndarray
+    dev_texts: list[str]
+    y_dev: np.ndarray
+    test_texts: list[str]
+    y_test: np.ndarray
+    test_file: str | Path | None
+
+    @classmethod
+    def read(cls, train_file: str | Path, dev_file: str | Path, test_file: str | Path | None) -> LabelledData:
+        """Raises: DataError: a malformed line or a label the training file lacks (file and line named)."""
+        texts, labels, y_train = load_labelled(train_file)
+        dev_texts, _, y_dev = load_labelled(dev_file, labels)
+        test_texts, _, y_test = load_labelled(test_file, labels) if test_file is not None else ([], labels, np.zeros(0, np.int32))
+        return cls(texts, labels, y_train, dev_texts, y_dev, test_texts, y_test, test_file)
 
 
 def load_backbone(registry: Registry, run: RunDir) -> tuple[Any, RunConfig, Any, dict[str, Any]]:
@@ -274,7 +305,8 @@ def finetune(
     parent, target = RunDir(run_dir), RunDir(out)
     stored = _check_target(target, resume)
     manifest = _check_sources(parent, teacher, overrides or [])
-    quiet_tensorflow()  # after the checks: a wrong path or key is refused without importing TensorFlow
+    # The config and the labelled files are checked before TensorFlow is imported (seconds): a
+    # wrong key or a malformed line is refused at once.
     family, config = fine_tuning_config(registry, parent, manifest, config_path, overrides)
     head = registry.head(config.finetune.head)
     if config.finetune.distill != "logits" and teacher is None:
@@ -284,16 +316,21 @@ def finetune(
             raise ConfigError(f"--teacher: the {config.finetune.head} head trains from word vectors in one pass; distillation needs a head trained by Keras")
         if resume:
             raise ConfigError(f"--resume: the {config.finetune.head} head trains in one pass without checkpoints; drop --resume")
+        quiet_tensorflow()
         return _finetune_word_vectors(registry, parent, manifest, head, config, overrides, train_file, dev_file, test_file, target, console)
     inputs = {"parent": str(parent.path.resolve()), "train": str(Path(train_file).resolve()), "dev": str(Path(dev_file).resolve())}
     if teacher is not None:
         inputs["teacher"] = str(Path(teacher).resolve())
     if stored is not None:
         config = resumed_config(registry, manifest["family"], target, stored, inputs, config_path, overrides)
+    data = LabelledData.read(inputs["train"], inputs["dev"], test_file)
+    if manifest["stage"] != "finetune":
+        check_weights_file(parent / manifest.get("weights", MODEL_WEIGHTS))
+    quiet_tensorflow()
     created = not target.path.exists()
     try:
         with precision(config.finetune.mixed_precision):
-            return _finetune_backbone(registry, parent, manifest, family, config, inputs, test_file, target, console)
+            return _finetune_backbone(registry, parent, manifest, family, config, inputs, data, target, console)
     except BaseException:
         if created and not (target / "checkpoints" / "latest.json").exists():
             shutil.rmtree(target.path, ignore_errors=True)  # nothing to resume: leave nothing behind
@@ -450,16 +487,15 @@ def _shown(value: Any) -> str:
 
 def _finetune_backbone(
     registry: Registry, parent: RunDir, manifest: dict[str, Any], family: Any, config: RunConfig, inputs: dict[str, str],
-    test_file: str | Path | None, target: RunDir, console: Console,
+    data: LabelledData, target: RunDir, console: Console,
 ) -> dict[str, Any]:
     """Fine-tune a head on ``parent``'s backbone into ``target`` (see :func:`finetune`)."""
     from ptmkit.data.tokenization import encode_texts
     from ptmkit.training.setup import seed_everything
 
     ft = config.finetune
-    texts, labels, y_train = load_labelled(inputs["train"])
-    dev_texts, _, y_dev = load_labelled(inputs["dev"], labels)
-    test_texts, _, y_test = load_labelled(test_file, labels) if test_file is not None else ([], labels, np.zeros(0, np.int32))
+    texts, labels, y_train = data.texts, data.labels, data.y_train
+    dev_texts, y_dev, test_texts, y_test, test_file = data.dev_texts, data.y_dev, data.test_texts, data.y_test, data.test_file
     if ft.max_train_examples and len(texts) > ft.max_train_examples:
         keep = np.sort(np.random.default_rng(ft.seed).permutation(len(texts))[: ft.max_train_examples])
         texts, y_train = [texts[i] for i in keep], y_train[keep]
@@ -843,8 +879,6 @@ def _finetune_word_vectors(
 ) -> dict[str, Any]:
     """Fine-tune with a head that trains itself on the parent's word vectors (see the module
     docstring); the run it writes belongs to ``head.run_family``."""
-    import dataclasses
-
     for override in overrides:
         key = override.partition("=")[0].strip()
         if key == "finetune.strategy":  # --strategy arrives as this override
