@@ -1,7 +1,7 @@
 """The albert family through the core: its unigram tokenizer and packing, its parameter count
 against the paper's factorisation, the contract's battery (pre-training with MLM + SOP, declared
 inputs and outputs, ONNX parity at unseen shapes, the lean runtime), ``ptmkit config``, and
-``train -> finetune -> export -> predict`` from the command line."""
+``finetune -> export -> predict`` from the command line on the contract's run."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from inplugins import in_tree_plugins  # noqa: F401 - the fixture
+from inplugins import in_tree_plugins, registered  # noqa: F401 - the fixture
 
 from ptmkit.testing import tiny_texts, write_tiny_labelled
 
@@ -116,39 +116,33 @@ def test_bad_model_keys_are_refused_in_one_line(tmp_path: Path, capsys, override
     assert len(lines) == 1 and needle in lines[0], lines
 
 
-def test_albert_fits_the_contract(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def contract(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """:func:`~ptmkit.testing.check_family`'s report on a tiny ALBERT (its pre-training run is
+    fine-tuned from the command line below: one pre-training for the module)."""
     from ptmkit.testing import check_family
     from ptmkit_albert import AlbertFamily
 
-    report = check_family(
-        AlbertFamily(), tmp_path, overrides=[*TINY_ALBERT, "model.num_groups=1", "model.inner_group_num=2"]
-    )
-    assert report["outputs"] == {"sequence_output": (2, 7, 32), "pooled_output": (2, 32)}
-    assert report["parity_max_abs_diff"] < 1e-4 and report["runtime_max_abs_diff"] < 1e-4
+    with registered():
+        return check_family(AlbertFamily(), tmp_path_factory.mktemp("contract"), overrides=[*TINY_ALBERT, "model.num_groups=1", "model.inner_group_num=2"])
+
+
+def test_albert_fits_the_contract(contract: dict) -> None:
+    assert contract["outputs"] == {"sequence_output": (2, 7, 32), "pooled_output": (2, 32)}
+    assert contract["parity_max_abs_diff"] < 1e-4 and contract["runtime_max_abs_diff"] < 1e-4
     # masked LM over a 400-piece vocabulary starts near ln(400) = 5.99 nats
-    assert 3.0 < report["loss"] < 7.0 and math.isfinite(report["loss"])
+    assert 3.0 < contract["loss"] < 7.0 and math.isfinite(contract["loss"])
 
 
-def test_train_finetune_export_predict_from_the_command_line(tmp_path: Path) -> None:
-    from ptmkit.testing import main, write_tiny_corpus
+def test_finetune_export_predict_from_the_command_line(contract: dict, tmp_path: Path) -> None:
+    from ptmkit.testing import main
 
-    corpus = write_tiny_corpus(tmp_path / "corpus.txt", lines=120)
+    run = contract["run"]
     train, dev = write_tiny_labelled(tmp_path, train=64, dev=16)
-    tiny = [
-        f"--set={item}"
-        for item in (
-            *TINY_ALBERT,
-            "train.batch_size=8",
-            "train.sequence_length=32",
-            "train.max_steps=4",
-            "train.heldout_lines=8",
-        )
-    ]
-    assert main(["train", "albert", "--corpus", str(corpus), "--out", str(tmp_path / "run"), *tiny]) == 0
-    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["family"] == "albert" and manifest["objectives"] == ["mlm", "sop"]
     assert manifest["inputs"] == ["token_ids", "segment_ids", "padding_mask"]
-    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    metrics = json.loads((run / "metrics.json").read_text())
     assert 0.3 < metrics["heldout_sop_loss"] < 1.2 and 3.0 < metrics["heldout_mlm_loss"] < 7.0
     finetune = [
         "--set=finetune.epochs=1",
@@ -160,7 +154,7 @@ def test_train_finetune_export_predict_from_the_command_line(tmp_path: Path) -> 
         main(
             [
                 "finetune",
-                str(tmp_path / "run"),
+                str(run),
                 "--train",
                 str(train),
                 "--dev",

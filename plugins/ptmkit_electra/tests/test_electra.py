@@ -2,7 +2,8 @@
 the backbone's embedding projection, replaced-token detection with a generator on the
 discriminator's embeddings (only the discriminator saved), the contract's battery (declared
 inputs and outputs, ONNX parity at unseen shapes, the lean runtime), an objective the backbone
-cannot serve, and ``train -> finetune -> export (int8) -> predict`` from the command line.
+cannot serve, and ``finetune -> export (int8) -> predict`` from the command line on the
+contract's run.
 
 Reference: Clark et al. 2020 (ELECTRA): section 3.2 (shared embeddings), appendix A (generator
 size, lambda = 50, embedding size 128 under hidden 256 for ELECTRA-Small).
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from inplugins import in_tree_plugins  # noqa: F401 - the fixture
+from inplugins import in_tree_plugins, registered  # noqa: F401 - the fixture
 
 from ptmkit.testing import tiny_texts, write_tiny_corpus, write_tiny_labelled
 
@@ -165,25 +166,30 @@ def test_an_objective_the_backbone_cannot_serve_is_refused_in_one_line(tmp_path:
     assert not (tmp_path / "run").exists()
 
 
-def test_electra_fits_the_contract(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def contract(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """:func:`~ptmkit.testing.check_family`'s report on a tiny ELECTRA (its pre-training run is
+    fine-tuned from the command line below: one pre-training for the module)."""
     from ptmkit.testing import check_family
     from ptmkit_electra import ElectraFamily
 
-    report = check_family(ElectraFamily(), tmp_path, overrides=[*TINY_ELECTRA, "model.dropout=0.0"])
-    assert report["outputs"] == {"sequence_output": (2, 7, 32), "pooled_output": (2, 32)}
-    assert report["parity_max_abs_diff"] < 1e-4 and report["runtime_max_abs_diff"] < 1e-4
-    assert math.isfinite(report["loss"])
+    with registered():
+        return check_family(ElectraFamily(), tmp_path_factory.mktemp("contract"), overrides=[*TINY_ELECTRA, "model.dropout=0.0"])
 
 
-def test_train_finetune_export_predict_from_the_command_line(tmp_path: Path) -> None:
+def test_electra_fits_the_contract(contract: dict) -> None:
+    assert contract["outputs"] == {"sequence_output": (2, 7, 32), "pooled_output": (2, 32)}
+    assert contract["parity_max_abs_diff"] < 1e-4 and contract["runtime_max_abs_diff"] < 1e-4
+    assert math.isfinite(contract["loss"])
+
+
+def test_finetune_export_predict_from_the_command_line(contract: dict, tmp_path: Path) -> None:
     from ptmkit.testing import main
 
-    corpus = write_tiny_corpus(tmp_path / "corpus.txt", lines=120)
+    run = contract["run"]
     train, dev = write_tiny_labelled(tmp_path, train=64, dev=16)
-    tiny = [f"--set={item}" for item in (*TINY_ELECTRA, "train.batch_size=8", "train.sequence_length=32", "train.max_steps=4", "train.heldout_lines=8")]
-    assert main(["train", "electra", "--corpus", str(corpus), "--out", str(tmp_path / "run"), *tiny]) == 0
     finetune = ["--set=finetune.epochs=1", "--set=finetune.batch_size=16", "--set=finetune.sequence_length=32", "--set=finetune.learning_rate=1e-3"]
-    assert main(["finetune", str(tmp_path / "run"), "--train", str(train), "--dev", str(dev), "--out", str(tmp_path / "ft"), *finetune]) == 0
+    assert main(["finetune", str(run), "--train", str(train), "--dev", str(dev), "--out", str(tmp_path / "ft"), *finetune]) == 0
     metrics = json.loads((tmp_path / "ft" / "metrics.json").read_text())
     assert 0.0 <= metrics["dev_accuracy"] <= 1.0
     assert main(["export", str(tmp_path / "ft"), "--int8"]) == 0

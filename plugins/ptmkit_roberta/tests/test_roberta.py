@@ -1,6 +1,6 @@
 """The roberta family through the core: its tokenizer, the contract's battery (pre-training,
 declared inputs and outputs, ONNX parity at unseen shapes, the lean runtime), ``ptmkit config``,
-and ``train -> finetune -> export (int8) -> predict`` from the command line."""
+and ``finetune -> export (int8) -> predict`` from the command line on the contract's run."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from inplugins import in_tree_plugins  # noqa: F401 - the fixture
+from inplugins import in_tree_plugins, registered  # noqa: F401 - the fixture
 
 from ptmkit.testing import tiny_texts, write_tiny_labelled
 
@@ -69,28 +69,33 @@ def test_defaults_are_robertas_and_config_documents_every_key(capsys) -> None:
     assert 'family = "roberta"' in text and 'masking = "dynamic"' in text
 
 
-def test_roberta_fits_the_contract(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def contract(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """:func:`~ptmkit.testing.check_family`'s report on a tiny RoBERTa (its pre-training run is
+    fine-tuned from the command line below: one pre-training for the module)."""
     from ptmkit.testing import check_family
     from ptmkit_roberta import RobertaFamily
 
-    report = check_family(RobertaFamily(), tmp_path, overrides=[*TINY_ROBERTA, "model.dropout=0.0"])
-    assert report["outputs"] == {"sequence_output": (2, 7, 32), "pooled_output": (2, 32)}
-    assert report["parity_max_abs_diff"] < 1e-4 and report["runtime_max_abs_diff"] < 1e-4
+    with registered():
+        return check_family(RobertaFamily(), tmp_path_factory.mktemp("contract"), overrides=[*TINY_ROBERTA, "model.dropout=0.0"])
+
+
+def test_roberta_fits_the_contract(contract: dict) -> None:
+    assert contract["outputs"] == {"sequence_output": (2, 7, 32), "pooled_output": (2, 32)}
+    assert contract["parity_max_abs_diff"] < 1e-4 and contract["runtime_max_abs_diff"] < 1e-4
     # a masked LM over a 400-token vocabulary starts near ln(400) = 5.99 nats
-    assert 3.0 < report["loss"] < 7.0 and math.isfinite(report["loss"])
+    assert 3.0 < contract["loss"] < 7.0 and math.isfinite(contract["loss"])
 
 
-def test_train_finetune_export_predict_from_the_command_line(tmp_path: Path) -> None:
-    from ptmkit.testing import main, write_tiny_corpus
+def test_finetune_export_predict_from_the_command_line(contract: dict, tmp_path: Path) -> None:
+    from ptmkit.testing import main
 
-    corpus = write_tiny_corpus(tmp_path / "corpus.txt", lines=120)
+    run = contract["run"]
     train, dev = write_tiny_labelled(tmp_path, train=64, dev=16)
-    tiny = [f"--set={item}" for item in (*TINY_ROBERTA, "train.batch_size=8", "train.sequence_length=32", "train.max_steps=4", "train.heldout_lines=8")]
-    assert main(["train", "roberta", "--corpus", str(corpus), "--out", str(tmp_path / "run"), *tiny]) == 0
-    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["family"] == "roberta" and manifest["objectives"] == ["mlm"] and manifest["inputs"] == ["token_ids", "padding_mask"]
     finetune = ["--set=finetune.epochs=1", "--set=finetune.batch_size=16", "--set=finetune.sequence_length=32", "--set=finetune.learning_rate=1e-3"]
-    assert main(["finetune", str(tmp_path / "run"), "--train", str(train), "--dev", str(dev), "--out", str(tmp_path / "ft"), *finetune]) == 0
+    assert main(["finetune", str(run), "--train", str(train), "--dev", str(dev), "--out", str(tmp_path / "ft"), *finetune]) == 0
     metrics = json.loads((tmp_path / "ft" / "metrics.json").read_text())
     assert 0.0 <= metrics["dev_accuracy"] <= 1.0
     assert main(["export", str(tmp_path / "ft"), "--int8"]) == 0

@@ -305,7 +305,7 @@ def test_ctrl_c_stops_training_with_exit_130_and_leaves_no_run(corpus: Path, tmp
     lines = []
     for line in process.stderr:  # wait until training is under way
         lines.append(line)
-        if line.startswith("epoch 2/"):
+        if line.startswith("epoch 1/"):  # epoch 2 under way
             break
     process.send_signal(signal.SIGINT)
     started = time.monotonic()
