@@ -205,6 +205,28 @@ def test_finetune_user_error_prints_nothing_but_the_error(
     assert noise == []
 
 
+def test_finetune_input_errors_are_refused_before_tensorflow_loads(tiny_run: TinyRun, work: Path) -> None:
+    """A malformed label line, an unknown config key and a damaged weights file: each refused (exit
+    2) by a process that has not imported TensorFlow (seconds saved on every such mistake)."""
+    train = work / "train.txt"
+    train.write_text("__label__pos a fine film\n__label__neg   \n", encoding="utf-8")
+    damaged = copy_run(tiny_run, work / "pre")
+    weights = damaged / "backbone.weights.h5"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    common = ["--dev", str(POLARITY_DEV), "--out", str(work / "ft")]
+    commands = [
+        ["finetune", str(tiny_run.run_dir), "--train", str(train), *common],
+        ["finetune", str(tiny_run.run_dir), "--train", str(POLARITY_TRAIN), *common, "--set", "finetune.epohcs=2"],
+        ["finetune", str(damaged), "--train", str(POLARITY_TRAIN), *common],
+    ]
+    script = "import json, sys\nfrom ptmkit.cli import main\ncodes = [main(c) for c in json.loads(sys.argv[1])]\nprint(json.dumps([codes, 'tensorflow' in sys.modules]))"
+    result = subprocess.run([sys.executable, "-c", script, json.dumps(commands)], capture_output=True, text=True, cwd=work, env=_env(), timeout=300)
+    assert json.loads(result.stdout.splitlines()[-1]) == [[2, 2, 2], False], result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors[0] == f"error: {train}:2: label 'neg' has no text" and "finetune.epohcs" in errors[1]
+    assert errors[2].startswith(f"error: {weights}: corrupted or incompatible weights file") and not (work / "ft").exists()
+
+
 # -- plugins and config --------------------------------------------------------------------------------
 
 
