@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from test_resume import KILLER, weights
 from tinyconfig import DATA
 
@@ -35,31 +36,29 @@ def _started(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr, env=os.environ)
 
 
-def test_finetune_resume_after_sigkill_matches_uninterrupted_run(tiny_pretrained: Path, tmp_path: Path) -> None:
+def test_finetune_resume_after_sigkill_matches_uninterrupted_run(tiny_pretrained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The interrupted run in a child process (killed after step 13), the uninterrupted one in this
+    process meanwhile; then the same command with --resume, here too."""
+    from ptmkit.testing import run_cli
+
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    # The uninterrupted and the interrupted run side by side (each is mostly single-threaded:
-    # imports, tracing); they share only the pre-trained run, which both only read.
-    running = [
-        _started([sys.executable, "-m", "ptmkit.cli", *_args(tiny_pretrained, whole)], tmp_path / "whole.stderr"),
-        _started([sys.executable, "-c", KILLER, "SIGKILL", "13", *_args(tiny_pretrained, killed)], tmp_path / "killed.stderr"),
-    ]
+    process = _started([sys.executable, "-c", KILLER, "SIGKILL", "13", *_args(tiny_pretrained, killed)], tmp_path / "killed.stderr")
     try:
-        done, stopped = (process.wait(timeout=300) for process in running)
+        assert run_cli(_args(tiny_pretrained, whole)) == 0
+        stopped = process.wait(timeout=300)
     finally:
-        for process in running:
-            process.kill()  # a no-op once it has ended
-    assert done == 0, (tmp_path / "whole.stderr").read_text(errors="replace")
+        process.kill()  # a no-op once it has ended
     assert not (whole / "checkpoints").exists()  # a finished run keeps model.weights.h5 only
 
     assert stopped == -signal.SIGKILL, (tmp_path / "killed.stderr").read_text(errors="replace")
     assert json.loads((killed / "checkpoints" / "latest.json").read_text())["step"] == 12  # the every-3 checkpoint after epoch 1's
     assert not (killed / "manifest.json").exists()
 
-    other = _cli(*_args(tiny_pretrained, killed), "--set", "finetune.learning_rate=1e-4", "--resume")
-    assert other.returncode == 2 and "'finetune.learning_rate' = 0.0001" in other.stderr
-    resumed = _cli(*_args(tiny_pretrained, killed), "--resume")  # the same command, retyped with --resume
-    assert resumed.returncode == 0, resumed.stderr
-    assert "resuming from step 12 of 20" in resumed.stderr
+    capsys.readouterr()
+    assert run_cli([*_args(tiny_pretrained, killed), "--set", "finetune.learning_rate=1e-4", "--resume"]) == 2
+    assert "'finetune.learning_rate' = 0.0001" in capsys.readouterr().err
+    assert run_cli([*_args(tiny_pretrained, killed), "--resume"]) == 0  # the same command, retyped with --resume
+    assert "resuming from step 12 of 20" in capsys.readouterr().err
 
     expected, actual = weights(whole / "model.weights.h5"), weights(killed / "model.weights.h5")
     assert expected.keys() == actual.keys() and len(expected) > 10

@@ -118,16 +118,15 @@ def test_the_pad_token_of_special_tokens_map_is_used_as_transformers_uses_it(tmp
 
 
 def test_ptmkit_embed_prints_transformers_embeddings(tmp_path: Path) -> None:
-    """The same through the command line: import-hf, then embed --output."""
+    """The same through the command line (in this process: :func:`ptmkit.testing.run_cli`):
+    import-hf, then embed --output."""
+    from ptmkit.testing import run_cli
+
     checkpoint = CASES / "sentencepiece-specials"
     _, expected, _ = transformers_reference(checkpoint, TEXTS[:2])
-    command = [sys.executable, "-m", "ptmkit.cli"]
-    run = tmp_path / "run"
-    result = subprocess.run([*command, "import-hf", str(checkpoint), "--out", str(run)], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    out = tmp_path / "e.npy"
-    result = subprocess.run([*command, "embed", str(run), "--text", TEXTS[0], "--text", TEXTS[1], "--output", str(out)], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
+    run, out = tmp_path / "run", tmp_path / "e.npy"
+    assert run_cli(["import-hf", str(checkpoint), "--out", str(run)]) == 0
+    assert run_cli(["embed", str(run), "--text", TEXTS[0], "--text", TEXTS[1], "--output", str(out)]) == 0
     assert np.max(np.abs(np.load(out) - expected)) <= 1e-5
 
 

@@ -1,7 +1,8 @@
 """The example plugin distribution (``examples/ptmkit-plugin-example``) installed as a user would:
 ``pip install`` into a private directory (``--target``, so the real site-packages is untouched),
 then ``ptmkit`` in subprocesses with that directory on ``PYTHONPATH``: listed by ``ptmkit plugins``
-with its distribution and version, trained, fine-tuned, exported and used for prediction.
+with its distribution and version, trained, fine-tuned and exported (three commands in one process:
+one TensorFlow import) and used for prediction.
 
 References: an untrained masked LM predicts about uniformly, a held-out loss near ``ln(V)``;
 held-out perplexity is ``exp`` of the held-out loss; the export's parity check (ONNX against Keras)
@@ -53,13 +54,20 @@ def installed(work: Path) -> Cli:
     assert (site / "ptmkit_example" / "__init__.py").is_file() and (site / "ptmkit_plugin_example-0.1.0.dist-info").is_dir()
     path = os.pathsep.join([str(site), str(ROOT), str(ROOT / "plugins"), str(ROOT / "export")])
 
-    def ptmkit(*args: str) -> subprocess.CompletedProcess[str]:
+    def ptmkit(*args: str, then: tuple[list[str], ...] = ()) -> subprocess.CompletedProcess[str]:
+        """``ptmkit ARGS``, and each command of ``then`` after it in the same process (one
+        TensorFlow import for a train, a fine-tuning and an export); stops at the first failure."""
         env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "200"}
-        result = subprocess.run([sys.executable, "-m", "ptmkit.cli", *args], capture_output=True, text=True, env=env, timeout=300)
+        command = [sys.executable, "-m", "ptmkit.cli", *args] if not then else [sys.executable, "-c", CHAIN, json.dumps([list(args), *then])]
+        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
         assert result.returncode == 0, f"ptmkit {' '.join(args)}: {result.stderr[-2000:]}"
         return result
 
     return ptmkit
+
+
+#: Run ``ptmkit`` commands (a JSON list of argument lists) one after another in one process.
+CHAIN = "import json, sys\nfrom ptmkit.cli import main\nfor argv in json.loads(sys.argv[1]):\n    code = main(argv)\n    if code:\n        sys.exit(code)"
 
 
 def test_the_installed_example_is_listed_with_its_distribution_and_version(installed: Cli) -> None:
@@ -101,7 +109,8 @@ def test_the_installed_example_trains_finetunes_exports_and_predicts(installed: 
     run, tuned = tmp_path / "run", tmp_path / "tuned"
     sets = [arg for key in TINY for arg in ("--set", key)]
 
-    trained = installed("train", "tiny-encoder", "--corpus", str(corpus), "--out", str(run), *sets)
+    finetune = ["finetune", str(run), "--train", str(train), "--dev", str(dev), "--out", str(tuned), "--set", "finetune.epochs=3", "--set", "finetune.batch_size=8"]
+    trained = installed("train", "tiny-encoder", "--corpus", str(corpus), "--out", str(run), *sets, then=(finetune, ["export", str(tuned)]))
     losses = [float(x) for x in re.findall(r"pre-training step \d+/60 .*?loss ([0-9.]+)", trained.stdout + trained.stderr)]
     assert len(losses) >= 2 and all(math.isfinite(x) for x in losses) and losses[-1] < losses[0], losses
     metrics = json.loads((run / "metrics.json").read_text())
@@ -113,11 +122,9 @@ def test_the_installed_example_trains_finetunes_exports_and_predicts(installed: 
     assert manifest["plugin"] == {"name": "example", "distribution": "ptmkit-plugin-example", "version": "0.1.0"}
     assert manifest["inputs"] == ["token_ids", "padding_mask"]  # declared: no segment ids
 
-    installed("finetune", str(run), "--train", str(train), "--dev", str(dev), "--out", str(tuned), "--set", "finetune.epochs=3", "--set", "finetune.batch_size=8")
     scores = json.loads((tuned / "metrics.json").read_text())
     assert scores["dev_examples"] == 16 and 0.0 <= scores["dev_accuracy"] <= 1.0
 
-    installed("export", str(tuned))
     exported = json.loads((tuned / "export" / "manifest.json").read_text())
     assert [i["name"] for i in exported["inputs"]] == ["token_ids", "padding_mask"]
     parity = exported["variants"]["fp32"]["parity_max_abs_diff"]

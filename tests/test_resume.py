@@ -64,23 +64,20 @@ def interrupted(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def test_resume_after_sigkill_matches_uninterrupted_run(
-    tiny_corpus: Path, tiny_pretrained: Path, interrupted: dict[str, tuple[Path, int, str]]
+    tiny_corpus: Path, tiny_pretrained: Path, interrupted: dict[str, tuple[Path, int, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The killed child's run resumed in this process (:func:`ptmkit.testing.run_cli`)."""
+    from ptmkit.testing import run_cli
+
     # The tokenizer is trained again: one corpus gives one vocabulary (tests/test_reproducibility.py).
     out, code, stderr = interrupted["SIGKILL"]
     assert code == -signal.SIGKILL, stderr
     assert json.loads((out / "checkpoints" / "latest.json").read_text())["step"] == 4
     assert not (out / "manifest.json").exists() and not (out / "backbone.weights.h5").exists()
 
-    resumed = subprocess.run(
-        [sys.executable, "-m", "ptmkit.cli", "train", "bert", "--corpus", str(tiny_corpus), "--out", str(out), "--resume"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=os.environ,
-    )
-    assert resumed.returncode == 0, resumed.stderr
-    assert "resuming from step 4" in resumed.stderr
+    capsys.readouterr()
+    assert run_cli(["train", "bert", "--corpus", str(tiny_corpus), "--out", str(out), "--resume"]) == 0
+    assert "resuming from step 4" in capsys.readouterr().err
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["resumed_from_step"] == 4 and metrics["steps"] == 8
 
@@ -93,25 +90,26 @@ def test_resume_after_sigkill_matches_uninterrupted_run(
     assert metrics["heldout_mlm_loss"] == reference["heldout_mlm_loss"]
 
 
-def test_ctrl_c_then_the_same_command_with_resume(tiny_corpus: Path, tiny_pretrained: Path, interrupted: dict[str, tuple[Path, int, str]]) -> None:
-    """Ctrl-C names the step the checkpoint holds; the command retyped with --resume (its --set
-    flags included) continues to the uninterrupted run's weights; a flag that differs is refused,
-    naming its key."""
+def test_ctrl_c_then_the_same_command_with_resume(
+    tiny_corpus: Path, tiny_pretrained: Path, interrupted: dict[str, tuple[Path, int, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C (in a child process) names the step the checkpoint holds; the command retyped with
+    --resume (its --set flags included; in this process) continues to the uninterrupted run's
+    weights; a flag that differs is refused, naming its key."""
+    from ptmkit.testing import run_cli
+
     out, code, stderr = interrupted["SIGINT"]
     args = _train_args(out, tiny_corpus)
     assert code == 130, stderr
     assert f"the checkpoint in {out / 'checkpoints'} holds step 4 of 8" in stderr
     assert "--resume" in stderr.splitlines()[-1]
 
-    def cli(*extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "ptmkit.cli", *args, *extra], capture_output=True, text=True, timeout=300, env=os.environ)
-
-    changed = cli("--set", "train.max_steps=9", "--resume")
-    assert changed.returncode == 2
-    assert "'train.max_steps' = 9, but the run in" in changed.stderr and "has 8" in changed.stderr
-    resumed = cli("--resume")
-    assert resumed.returncode == 0, resumed.stderr
-    assert "resuming from step 4" in resumed.stderr
+    capsys.readouterr()
+    assert run_cli([*args, "--set", "train.max_steps=9", "--resume"]) == 2
+    changed = capsys.readouterr().err
+    assert "'train.max_steps' = 9, but the run in" in changed and "has 8" in changed
+    assert run_cli([*args, "--resume"]) == 0
+    assert "resuming from step 4" in capsys.readouterr().err
     expected, actual = weights(tiny_pretrained / "backbone.weights.h5"), weights(out / "backbone.weights.h5")
     assert all(np.array_equal(expected[k], actual[k]) for k in expected) and expected.keys() == actual.keys()
 
