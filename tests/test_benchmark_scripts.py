@@ -1,0 +1,38 @@
+"""Every script in ``benchmarks/`` starts: ``--help`` exits 0 with its usage, all of them run in one
+child process (module-level imports of ptmkit names that moved, or a bad argparse setup, fail
+here). The scripts that have a ``--quick`` mode run it in their own tests (some marked ``slow``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
+
+CHILD = """
+import contextlib, io, json, runpy, sys
+results = {}
+for path in json.loads(sys.argv[1]):
+    sys.argv = [path, "--help"]
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(path, run_name="__main__")
+        results[path] = "no SystemExit"
+    except SystemExit as stop:
+        results[path] = "ok" if stop.code in (0, None) and "usage:" in out.getvalue() else f"exit {stop.code}: {out.getvalue()[-300:]}"
+    except Exception as error:
+        results[path] = f"{type(error).__name__}: {error}"
+print(json.dumps(results))
+"""
+
+
+def test_every_benchmark_script_prints_its_usage() -> None:
+    assert len(SCRIPTS) > 20
+    result = subprocess.run([sys.executable, "-c", CHILD, json.dumps([str(p) for p in SCRIPTS])], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(result.stdout.strip().splitlines()[-1])
+    assert {Path(p).name: r for p, r in results.items() if r != "ok"} == {}
