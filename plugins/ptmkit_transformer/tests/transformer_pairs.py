@@ -6,7 +6,8 @@ from pathlib import Path
 
 DEV = Path(__file__).resolve().parents[3] / "data" / "parallel" / "en-de-dev.tsv"
 
-#: A model small enough to overfit 20 short pairs in about a minute on two CPU cores.
+#: A model small enough to overfit 20 short pairs in about 15 s on two CPU cores (250 full-batch
+#: steps: BLEU 100, dev loss 0.94, the label-smoothed floor; 350 steps end at 0.94 too).
 TINY_TRANSFORMER = [
     "model.vocabulary_size=400",
     "model.min_frequency=1",
@@ -18,10 +19,10 @@ TINY_TRANSFORMER = [
     "model.dropout=0.0",
     "model.max_sequence_length=32",
     "model.batch_size=20",
-    "model.max_steps=500",
-    "model.warmup_steps=60",
+    "model.max_steps=250",
+    "model.warmup_steps=50",
     "model.learning_rate_scale=1.0",
-    "model.checkpoint_every=100",
+    "model.checkpoint_every=125",
     "model.dev_sentences=20",
 ]
 
