@@ -51,7 +51,18 @@ def _collector_skips_what_earlier_modules_left() -> None:
     only the scan of older, live objects is skipped. The cost: an object frozen here that becomes
     cyclic garbage later is freed only when the process ends (in a whole run, the largest process,
     this one or a child, peaked at 3.6 GB).
+
+    TensorFlow, Keras, keras-hub and tf2onnx are imported first (once per worker, ~5 s; nearly
+    every module needs them): a module that imported them itself would leave their objects
+    unfrozen, to be scanned by each of its exports' collections.
     """
+    from ptmkit.training.setup import quiet_tensorflow
+
+    quiet_tensorflow()
+    import keras  # noqa: F401
+    import keras_hub  # noqa: F401
+    import tf2onnx  # noqa: F401
+
     gc.collect()
     gc.freeze()
 

@@ -69,6 +69,21 @@ def ptmkit(*args: str | Path, cwd: Path, timeout: int = 600) -> subprocess.Compl
     )
 
 
+def in_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """``ptmkit ARGS`` run in this process (:func:`ptmkit.testing.run_cli`), its output captured
+    as :func:`ptmkit`'s: for the successful commands that only need TensorFlow (imported here
+    already), not for the error contract, which the child processes check."""
+    import contextlib
+    import io
+
+    from ptmkit.testing import run_cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run_cli([str(a) for a in args])
+    return subprocess.CompletedProcess(["ptmkit", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
 def user_error(result: subprocess.CompletedProcess[str], *needles: str | Path, out: Path | None = None) -> str:
     """Check the one-line user-error contract; return the error line."""
     stderr = result.stderr
@@ -329,12 +344,13 @@ class EmbeddingExport:
 @pytest.fixture(scope="module")
 def embedding_export(tiny_run: TinyRun, tmp_path_factory: pytest.TempPathFactory) -> EmbeddingExport:
     """``ptmkit export RUN --triton REPO --with-tokenizer`` of the head-less tiny run, once for the
-    two tests that read it (each export is a process of its own: ~30 s); ``--with-tokenizer`` only
-    where onnxruntime-extensions is installed. The tests only read the directory."""
+    two tests that read it, in this process (a success, not the error contract: no TensorFlow
+    import in a child); ``--with-tokenizer`` only where onnxruntime-extensions is installed. The
+    tests only read the directory."""
     work = tmp_path_factory.mktemp("embedding-export")
     out, repo = work / "export", work / "repo"
     tokenizer = ["--with-tokenizer"] if _has_tokenizer_extensions() else []
-    result = ptmkit("export", tiny_run.run_dir, "--out", out, "--triton", repo, *tokenizer, cwd=work)
+    result = in_process("export", tiny_run.run_dir, "--out", out, "--triton", repo, *tokenizer)
     assert result.returncode == 0, result.stderr
     return EmbeddingExport(out, repo, result)
 
@@ -348,7 +364,7 @@ def test_a_run_without_a_head_exports_embeddings_that_predict_refuses(tiny_run: 
     user_error(ptmkit("predict", out, "--text", "a fine film", cwd=work), out, "embedding export", "ptmkit embed")
     texts = ["a fine film", "the history of anarchism in europe"]
     onnx_lines = ptmkit("embed", out, "--text", texts[0], "--text", texts[1], cwd=work)
-    keras_lines = ptmkit("embed", tiny_run.run_dir, "--text", texts[0], "--text", texts[1], cwd=work)
+    keras_lines = in_process("embed", tiny_run.run_dir, "--text", texts[0], "--text", texts[1])  # Keras: this process's TensorFlow
     assert onnx_lines.returncode == 0 and keras_lines.returncode == 0, onnx_lines.stderr + keras_lines.stderr
     onnx_rows = [json.loads(line) for line in onnx_lines.stdout.splitlines()]
     keras_rows = [json.loads(line) for line in keras_lines.stdout.splitlines()]
