@@ -44,16 +44,36 @@ print(json.dumps(results))
 """
 
 
-def transformers_reference(checkpoint: Path, texts: list[str], max_length: int | None = None) -> tuple[list[list[int]], np.ndarray, int]:
-    """transformers' token ids (without padding), mean-pooled embeddings and pad id."""
+LONG = "the cat sat on the mat , hello world . " * 25_000  # 1 MB
+Reference = tuple[list[list[int]], np.ndarray, int]
+
+
+@pytest.fixture(scope="module")
+def pad_token_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """padded-vocab with ``pad_token`` set twice: [unused0] in tokenizer_config.json, [unused1] in
+    special_tokens_map.json (which wins)."""
+    checkpoint = shutil.copytree(CASES / "padded-vocab", tmp_path_factory.mktemp("hf") / "pad-token")
+    (checkpoint / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "pad_token": "[unused0]"}))
+    (checkpoint / "special_tokens_map.json").write_text(json.dumps({"pad_token": {"content": "[unused1]", "special": True}}))
+    return checkpoint
+
+
+@pytest.fixture(scope="module")
+def references(pad_token_checkpoint: Path) -> dict[str, Reference]:
+    """transformers' token ids (without padding), mean-pooled embeddings and pad id for each job
+    the module's tests compare with, all computed in one child process (torch and transformers
+    import once: 5 s each time)."""
     for module in ("torch", "transformers"):
         if importlib.util.find_spec(module) is None:
             pytest.skip(f"the test extra installs {module}")
-    job = [{"checkpoint": str(checkpoint), "texts": texts, "max_length": max_length}]
-    result = subprocess.run([sys.executable, "-c", REFERENCE_SCRIPT], input=json.dumps(job), capture_output=True, text=True, timeout=600)
+    jobs = {case: (CASES / case, TEXTS, None) for case in ("padded-vocab", "duplicate-vocab", "sentencepiece-specials")}
+    jobs |= {f"long-{case}": (CASES / case, [LONG], 64) for case in ("padded-vocab", "sentencepiece-specials")}  # config.json: 64 positions
+    jobs |= {"dollar": (CASES / "duplicate-vocab", ["$"], None), "pad-token": (pad_token_checkpoint, TEXTS, None)}
+    payload = [{"checkpoint": str(checkpoint), "texts": texts, "max_length": length} for checkpoint, texts, length in jobs.values()]
+    result = subprocess.run([sys.executable, "-c", REFERENCE_SCRIPT], input=json.dumps(payload), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
-    (reference,) = json.loads(result.stdout.strip().splitlines()[-1])
-    return reference["ids"], np.asarray(reference["embeddings"], np.float32), int(reference["pad"])
+    outputs = json.loads(result.stdout.strip().splitlines()[-1])
+    return {name: (out["ids"], np.asarray(out["embeddings"], np.float32), int(out["pad"])) for name, out in zip(jobs, outputs, strict=True)}
 
 
 def ptmkit_embeddings(run: Path, texts: list[str]) -> tuple[list[list[int]], np.ndarray, int]:
@@ -72,11 +92,11 @@ def ptmkit_embeddings(run: Path, texts: list[str]) -> tuple[list[list[int]], np.
 
 
 @pytest.mark.parametrize("case", ["padded-vocab", "duplicate-vocab", "sentencepiece-specials"])
-def test_checkpoints_transformers_loads_import_and_embed_as_transformers_does(case: str, tmp_path: Path) -> None:
+def test_checkpoints_transformers_loads_import_and_embed_as_transformers_does(case: str, references: dict[str, Reference], tmp_path: Path) -> None:
     from ptmkit_bert.hf import import_hf
 
     checkpoint = CASES / case
-    expected_ids, expected, expected_pad = transformers_reference(checkpoint, TEXTS)
+    expected_ids, expected, expected_pad = references[case]
     manifest = import_hf(checkpoint, tmp_path / "run")
     ids, vectors, pad = ptmkit_embeddings(tmp_path / "run", TEXTS)
     assert ids == expected_ids
@@ -85,7 +105,7 @@ def test_checkpoints_transformers_loads_import_and_embed_as_transformers_does(ca
     assert np.max(np.abs(vectors - expected)) <= 1e-5
 
 
-def test_a_duplicated_vocabulary_line_keeps_the_id_of_its_last_line(tmp_path: Path) -> None:
+def test_a_duplicated_vocabulary_line_keeps_the_id_of_its_last_line(references: dict[str, Reference], tmp_path: Path) -> None:
     """transformers' BertTokenizer maps a token listed twice to its last line (a dict built in
     file order); the row of the first line is never used."""
     from tokenizers import Tokenizer
@@ -97,19 +117,18 @@ def test_a_duplicated_vocabulary_line_keeps_the_id_of_its_last_line(tmp_path: Pa
     import_hf(CASES / "duplicate-vocab", tmp_path / "run")
     tokenizer = Tokenizer.from_file(str(tmp_path / "run" / "tokenizer.json"))
     assert (first, last) == (50, 60) and tokenizer.token_to_id("$") == last
-    assert transformers_reference(CASES / "duplicate-vocab", ["$"])[0] == [[5, last, 6]]
+    assert references["dollar"][0] == [[5, last, 6]]
 
 
-def test_the_pad_token_of_special_tokens_map_is_used_as_transformers_uses_it(tmp_path: Path) -> None:
+def test_the_pad_token_of_special_tokens_map_is_used_as_transformers_uses_it(
+    references: dict[str, Reference], pad_token_checkpoint: Path, tmp_path: Path
+) -> None:
     """special_tokens_map.json overrides tokenizer_config.json and the class default; the run's
     tokenizer.json then declares it in its padding section."""
     from ptmkit_bert.hf import import_hf
 
-    checkpoint = tmp_path / "ckpt"
-    shutil.copytree(CASES / "padded-vocab", checkpoint)
-    (checkpoint / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "pad_token": "[unused0]"}))
-    (checkpoint / "special_tokens_map.json").write_text(json.dumps({"pad_token": {"content": "[unused1]", "special": True}}))
-    _, expected, expected_pad = transformers_reference(checkpoint, TEXTS)
+    checkpoint = pad_token_checkpoint
+    _, expected, expected_pad = references["pad-token"]
     manifest = import_hf(checkpoint, tmp_path / "run")
     _, vectors, pad = ptmkit_embeddings(tmp_path / "run", TEXTS)
     assert pad == expected_pad == 2 == manifest["imported_from"]["special_tokens"]["pad"]
@@ -117,13 +136,13 @@ def test_the_pad_token_of_special_tokens_map_is_used_as_transformers_uses_it(tmp
     assert np.max(np.abs(vectors - expected)) <= 1e-5
 
 
-def test_ptmkit_embed_prints_transformers_embeddings(tmp_path: Path) -> None:
+def test_ptmkit_embed_prints_transformers_embeddings(references: dict[str, Reference], tmp_path: Path) -> None:
     """The same through the command line (in this process: :func:`ptmkit.testing.run_cli`):
     import-hf, then embed --output."""
     from ptmkit.testing import run_cli
 
     checkpoint = CASES / "sentencepiece-specials"
-    _, expected, _ = transformers_reference(checkpoint, TEXTS[:2])
+    expected = references["sentencepiece-specials"][1][:2]
     run, out = tmp_path / "run", tmp_path / "e.npy"
     assert run_cli(["import-hf", str(checkpoint), "--out", str(run)]) == 0
     assert run_cli(["embed", str(run), "--text", TEXTS[0], "--text", TEXTS[1], "--output", str(out)]) == 0
@@ -131,15 +150,14 @@ def test_ptmkit_embed_prints_transformers_embeddings(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("case", ["padded-vocab", "sentencepiece-specials"])
-def test_a_long_text_embeds_as_transformers_truncates_it(case: str, tmp_path: Path) -> None:
+def test_a_long_text_embeds_as_transformers_truncates_it(case: str, references: dict[str, Reference], tmp_path: Path) -> None:
     """A 1 MB text is cut to a prefix before tokenizing (memory bounded by the model's input):
     the embedding is transformers' of the text truncated to max_sequence_length tokens."""
     from ptmkit_bert.hf import import_hf
 
     checkpoint = CASES / case
-    long = "the cat sat on the mat , hello world . " * 25_000
-    expected_ids, expected, _ = transformers_reference(checkpoint, [long], max_length=64)  # config.json: 64 positions
+    expected_ids, expected, _ = references[f"long-{case}"]
     import_hf(checkpoint, tmp_path / "run")
-    ids, vectors, _ = ptmkit_embeddings(tmp_path / "run", [long])
+    ids, vectors, _ = ptmkit_embeddings(tmp_path / "run", [LONG])
     assert len(expected_ids[0]) == 64 and ids == expected_ids
     assert np.max(np.abs(vectors - expected)) <= 1e-5
