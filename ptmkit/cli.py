@@ -910,6 +910,20 @@ def _usage_error(exc: Exception) -> str:
     return f"error: {message} (see '{command} --help')"
 
 
+_core_commands: list[Any] = []
+
+
+def _add_plugin_commands(registry: Any) -> None:
+    """The core's commands plus those ``registry``'s plugins add, whatever ``app`` held before: a
+    process that calls :func:`main` again (a notebook, a test suite, ``ptmkit.testing.run_cli``)
+    neither piles up the plugins' commands (each copy made every later call slower) nor keeps
+    those of a registry it has since replaced."""
+    if not _core_commands:
+        _core_commands.extend(app.registered_commands)
+    app.registered_commands[:] = _core_commands
+    registry.add_commands(app)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ptmkit`` script; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -921,7 +935,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from ptmkit.plugins import get_registry
 
-        get_registry().add_commands(app)
+        _add_plugin_commands(get_registry())
         args = expand_multi_value_options(args, typer.main.get_command(app))
         result = app(args=args, prog_name="ptmkit", standalone_mode=False)
         if result == 130:  # typer turns Ctrl-C (KeyboardInterrupt) into this exit code, returned

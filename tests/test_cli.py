@@ -157,3 +157,19 @@ def test_file_dash_reads_standard_input(tmp_path: Path, capsys: pytest.CaptureFi
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     assert main(["predict", str(tmp_path), "--file", "-"]) == 2  # refused before the export is read
     assert capsys.readouterr().err.strip() == "error: standard input: no text in it, nothing to predict"
+
+
+def test_calling_main_again_does_not_pile_up_the_plugins_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each ``main`` call registers the plugins' commands on the one Typer app: they replace the
+    last call's instead of adding copies (a test process calls main hundreds of times; each copy
+    made every later call slower: 22 calls of one test took 33 s instead of 6)."""
+    from ptmkit.cli import app, main
+
+    counts = []
+    for _ in range(3):
+        assert main(["plugins", "--json"]) == 0
+        names = [command.name or command.callback.__name__ for command in app.registered_commands]
+        counts.append(len(names))
+        assert len(names) == len(set(names)) and {"generate", "translate", "import-fasttext"} <= set(names), names
+    assert counts[0] == counts[1] == counts[2]
+    capsys.readouterr()
