@@ -111,8 +111,6 @@ def tiny_embedding_export(tmp_path_factory: pytest.TempPathFactory, tiny_export:
 #: running one alone at the end.
 LONG_FIRST = (
     "tests/test_quickstart.py",
-    "tests/test_benchmark_compression.py",
-    "tests/test_benchmark_minilm_inference.py",
     "tests/test_finetune_resume.py",
     "plugins/ptmkit_electra/tests/test_electra.py",
     "tests/test_plugin_example.py",
@@ -122,7 +120,6 @@ LONG_FIRST = (
     "tests/test_export_variants.py",
     "plugins/ptmkit_transformer/tests/test_transformer.py",
     "tests/test_elmo_resume.py",
-    "tests/test_benchmark_supersense_full.py",
     "tests/test_reproducibility.py",
     "plugins/ptmkit_xlnet/tests/test_xlnet.py",
     "plugins/ptmkit_albert/tests/test_albert.py",
