@@ -151,7 +151,7 @@ def check_weights_file(file: Path) -> None:
 
     if not file.exists():
         raise RunDirError(f"{file}: missing weights file")
-    shapes: list[tuple[int, ...]] = []
+    shapes: list[tuple[int, ...]] = []  # reading each shape reads its header (visititems stops at a non-None return)
     try:
         with h5py.File(file, "r") as handle:
             handle.visititems(lambda _, item: shapes.append(item.shape) if isinstance(item, h5py.Dataset) else None)
