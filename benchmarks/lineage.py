@@ -239,6 +239,8 @@ def family_row(name: str, family: str, files: dict[str, Path], work: Path, quick
             log=work / "logs" / f"{name}.log",
         )
     metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8")) if (run / "metrics.json").exists() else {}
+    if not train_seconds:  # pre-trained by an earlier invocation: its own record (the training loop's seconds)
+        train_seconds = float(metrics.get("train_seconds_all_sessions", metrics.get("train_seconds_this_session", metrics.get("train_seconds", 0.0))))
     return {
         **probe_run(run, files, work, name, c),
         "train_seconds": round(train_seconds, 1),
