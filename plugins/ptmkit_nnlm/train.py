@@ -2,7 +2,8 @@
 and ``</s>`` (end of line, predicted like a word), n-grams streamed from the encoded corpus in
 shuffled blocks, Keras ``train_on_batch`` with sparse cross-entropy through the shared epoch loop
 (:class:`ptmkit.api.ResumableEpochs`: epoch checkpoints for ``--resume``), and
-held-out perplexity on the last ``heldout_lines`` non-blank lines.
+held-out perplexity on the last ``heldout_lines`` non-blank lines: per target, and per word
+beside the add-one unigram model (:func:`_heldout_word_metrics`).
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
     }
     if split < len(tokens.ids):
         metrics.update(_heldout_metrics(model, tokens, split, start_id, config, heldout, heldout_unknown))
+        metrics.update(_heldout_word_metrics(model, tokens, split, start_id, end_id, config, vocabulary.counts))
         console.print(f"held-out perplexity {metrics['heldout_perplexity']} on {metrics['heldout_targets']:,} targets of the last {heldout} lines")
     vocabulary.save(run_dir / VOCABULARY_FILE)
     save_matrix(run_dir / VECTORS_FILE, model.get_layer("C").get_weights()[0])
@@ -215,4 +217,30 @@ def _heldout_metrics(model: Any, tokens: EncodedCorpus, split: int, start_id: in
         "heldout_cross_entropy": round(float(result["loss"]), 4),
         "heldout_perplexity": round(math.exp(float(result["loss"])), 2),
         "heldout_accuracy": round(float(result["accuracy"]), 4),
+    }
+
+
+def _heldout_word_metrics(model: Any, tokens: EncodedCorpus, split: int, start_id: int, end_id: int, config: NNLMConfig, counts: np.ndarray) -> dict[str, Any]:
+    """Per-word perplexity of the held-out lines, as the GPT and ELMo families report it (the
+    NNLM's log-likelihood of each line's words, without its ``</s>`` targets, over the number of
+    words), beside the add-one unigram model of the training lines' counts (``counts``, one per
+    vocabulary entry: ``</s>`` once a line, ``<unk>`` once a dropped word) on the same words.
+    A word outside the vocabulary is scored as ``<unk>``, as in the model."""
+    positions = np.arange(split, len(tokens.ids))
+    targets = np.asarray(tokens.ids[split:], dtype=np.int64)
+    log_likelihood = np.empty(len(positions))
+    for start in range(0, len(positions), 1024):
+        x, _ = ngrams(tokens, positions[start : start + 1024], config.context, start_id)
+        logits = np.asarray(model.predict_on_batch(x), dtype=np.float64)
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        log_likelihood[start : start + 1024] = log_probs[np.arange(len(log_probs)), targets[start : start + 1024]]
+    words = targets != end_id
+    smoothed = np.asarray(counts, dtype=np.float64) + 1.0
+    unigram = np.log(smoothed / smoothed.sum())[targets]
+    count = max(int(words.sum()), 1)
+    return {
+        "heldout_words": int(words.sum()),
+        "heldout_word_perplexity": round(math.exp(-float(log_likelihood[words].sum()) / count), 3),
+        "heldout_unigram_word_perplexity": round(math.exp(-float(unigram[words].sum()) / count), 3),
     }

@@ -73,6 +73,14 @@ def test_heldout_perplexity_beats_the_unigram_model(tmp_path: Path) -> None:
     assert metrics["heldout_targets"] == len(heldout)
     assert metrics["heldout_unknown_targets"] == heldout.count("<unk>") > 0
     assert metrics["heldout_perplexity"] < 0.9 * unigram
+    # Per word (the GPT and ELMo families' figure): the line's words without its </s>, and the
+    # add-one unigram model over the vocabulary (its words, </s>, <unk> and the never-seen <s>).
+    words = [u for u in heldout if u != "</s>"]
+    size = len(known) + 3
+    add_one = math.exp(-sum(math.log((train.get(u, 0) + 1) / (total + size)) for u in words) / len(words))
+    assert metrics["heldout_words"] == len(words) == sum(len(line.split()) for line in lines[-100:])
+    assert metrics["heldout_unigram_word_perplexity"] == pytest.approx(add_one, abs=1e-3)
+    assert metrics["heldout_word_perplexity"] < 0.9 * metrics["heldout_unigram_word_perplexity"]
 
 
 def test_a_heldout_set_over_half_the_corpus_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
