@@ -339,6 +339,40 @@ def table(rows: dict[str, dict[str, Any]], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: How each language-model family's held-out words are predicted: a closed vocabulary bundles the
+#: words outside it into one ``<unk>`` outcome, which makes its per-word perplexity lower than an
+#: open vocabulary's on the same text (Merity et al. 2017, section 5; Mielke 2019).
+LM_VOCABULARY = {
+    "nnlm": "closed: lower-cased words of count >= 5, `<unk>`",
+    "elmo": "closed: the 8,000 most frequent words, `<unk>`",
+    "ulmfit": "closed: the 8,000 most frequent words, `<unk>`",
+    "gpt": "open: byte-level BPE spells every word",
+}
+
+
+def lm_table(rows: dict[str, dict[str, Any]]) -> str:
+    """The language models' held-out per-word perplexity on the same 200 lines (the corpus's last),
+    each beside the add-one unigram model of its own training tokens on the same words: a table of
+    the rows whose run reports ``heldout_word_perplexity`` and ``heldout_unigram_word_perplexity``
+    (an empty string when none does). The ratio (model / unigram, lower is better) is comparable
+    across rows; the perplexities themselves only between rows of the same vocabulary kind."""
+    lines = [
+        "| row | vocabulary | held-out words | as `<unk>` | per-word perplexity | unigram, same words | ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, *_ in ROWS:
+        heldout = rows.get(name, {}).get("heldout", {})
+        if "heldout_word_perplexity" not in heldout or "heldout_unigram_word_perplexity" not in heldout:
+            continue
+        model, unigram = heldout["heldout_word_perplexity"], heldout["heldout_unigram_word_perplexity"]
+        unknown = heldout.get("heldout_unknown_words", heldout.get("heldout_unknown_targets"))
+        lines.append(
+            f"| {name} | {LM_VOCABULARY.get(name, '-')} | {heldout['heldout_words']:,} | {'-' if unknown is None else f'{unknown:,}'} "
+            f"| {model:,.1f} | {unigram:,.1f} | {model / unigram:.3f} |"
+        )
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -400,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
         f"(C={args.c}; train {files['train'].name}, dev {files['dev'].name}, test {files['test'].name})."
     )
     text = table(rows, header)
+    if lm := lm_table(rows):
+        text += "\nLanguage models on the same held-out lines:\n\n" + lm
     print(text)
     if args.out:
         args.out.write_text(text, encoding="utf-8")

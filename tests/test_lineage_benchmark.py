@@ -52,3 +52,24 @@ def test_quick_rows_are_probed_cached_and_tabled(tmp_path: Path) -> None:
     table = out.read_text(encoding="utf-8")
     assert "| bert (Devlin et al., BERT) | 2019 | not run yet |" in table and "| word2vec (" in table and "--no-run" not in table
     assert sorted(path.name for path in kept.iterdir()) == ["tfidf.json", "word2vec.json"]  # nothing added
+
+
+def test_language_models_share_one_perplexity_table() -> None:
+    """Rows whose runs score the held-out lines per word get a line each, with the ratio to their
+    own unigram model; rows without (a probe-only row, an MLM) get none."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import lineage
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    rows = {
+        "tfidf": {"dev_accuracy": 0.6},
+        "nnlm": {"heldout": {"heldout_words": 11442, "heldout_unknown_targets": 2660, "heldout_word_perplexity": 150.0, "heldout_unigram_word_perplexity": 300.0}},
+        "bert": {"heldout": {"heldout_mlm_perplexity": 917.9}},
+        "gpt": {"heldout": {"heldout_words": 11442, "heldout_word_perplexity": 58335.5, "heldout_unigram_word_perplexity": 79865.1}},
+    }
+    table = lineage.lm_table(rows).splitlines()
+    assert [line.split(" | ")[0] for line in table[2:]] == ["| nnlm", "| gpt"]  # the lineage's order
+    assert table[2].endswith("| 11,442 | 2,660 | 150.0 | 300.0 | 0.500 |")
+    assert table[3].endswith("| 11,442 | - | 58,335.5 | 79,865.1 | 0.730 |")
+    assert lineage.lm_table({"bert": rows["bert"]}) == ""
