@@ -365,7 +365,7 @@ def lm_table(rows: dict[str, dict[str, Any]]) -> str:
         if "heldout_word_perplexity" not in heldout or "heldout_unigram_word_perplexity" not in heldout:
             continue
         model, unigram = heldout["heldout_word_perplexity"], heldout["heldout_unigram_word_perplexity"]
-        unknown = heldout.get("heldout_unknown_words", heldout.get("heldout_unknown_targets"))
+        unknown = next((heldout[key] for key in ("heldout_unknown_words", "heldout_unknown_targets", "heldout_unknown_tokens") if key in heldout), None)
         lines.append(
             f"| {name} | {LM_VOCABULARY.get(name, '-')} | {heldout['heldout_words']:,} | {'-' if unknown is None else f'{unknown:,}'} "
             f"| {model:,.1f} | {unigram:,.1f} | {model / unigram:.3f} |"

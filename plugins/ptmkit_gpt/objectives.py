@@ -15,7 +15,9 @@ one (:meth:`CausalLM.score_lines`): each line ``<|endoftext|> u_1 .. u_n`` is sc
   tokenizers and with the NNLM family's word-level perplexity on the same lines;
 - ``heldout_bits_per_byte``: ``-sum log2 P / UTF-8 bytes`` (Graves 2013; Gao et al. 2020);
 - ``heldout_unigram_word_perplexity``: the same per-word figure for the unigram model of the
-  training split's tokens (add-one smoothed), the floor a language model must beat.
+  training split's tokens (add-one smoothed), the floor a language model must beat;
+- ``heldout_unknown_tokens``: with a tokenizer that has an unknown token (a closed vocabulary,
+  e.g. ULMFiT's words), how many held-out tokens are it (scored as it, as in training).
 
 A line longer than ``train.sequence_length`` tokens is scored with overlapping windows of that
 length, the window moving by half its length, each token once, with at least half a window of
@@ -124,9 +126,11 @@ class CausalLM(Objective):
         words = sum(len(text.split()) for text in texts)
         size = sum(len(text.encode("utf-8")) for text in texts)
         total = float(log_likelihood.sum())
+        unknown = {} if heldout.specials.unk is None else {"heldout_unknown_tokens": sum(ids.count(heldout.specials.unk) for ids in line_ids)}
         return {
             "heldout_lines": len(texts),
             "heldout_scored_tokens": tokens,
+            **unknown,
             "heldout_words": words,
             "heldout_bytes": size,
             "heldout_token_perplexity": round(math.exp(-total / max(tokens, 1)), 3),

@@ -18,6 +18,12 @@ pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 def test_the_three_stages_chain(ulmfit_stages: dict[str, Path]) -> None:
     general = json.loads((ulmfit_stages["general"] / "metrics.json").read_text())
     assert math.isfinite(general["heldout_word_perplexity"]) and general["heldout_words"] > 0
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(ulmfit_stages["general"] / "tokenizer.json"))
+    lines = [line for line in ulmfit_stages["corpus"].read_text(encoding="utf-8").splitlines() if line.split()][-general["heldout_lines"] :]
+    unknown = sum(e.ids.count(tokenizer.token_to_id("<unk>")) for e in tokenizer.encode_batch(lines, add_special_tokens=False))
+    assert general["heldout_unknown_tokens"] == unknown  # the held-out words outside the vocabulary, counted by hand
     target = json.loads((ulmfit_stages["target"] / "manifest.json").read_text())
     assert target["init"] == str(ulmfit_stages["general"].resolve())
     assert target["corpora"] == [str(ulmfit_stages["corpus"].resolve()), str(ulmfit_stages["train"].resolve())]
