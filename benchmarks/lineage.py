@@ -341,7 +341,7 @@ def table(rows: dict[str, dict[str, Any]], header: str) -> str:
 
 #: How each language-model family's held-out words are predicted: a closed vocabulary bundles the
 #: words outside it into one ``<unk>`` outcome, which makes its per-word perplexity lower than an
-#: open vocabulary's on the same text (Merity et al. 2017, section 5; Mielke 2019).
+#: open vocabulary's on the same text (S. J. Mielke 2019, "Can you compare perplexity across different segmentations?").
 LM_VOCABULARY = {
     "nnlm": "closed: lower-cased words of count >= 5, `<unk>`",
     "elmo": "closed: the 8,000 most frequent words, `<unk>`",
