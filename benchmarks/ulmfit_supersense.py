@@ -11,7 +11,9 @@ The same AWD-LSTM and the same classifier budget, with each LM stage on and off:
   --init``) -> classifier;
 * ``full_plain_finetune``: as ``full``, with the classifier's discriminative rates, slanted
   triangular schedule and gradual unfreezing switched off (one rate, linear warm-up and decay,
-  every layer from the start).
+  every layer from the start);
+* ``full_no_unfreezing``: as ``full``, with gradual unfreezing alone switched off (discriminative
+  rates and the slanted triangular schedule kept): which of the three switches the budget feels.
 
 Classifiers: ``ptmkit finetune`` with the family's recipe (lr / 2.6 per layer, STLR cut_frac 0.1
 ratio 32, gradual unfreezing), on ``data/classify/wordnet-supersense-train-20k.tsv`` (its first
@@ -64,14 +66,20 @@ QUICK = {
     "sizes": {"train": 300, "dev": 100, "test": 100, "corpus": 150},
 }
 #: The LM run each row's classifier starts from.
-SOURCES = {"random": "random", "no_pretraining": "scratch", "no_target_lm": "general", "full": "target", "full_plain_finetune": "target"}
-PLAIN = ["finetune.layer_lr_decay=1.0", "finetune.schedule=linear", "finetune.gradual_unfreezing=false"]
+SOURCES = {"random": "random", "no_pretraining": "scratch", "no_target_lm": "general", "full": "target", "full_plain_finetune": "target",
+           "full_no_unfreezing": "target"}
+#: What a row switches off of the family's fine-tuning recipe.
+SWITCHED_OFF = {
+    "full_plain_finetune": ["finetune.layer_lr_decay=1.0", "finetune.schedule=linear", "finetune.gradual_unfreezing=false"],
+    "full_no_unfreezing": ["finetune.gradual_unfreezing=false"],
+}
 ROWS = {
     "random": "no LM: random initialisation -> classifier",
     "no_pretraining": "no general-domain LM: LM from scratch on the task's texts -> classifier",
     "no_target_lm": "general-domain LM -> classifier (no target-LM fine-tuning)",
     "full": "general-domain LM -> target-LM fine-tuning -> classifier",
     "full_plain_finetune": "full, classifier without discriminative rates / STLR / gradual unfreezing",
+    "full_no_unfreezing": "full, classifier without gradual unfreezing (discriminative rates and STLR kept)",
 }
 
 
@@ -148,7 +156,7 @@ def classifiers(files: dict[str, Path], work: Path, plan: dict[str, Any], names:
         out = work / f"{row}-clf"
         if not (out / "manifest.json").exists():
             shutil.rmtree(out, ignore_errors=True)
-            overrides = [*plan["finetune"], *(PLAIN if row == "full_plain_finetune" else [])]
+            overrides = [*plan["finetune"], *SWITCHED_OFF.get(row, [])]
             started = time.perf_counter()
             finetune(work / source, files["train"], files["dev"], out, overrides=overrides, test_file=files["test"])
             (out / "bench_seconds.txt").write_text(f"{time.perf_counter() - started:.1f}")
