@@ -108,6 +108,16 @@ def test_imported_marian_matches_transformers(checkpoint: tuple[Path, dict], tmp
     assert sum(len(t) for t in reference["translations"]) > 30  # not all empty
 
 
+def _drop_a_piece(directory: Path) -> None:
+    """Remove one SentencePiece piece from ``vocab.json`` (ids renumbered 0 .. n-1)."""
+    import json
+
+    path = directory / "vocab.json"
+    pieces = sorted((vocab := json.loads(path.read_text(encoding="utf-8"))), key=vocab.__getitem__)
+    pieces.remove(pieces[5])
+    path.write_text(json.dumps({piece: i for i, piece in enumerate(pieces)}), encoding="utf-8")
+
+
 @pytest.mark.parametrize(
     ("breaker", "needles"),
     [
@@ -117,9 +127,32 @@ def test_imported_marian_matches_transformers(checkpoint: tuple[Path, dict], tmp
         (lambda d: edit_hf_config(d, d_model=64), ["model.safetensors", "'model.shared.weight'", "32]", "64]"]),
         (lambda d: edit_hf_config(d, eos_token_id=2), ["config.json", "'eos_token_id' = 2", "</s>"]),
         (lambda d: (d / "source.spm").unlink(), ["no tokenizer.json, nor vocab.json and source.spm"]),
+        (_drop_a_piece, ["source.spm", "(1 in all) is not in vocab.json"]),
     ],
-    ids=["gelu_new", "untied", "two ffn sizes", "wrong d_model", "eos not </s>", "no tokenizer"],
+    ids=["gelu_new", "untied", "two ffn sizes", "wrong d_model", "eos not </s>", "no tokenizer", "piece not in vocab.json"],
 )
 def test_bad_checkpoints_are_refused_in_one_line(checkpoint: tuple[Path, dict], tmp_path: Path, capsys, breaker, needles: list[str]) -> None:
     line = import_hf_refusal(checkpoint[0], breaker, tmp_path, capsys)
     assert all(needle in line for needle in needles), line
+
+
+def test_a_tokenizer_json_is_read_as_it_is(checkpoint: tuple[Path, dict], tmp_path: Path) -> None:
+    """A checkpoint that ships ``tokenizer.json`` (no SentencePiece files) imports with it, copied."""
+    import json
+    import shutil
+
+    from ptmkit.testing import main
+    from ptmkit_transformer.hf import marian_tokenizer
+
+    directory = tmp_path / "ckpt"
+    shutil.copytree(checkpoint[0], directory)
+    marian_tokenizer(directory / "vocab.json", directory / "source.spm").save(str(directory / "tokenizer.json"))
+    for name in ("source.spm", "target.spm", "vocab.json"):
+        (directory / name).unlink()
+    assert main(["import-hf", str(directory), "--out", str(tmp_path / "run")]) == 0
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["imported_from"]["tokenizer"].endswith("tokenizer.json")
+    from ptmkit.api import RunDir
+
+    tokenizer = RunDir(tmp_path / "run").load_tokenizer()
+    assert [[*e.ids, tokenizer.token_to_id("</s>")] for e in tokenizer.encode_batch(SOURCES, add_special_tokens=False)] == checkpoint[1]["tokens"]
