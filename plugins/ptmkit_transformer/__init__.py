@@ -39,6 +39,7 @@ class TransformerFamily(ModelFamily):
     )
     special_token_names = {"pad": PAD, "unk": UNK, "bos": BOS, "eos": EOS}
     provides = frozenset({TOKEN_EMBEDDING})
+    hf_model_types = frozenset({"marian"})
 
     def limits(self, config: TransformerConfig) -> Limits:
         """``max_sequence_length`` tokens a side, ``vocabulary_size`` token embeddings."""
@@ -68,6 +69,13 @@ class TransformerFamily(ModelFamily):
         from ptmkit_transformer.translate import evaluate_run
 
         return evaluate_run(Path(run_dir), Path(parallel), options, console)
+
+    def import_checkpoint(self, directory: Path, out: Path, console: Any) -> dict[str, Any]:
+        """A Hugging Face Marian checkpoint as a translation run (:func:`ptmkit_transformer.hf.import_hf`;
+        ``ptmkit import-hf`` calls it for ``model_type: marian``)."""
+        from ptmkit_transformer.hf import import_hf
+
+        return import_hf(directory, out, console=console)
 
 
 @hookimpl

@@ -13,6 +13,11 @@ from ptmkit.api import ConfigError, check_choice, check_non_negative, check_posi
 
 POSITIONS = ("sinusoidal", "learned")
 NORMALIZATIONS = ("post", "pre")
+#: Feed-forward activations (Keras names): the paper's ReLU; GELU (exact, erf) and SiLU (swish) for imported checkpoints.
+ACTIVATIONS = ("relu", "gelu", "silu")
+#: Where the sinusoids' sines and cosines sit: alternating (keras-hub's ``SinePositionEncoding``, the
+#: paper's equation) or all sines then all cosines (fairseq's and Marian's layout).
+SINUSOID_LAYOUTS = ("interleaved", "halves")
 #: Training objectives of the family (``model.objective``); the denoising ones (BART, T5, MASS) come later.
 OBJECTIVES = ("translation",)
 
@@ -47,6 +52,18 @@ class TransformerConfig:
             included (the learned positions' count); longer training sources are cut, with a
             count in a warning.
         layer_norm_epsilon: epsilon of every layer normalisation.
+        activation: the feed-forward activation: ``"relu"`` (the paper's), ``"gelu"`` (exact, erf)
+            or ``"silu"`` (swish); imported checkpoints set theirs.
+        scale_embeddings: multiply token embeddings by ``sqrt(hidden_dim)`` before positions are
+            added (the paper's section 3.4; transformers' ``scale_embedding``).
+        sinusoid_layout: ``"interleaved"``: sines at even and cosines at odd features (keras-hub's
+            ``SinePositionEncoding``); ``"halves"``: the sines of all frequencies, then their
+            cosines (fairseq's and transformers' ``MarianSinusoidalPositionalEmbedding``, computed
+            in float64 as there). Only read with ``positions = "sinusoidal"``.
+        final_logits_bias: add a learned bias over the vocabulary to the output logits
+            (transformers' BART/Marian ``final_logits_bias``; zeros when trained from scratch).
+        decoder_start_token: the token the decoder starts from (``<s>``; Marian's checkpoints
+            start from ``<pad>``).
         objective: the training objective: ``"translation"`` (sequence-to-sequence cross-entropy).
         label_smoothing: ``epsilon_ls`` of the translation loss (paper: 0.1, section 5.4).
         max_steps: optimizer steps.
@@ -77,6 +94,11 @@ class TransformerConfig:
     normalization: str = "post"
     max_sequence_length: int = 128
     layer_norm_epsilon: float = 1e-5
+    activation: str = "relu"
+    scale_embeddings: bool = True
+    sinusoid_layout: str = "interleaved"
+    final_logits_bias: bool = False
+    decoder_start_token: str = "<s>"
     objective: str = "translation"
     label_smoothing: float = 0.1
     max_steps: int = 2000
@@ -94,6 +116,10 @@ class TransformerConfig:
         check_choice(self, "model", "positions", POSITIONS)
         check_choice(self, "model", "normalization", NORMALIZATIONS)
         check_choice(self, "model", "objective", OBJECTIVES)
+        check_choice(self, "model", "activation", ACTIVATIONS)
+        check_choice(self, "model", "sinusoid_layout", SINUSOID_LAYOUTS)
+        if self.positions == "sinusoidal" and self.sinusoid_layout == "halves" and self.hidden_dim % 2:
+            raise ConfigError(f"config key 'model.hidden_dim' = {self.hidden_dim} must be even for 'model.sinusoid_layout' = \"halves\"")
         check_positive(
             self, "model", "vocabulary_size", "min_frequency", "encoder_layers", "decoder_layers", "hidden_dim", "num_heads",
             "intermediate_dim", "max_sequence_length", "max_steps", "batch_size", "learning_rate_scale", "warmup_steps",

@@ -24,6 +24,7 @@ import numpy as np
 from ptmkit.api import (
     BACKBONE_WEIGHTS,
     TOKENIZER,
+    ConfigError,
     ParallelCorpus,
     RunDir,
     atomic_save,
@@ -116,7 +117,9 @@ def train_pairs(parallel: Path, dev: Path | None, run_dir: Path, config: Transfo
     if dev is not None and dev_pairs is not None:
         check_languages(pairs, dev_pairs, parallel, dev)
     tokenizer = _tokenizer(run, pairs, config, console)
-    specials = {name: tokenizer.token_to_id(token) for name, token in (("pad", "<pad>"), ("unk", "<unk>"), ("bos", "<s>"), ("eos", "</s>"))}
+    specials = {name: tokenizer.token_to_id(token) for name, token in (("pad", "<pad>"), ("unk", "<unk>"), ("bos", config.decoder_start_token), ("eos", "</s>"))}
+    if specials["bos"] is None:
+        raise ConfigError(f"config key 'model.decoder_start_token' = {config.decoder_start_token!r} is not a token of the vocabulary")
     sources, targets = encode(tokenizer, pairs.sources), encode(tokenizer, pairs.targets)
     cut = cut_count(sources, config.max_sequence_length)
     if cut:

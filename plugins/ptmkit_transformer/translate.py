@@ -3,8 +3,9 @@ translating, by the runtime's one search loop (:mod:`ptmkit_export.generation`: 
 search, the same code ``ptmkit generate`` decodes GPT with).
 
 The encoder runs once per batch of sources; the search loop then asks for the next token's
-logits given each row's target prefix, ``<s>`` first (``next_logits``), and the decoder
-recomputes the prefix against the encoder's states (the Keras path has no key/value cache; the
+logits given each row's target prefix, the config's ``decoder_start_token`` first (``<s>``;
+``<pad>`` for an imported Marian model; ``next_logits``), and the decoder recomputes the prefix
+against the encoder's states (the Keras path has no key/value cache; the
 ONNX export, later, will have one). Greedy search decodes all sentences as one batch; beam search
 decodes one sentence at a time, its beams as the batch. Scores: BLEU and chrF from sacrebleu
 (Post 2018), with their signature strings.
@@ -74,7 +75,7 @@ class Translator:
 
     def _set(self, backbone: Any, tokenizer: Any, config: Any) -> None:
         self.backbone, self.tokenizer, self.config = backbone, tokenizer, config
-        self.pad, self.unk, self.bos, self.eos = (tokenizer.token_to_id(t) for t in ("<pad>", "<unk>", "<s>", "</s>"))
+        self.pad, self.unk, self.bos, self.eos = (tokenizer.token_to_id(t) for t in ("<pad>", "<unk>", config.decoder_start_token, "</s>"))
         import warnings
 
         import tensorflow as tf
