@@ -128,6 +128,15 @@ def transformers_row(work: Path, checkpoint: Path, data: dict[str, Any], epochs:
     return {"logits": logits, "seconds": seconds, "parameters": sum(p.numel() for p in model.parameters())}
 
 
+def in_fresh_process(function: Any, *args: Any) -> Any:
+    """``function(*args)`` in a new Python process (``multiprocessing``'s spawn): torch's training
+    loop crashed (SIGSEGV) in a process that had run ONNX Runtime sessions; the result is pickled back."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(function, args)
+
+
 def teacher_logits(teacher: Path, work: Path) -> dict[str, Any]:
     """The teacher's fp32 ONNX logits on the training and dev texts, and their gold label ids
     in the teacher's label order."""
@@ -184,7 +193,7 @@ def main() -> int:
         rows.append({"row": "ptmkit finetune --teacher --distill logits", "seed": seed, "parameters": metrics["parameters"],
                      "dev acc": float(metrics["dev_accuracy"]), "agreement with teacher": float(metrics["dev_agreement_with_teacher"]),
                      "train s": float(metrics["train_seconds"])})
-        hf = transformers_row(args.work, Path(minilm.get_model_path()), data, args.epochs, seed)
+        hf = in_fresh_process(transformers_row, args.work, Path(minilm.get_model_path()), data, args.epochs, seed)
         predictions = hf["logits"].argmax(-1)
         rows.append({"row": "transformers Trainer, the same loss", "seed": seed, "parameters": hf["parameters"],
                      "dev acc": float((predictions == data["dev_labels"]).mean()), "agreement with teacher": float((predictions == teacher_dev).mean()),
