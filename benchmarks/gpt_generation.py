@@ -16,8 +16,8 @@ loaded from there.
 Table 1, the key/value cache against recomputing the prefix (ptmkit only, batch 1, greedy): a
 prompt of exactly C tokens (``--contexts``, default 64, 256, 512: the start of the corpus's token
 stream) decoded for ``--new-tokens`` tokens by ``ptmkit_export.generation.generate_steps``, the
-time of every step taken between its yields (model call, argmax, bookkeeping). Per-new-token
-latency: the median step after the first; the first step (the prefill: the C prompt tokens with an
+time of every step taken between its yields (model call, argmax, bookkeeping; wall and process
+CPU time). Per-new-token latency: the median step after the first; the first step (the prefill: the C prompt tokens with an
 empty cache) is the same work both ways and is its own column. ``cache``: ``CachedDecoder.next_logits``
 of ``ptmkit_export.Predictor(export).decoder`` (what ``Predictor.generate`` runs: the new token and
 the past keys and values). ``recompute``: the same graph fed the whole prefix with an empty past at
@@ -319,18 +319,21 @@ def corpus_ids(tokenizer: Any, quick: bool) -> tuple[list[int], list[list[int]]]
     return stream, prompts
 
 
-def step_times(next_logits: Any, prompt: list[int], new: int) -> tuple[list[int], list[float]]:
-    """Greedy tokens of one prompt and the seconds of each step (between the loop's yields)."""
+def step_times(next_logits: Any, prompt: list[int], new: int) -> tuple[list[int], list[float], list[float]]:
+    """Greedy tokens of one prompt and the wall and process-CPU seconds of each step (between the
+    loop's yields)."""
     from ptmkit_export.generation import GenerationSettings, generate_steps
 
     tokens: list[int] = []
-    times: list[float] = []
-    start = time.perf_counter()
+    wall: list[float] = []
+    cpu: list[float] = []
+    start, start_cpu = time.perf_counter(), time.process_time()
     for added in generate_steps(next_logits, [prompt], GenerationSettings(max_new_tokens=new), 0, None):
-        times.append(time.perf_counter() - start)
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
         tokens += added[0]
-        start = time.perf_counter()
-    return tokens, times
+        start, start_cpu = time.perf_counter(), time.process_time()
+    return tokens, wall, cpu
 
 
 def cache_table(predictor: Any, stream: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -347,16 +350,17 @@ def cache_table(predictor: Any, stream: list[int], args: argparse.Namespace) -> 
     rows = []
     for context in args.context_list:
         prompt = stream[:context]
-        kept: dict[str, dict[str, list[float]]] = {name: {"step": [], "prefill": []} for name in ("cache", "recompute")}
+        kept: dict[str, dict[str, list[float]]] = {name: {"step": [], "cpu step": [], "prefill": []} for name in ("cache", "recompute")}
         tokens: dict[str, list[int]] = {}
         for round_ in range(args.rounds):
             order = [("cache", cached), ("recompute", recompute)]
             for name, backend in order if round_ % 2 == 0 else order[::-1]:
                 decoder.reset()
-                tokens[name], times = step_times(backend, prompt, args.new_tokens)
+                tokens[name], wall, cpu = step_times(backend, prompt, args.new_tokens)
                 if round_ > 0:
-                    kept[name]["prefill"].append(times[0])
-                    kept[name]["step"].append(statistics.median(times[1:]))
+                    kept[name]["prefill"].append(wall[0])
+                    kept[name]["step"].append(statistics.median(wall[1:]))
+                    kept[name]["cpu step"].append(statistics.median(cpu[1:]))
         figures = {f"{name} {kind}": statistics.median(values) * 1000 for name, parts in kept.items() for kind, values in parts.items()}
         rows.append({"context": context, **figures, "identical": tokens["cache"] == tokens["recompute"], "tokens": tokens})
         print(f"context {context}: cache {figures['cache step']:.2f} ms/token, recompute {figures['recompute step']:.2f}", flush=True)
@@ -437,11 +441,13 @@ def optimum_table(predictor: Any, worker: OptimumWorker | None, prompts: list[li
 def tables(results: dict[str, Any]) -> str:
     """Markdown of tables 1 and 2."""
     lines = [
-        "| context (tokens) | with cache: ms / new token | recomputing the prefix: ms / new token | recompute / cache | prefill ms (cache / recompute) | same tokens |",
-        "|---|---|---|---|---|---|",
+        "| context (tokens) | with cache: ms / new token | recomputing the prefix: ms / new token | recompute / cache | "
+        "CPU ms / new token: cache / recompute (ratio) | prefill ms (cache / recompute) | same tokens |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in results["cache"]:
         lines.append(f"| {row['context']} | {row['cache step']:.3f} | {row['recompute step']:.3f} | {row['recompute step'] / row['cache step']:.1f}x | "
+                     f"{row['cache cpu step']:.3f} / {row['recompute cpu step']:.3f} ({row['recompute cpu step'] / row['cache cpu step']:.1f}x) | "
                      f"{row['cache prefill']:.2f} / {row['recompute prefill']:.2f} | {'yes' if row['identical'] else 'NO'} |")
     lines += [
         "",
@@ -480,7 +486,9 @@ def reading(results: dict[str, Any]) -> str:
     """The figures' plain reading: the cache's gain at the longest context, the goal against optimum."""
     longest = results["cache"][-1]
     text = [f"With the cache a new token at {longest['context']} tokens of context costs {longest['cache step']:.2f} ms against "
-            f"{longest['recompute step']:.2f} ms recomputing the prefix ({longest['recompute step'] / longest['cache step']:.1f}x); "
+            f"{longest['recompute step']:.2f} ms recomputing the prefix ({longest['recompute step'] / longest['cache step']:.1f}x; CPU time: "
+            f"{longest['cache cpu step']:.2f} against {longest['recompute cpu step']:.2f} ms, "
+            f"{longest['recompute cpu step'] / longest['cache cpu step']:.1f}x); "
             f"the tokens are {'identical' if all(r['identical'] for r in results['cache']) else 'NOT identical'} at every context."]
     rows = results["optimum"]["rows"]
     text.append(f"ptmkit's rows decoded as one left-padded batch of 8 equal the same prompts decoded alone: "
