@@ -39,6 +39,13 @@ instance's ``run`` wrapped on both sides), so that the rest is each side's decod
 NumPy; optimum: transformers' ``generate`` with torch tensors). Identical rows: generated token ids
 equal, row for row.
 
+Table 3, the two ONNX graphs alone: one call of each export's ``model.onnx`` in its own ONNX Runtime
+session (same options), one new token over a past of random keys and values (batch x past:
+1 x 64, 1 x 512, 8 x 64), called alternately ``GRAPH_CALLS`` times, the first fifth dropped;
+median process-CPU and wall ms per call. optimum's graph takes ``input_ids``, ``attention_mask``,
+``position_ids`` (int64) and ``past_key_values.{i}.key/value``; ptmkit's ``token_ids``, ``padding_mask``
+(int32) and ``past_key_{i}``/``past_value_{i}``.
+
 Fairness: ONNX Runtime ``intra_op_num_threads = --threads`` (default 1) and one inter-op thread on
 both sides, default graph optimisations on both, ``torch.set_num_threads(--threads)`` for optimum's
 tensor work around the session. In each of ``--rounds`` rounds every measurement runs once per
@@ -397,6 +404,8 @@ def ptmkit_generate(predictor: Any, clock: SessionClock, prompts: list[list[int]
     return tokens, [time.perf_counter() - wall, time.process_time() - cpu, clock.seconds]
 
 
+GRAPH_SHAPES = {False: ((1, 64), (1, 512), (8, 64)), True: ((1, 16), (8, 16))}  # (batch, past) of table 3
+GRAPH_CALLS = {False: 500, True: 50}
 MEASURES = ("ms", "cpu ms", "session ms")  # per token: wall, process CPU, wall inside session.run
 
 
@@ -435,6 +444,41 @@ def optimum_table(predictor: Any, worker: OptimumWorker | None, prompts: list[li
     return rows
 
 
+def graph_table(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Table 3 (module docstring): one decoder call of each export's ONNX graph, ``session.run``
+    alone, one new token over a past of random keys and values; median process-CPU and wall ms."""
+    import numpy as np
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
+    sessions = {side: ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+                for side, path in (("ptmkit", args.work / "run" / "export" / "model.onnx"), ("optimum", args.work / "optimum" / "model.onnx"))}
+    wanted = {i.name for i in sessions["optimum"].get_inputs()}
+    m, rng, rows = args.model, np.random.default_rng(0), []
+    for batch, past in GRAPH_SHAPES[args.quick]:
+        ids, mask = rng.integers(0, m["vocabulary"], (batch, 1)), np.ones((batch, past + 1), np.int64)
+        feeds = {"ptmkit": {"token_ids": ids.astype(np.int32), "padding_mask": mask.astype(np.int32)},
+                 "optimum": {"input_ids": ids, "attention_mask": mask, "position_ids": np.full((batch, 1), past, np.int64)}}
+        for i in range(m["layers"]):
+            for kind in ("key", "value"):
+                cache = rng.standard_normal((batch, m["heads"], past, m["hidden"] // m["heads"])).astype(np.float32)
+                feeds["ptmkit"][f"past_{kind}_{i}"] = feeds["optimum"][f"past_key_values.{i}.{kind}"] = cache
+        feeds["optimum"] = {name: value for name, value in feeds["optimum"].items() if name in wanted}
+        times: dict[str, list[tuple[float, float]]] = {"ptmkit": [], "optimum": []}
+        for call in range(GRAPH_CALLS[args.quick]):
+            for side in ("ptmkit", "optimum") if call % 2 == 0 else ("optimum", "ptmkit"):
+                wall, cpu = time.perf_counter(), time.process_time()
+                sessions[side].run(None, feeds[side])
+                times[side].append((time.perf_counter() - wall, time.process_time() - cpu))
+        row: dict[str, Any] = {"batch": batch, "past": past}
+        for side, kept in times.items():
+            kept = kept[len(kept) // 5 :]  # the first fifth: warm-up
+            row[f"{side} ms"], row[f"{side} cpu ms"] = (statistics.median(t[k] for t in kept) * 1000 for k in (0, 1))
+        rows.append(row)
+    return rows
+
+
 # ---------------------------------------------------------------- report
 
 
@@ -462,6 +506,15 @@ def tables(results: dict[str, Any]) -> str:
         lines.append(f"| {row['batch']} | {row['ptmkit ms']:.3f} | {row['optimum ms']:.3f} | **{row['ptmkit ms'] / row['optimum ms']:.2f}x** | "
                      f"{row['ptmkit cpu ms']:.3f} / {row['optimum cpu ms']:.3f} ({row['ptmkit cpu ms'] / row['optimum cpu ms']:.2f}x) | "
                      f"{row['ptmkit session ms']:.3f} / {row['optimum session ms']:.3f} | {row['identical rows']} / {row['rows']} |")
+    if results["optimum"].get("graph"):
+        lines += [
+            "",
+            "| one decoder call, session.run alone: batch x past | ptmkit CPU ms | optimum CPU ms | ptmkit / optimum | wall ms: ptmkit / optimum |",
+            "|---|---|---|---|---|",
+        ]
+        for row in results["optimum"]["graph"]:
+            lines.append(f"| {row['batch']} x {row['past']} | {row['ptmkit cpu ms']:.3f} | {row['optimum cpu ms']:.3f} | "
+                         f"{row['ptmkit cpu ms'] / row['optimum cpu ms']:.2f}x | {row['ptmkit ms']:.3f} / {row['optimum ms']:.3f} |")
     return "\n".join(lines)
 
 
@@ -498,6 +551,10 @@ def reading(results: dict[str, Any]) -> str:
         ratios = ", ".join(f"{r['ptmkit ms'] / r['optimum ms']:.2f}x at batch {r['batch']}" for r in rows)
         text.append(f"Against optimum, ptmkit's per-token wall time is {ratios} (goal <= 1.0x: {'met' if met else 'NOT met'}); "
                     f"identical rows: {', '.join(str(r['identical rows']) + '/' + str(r['rows']) for r in rows)}.")
+        graph = results["optimum"].get("graph") or []
+        if graph:
+            text.append("One call of the ONNX graphs alone, ptmkit's CPU time over optimum's: "
+                        + ", ".join(f"{g['ptmkit cpu ms'] / g['optimum cpu ms']:.2f}x at {g['batch']} x {g['past']}" for g in graph) + ".")
     else:
         text.append(f"optimum was not measured: {results['optimum']['problem']}.")
     return " ".join(text)
@@ -551,6 +608,8 @@ def main(argv: list[str] | None = None) -> int:
                                "setup_seconds": {"checkpoint": facts["checkpoint_seconds"], "ptmkit import-hf + export": export_seconds}}
     results["cache"] = cache_table(predictor, stream, args)
     optimum["rows"] = optimum_table(predictor, worker if optimum.get("versions") else None, prompts, facts["eot"], args)
+    if optimum.get("versions"):
+        optimum["graph"] = graph_table(args)
     results["optimum"] = optimum
     results["prompts"] = prompts
     alone, together = (row["tokens"]["ptmkit"] for row in optimum["rows"])

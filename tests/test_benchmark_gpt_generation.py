@@ -69,3 +69,6 @@ def test_optimum_generates_the_same_tokens(quick: tuple[dict[str, Any], str]) ->
         assert row["tokens"]["optimum"] == row["tokens"]["ptmkit"]
         assert row["optimum ms"] > 0 and row["optimum session ms"] > 0
         assert f"| {row['batch']} | {row['ptmkit ms']:.3f} | {row['optimum ms']:.3f} | **{row['ptmkit ms'] / row['optimum ms']:.2f}x** |" in printed
+    assert [(row["batch"], row["past"]) for row in optimum["graph"]] == [(1, 16), (8, 16)]
+    assert all(row["ptmkit cpu ms"] > 0 and row["optimum cpu ms"] > 0 for row in optimum["graph"])
+    assert "| one decoder call, session.run alone: batch x past |" in printed and "| 8 x 16 |" in printed
