@@ -103,7 +103,7 @@ heads keep their own initialisations, so those losses only sit near ln V togethe
 
 ``--quick``: a tiny model (2 layers, hidden 32, vocabulary 400, batch 8 x 32) on the corpus's first
 400 lines, 1 warm-up + 2 timed steps, 1 round, no XLA row, a 512^3 matmul peak: the code paths in
-well under a minute (its numbers measure nothing; tests/test_benchmark_pretrain_throughput.py).
+about 45 s on 2 cores, longer when other jobs load them (its numbers measure nothing; tests/test_benchmark_pretrain_throughput.py).
 
 ``--precision bf16`` runs every row under Keras' ``mixed_bfloat16`` policy (the anchor too, so
 the ratio to it stays measured; ptmkit's rows with ``train.mixed_precision = "bf16"``) and adds

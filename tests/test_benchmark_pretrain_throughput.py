@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 
 
-@pytest.mark.slow  # 45-60 s of one child process on two shared cores (TensorFlow, seven traced fits)
+@pytest.mark.slow  # 45 s (load 3) to 100 s (load 6) of one child process on two shared cores: TensorFlow, seven traced fits
 def test_pretrain_throughput_gpt_quick(tmp_path: Path) -> None:
     out = tmp_path / "gpt.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "plugins"), str(ROOT / "export"), os.environ.get("PYTHONPATH", "")]))
