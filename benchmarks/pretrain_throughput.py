@@ -1,5 +1,5 @@
 """Pre-training throughput: ptmkit side by side with a plain keras-hub ``BertMaskedLM`` loop
-(``--family roberta``: ``RobertaMaskedLM``).
+(``--family roberta``: ``RobertaMaskedLM``; ``albert``: ``AlbertMaskedLM``; ``gpt``: ``GPT2CausalLM``).
 
 What it measures (tokens/s = batch x sequence_length per step, padding included, the definition
 ``ptmkit train`` uses), all in one process, on the same machine state:
@@ -60,7 +60,9 @@ layers applied (non-embedding, pooler excluded; a shared ALBERT layer counted on
 prediction slots per sequence: 6N for the dense layers (forward 2N, backward 4N); 12*L*H*S for
 attention scores and the weighted sum (2 * 2*S*H per token and layer forward, x3 with the
 backward); the MLM head (dense H x H + output projection H x V tied to the embedding) on the P
-masked positions only. The fp32 peak is the best of: NumPy (OpenBLAS, all cores) and TensorFlow
+masked positions only. A causal LM (no ``mask_positions`` input) has no dense transform in its
+head and computes the tied output projection at every position: ``6 * H * V`` per token (P = S,
+the H*E term dropped). The fp32 peak is the best of: NumPy (OpenBLAS, all cores) and TensorFlow
 (``tf.linalg.matmul`` in a ``tf.function``, default thread pools = all cores) multiplying two
 4096 x 4096 float32 matrices (2 * 4096^3 FLOPs), median of repeated runs, measured before and
 after the training rows (the best is kept).
@@ -76,6 +78,33 @@ head and its loss), on the family's own batches (unigram pieces, segment pairs).
 ``token_ids``, ``padding_mask``, ``mask_positions``; no segment ids), ptmkit's rows build the
 roberta family's model, and the batches are its own (byte-level BPE, ``<s> ... </s>`` windows).
 
+``--family gpt`` measures the gpt family: the anchor is a plain ``keras_hub.models.GPT2CausalLM``
+(``preprocessor=None``) on a ``GPT2Backbone`` of the same size (pre-LN, final layer norm, tanh GELU,
+layer-norm epsilon 1e-5: ptmkit's ``model.variant = "gpt2"`` default; the layers and their names
+are the same, so ptmkit's initial weights are copied into the anchor), ``compile(jit_compile=False)``
+with ``CausalLM.compile``'s defaults (Adam 2e-5, sparse cross-entropy from logits, weighted
+accuracy). Inputs ``token_ids`` and ``padding_mask`` (ptmkit's packed, right-padded byte-level BPE
+windows ``<|endoftext|> ...``); both models compute logits at every position through the tied
+token embedding and train the ``clm`` targets: ``targets[:, i] = token_ids[:, i + 1]``, weight
+``padding_mask[:, i + 1]``, the last position weight 0. That is ``GPT2CausalLMPreprocessor``'s
+``y = token_ids[..., 1:]``, ``sample_weight = padding_mask[..., 1:]`` on the same window, except that
+the preprocessor packs ``sequence_length + 1`` tokens so that its last position has a target too
+(here, as in ``ptmkit train``, the window's last token has no successor: S - 1 targets of S
+positions, the same logits and softmax computed). The weights are ptmkit's relative ones (mean 1
+per step, as for the other families' anchors), so both losses are the mean over real targets;
+keras-hub's 0/1 weights would scale the loss by the share of real targets, the same work per step.
+
+Every family: before the timing, each model's loss on the first batch (``evaluate``, dropout off)
+is printed beside ln(vocabulary size), the anchor holding ptmkit's initial backbone weights where
+the two backbones' weights have the same names and shapes (bert, albert, gpt; not roberta). GPT's head has no
+weights of its own (logits through the tied embedding), so there the two losses must agree to
+round-off: a check that the anchor and ptmkit compute the same loss on the same batch; the MLM
+heads keep their own initialisations, so those losses only sit near ln V together.
+
+``--quick``: a tiny model (2 layers, hidden 32, vocabulary 400, batch 8 x 32) on the corpus's first
+400 lines, 1 warm-up + 2 timed steps, 1 round, no XLA row, a 512^3 matmul peak: the code paths in
+about 45 s on 2 cores, longer when other jobs load them (its numbers measure nothing; tests/test_benchmark_pretrain_throughput.py).
+
 ``--precision bf16`` runs every row under Keras' ``mixed_bfloat16`` policy (the anchor too, so
 the ratio to it stays measured; ptmkit's rows with ``train.mixed_precision = "bf16"``) and adds
 one row, the anchor in float32, so that bf16's speed-up over fp32 is measured in the same
@@ -88,9 +117,9 @@ the embedding gathers) ran in TensorFlow's Eigen kernels.
 
 Run (about 10 minutes with the defaults on 2 idle cores; longer on a busy machine)::
 
-    python benchmarks/pretrain_throughput.py [--family bert|roberta|albert] [--steps 20] [--warmup 3] [--rounds 3] \\
+    python benchmarks/pretrain_throughput.py [--family bert|roberta|albert|gpt] [--steps 20] [--warmup 3] [--rounds 3] \\
         [--precision float32|bf16] [--onednn] [--no-xla] [--unshared-row] [--corpus data/corpus/enwiki-106.txt] \\
-        [--keep] [--json results.json]
+        [--quick] [--keep] [--json results.json]
 """
 
 from __future__ import annotations
@@ -118,15 +147,23 @@ ANCHORS = {
     "bert": ("BertMaskedLM", "BertBackbone", ("token_ids", "segment_ids", "padding_mask", "mask_positions")),
     "roberta": ("RobertaMaskedLM", "RobertaBackbone", ("token_ids", "padding_mask", "mask_positions")),
     "albert": ("AlbertMaskedLM", "AlbertBackbone", ("token_ids", "segment_ids", "padding_mask", "mask_positions")),
+    "gpt": ("GPT2CausalLM", "GPT2Backbone", ("token_ids", "padding_mask")),
 }
 #: family -> the anchor backbone's further arguments, from ptmkit's model config.
 ANCHOR_EXTRA = {
     "albert": lambda model: {"embedding_dim": model.embedding_dim, "num_groups": model.num_groups, "num_inner_repetitions": model.inner_group_num},
 }
 ANCHOR = "keras-hub BertMaskedLM, arrays"
-TEAM_ANCHOR_TOKENS_PER_SECOND = 5700.0
+#: family -> the anchor's tokens/s the team measured earlier on these 2 cores (printed beside this run's).
+TEAM_ANCHOR_TOKENS_PER_SECOND = {"bert": 5700.0}
 TARGET_RATIO = 0.95
 ISSUE_MODEL = {"vocabulary_size": 8000, "num_layers": 4, "hidden_dim": 256, "num_heads": 4, "intermediate_dim": 1024}
+#: ``--quick``: a tiny model and batch (the code paths, not a measurement).
+QUICK_OVERRIDES = [
+    "model.vocabulary_size=400", "model.num_layers=2", "model.hidden_dim=32", "model.num_heads=2", "model.intermediate_dim=64",
+    "model.max_sequence_length=64", "train.batch_size=8", "train.sequence_length=32", "train.heldout_lines=10",
+]
+QUICK_CORPUS_LINES = 400
 
 
 def default_corpus() -> Path:
@@ -160,14 +197,14 @@ def bf16_matmul_peak(n: int = 4096, repeats: int = 5) -> float:
     return round(2.0 * n**3 / statistics.median(times) / 1e9, 1)
 
 
-def onednn_kernels(family: str, precision: str, steps: int = 4) -> list[dict[str, Any]]:
+def onednn_kernels(family: str, precision: str, steps: int = 4, quick: bool = False) -> list[dict[str, Any]]:
     """oneDNN's primitives over ``steps`` training steps of ptmkit's ``family`` model under
     ``precision``, from ``ONEDNN_VERBOSE=1`` in a child process: one dict per (primitive,
     implementation, source dtype) with its calls and summed execution milliseconds."""
     import subprocess
 
     env = {**os.environ, "ONEDNN_VERBOSE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    command = [sys.executable, __file__, "--onednn-probe", "--family", family, "--precision", precision, "--steps", str(steps)]
+    command = [sys.executable, __file__, "--onednn-probe", "--family", family, "--precision", precision, "--steps", str(steps), *(["--quick"] if quick else [])]
     output = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
     totals: dict[tuple[str, str, str], list[float]] = {}
     for line in output.splitlines():
@@ -183,8 +220,8 @@ def onednn_kernels(family: str, precision: str, steps: int = 4) -> list[dict[str
     return sorted(rows, key=lambda r: -r["ms"])
 
 
-def onednn_probe(family: str, precision: str, steps: int) -> None:
-    """What ``--onednn`` runs in the child: ``steps`` fits of one batch of ptmkit's model."""
+def onednn_probe(family: str, precision: str, steps: int, overrides: list[str]) -> None:
+    """What ``--onednn`` runs in the child: ``steps`` fits of one random batch of ptmkit's model."""
     import numpy as np
 
     from ptmkit.plugins import get_registry
@@ -192,9 +229,9 @@ def onednn_probe(family: str, precision: str, steps: int) -> None:
     from ptmkit.training.setup import precision as policy
 
     registry = get_registry()
-    config = resolve_config(registry, family, None, [f"train.mixed_precision={precision}"])
+    config = resolve_config(registry, family, None, [*overrides, f"train.mixed_precision={precision}"])
     with policy(config.train.mixed_precision):
-        _, model, objectives = build_pretraining_model(registry, config)
+        _, model, _ = build_pretraining_model(registry, config)
     rng = np.random.default_rng(0)
     batch, length = config.train.batch_size, config.train.sequence_length
     x = {}
@@ -204,7 +241,9 @@ def onednn_probe(family: str, precision: str, steps: int) -> None:
             shape = (batch, 20)
         x[spec.name] = rng.integers(0, 20 if spec.name == "mask_positions" else 2, shape).astype(spec.dtype)
     x["token_ids"] = rng.integers(5, config.model.vocabulary_size, (batch, length)).astype("int32")
-    y = {name: rng.integers(5, config.model.vocabulary_size, (batch, 20)).astype("int32") for name in objectives}  # masked-LM targets
+    # one target per prediction slot (masked LM), position (causal LM) or sequence (SOP, NSP), in the output's classes
+    slots = 20 if "mask_positions" in x else length
+    y = {name: rng.integers(0, out.shape[-1], (batch, *[slots for _ in out.shape[1:-1]])).astype("int32") for name, out in model.output.items()}
     for _ in range(steps):
         model.fit(x, y, batch_size=batch, epochs=1, verbose=0)
 
@@ -246,8 +285,14 @@ def matmul_peak(n: int = 4096, repeats: int = 5) -> dict[str, float]:
 # --------------------------------------------------------------------------- FLOPs
 
 
-def flops_per_token(backbone: Any, sequence_length: int, predictions: int) -> dict[str, float]:
-    """Training FLOPs per token; see the module docstring for the formula."""
+def flops_per_token(backbone: Any, sequence_length: int, predictions: int, head_transform: bool = True) -> dict[str, float]:
+    """Training FLOPs per token; see the module docstring for the formula.
+
+    ``predictions``: positions per sequence the LM head runs on (masked LM: its prediction slots;
+    causal LM: ``sequence_length``); ``head_transform``: the head has a dense H -> E transform
+    before the tied output projection (BERT's, RoBERTa's and ALBERT's MLM heads; GPT's has none).
+    Returns FLOPs per token (floats) by part, ``total`` their sum.
+    """
     layers = [layer for item in backbone.transformer_layers for layer in (item if isinstance(item, list) else [item])]
     # ALBERT: each of the num_groups x inner layers runs num_layers / num_groups times (shared weights)
     calls = backbone.num_layers // getattr(backbone, "num_groups", backbone.num_layers)
@@ -256,12 +301,12 @@ def flops_per_token(backbone: Any, sequence_length: int, predictions: int) -> di
     width = backbone.token_embedding.output_dim  # the MLM head's transform: H -> E, then E -> V (tied)
     dense = 6.0 * n
     attention = 12.0 * calls * len(layers) * hidden * sequence_length
-    head = 6.0 * (hidden * width + width * vocab) * predictions / sequence_length
+    head = 6.0 * (hidden * width * head_transform + width * vocab) * predictions / sequence_length
     return {
         "non_embedding_parameters": n,
         "dense": dense,
         "attention": attention,
-        "mlm_head": head,
+        "lm_head": head,
         "total": dense + attention + head,
     }
 
@@ -330,11 +375,12 @@ class Row:
 # --------------------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; ``--quick`` fills in its own ``--steps``, ``--warmup``, ``--rounds`` and ``--no-xla``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20, help="timed steps per fit and round (default 20)")
-    parser.add_argument("--warmup", type=int, default=3, help="steps dropped at the start of each fit (default 3)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of every row (default 3)")
+    parser.add_argument("--steps", type=int, help="timed steps per fit and round (default 20; --quick 2)")
+    parser.add_argument("--warmup", type=int, help="steps dropped at the start of each fit (default 3; --quick 1)")
+    parser.add_argument("--rounds", type=int, help="interleaved repetitions of every row (default 3; --quick 1)")
     parser.add_argument("--family", choices=sorted(ANCHORS), default="bert", help="the family to measure (default bert)")
     parser.add_argument("--precision", choices=("float32", "bf16"), default="float32",
                         help="the Keras policy of every row: float32 or bf16 (mixed_bfloat16; adds a float32 anchor row)")
@@ -344,16 +390,65 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unshared-row", action="store_true",
                         help="add a row of ptmkit's model with one backbone call per objective (before the shared forward pass)")
     parser.add_argument("--corpus", type=Path, default=default_corpus(), help="pre-training corpus (default %(default)s)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a tiny model on the corpus's first {QUICK_CORPUS_LINES} lines, 1 warm-up + 2 steps, 1 round, no XLA row: the code paths only")
     parser.add_argument("--keep", action="store_true", help="keep the work directory with the pretrain() runs (default: deleted)")
     parser.add_argument("--json", type=Path, help="write the results as JSON to this file")
     args = parser.parse_args(argv)
-    if args.onednn_probe:
-        onednn_probe(args.family, args.precision, args.steps)
-        return 0
+    for name, full, quick in (("steps", 20, 2), ("warmup", 3, 1), ("rounds", 3, 1)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+    args.no_xla = args.no_xla or args.quick
     if args.steps < 1 or args.warmup < 1 or args.rounds < 1:
         parser.error("--steps, --warmup and --rounds must be >= 1 (the first step of a fit is always tracing)")
-    if not args.corpus.exists():
+    if not args.onednn_probe and not args.corpus.exists():
         parser.error(f"corpus not found: {args.corpus}")
+    return args
+
+
+def quick_corpus(corpus: Path, work: Path) -> Path:
+    """The first :data:`QUICK_CORPUS_LINES` lines of ``corpus``, written under ``work``."""
+    with corpus.open(encoding="utf-8") as handle:
+        lines = [line for _, line in zip(range(QUICK_CORPUS_LINES), handle, strict=False)]
+    small = work / f"{corpus.stem}-{QUICK_CORPUS_LINES}.txt"
+    small.write_text("".join(lines), encoding="utf-8")
+    return small
+
+
+def first_batch_losses(anchor_model: Any, ptmkit_model: Any, backbone: Any, batch: tuple[dict, dict, dict], anchor_inputs: tuple[str, ...],
+                       objective: str) -> dict[str, Any]:
+    """Both models' loss on one batch (``evaluate``: dropout off), in nats per weighted target.
+
+    ``batch`` is ptmkit's ``(x, y, w)`` of one step; the anchor gets ``x``'s ``anchor_inputs`` and the
+    ``objective``'s targets and weights. When the anchor's backbone has exactly the weights (names
+    and shapes) of ptmkit's ``backbone``, they are copied into it first, so that the two losses must
+    agree to round-off. Returns ``anchor``, ``ptmkit`` (its ``objective`` loss), ``log_vocabulary``
+    (ln V, the loss of a uniform prediction) and ``weights_copied``.
+    """
+    import math
+
+    x, y, w = batch
+    ours, theirs = backbone.weights, anchor_model.backbone.weights
+    copied = [(a.path, tuple(a.shape)) for a in ours] == [(b.path, tuple(b.shape)) for b in theirs]
+    if copied:
+        anchor_model.backbone.set_weights(backbone.get_weights())
+    size = len(x["token_ids"])
+    anchor_logs = anchor_model.evaluate({k: x[k] for k in anchor_inputs}, y[objective], sample_weight=w[objective], batch_size=size,
+                                        verbose=0, return_dict=True)
+    ptmkit_logs = ptmkit_model.evaluate(x, y, sample_weight=w, batch_size=size, verbose=0, return_dict=True)
+    return {
+        "anchor": round(float(anchor_logs["loss"]), 6),
+        "ptmkit": round(float(ptmkit_logs.get(f"{objective}_loss", ptmkit_logs["loss"])), 6),
+        "log_vocabulary": round(math.log(backbone.vocabulary_size), 6),
+        "weights_copied": copied,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.onednn_probe:
+        onednn_probe(args.family, args.precision, args.steps, QUICK_OVERRIDES if args.quick else [])
+        return 0
 
     from ptmkit.training.setup import quiet_tensorflow
 
@@ -365,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     import ptmkit.training.progress as progress_module
-    from ptmkit.data.pretraining import InstanceSampler, load_token_file, make_step, step_rng
+    from ptmkit.data.pretraining import InstanceSampler, load_token_file, make_step, sampler_options, step_rng
+    from ptmkit.data.tokenization import character_table, word_start_table
     from ptmkit.plugins import get_registry
     from ptmkit.rundir import RunDir
     from ptmkit.training.pretrain import build_pretraining_model, pretrain, resolve_config, step_dataset
@@ -376,24 +472,29 @@ def main(argv: list[str] | None = None) -> int:
     total = args.warmup + args.steps
     registry = get_registry()
     family = registry.family(args.family)
-    precision_overrides = [f"train.mixed_precision={args.precision}"]
+    precision_overrides = [*(QUICK_OVERRIDES if args.quick else []), f"train.mixed_precision={args.precision}"]
     config = resolve_config(registry, args.family, None, precision_overrides)
     policy = config.train.mixed_precision
     model_config, train = config.model, config.train
     for key, value in ISSUE_MODEL.items():
-        if getattr(model_config, key) != value:
+        if getattr(model_config, key) != value and not args.quick:
             raise SystemExit(f"ptmkit's default model.{key} is {getattr(model_config, key)}, the issue's setup is {value}")
+    model_sizes = {key: getattr(model_config, key) for key in ISSUE_MODEL}  # = ISSUE_MODEL but with --quick
     batch_size, length = train.batch_size, train.sequence_length
     tokens_per_step = batch_size * length
+    objective = (train.objectives or list(family.default_objectives))[0]  # the one the anchor trains: mlm, clm
     work = Path(tempfile.mkdtemp(prefix="ptmkit-throughput-"))
     if not args.keep:
         atexit.register(shutil.rmtree, work, True)
+    if args.quick:
+        args.corpus = quick_corpus(args.corpus, work)
     print(f"ptmkit pre-training throughput: batch {batch_size} x {length}, {args.warmup} warm-up + {args.steps} timed steps, "
           f"{args.rounds} round(s); TF {tf.__version__}, Keras {keras.__version__}, keras-hub {keras_hub.__version__}, "
           f"{os.cpu_count()} CPUs; work dir {work}", flush=True)
 
-    peak_before = matmul_peak()
-    print(f"fp32 matmul peak (4096^3): NumPy {peak_before['numpy_gflops']} GFLOP/s, TF {peak_before['tensorflow_gflops']} GFLOP/s", flush=True)
+    peak_size = 512 if args.quick else 4096
+    peak_before = matmul_peak(peak_size)
+    print(f"fp32 matmul peak ({peak_size}^3): NumPy {peak_before['numpy_gflops']} GFLOP/s, TF {peak_before['tensorflow_gflops']} GFLOP/s", flush=True)
     bf16_peak = bf16_matmul_peak() if args.precision == "bf16" else None
     if bf16_peak:
         print(f"bf16 matmul peak (4096^3, TF/oneDNN): {bf16_peak} GFLOP/s", flush=True)
@@ -418,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         progress_module.ProgressCallback = TimedProgress
         try:
             started = time.perf_counter()
-            overrides = [f"train.max_steps={total}", *precision_overrides]
+            overrides = [*precision_overrides, f"train.max_steps={total}"]
             metrics = pretrain(args.family, args.corpus, out, overrides=overrides, console=Console(quiet=True))
             wall = time.perf_counter() - started
         finally:
@@ -440,10 +541,14 @@ def main(argv: list[str] | None = None) -> int:
     names = train.objectives or list(family.default_objectives)
     objectives = {name: (registry.objective(name), config.objectives[name]) for name in names}
     token_file = load_token_file(run_dir.path / "tokens", "train")
-    sampler = InstanceSampler(token_file, family, specials, length, False)
+    # the sampler options ptmkit's pretrain() derives from the objectives: segment pairs (NSP, SOP), word starts
+    # (whole-word and n-gram masking, ALBERT's default), static windows
+    sampler = InstanceSampler(token_file, family, specials, length, **sampler_options(objectives, word_start_table(tokenizer)))
+    characters = character_table(tokenizer, family.inputs)
 
     def make(step: int) -> Any:
-        return make_step(sampler, objectives, step_rng(train.seed, step), batch_size, model_config.vocabulary_size, family.inputs)
+        return make_step(sampler, objectives, step_rng(train.seed, step), batch_size, model_config.vocabulary_size, family.inputs,
+                         characters=characters)
 
     make_times, batches = [], []
     for step in range(total):
@@ -451,16 +556,18 @@ def main(argv: list[str] | None = None) -> int:
         batches.append(make(step))
         make_times.append(time.perf_counter() - started)
     x, y, w = stack(batches)
-    predictions = x["mask_positions"].shape[1]
-    masked = float(w["mlm"].sum() / (len(batches) * batch_size))
+    # masked LM: the head runs on the prediction slots; causal LM: on every position (its last one has no target)
+    masked_lm = "mask_positions" in x
+    predictions = x["mask_positions"].shape[1] if masked_lm else length
+    masked = float((w[objective] > 0).sum() / (len(batches) * batch_size))  # the weights are relative (mean 1): count, don't sum
     print(f"batches: ptmkit make_step over {token_file.num_tokens:,} training tokens of {args.corpus.name}; "
-          f"{predictions} prediction slots/sequence, {masked:.1f} used on average; "
+          f"{objective}: {predictions} prediction slots/sequence, {masked:.1f} used on average; "
           f"make_step {1e3 * statistics.median(make_times):.2f} ms/step (median)", flush=True)
 
     # ---- the models
     def plain_backbone() -> Any:
         extra = ANCHOR_EXTRA[args.family](model_config) if args.family in ANCHOR_EXTRA else {}
-        return getattr(keras_hub.models, backbone_name)(**ISSUE_MODEL, **extra, dropout=model_config.dropout, max_sequence_length=model_config.max_sequence_length)
+        return getattr(keras_hub.models, backbone_name)(**model_sizes, **extra, dropout=model_config.dropout, max_sequence_length=model_config.max_sequence_length)
 
     plain_x = {k: x[k] for k in anchor_inputs}
     task = getattr(keras_hub.models, task_name)
@@ -487,25 +594,30 @@ def main(argv: list[str] | None = None) -> int:
         fp32_model = task(backbone=plain_backbone(), preprocessor=None)
         fp32_model.compile(jit_compile=False)
         name = f"keras-hub {task_name}, float32"
-        rows[name] = Row(name, fit_arrays(fp32_model, plain_x, y["mlm"], w["mlm"]), "the anchor under the float32 policy")
+        rows[name] = Row(name, fit_arrays(fp32_model, plain_x, y[objective], w[objective]), "the anchor under the float32 policy")
     keras.mixed_precision.set_global_policy(policy)  # every model built from here on, as ptmkit's run does
     anchor_model = task(backbone=plain_backbone(), preprocessor=None)
     anchor_model.compile(jit_compile=False)
-    rows[anchor] = Row(anchor, fit_arrays(anchor_model, plain_x, y["mlm"], w["mlm"]), "Adam 5e-5 (Task.compile defaults), jit_compile=False")
+    defaults = f"{type(anchor_model.optimizer).__name__} {float(anchor_model.optimizer.learning_rate):g}"
+    rows[anchor] = Row(anchor, fit_arrays(anchor_model, plain_x, y[objective], w[objective]), f"{defaults} (Task.compile defaults), jit_compile=False")
 
     adamw_model = task(backbone=plain_backbone(), preprocessor=None)
     adamw_model.compile(optimizer=adamw(train.learning_rate, train.weight_decay, total, train.warmup_ratio), jit_compile=False)
     name = f"keras-hub {task_name} + ptmkit AdamW"
-    rows[name] = Row(name, fit_arrays(adamw_model, plain_x, y["mlm"], w["mlm"]), "ptmkit's optimizer: decay exclusions, clipnorm 1.0, schedule")
+    rows[name] = Row(name, fit_arrays(adamw_model, plain_x, y[objective], w[objective]), "ptmkit's optimizer: decay exclusions, clipnorm 1.0, schedule")
 
     if not args.no_xla:
         xla_model = task(backbone=plain_backbone(), preprocessor=None)
         xla_model.compile(jit_compile=True)
         name = f"keras-hub {task_name}, XLA"
-        rows[name] = Row(name, fit_arrays(xla_model, plain_x, y["mlm"], w["mlm"]), "jit_compile=True (Task.compile's 'auto' on TF)")
+        rows[name] = Row(name, fit_arrays(xla_model, plain_x, y[objective], w[objective]), "jit_compile=True (Task.compile's 'auto' on TF)")
 
     backbone, ptmkit_model, _ = build_pretraining_model(registry, config)
-    flops = flops_per_token(backbone, length, predictions)
+    flops = flops_per_token(backbone, length, predictions, head_transform=masked_lm)
+    losses = first_batch_losses(anchor_model, ptmkit_model, backbone, batches[0], anchor_inputs, objective)
+    print(f"loss on the first batch ({objective}, dropout off): anchor {losses['anchor']:.4f}, ptmkit {losses['ptmkit']:.4f}, "
+          f"ln V {losses['log_vocabulary']:.4f}; ptmkit's initial backbone weights copied into the anchor: "
+          f"{'yes' if losses['weights_copied'] else 'no (different layouts: each its own initialisation)'}", flush=True)
     name = "ptmkit model, arrays"
     rows[name] = Row(name, fit_arrays(ptmkit_model, x, y, w), "build_pretraining_model() on the same arrays: plugin layer only")
     if args.unshared_row:
@@ -539,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"(fit {time.perf_counter() - started:.1f}s, load average {os.getloadavg()[0]:.1f})", flush=True)
     sampler.close()
 
-    peak_after = matmul_peak()
+    peak_after = matmul_peak(peak_size)
     peak = max(*peak_before.values(), *peak_after.values())
     print(f"fp32 matmul peak after: NumPy {peak_after['numpy_gflops']} GFLOP/s, TF {peak_after['tensorflow_gflops']} GFLOP/s", flush=True)
 
@@ -577,11 +689,13 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
 
     print()
-    e = backbone.token_embedding.output_dim  # the MLM head's width: H, or ALBERT's embedding size
-    print(f"FLOPs/token = 6*N + 12*L*H*S + 6*(H*E + E*V)*P/S = 6*{flops['non_embedding_parameters']:,} + 12*4*256*128 + "
-          f"6*(256*{e} + {e}*8000)*{predictions}/128 = {flops['dense'] / 1e6:.2f}M + {flops['attention'] / 1e6:.2f}M + "
-          f"{flops['mlm_head'] / 1e6:.2f}M = {flops['total'] / 1e6:.2f} MFLOP/token")
-    print(f"fp32 peak = {peak:.1f} GFLOP/s (best of NumPy and TF 4096^3 matmuls, before and after)")
+    e = backbone.token_embedding.output_dim  # the LM head's width: H, or ALBERT's embedding size
+    h, v, layers = backbone.hidden_dim, backbone.vocabulary_size, backbone.num_layers
+    head = f"6*({h}*{e} + {e}*{v})*{predictions}/{length}" if masked_lm else f"6*{e}*{v}"
+    print(f"FLOPs/token = 6*N + 12*L*H*S + {'6*(H*E + E*V)*P/S' if masked_lm else '6*E*V (every position)'} = "
+          f"6*{flops['non_embedding_parameters']:,} + 12*{layers}*{h}*{length} + {head} = {flops['dense'] / 1e6:.2f}M + "
+          f"{flops['attention'] / 1e6:.2f}M + {flops['lm_head'] / 1e6:.2f}M = {flops['total'] / 1e6:.2f} MFLOP/token")
+    print(f"fp32 peak = {peak:.1f} GFLOP/s (best of NumPy and TF {peak_size}^3 matmuls, before and after)")
     print()
     header = (f"{'configuration':<42} {'tokens/s':>9} {'mean':>8} {'ms/step':>8} {'CPU ms':>7} {'vs anchor':>9} {'paired':>7} "
               f"{'CPU':>6} {'GFLOP/s':>8} {'% peak':>7}  tokens/s per round")
@@ -593,15 +707,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['median_step_cpu_ms']:>7.0f} {r['ratio_vs_anchor']:>8.3f}x {r['paired_ratio_vs_anchor']:>6.3f}x "
               f"{r['cpu_ratio_vs_anchor']:>5.3f}x "
               f"{r['gflops']:>8.1f} {100 * r['share_of_peak']:>6.1f}%  {rounds}")
-    print("tokens/s: 4,096 / median step (all rounds); mean: over the mean step; CPU ms: median process CPU time per step "
+    print(f"tokens/s: {tokens_per_step:,} / median step (all rounds); mean: over the mean step; CPU ms: median process CPU time per step "
           "(both cores: up to 2x wall); vs anchor: tokens/s ratio; paired: median over rounds of the same-round ratio; "
           "CPU: anchor CPU ms / row CPU ms (a proxy that other jobs on the machine barely move)")
     end_to_end = results[-1]
     print()
     print(f"ptmkit pretrain() metrics.json tokens_per_second: {', '.join(f'{v:,.0f}' for v in end_to_end['metrics_json_tokens_per_second'])} "
           f"-> {end_to_end['metrics_json_ratio_vs_anchor']:.3f}x the anchor (mean over steps 2..{total}, final checkpoint write included)")
-    print(f"team's earlier anchor: {TEAM_ANCHOR_TOKENS_PER_SECOND:,.0f} tokens/s; this run's anchor {anchor_tps:,.0f} "
-          f"({anchor_tps / TEAM_ANCHOR_TOKENS_PER_SECOND:.2f}x of it)")
+    team_anchor = TEAM_ANCHOR_TOKENS_PER_SECOND.get(args.family) if not args.quick else None
+    if team_anchor:
+        print(f"team's earlier anchor: {team_anchor:,.0f} tokens/s; this run's anchor {anchor_tps:,.0f} ({anchor_tps / team_anchor:.2f}x of it)")
     for r in results:
         if r["name"].startswith("ptmkit"):
             verdict = "meets" if r["ratio_vs_anchor"] >= TARGET_RATIO else "MISSES"
@@ -615,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
             if r is not fp32:
                 print(f"  {r['name']:<42} {r['tokens_per_second'] / fp32['tokens_per_second']:.2f}x the float32 anchor "
                       f"(paired {r['paired_ratio_vs_anchor'] / fp32['paired_ratio_vs_anchor']:.2f}x)")
-    kernels = onednn_kernels(args.family, args.precision) if args.onednn else []
+    kernels = onednn_kernels(args.family, args.precision, quick=args.quick) if args.onednn else []
     if kernels:
         total_ms = sum(k["ms"] for k in kernels)
         print(f"\noneDNN kernels over 4 training steps of ptmkit's model ({args.precision}; ONEDNN_VERBOSE=1), {total_ms:,.0f} ms in all:")
@@ -628,8 +743,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
-            "setup": {"family": args.family, "batch_size": batch_size, "sequence_length": length, "prediction_slots": predictions, "mean_masked": masked,
-                      "model": ISSUE_MODEL, "warmup": args.warmup, "steps": args.steps, "rounds": args.rounds,
+            "setup": {"family": args.family, "objective": objective, "batch_size": batch_size, "sequence_length": length,
+                      "prediction_slots": predictions, "mean_masked": masked, "quick": args.quick,
+                      "model": model_sizes, "warmup": args.warmup, "steps": args.steps, "rounds": args.rounds,
                       "corpus": str(args.corpus), "training_tokens": token_file.num_tokens,
                       "batches": "ptmkit make_step over the corpus tokenized by pretrain()",
                       "make_step_ms_median": round(1e3 * statistics.median(make_times), 3),
@@ -639,8 +755,9 @@ def main(argv: list[str] | None = None) -> int:
             "precision": args.precision,
             "onednn_kernels": kernels,
             "flops_per_token": flops,
+            "first_batch_loss": losses,
             "anchor": anchor,
-            "team_anchor_tokens_per_second": TEAM_ANCHOR_TOKENS_PER_SECOND,
+            "team_anchor_tokens_per_second": team_anchor,
             "target_ratio": TARGET_RATIO,
             "results": results,
             "pretrain_runs": pretrain_runs,
