@@ -192,15 +192,16 @@ def main() -> int:
 
 
 def write(rows: list[dict[str, Any]], args: argparse.Namespace, load_before: list[str], seconds: float,
-          title: str = "Attention-head pruning: size and int8 latency", script: str = "head_pruning.py", details: str | None = None) -> None:
+          title: str = "Attention-head pruning: size and int8 latency", script: str = "head_pruning.py", details: str | None = None,
+          subject: str = "all-MiniLM-L6-v2 fine-tuned on polarity-200") -> None:
     """The table of ``rows`` (one dict each, its keys the header) with date, commit, load and
     command, printed and written atomically to ``args.out`` (compression_methods.py, qat.py and
     distillation.py write their tables with it); ``details`` follows the command instead of the
-    ONNX Runtime settings."""
+    ONNX Runtime settings; ``subject`` follows the title (not with ``--quick``)."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
     header = list(rows[0])
     lines = [
-        f"# {title}" + (" (--quick: tiny BERT)" if args.quick else " (all-MiniLM-L6-v2 fine-tuned on polarity-200)"),
+        f"# {title}" + (" (--quick: tiny BERT)" if args.quick else f" ({subject})"),
         "",
         f"Date {datetime.date.today()}, commit {commit}, load average before {' '.join(load_before)}, after "
         f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])} (2 shared cores), {seconds:.0f} s in all.",
