@@ -25,8 +25,8 @@ ROWS = [
 ]
 
 
-@pytest.mark.slow  # a few minutes on two shared cores; each row's method is tested on its own (test_distillation.py,
-# test_layer_distillation.py, test_prune_heads.py, test_sparsity.py, test_qat.py, test_compress_theseus.py, test_compress.py)
+@pytest.mark.slow  # ~95 s at load 5 on two shared cores; each row's method is tested on its own (test_distillation.py,
+# test_layer_distillation.py, test_compress.py (head pruning, sharing), test_sparsity.py, test_qat.py, test_compress_theseus.py)
 def test_compression_table_quick(tmp_path: Path) -> None:
     out = tmp_path / "table.md"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "plugins"), str(ROOT / "export"), os.environ.get("PYTHONPATH", "")]))
