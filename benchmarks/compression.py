@@ -34,7 +34,8 @@ Columns: parameters; ONNX fp32 and int8 MB (``ptmkit export --int8``); int8 late
 1 x 128 (``head_pruning.latencies``: sessions interleaved call by call, median of ``--rounds``
 medians of ``--calls`` calls); dev and test accuracy of the int8 model (ONNX Runtime through the
 run's tokenizer at 32 tokens, ``head_pruning.dev_predictions``); agreement with the teacher's int8
-predictions on dev; training seconds (``metrics.json``).
+predictions on dev; training seconds (``metrics.json``: ptmkit's include a pass over the dev
+glosses each epoch, the anchor's are ``Trainer.train`` alone).
 
 Run (not yet run in full): ``python benchmarks/compression.py --work /tmp/compression --out
 benchmarks/results/compression.md`` (8,000 glosses, 2 epochs: 500 steps of 32 glosses in each of
