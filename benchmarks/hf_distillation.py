@@ -28,7 +28,9 @@ The transformers side needs ``pip install accelerate`` (transformers' ``Trainer`
 test extra: no test trains with it).
 
 Run: ``python benchmarks/hf_distillation.py [--work DIR] [--epochs N] [--seeds 42,7] [--out FILE.md]``.
-``--teacher-run RUN`` copies an already fine-tuned teacher into the work directory.
+``--teacher-run RUN`` copies an already fine-tuned teacher into the work directory; ``--train`` and
+``--dev`` another labelled task (same recipe). ``benchmarks/compression.py`` calls
+:func:`teacher_logits` and :func:`transformers_row` on WordNet supersenses (its anchor row).
 """
 
 from __future__ import annotations
@@ -90,14 +92,15 @@ def student_model(checkpoint: Path, classes: int, seed: int) -> Any:
     return MeanPooledClassifier()
 
 
-def transformers_row(work: Path, checkpoint: Path, data: dict[str, Any], epochs: int, seed: int) -> dict[str, Any]:
-    """Distil with transformers' ``Trainer`` (module docstring); dev logits and seconds."""
+def transformers_row(work: Path, checkpoint: Path, data: dict[str, Any], epochs: int, seed: int, length: int = 64, batch_size: int = 16) -> dict[str, Any]:
+    """Distil with transformers' ``Trainer`` (module docstring) at ``length`` tokens, ``batch_size``
+    texts a step; dev logits (and ``test_logits`` when ``data`` has test texts) and seconds."""
     import torch
     from transformers import AutoTokenizer, Trainer, TrainingArguments, set_seed
 
     set_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
-    encoded = tokenizer(data["train_texts"], truncation=True, max_length=64, padding="max_length")
+    encoded = tokenizer(data["train_texts"], truncation=True, max_length=length, padding="max_length")
     examples = [
         {"input_ids": encoded["input_ids"][i], "attention_mask": encoded["attention_mask"][i], "token_type_ids": encoded["token_type_ids"][i],
          "labels": int(data["train_labels"][i]), "teacher_logits": data["train_teacher"][i].tolist()}
@@ -113,7 +116,7 @@ def transformers_row(work: Path, checkpoint: Path, data: dict[str, Any], epochs:
             return (loss, logits) if return_outputs else loss
 
     arguments = TrainingArguments(
-        output_dir=str(work / f"transformers-seed{seed}"), per_device_train_batch_size=16, num_train_epochs=epochs, learning_rate=1e-4,
+        output_dir=str(work / f"transformers-seed{seed}"), per_device_train_batch_size=batch_size, num_train_epochs=epochs, learning_rate=1e-4,
         warmup_steps=0.1, lr_scheduler_type="linear", weight_decay=0.01, adam_epsilon=1e-6, seed=seed, save_strategy="no", report_to=[],
         logging_steps=10, remove_unused_columns=False, use_cpu=True, disable_tqdm=True,
     )
@@ -122,10 +125,15 @@ def transformers_row(work: Path, checkpoint: Path, data: dict[str, Any], epochs:
     trainer.train()
     seconds = time.perf_counter() - started
     model.eval()
-    dev = tokenizer(data["dev_texts"], truncation=True, max_length=64, padding="max_length", return_tensors="pt")
-    with torch.no_grad():
-        logits = model(**dev).numpy()
-    return {"logits": logits, "seconds": seconds, "parameters": sum(p.numel() for p in model.parameters())}
+    out = {"seconds": seconds, "parameters": sum(p.numel() for p in model.parameters())}
+    for split in ("dev", "test") if "test_texts" in data else ("dev",):
+        chunks = []
+        for start in range(0, len(data[f"{split}_texts"]), 256):
+            batch = tokenizer(data[f"{split}_texts"][start : start + 256], truncation=True, max_length=length, padding="max_length", return_tensors="pt")
+            with torch.no_grad():
+                chunks.append(model(**batch).numpy())
+        out["logits" if split == "dev" else "test_logits"] = np.concatenate(chunks)
+    return out
 
 
 def in_fresh_process(function: Any, *args: Any) -> Any:
@@ -137,9 +145,10 @@ def in_fresh_process(function: Any, *args: Any) -> Any:
         return pool.apply(function, args)
 
 
-def teacher_logits(teacher: Path, work: Path) -> dict[str, Any]:
-    """The teacher's fp32 ONNX logits on the training and dev texts, and their gold label ids
-    in the teacher's label order."""
+def teacher_logits(teacher: Path, work: Path, files: dict[str, Path] | None = None) -> dict[str, Any]:
+    """The teacher's fp32 ONNX logits on the texts of ``files`` (split name -> labelled file;
+    default: the polarity training and dev files), and their gold label ids in the teacher's label
+    order: ``{split}_texts``, ``{split}_labels``, ``{split}_teacher``."""
     from ptmkit.training.finetune import load_labelled
     from ptmkit_export import Predictor
 
@@ -148,7 +157,7 @@ def teacher_logits(teacher: Path, work: Path) -> dict[str, Any]:
     predictor = Predictor(teacher / "export", variant="fp32")
     order = {label: i for i, label in enumerate(predictor.labels)}
     data: dict[str, Any] = {}
-    for split, path in (("train", hp.TRAIN), ("dev", hp.DEV)):
+    for split, path in (files or {"train": hp.TRAIN, "dev": hp.DEV}).items():
         texts, names, ids = load_labelled(path)
         data[f"{split}_texts"] = list(texts)
         data[f"{split}_labels"] = np.asarray([order[names[i]] for i in ids])
@@ -162,6 +171,8 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=6, help="the students' epochs (default: the teacher's recipe's 6)")
     parser.add_argument("--seeds", default="42", help="comma-separated seeds: one ptmkit and one transformers student each")
     parser.add_argument("--teacher-run", type=Path, help="a fine-tuned teacher to copy into WORK/teacher instead of fine-tuning one")
+    parser.add_argument("--train", type=Path, default=hp.TRAIN, help="labelled training file (default: the shipped polarity data)")
+    parser.add_argument("--dev", type=Path, default=hp.DEV, help="labelled dev file (default: the shipped polarity data)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -174,8 +185,8 @@ def main() -> int:
 
     from ptmkit.quickstart import MINILM_POLARITY
 
-    teacher = hp.teacher(args.work, False)
-    data = teacher_logits(teacher, args.work)
+    teacher = hp.teacher(args.work, False, args.train, args.dev)
+    data = teacher_logits(teacher, args.work, {"train": args.train, "dev": args.dev})
     student = args.work / "student-base"
     if not (student / "manifest.json").exists():
         hp.ptmkit("compress", args.work / "base", "--out", student, "--keep-layers", ",".join(map(str, KEEP)))
@@ -187,7 +198,7 @@ def main() -> int:
         run = args.work / f"ptmkit-seed{seed}"
         if not (run / "manifest.json").exists():
             recipe = [*MINILM_POLARITY, f"finetune.epochs={args.epochs}", f"finetune.seed={seed}"]
-            hp.ptmkit("finetune", student, "--train", hp.TRAIN, "--dev", hp.DEV, "--out", run, "--teacher", teacher, "--distill", "logits",
+            hp.ptmkit("finetune", student, "--train", args.train, "--dev", args.dev, "--out", run, "--teacher", teacher, "--distill", "logits",
                       *[a for item in recipe for a in ("--set", item)])
         metrics = json.loads((run / "metrics.json").read_text())
         rows.append({"row": "ptmkit finetune --teacher --distill logits", "seed": seed, "parameters": metrics["parameters"],
