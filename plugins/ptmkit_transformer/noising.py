@@ -135,8 +135,8 @@ def text_infilling(
 ) -> np.ndarray:
     """BART's text infilling (section 2.2: "a number of text spans are sampled, with span lengths
     drawn from a Poisson distribution (lambda = 3). Each span is replaced with a single [MASK]
-    token. 0-length spans correspond to the insertion of [MASK] tokens"; section 5: 30% of the
-    tokens of each document masked).
+    token. 0-length spans correspond to the insertion of [MASK] tokens"; section 5.1: 30% of the
+    tokens of each document masked, with sentence permutation).
 
     ``ceil(ratio * length)`` tokens are masked in spans whose lengths come from
     :func:`infilling_span_lengths`. Each span of ``n >= 1`` tokens becomes one ``mask_id``; each
@@ -146,8 +146,7 @@ def text_infilling(
     between two of them (each span gets its own gap between the unmasked tokens, gaps drawn
     uniformly without replacement), so exactly ``ceil(ratio * length)`` tokens are masked and every
     span is one visible mask. When a document is too short for that many separate spans, the
-    surplus zero-length spans are dropped first, then the shortest spans' tokens are merged into
-    the last span.
+    surplus zero-length spans are dropped first, then the shortest spans are merged into one.
 
     Args:
         ids: ``(length,)`` int token ids.
@@ -328,8 +327,9 @@ def mass_fragment(
     ids: Sequence[int] | np.ndarray, rng: np.random.Generator, mask_id: int, ratio: float = 0.5
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """MASS (Song et al. 2019, section 2.2): a contiguous fragment ``x^{u:v}`` of
-    ``k = max(1, round(ratio * length))`` tokens (the paper's best ``k``: 50% of the sentence,
-    section 4.2), from a start ``u`` uniform over the ``length - k + 1`` possible ones, is masked
+    ``k = max(1, round(ratio * length))`` tokens (the paper sets ``k`` to about 50% of the
+    sentence, the best value of its study of ``k``), from a start ``u`` uniform over the
+    ``length - k + 1`` possible ones, is masked
     in the encoder and predicted by the decoder, whose inputs are the fragment shifted right by
     one (the paper's Figure 1: the tokens of the sentence outside the fragment are not fed to the
     decoder; its first input is a mask).
