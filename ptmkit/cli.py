@@ -68,12 +68,12 @@ def train(
     dev: Annotated[Path | None, typer.Option(help="Held-out pairs, same format as --parallel.", show_default=False)] = None,
     config: ConfigOption = None,
     set_: SetOption = None,
-    objective: Annotated[str | None, typer.Option(help="Objectives, comma separated, e.g. mlm,nsp.")] = None,
+    objective: Annotated[str | None, typer.Option(help="Objectives, comma separated, e.g. mlm,nsp; for a family with its own loop and a model.objective key, one name, set as model.objective.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted run from its last checkpoint.")] = False,
     tokenizer: Annotated[Path | None, typer.Option(help="Use this tokenizer.json instead of training one.")] = None,
     init: Annotated[
         Path | None,
-        typer.Option(help="A finished pre-training run of FAMILY to continue on --corpus (e.g. a target domain's own texts): its tokenizer, [model] config and weights; train.init in the config.", show_default=False),
+        typer.Option(help="A finished pre-training run of FAMILY to continue on --corpus (e.g. a target domain's own texts), or on --parallel for a family with its own loop and a model.init key: its tokenizer, [model] config and weights; train.init (model.init) in the config.", show_default=False),
     ] = None,
     distribute: Annotated[
         str | None,

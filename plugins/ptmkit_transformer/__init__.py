@@ -1,6 +1,7 @@
 """ptmkit's Transformer plugin: the ``transformer`` family, the encoder-decoder of Vaswani et al.
 2017 on keras-hub layers, trained on sentence pairs with the ``translation`` objective
-(:mod:`ptmkit_transformer.objectives`), and ``ptmkit translate``.
+(:mod:`ptmkit_transformer.objectives`) or pre-trained on a corpus with a denoising one (BART, T5
+span corruption, MASS: :mod:`ptmkit_transformer.denoising`), and ``ptmkit translate``.
 
 Registered under the entry-point group ``ptmkit.plugins`` exactly as a third-party plugin is; it
 touches the core only through :mod:`ptmkit.api`. Translation reuses the runtime's search loop
@@ -25,7 +26,7 @@ class TransformerFamily(ModelFamily):
     encoder over ``source </s>`` and a decoder over ``<s> target`` attending to it."""
 
     name = "transformer"
-    description = "Transformer encoder-decoder (Vaswani et al. 2017, keras-hub layers), shared BPE; translation, greedy/beam search"
+    description = "Transformer encoder-decoder (Vaswani et al. 2017, keras-hub layers), shared BPE; translation, greedy/beam search; BART/T5/MASS denoising pre-training"
     config_class = TransformerConfig
     inputs = (
         InputSpec("encoder_token_ids", ("batch", "source"), "int32", field="ids"),
@@ -60,6 +61,12 @@ class TransformerFamily(ModelFamily):
         from ptmkit_transformer.train import train_pairs
 
         return train_pairs(parallel, dev, run_dir, config, console, resume)
+
+    def train(self, corpus: Path, run_dir: Path, config: TransformerConfig, console: Any, resume: bool = False) -> dict[str, Any]:
+        """Denoising pre-training on a monolingual corpus (:func:`ptmkit_transformer.train.train_corpus`)."""
+        from ptmkit_transformer.train import train_corpus
+
+        return train_corpus(corpus, run_dir, config, console, resume)
 
     def has_checkpoint(self, run_dir: Path) -> bool:
         return (Path(run_dir) / "checkpoints" / "latest.json").exists()

@@ -18,8 +18,11 @@ ACTIVATIONS = ("relu", "gelu", "silu")
 #: Where the sinusoids' sines and cosines sit: alternating (keras-hub's ``SinePositionEncoding``, the
 #: paper's equation) or all sines then all cosines (fairseq's and Marian's layout).
 SINUSOID_LAYOUTS = ("interleaved", "halves")
-#: Training objectives of the family (``model.objective``); the denoising ones (BART, T5, MASS) come later.
-OBJECTIVES = ("translation",)
+#: Training objectives of the family (``model.objective``): translation on sentence pairs; the
+#: denoising ones on a monolingual corpus (:mod:`ptmkit_transformer.denoising`).
+OBJECTIVES = ("translation", "bart", "t5_span", "mass")
+#: BART's noising transformations (Lewis et al. 2020, section 2.2), in the order they are applied.
+BART_NOISES = ("sentence_permutation", "text_infilling", "token_masking", "token_deletion", "document_rotation")
 
 
 @dataclasses.dataclass
@@ -64,7 +67,23 @@ class TransformerConfig:
             (transformers' BART/Marian ``final_logits_bias``; zeros when trained from scratch).
         decoder_start_token: the token the decoder starts from (``<s>``; Marian's checkpoints
             start from ``<pad>``).
-        objective: the training objective: ``"translation"`` (sequence-to-sequence cross-entropy).
+        objective: the training objective: ``"translation"`` (sequence-to-sequence cross-entropy on
+            ``--parallel`` pairs), or a denoising one on a ``--corpus`` (``--objective NAME``):
+            ``"bart"`` (Lewis et al. 2020), ``"t5_span"`` (Raffel et al. 2020, span corruption),
+            ``"mass"`` (Song et al. 2019); the same loss, the noised text as the source and the
+            original (T5: its corrupted spans; MASS: its fragment) as the target.
+        init: a finished transformer run (``--init RUN``) whose tokenizer and backbone weights this
+            run starts from, e.g. a translation run from a denoising one ("": from scratch).
+        bart_noises: BART's noising transformations on, comma separated, applied in this order:
+            ``sentence_permutation``, ``text_infilling``, ``token_masking``, ``token_deletion``,
+            ``document_rotation`` (paper's BART-large: text infilling and sentence permutation).
+        bart_infilling_ratio: the share of a document's tokens text infilling masks (paper: 0.3).
+        bart_poisson_lambda: the mean of text infilling's Poisson span lengths (paper: 3).
+        bart_masking_ratio: the share of tokens token masking replaces by ``<mask>`` (BERT's 0.15).
+        bart_deletion_ratio: the share of tokens token deletion removes.
+        t5_noise_density: the share of tokens T5's span corruption corrupts (paper: 0.15).
+        t5_mean_span_length: the mean length of its corrupted spans (paper: 3).
+        mass_ratio: the share of a sentence MASS masks as one fragment (paper: 0.5).
         label_smoothing: ``epsilon_ls`` of the translation loss (paper: 0.1, section 5.4).
         max_steps: optimizer steps.
         batch_size: sentence pairs per step.
@@ -100,6 +119,15 @@ class TransformerConfig:
     final_logits_bias: bool = False
     decoder_start_token: str = "<s>"
     objective: str = "translation"
+    init: str = ""
+    bart_noises: str = "sentence_permutation,text_infilling"
+    bart_infilling_ratio: float = 0.3
+    bart_poisson_lambda: float = 3.0
+    bart_masking_ratio: float = 0.15
+    bart_deletion_ratio: float = 0.15
+    t5_noise_density: float = 0.15
+    t5_mean_span_length: float = 3.0
+    mass_ratio: float = 0.5
     label_smoothing: float = 0.1
     max_steps: int = 2000
     batch_size: int = 64
@@ -133,5 +161,25 @@ class TransformerConfig:
         for key in ("dropout", "label_smoothing", "adam_beta_1", "adam_beta_2"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise ConfigError(f"config key 'model.{key}' must be in [0, 1), got {getattr(self, key)}")
+        self._validate_denoising()
         if not 0.0 < self.layer_norm_epsilon < 1.0:
             raise ConfigError(f"config key 'model.layer_norm_epsilon' must be in (0, 1), got {self.layer_norm_epsilon}")
+
+    def _validate_denoising(self) -> None:
+        unknown = [name.strip() for name in self.bart_noises.split(",") if name.strip() and name.strip() not in BART_NOISES]
+        if unknown:
+            raise ConfigError(f"config key 'model.bart_noises': unknown noising {unknown[0]!r}; expected some of {', '.join(BART_NOISES)}")
+        for key in ("bart_infilling_ratio", "bart_masking_ratio", "bart_deletion_ratio"):
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                raise ConfigError(f"config key 'model.{key}' must be in [0, 1], got {getattr(self, key)}")
+        for key in ("t5_noise_density", "mass_ratio"):
+            if not 0.0 < getattr(self, key) < 1.0:
+                raise ConfigError(f"config key 'model.{key}' must be in (0, 1), got {getattr(self, key)}")
+        check_positive(self, "model", "bart_poisson_lambda")
+        if self.t5_mean_span_length < 1.0:
+            raise ConfigError(f"config key 'model.t5_mean_span_length' must be at least 1, got {self.t5_mean_span_length}")
+
+    def noises(self) -> list[str]:
+        """The BART noising transformations on (``bart_noises``), in the order they apply (:data:`BART_NOISES`)."""
+        chosen = {name.strip() for name in self.bart_noises.split(",")}
+        return [name for name in BART_NOISES if name in chosen]

@@ -2,8 +2,8 @@
 paper's inverse-square-root learning-rate schedule (Vaswani et al. 2017, sections 5.3 and 5.4).
 
 Written for any encoder-decoder whose inputs are the four ``(batch, sequence)`` int32 arrays of
-:func:`pack_pairs`; the denoising objectives to come (BART, T5, MASS) make their pairs from
-monolingual text and reuse the packing, the loss and the schedule.
+:func:`pack_pairs`; the denoising objectives (BART, T5, MASS: :mod:`ptmkit_transformer.denoising`)
+make their pairs from monolingual text and reuse the packing, the loss and the schedule.
 
 A pair ``(source, target)`` of token ids (no specials) becomes::
 

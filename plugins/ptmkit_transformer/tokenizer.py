@@ -32,9 +32,10 @@ def metaspace_tokenizer(model: Any) -> Any:
     return tokenizer
 
 
-def train_shared_bpe(texts: Iterable[str], vocabulary_size: int, min_frequency: int = 2) -> Any:
+def train_shared_bpe(texts: Iterable[str], vocabulary_size: int, min_frequency: int = 2, extra_specials: Iterable[str] = ()) -> Any:
     """Train a BPE vocabulary of at most ``vocabulary_size`` entries on ``texts`` (source and
-    target sentences together: one vocabulary for both languages).
+    target sentences together: one vocabulary for both languages). ``extra_specials`` (e.g. the
+    denoising objectives' ``<mask>`` and sentinels) follow the four specials, ids 4, 5, ...
 
     Raises:
         DataError: the texts held no character to learn from.
@@ -42,7 +43,7 @@ def train_shared_bpe(texts: Iterable[str], vocabulary_size: int, min_frequency: 
     from tokenizers import models, trainers
 
     tokenizer = metaspace_tokenizer(models.BPE(unk_token=UNK))
-    trainer = trainers.BpeTrainer(vocab_size=vocabulary_size, min_frequency=min_frequency, special_tokens=list(SPECIALS), show_progress=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocabulary_size, min_frequency=min_frequency, special_tokens=[*SPECIALS, *extra_specials], show_progress=False)
     seen = {"texts": 0}
 
     def counted() -> Iterable[str]:

@@ -191,6 +191,16 @@ def _refuse_clashing_objectives(registry: Registry, names: list[str], source: st
             raise ConfigError(f"{source}: objectives {' and '.join(map(repr, clashing))} both {what} of a batch; keep one of them")
 
 
+def own_key(family: Any, key: str) -> bool:
+    """Whether ``family`` has its own loop (:func:`own_loop`) and a ``[model]`` key ``key``: such
+    a family takes ``--objective NAME`` as ``model.objective`` and ``--init RUN`` as
+    ``model.init`` (its loop then loads the run's weights and tokenizer itself)."""
+    import dataclasses
+
+    config_class = getattr(family, "config_class", None)
+    return own_loop(family) and dataclasses.is_dataclass(config_class) and key in {f.name for f in dataclasses.fields(config_class)}
+
+
 def own_loop(family: Any) -> bool:
     """Whether ``family`` trains with its own loop and reads its training keys from ``[model]``
     (:class:`~ptmkit.contract.TrainsItself` on a corpus, :class:`~ptmkit.contract.TrainsOnPairs`
@@ -445,16 +455,18 @@ def pretrain(
         out: the run directory to create (or to continue with ``resume``).
         config_path: optional TOML run config.
         overrides: ``section.key=value`` strings applied over the config.
-        objectives: objective names (default: the family's, e.g. ``["mlm"]``).
+        objectives: objective names (default: the family's, e.g. ``["mlm"]``); for a family with
+            its own loop and a ``model.objective`` key, one name, set as ``model.objective``.
         resume: continue an interrupted run in ``out`` from its newest checkpoint.
         tokenizer: an existing ``tokenizer.json`` to use instead of training one (either way one
             seed gives one run, bit for bit: ``tests/test_reproducibility.py``).
         distribute: ``none``, ``mirrored`` or ``multi-worker`` (sets ``train.distribute``;
             :mod:`ptmkit.training.distribute`); refused by families that train themselves.
         parallel: ``SOURCE<TAB>TARGET`` pairs (:mod:`ptmkit.data.parallel`), for a family that
-            :class:`~ptmkit.contract.TrainsOnPairs` (and only for one).
+            :class:`~ptmkit.contract.TrainsOnPairs` (and only for one; or ``corpus`` if it also trains itself).
         dev: held-out pairs of such a family.
-        init: a finished pre-training run to continue (``train.init``, :func:`init_source`).
+        init: a finished pre-training run to continue (``train.init``, :func:`init_source`; for a
+            family with its own loop and a ``model.init`` key, ``model.init``: :func:`own_key`).
 
     Returns:
         the metrics written to ``metrics.json`` (a multi-worker run's other workers write
@@ -480,8 +492,7 @@ def pretrain(
     if cluster.kind == "multi-worker":
         check_global_batch(config.train.batch_size, cluster.num_workers, f"{cluster.num_workers} workers in TF_CONFIG")
     quiet_tensorflow()  # after the checks above: a wrong path or key is refused without importing TensorFlow
-    if isinstance(family, TrainsOnPairs):
-        assert parallel is not None  # _check_data_flags
+    if isinstance(family, TrainsOnPairs) and parallel is not None:
         return _train_on_pairs(registry, family, config, Path(parallel), None if dev is None else Path(dev), run, console, resume)
     assert corpus is not None
     if trains_itself:
@@ -506,11 +517,13 @@ def _flag_settings(
 ) -> tuple[list[str], dict[str, Any] | None, str | Path | None]:
     """``(--set overrides, base config, tokenizer file)`` that ``--objective``, ``--distribute``
     and ``--init`` (:func:`init_source`) amount to."""
-    extra = ([f"train.objectives={','.join(objectives)}"] if objectives else []) + ([f"train.distribute={distribute}"] if distribute is not None else [])
+    section = "model" if own_loop(family) else "train"  # a family with its own loop: own_key
+    key = "objective" if own_loop(family) else "objectives"
+    extra = ([f"{section}.{key}={','.join(objectives)}"] if objectives else []) + ([f"train.distribute={distribute}"] if distribute is not None else [])
     if init is None:
         return extra, None, tokenizer
     base, tokenizer = init_source(family, init, tokenizer)
-    return [*extra, f"train.init={Path(init).resolve()}"], base, tokenizer
+    return [*extra, f"{section}.init={Path(init).resolve()}"], base, tokenizer
 
 
 def _check_flags(
@@ -544,10 +557,17 @@ def _check_objective_flag(registry: Registry, family: Any, objectives: list[str]
     :func:`check_objectives` refuses (the error names ``--objective``, not ``--set``)."""
     if not objectives:
         return
+    if own_loop(family) and own_key(family, "objective") and len(objectives) == 1:
+        try:  # model.objective: the family's config validates the name
+            family.config_class(objective=objectives[0]).validate()
+        except ConfigError as error:
+            raise ConfigError(f"--objective: {error}") from None
+        return
     if own_loop(family):
         raise ConfigError(
             f"--objective: the {family.name} family trains with its own objective; choose it with its [model] keys "
             f"(ptmkit config {family.name}) and drop --objective"
+            + (" (one objective: it sets model.objective)" if own_key(family, "objective") else "")
         )
     check_objectives(registry, family, objectives, "--objective")
 
@@ -635,7 +655,7 @@ def _check_data_flags(
     pairs_objective: str | None = None, pairs_objectives: list[str] | None = None,
 ) -> None:
     """A family that :class:`~ptmkit.contract.TrainsOnPairs` takes ``--parallel`` (and ``--dev``),
-    a run whose ``pairs_objective`` :attr:`~ptmkit.contract.Objective.needs_parallel_pairs`
+    or, when it also :class:`~ptmkit.contract.TrainsItself`, ``--corpus`` instead; a run whose ``pairs_objective`` :attr:`~ptmkit.contract.Objective.needs_parallel_pairs`
     ``--parallel`` alone (its held-out pairs are the file's last), every other run ``--corpus``.
 
     Raises:
@@ -649,6 +669,12 @@ def _check_data_flags(
             raise ConfigError(f"objective {pairs_objective!r} trains on sentence pairs: give --parallel FILE (SOURCE<TAB>TARGET lines)")
         if dev is not None:
             raise ConfigError(f"--dev: objective {pairs_objective!r} holds out the last pairs of --parallel (train.heldout_lines); drop --dev")
+        return
+    if isinstance(family, TrainsOnPairs) and isinstance(family, TrainsItself):
+        if (corpus is None) == (parallel is None):
+            raise ConfigError(f"the {name} family trains on sentence pairs (--parallel FILE) or pre-trains on a text corpus (--corpus FILE): give one of them")
+        if dev is not None and parallel is None:
+            raise ConfigError(f"--dev: held-out pairs go with --parallel; the {name} family's --corpus runs take none")
         return
     if isinstance(family, TrainsOnPairs):
         if corpus is not None:
@@ -674,12 +700,13 @@ def init_source(family: Any, init: str | Path, tokenizer: str | Path | None) -> 
     that ``init`` is a finished pre-training run of ``family``.
 
     Raises:
-        ConfigError: ``--tokenizer`` with ``--init``, or a family with its own training loop.
+        ConfigError: ``--tokenizer`` with ``--init``, or a family with its own training loop and no
+            ``model.init`` key (:func:`own_key`).
         RunDirError: ``init`` holds no finished run (the message names the stage to run first,
             :func:`stage_name`), or one that is not a pre-training run.
         PluginError: ``init`` is another family's run.
     """
-    if own_loop(family):
+    if own_loop(family) and not own_key(family, "init"):
         raise ConfigError(f"--init: the {family.name} family trains with its own loop; --init continues a run the core pre-trains")
     if tokenizer is not None:
         raise ConfigError(f"--init {init}: the run's own tokenizer is used; drop --tokenizer")
@@ -870,6 +897,7 @@ def _train_family(
         head=None,
         **({"parallel": str(corpus.resolve())} if data_flags else {"corpus": str(corpus.resolve())}),
         trainer="family",
+        **init_lineage(str(getattr(config.model, "init", "") or "")),  # a family that takes --init as model.init
         # a family whose loop saved a backbone: finetune, probe and export load it as a core-trained run's
         **({"inputs": list(family.input_names), "weights": BACKBONE_WEIGHTS} if (run / BACKBONE_WEIGHTS).exists() else {}),
     )

@@ -125,8 +125,8 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, pairs_file: Path, capsys: 
     assert main(["train", "transformer", "--parallel", str(pairs_file), "--dev", str(other), "--out", str(run)]) == 2
     assert f"{other}:1: a en-fr file, but the run translates en-de" in capsys.readouterr().err
     assert not run.exists()
-    assert main(["train", "transformer", "--corpus", str(pairs_file), "--out", str(run)]) == 2
-    assert "give --parallel FILE" in capsys.readouterr().err
+    assert main(["train", "transformer", "--corpus", str(pairs_file), "--out", str(run)]) == 2  # translation needs pairs
+    assert "trains on --parallel pairs; pre-training on --corpus takes one of bart, t5_span, mass" in capsys.readouterr().err
 
 
 def test_translate_refusals(overfit_run, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

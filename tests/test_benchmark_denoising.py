@@ -1,0 +1,30 @@
+"""``benchmarks/denoising.py --quick`` end to end on two rows (scratch, bart): the script cannot
+rot, and each row holds finite scores. No BLEU or timing is asserted (a 30-step tiny model)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow  # ~2 min; the objectives themselves are tested in plugins/ptmkit_transformer/tests/test_denoising.py
+def test_denoising_benchmark_quick(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "plugins"), str(ROOT / "export"), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "denoising.py"), "--quick", "--rows", "scratch,bart", "--work", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {row["row"]: row for row in json.loads((tmp_path / "results.json").read_text())}
+    assert list(rows) == ["scratch", "bart"]
+    for row in rows.values():
+        assert 0.0 <= row["test_bleu"] <= 100.0 and 0.0 <= row["test_chrf"] <= 100.0 and math.isfinite(row["dev_loss"])
+    assert math.isfinite(rows["bart"]["pretrain_last_loss"]) and rows["bart"]["pretrain_seconds"] > 0
+    assert "| scratch |" in done.stdout and "| bart |" in done.stdout
+    assert json.loads((tmp_path / "bart" / "manifest.json").read_text())["init"] == str((tmp_path / "bart-pretrain").resolve())
