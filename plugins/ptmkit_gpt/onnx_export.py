@@ -4,8 +4,9 @@
 
 The export directory holds ``model.onnx``, ``tokenizer.json`` and ``manifest.json`` (``task``
 ``generation``, a ``decoder`` object describing the cache; :mod:`ptmkit_export.decoding`), and with
-``--int8 --dev PROMPTS`` ``model.int8.onnx`` gated on greedy-token agreement
-(:mod:`ptmkit_gpt.onnx_int8`). It is
+``--int8 --dev PROMPTS`` ``model.int8.onnx`` and with ``--fp16 --dev PROMPTS`` ``model.fp16.onnx``,
+each gated on greedy-token agreement with fp32 and per-token latency
+(:mod:`ptmkit_gpt.onnx_variants`). It is
 built in a staging directory beside the target and moved in only when the parity check passed.
 
 Parity: on left-padded random batches, the logits of every real position with an empty cache,
@@ -25,11 +26,11 @@ import numpy as np
 from ptmkit.api import ExportError, atomic_write_json, staging_directory
 
 PARITY_TOLERANCE = 1e-4
-#: The int8 gate's figures copied into the manifest's ``gate`` (and ``ptmkit export``'s summary).
-GATE_KEYS = ("ok", "greedy_token_agreement_with_fp32", "identical_continuations", "latency_ms_per_token_b1", "fp32_paired_latency_ms_per_token_b1")
+#: A variant gate's figures copied into the manifest's ``gate`` (and ``ptmkit export``'s summary).
+GATE_KEYS = ("ok", "agreement_ok", "greedy_token_agreement_with_fp32", "identical_continuations", "latency_ms_per_token_b1", "fp32_paired_latency_ms_per_token_b1")
 FORMAT = "ptmkit-export/1"
 #: ``ptmkit export`` options this export does not honour yet, with the value meaning "not given".
-UNSUPPORTED = {"optimize": 0, "fp16": False, "static": False, "with_tokenizer": False, "calibration": None, "exclude_nodes": (), "int4": False,
+UNSUPPORTED = {"optimize": 0, "static": False, "with_tokenizer": False, "calibration": None, "exclude_nodes": (), "int4": False,
                "fused_layer_norm": False, "exact_gelu": False}
 
 
@@ -97,6 +98,24 @@ def decoder_manifest(generator: Any, run_dir: Path, parity: float) -> dict[str, 
     }
 
 
+def _add_variants(tmp: Path, manifest: dict[str, Any], wanted: list[str], prompts: list[list[int]], options: dict[str, Any], console: Any) -> None:
+    """Build and gate each of ``wanted`` (keys of :data:`ptmkit_gpt.onnx_variants.VARIANTS`) from
+    ``tmp / "model.onnx"`` into ``tmp``, adding its entry to ``manifest["variants"]`` and its
+    figures (:data:`GATE_KEYS`) to ``manifest["gate"]``; prints one line per variant."""
+    from ptmkit_gpt.onnx_variants import VARIANTS, gate_variant
+
+    for name in wanted:
+        file, build = VARIANTS[name]
+        with console.status(f"building and gating the {name} variant"):
+            built = build(tmp / "model.onnx", tmp / file, options)
+            entry = gate_variant(tmp / "model.onnx", tmp / file, manifest["decoder"], prompts, manifest["pad_token_id"], built)
+        manifest["variants"][name] = entry
+        manifest["gate"][name] = {key: entry[key] for key in GATE_KEYS}
+        verdict = "ok" if entry["ok"] else "not ok (" + "; ".join(entry["problems"]) + "): the runtime does not pick it by default"
+        console.print(f"{name}: greedy-token agreement with fp32 {entry['greedy_token_agreement_with_fp32']:.4f}, "
+                      f"{entry['latency_ms_per_token_b1']:.3f} vs {entry['fp32_paired_latency_ms_per_token_b1']:.3f} ms/token: {verdict}")
+
+
 def export_decoder(run_dir: Path, out: Path, options: dict[str, Any], console: Any) -> dict[str, Any]:
     """Write the generation export of a pre-trained GPT run into ``out``; see the module docstring.
 
@@ -104,9 +123,9 @@ def export_decoder(run_dir: Path, out: Path, options: dict[str, Any], console: A
         the manifest, with ``directory`` and ``summary``.
 
     Raises:
-        ExportError: an option not supported yet (``--optimize``, ``--fp16``, ``--static``,
-            ``--with-tokenizer``, ``--exclude-nodes``); ``--int8`` without ``--dev`` (or the
-            reverse); the parity check failed (nothing written).
+        ExportError: an option not supported yet (``--optimize``, ``--static``,
+            ``--with-tokenizer``, ``--exclude-nodes``, ...); ``--int8`` or ``--fp16`` without
+            ``--dev`` (or the reverse); the parity check failed (nothing written).
         DataError: a ``--dev`` file that is missing, not UTF-8 or empty.
         RunDirError: not a finished pre-training run.
     """
@@ -114,14 +133,17 @@ def export_decoder(run_dir: Path, out: Path, options: dict[str, Any], console: A
 
     from ptmkit_gpt.generate import TextGenerator
     from ptmkit_gpt.onnx_graph import build_decoder_graph
-    from ptmkit_gpt.onnx_int8 import gate_prompts, int8_variant
+    from ptmkit_gpt.onnx_variants import VARIANTS, gate_prompts
 
     given = [f"--{name.replace('_', '-')}" for name, default in UNSUPPORTED.items() if options.get(name, default) not in (default, None)]
     if given:
-        raise ExportError(f"{', '.join(given)}: not supported yet for a decoder export (key/value cache: fp32, and --int8 dynamic)")
-    int8, dev = bool(options.get("int8")), options.get("dev")
-    if int8 != (dev is not None):
-        raise ExportError("--int8 on a decoder export needs --dev FILE (prompts, one a line, for its greedy-token gate), and --dev needs --int8")
+        raise ExportError(f"{', '.join(given)}: not supported yet for a decoder export (key/value cache: fp32, --int8 dynamic and --fp16)")
+    wanted, dev = [name for name in VARIANTS if options.get(name)], options.get("dev")
+    if wanted and dev is None:
+        flags = " ".join(f"--{name}" for name in wanted)
+        raise ExportError(f"{flags} on a decoder export needs --dev FILE (prompts, one a line, for its greedy-token gate)")
+    if dev is not None and not wanted:
+        raise ExportError("--dev on a decoder export needs --int8 or --fp16 (the variants its prompts gate)")
     generator = TextGenerator(run_dir)
     prompts = gate_prompts(generator, Path(dev)) if dev is not None else []
     model = build_decoder_graph(generator.backbone)
@@ -132,19 +154,14 @@ def export_decoder(run_dir: Path, out: Path, options: dict[str, Any], console: A
     with staging_directory(out, ".export-") as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "model.onnx").write_bytes(model.SerializeToString())
-        if int8:
-            entry = int8_variant(tmp / "model.onnx", tmp / "model.int8.onnx", manifest["decoder"], prompts, manifest["pad_token_id"], options)
-            manifest["variants"]["int8"] = entry
-            manifest["gate"] = {"int8": {key: entry[key] for key in GATE_KEYS}}
-            console.print(f"int8: greedy-token agreement with fp32 {entry['greedy_token_agreement_with_fp32']:.4f}, "
-                          f"{entry['latency_ms_per_token_b1']:.3f} vs {entry['fp32_paired_latency_ms_per_token_b1']:.3f} ms/token: "
-                          f"{'ok' if entry['ok'] else 'not ok (' + '; '.join(entry['problems']) + ')'}")
+        _add_variants(tmp, manifest, wanted, prompts, options, console)
         (tmp / "tokenizer.json").write_bytes((Path(run_dir) / "tokenizer.json").read_bytes())
         atomic_write_json(tmp / "manifest.json", manifest)
         out.mkdir(parents=True, exist_ok=True)
         (out / "manifest.json").unlink(missing_ok=True)  # not a valid export while files are swapped
-        (out / "model.int8.onnx").unlink(missing_ok=True)  # an earlier export's variant
+        for file, _ in VARIANTS.values():
+            (out / file).unlink(missing_ok=True)  # an earlier export's variants
         for name in [entry["file"] for entry in manifest["variants"].values()] + ["tokenizer.json", "manifest.json"]:
             os.replace(tmp / name, out / name)
-    summary = {"parity_max_abs_diff": parity} | {f"int8_{key}": value for key, value in manifest["gate"].get("int8", {}).items()}
+    summary = {"parity_max_abs_diff": parity} | {f"{name}_{key}": value for name, gate in manifest["gate"].items() for key, value in gate.items()}
     return {**manifest, "directory": str(out), "summary": summary}

@@ -94,8 +94,8 @@ def test_generate_command_on_the_export_is_the_runs(gpt_run, gpt_export, capsys)
     assert [row["text"] for row in from_export] == predictor.generate(prompts, max_new_tokens=8)
     assert main(["generate", str(out), "--prompt", "word " * 80]) == 2
     assert "--truncate left" in capsys.readouterr().err
-    assert main(["export", str(run), "--out", str(out.parent / "int8"), "--fp16"]) == 2
-    assert "--fp16: not supported yet" in capsys.readouterr().err
+    assert main(["export", str(run), "--out", str(out.parent / "int8"), "--optimize", "1"]) == 2
+    assert "--optimize: not supported yet" in capsys.readouterr().err
     assert main(["export", str(run), "--out", str(out.parent / "int8"), "--int8", "--int4", "--exact-gelu"]) == 2
     assert "--int4, --exact-gelu: not supported yet" in capsys.readouterr().err
     assert not (out.parent / "int8").exists()
@@ -120,34 +120,112 @@ def test_runtime_generation_never_imports_tensorflow(gpt_run, gpt_export) -> Non
     assert result["texts"] == predictor.generate(prompts, max_new_tokens=6)
 
 
-def test_int8_variant_is_gated_on_greedy_token_agreement(gpt_run, gpt_export, tmp_path, capsys) -> None:
+@pytest.fixture(scope="module")
+def gated_export(gpt_run, tmp_path_factory: pytest.TempPathFactory):
+    """``(export_dir, manifest)`` of ``ptmkit export RUN --int8 --fp16 --dev CORPUS``."""
+    from ptmkit.testing import main
+
+    run, corpus, _ = gpt_run
+    out = tmp_path_factory.mktemp("gpt-gated") / "export"
+    assert main(["export", str(run), "--out", str(out), "--int8", "--fp16", "--dev", str(corpus)]) == 0
+    return out, json.loads((out / "manifest.json").read_text())
+
+
+def _recounted_agreement(out, variant: str, prompts: list[list[int]], new_tokens: int, pad_id: int) -> tuple[float, float]:
+    """``(greedy-token agreement, identical continuations)`` of ``variant`` with fp32 through the
+    lean runtime's decoders, in the gate's batches of 16."""
+    from ptmkit_export import Predictor
+
+    entry = json.loads((out / "manifest.json").read_text())["variants"][variant]
+    with pytest.warns(RuntimeWarning, match="did not pass the export's gate") if not entry["ok"] else nullcontext():
+        chosen = Predictor(out, variant=variant, threads=1)
+    fp32 = Predictor(out, variant="fp32", threads=1)
+    settings = GenerationSettings(max_new_tokens=new_tokens)
+    rows = [
+        [generate_ids(p.decoder.next_logits, prompts[s : s + 16], settings, pad_id, None) for s in range(0, len(prompts), 16)]
+        for p in (fp32, chosen)
+    ]
+    reference, got = (sum(batches, []) for batches in rows)
+    matched = sum(a == b for ref, row in zip(reference, got, strict=True) for a, b in zip(ref, row, strict=False))
+    return matched / sum(map(len, reference)), float(np.mean([a == b for a, b in zip(reference, got, strict=True)]))
+
+
+def test_int8_variant_is_gated_on_greedy_token_agreement(gpt_run, gpt_export, gated_export, tmp_path, capsys) -> None:
     """The manifest's agreement is what the two variants' greedy tokens give, recomputed here."""
     from ptmkit.testing import main
-    from ptmkit_export import Predictor
-    from ptmkit_gpt.onnx_int8 import AGREEMENT_THRESHOLD, gate_prompts
+    from ptmkit_gpt.onnx_variants import AGREEMENT_THRESHOLD, gate_prompts
 
     run, corpus, _ = gpt_run
     _, _, _, generator = gpt_export
-    out = tmp_path / "int8"
-    assert main(["export", str(run), "--out", str(out), "--int8"]) == 2
-    assert "--int8 on a decoder export needs --dev FILE" in capsys.readouterr().err and not out.exists()
-    assert main(["export", str(run), "--out", str(out), "--int8", "--dev", str(corpus)]) == 0
-    manifest = json.loads((out / "manifest.json").read_text())
+    out, manifest = gated_export
+    assert main(["export", str(run), "--out", str(tmp_path / "int8"), "--int8"]) == 2
+    assert "--int8 on a decoder export needs --dev FILE" in capsys.readouterr().err and not (tmp_path / "int8").exists()
     entry = manifest["variants"]["int8"]
     assert (out / "model.int8.onnx").stat().st_size < (out / "model.onnx").stat().st_size
     assert entry["quantization"]["mode"] == "dynamic" and entry["gate_prompts"] == 64
     assert entry["ok"] == (not entry["problems"]) and manifest["gate"]["int8"]["ok"] == entry["ok"]
     assert (entry["greedy_token_agreement_with_fp32"] >= AGREEMENT_THRESHOLD) == ("agreement" not in " ".join(entry["problems"]))
-    prompts = gate_prompts(generator, corpus)
-    with pytest.warns() if not entry["ok"] else nullcontext():
-        int8 = Predictor(out, variant="int8", threads=1)
-    fp32 = Predictor(out, variant="fp32", threads=1)
-    settings = GenerationSettings(max_new_tokens=entry["gate_new_tokens"])
-    rows = [
-        [generate_ids(p.decoder.next_logits, prompts[s : s + 16], settings, generator.specials.padding_id, None) for s in range(0, 64, 16)]
-        for p in (fp32, int8)
-    ]
-    reference, quantized = (sum(batches, []) for batches in rows)
-    matched = sum(a == b for ref, got in zip(reference, quantized, strict=True) for a, b in zip(ref, got, strict=False))
-    assert entry["greedy_token_agreement_with_fp32"] == pytest.approx(matched / sum(map(len, reference)))
-    assert entry["identical_continuations"] == pytest.approx(np.mean([a == b for a, b in zip(reference, quantized, strict=True)]))
+    agreement, identical = _recounted_agreement(out, "int8", gate_prompts(generator, corpus), entry["gate_new_tokens"], generator.specials.padding_id)
+    assert entry["greedy_token_agreement_with_fp32"] == pytest.approx(agreement)
+    assert entry["identical_continuations"] == pytest.approx(identical)
+
+
+def test_fp16_variant_is_gated_like_int8_and_never_the_cpu_default(gpt_run, gpt_export, gated_export, tmp_path, capsys) -> None:
+    """``--int8 --fp16 --dev`` writes both; fp16 keeps a float32 cache at its edges, its manifest
+    agreement is the lean runtime's recount, and a slower fp16 is marked not ok, naming why."""
+    from ptmkit.testing import main
+    from ptmkit_export import Predictor
+    from ptmkit_export.predictor import default_variant
+    from ptmkit_gpt.onnx_export import GATE_KEYS
+    from ptmkit_gpt.onnx_variants import AGREEMENT_THRESHOLD, gate_prompts
+
+    run, corpus, _ = gpt_run
+    _, _, _, generator = gpt_export
+    out, manifest = gated_export
+    assert main(["export", str(run), "--out", str(tmp_path / "fp16"), "--fp16"]) == 2
+    error = capsys.readouterr().err
+    assert "--fp16 on a decoder export needs --dev FILE" in error and len(error.strip().splitlines()) == 1
+    assert not (tmp_path / "fp16").exists()
+    entry = manifest["variants"]["fp16"]
+    assert entry["file"] == "model.fp16.onnx" and (out / "model.fp16.onnx").stat().st_size < (out / "model.onnx").stat().st_size
+    assert set(manifest["gate"]) == {"int8", "fp16"} and set(manifest["gate"]["fp16"]) == set(manifest["gate"]["int8"]) == set(GATE_KEYS)
+    assert entry["conversion"]["io_dtype"] == "float32" and entry["gate_prompts"] == 64
+    assert entry["ok"] == (not entry["problems"]) and manifest["gate"]["fp16"]["ok"] == entry["ok"]
+    assert entry["agreement_ok"] == (entry["greedy_token_agreement_with_fp32"] >= AGREEMENT_THRESHOLD)
+    slower = entry["latency_ms_per_token_b1"] > 1.05 * entry["fp32_paired_latency_ms_per_token_b1"]
+    assert slower == any("slower than fp32" in problem for problem in entry["problems"])
+    agreement, identical = _recounted_agreement(out, "fp16", gate_prompts(generator, corpus), entry["gate_new_tokens"], generator.specials.padding_id)
+    assert entry["greedy_token_agreement_with_fp32"] == pytest.approx(agreement)
+    assert entry["identical_continuations"] == pytest.approx(identical)
+    assert default_variant(manifest) != "fp16" and Predictor(out).variant != "fp16"
+    assert default_variant(manifest, "cuda") == ("fp16" if entry["agreement_ok"] else "fp32")
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(out / "model.fp16.onnx"), providers=["CPUExecutionProvider"])
+    edges = [*session.get_inputs(), *session.get_outputs()]
+    assert {value.type for value in edges if value.name.startswith(("past_", "present_", "logits"))} == {"tensor(float)"}
+
+
+def test_fp16_decodes_in_the_lean_runtime_without_tensorflow(gpt_run, gated_export) -> None:
+    _, corpus, _ = gpt_run
+    out, _ = gated_export
+    prompts = _prompts(corpus, 4)
+    code = (
+        "import json, sys, warnings\n"
+        "from ptmkit_export import Predictor\n"
+        "warnings.simplefilter('ignore')\n"
+        f"fp16 = Predictor({str(out)!r}, variant='fp16', threads=1)\n"
+        "cache = sorted({v.type for v in fp16.session.get_inputs() if v.name.startswith('past_')})\n"
+        f"texts = fp16.generate({prompts!r}, max_new_tokens=6)\n"
+        f"reference = Predictor({str(out)!r}, variant='fp32', threads=1).generate({prompts!r}, max_new_tokens=6)\n"
+        "heavy = sorted(m for m in ('tensorflow', 'keras', 'keras_hub', 'tf2onnx') if m in sys.modules)\n"
+        "print(json.dumps({'texts': texts, 'reference': reference, 'cache': cache, 'heavy': heavy}))\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env = {**os.environ, "PYTHONPATH": os.path.join(root, "export")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["heavy"] == [] and result["cache"] == ["tensor(float)"]
+    assert len(result["texts"]) == 4 and all(isinstance(text, str) for text in result["texts"])
+    agreeing = sum(a == b for a, b in zip(result["texts"], result["reference"], strict=True))
+    assert agreeing >= 3  # the gate's agreement on this model is ~1: at most one prompt may diverge
