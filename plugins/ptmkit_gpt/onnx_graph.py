@@ -17,8 +17,8 @@ cache to feed back. This is the layout of Hugging Face optimum's decoder exports
 The computation is :class:`~ptmkit_gpt.backbone.GPTBackbone`'s: positions are
 ``max(cumsum(padding_mask) - 1, 0)`` over the whole mask (the new tokens take the last
 ``sequence`` of them); each block is keras-hub's ``TransformerDecoder`` (pre-LN for GPT-2, post-LN
-for GPT-1), attention ``softmax(q k^T / sqrt(head_dim) + bias) v`` with ``bias`` -1e9 on future and
-padded keys (Keras' masked softmax), GELU in its tanh form (keras-hub's ``gelu_approximate``).
+for GPT-1), attention ``softmax(q k^T / sqrt(head_dim) + bias) v`` with ``bias`` :data:`MASKED` on
+future and padded keys (Keras' masked softmax), GELU in its tanh form (keras-hub's ``gelu_approximate``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,11 @@ from typing import Any
 import numpy as np
 
 OPSET = 17
-MASKED = -1e9
+#: The attention bias of a key a query may not see: exp(-1e4) is 0 in float32 as -1e9 is, and
+#: -1e4 plus any plausible score stays finite in float16 (the fp16 variant; -1e9 would become
+#: -65504 there and overflow to -inf, turning a left-padding row's softmax into NaN that its
+#: cached values carry into the real rows). Hugging Face's GPT-2 used -1e4 too.
+MASKED = -1e4
 
 
 class _Graph:
@@ -129,7 +133,7 @@ def _block(g: _Graph, x: str, i: int, layer: Any, heads: int, bias: str, pre_nor
 def _embeddings_and_bias(g: _Graph, backbone: Any) -> tuple[str, str]:
     """The summed token and position embeddings of the new tokens, and the attention bias
     ``(batch, 1, sequence, total)``: 0 where query ``s`` (absolute position ``total - sequence +
-    s``) may see key ``t`` (``t`` not after it and not padding), -1e9 elsewhere."""
+    s``) may see key ``t`` (``t`` not after it and not padding), :data:`MASKED` elsewhere."""
     for name, value in (("c_0.044715", 0.044715), ("c_sqrt_2_over_pi", np.sqrt(2 / np.pi)), ("c_0.5", 0.5), ("c_1", 1.0), ("c_masked", MASKED), ("c_0", 0.0)):
         g.const(name, value)
     g.const("i_0", [0], np.int64)

@@ -204,6 +204,18 @@ def test_fp16_variant_is_gated_like_int8_and_never_the_cpu_default(gpt_run, gpt_
     session = ort.InferenceSession(str(out / "model.fp16.onnx"), providers=["CPUExecutionProvider"])
     edges = [*session.get_inputs(), *session.get_outputs()]
     assert {value.type for value in edges if value.name.startswith(("past_", "present_", "logits"))} == {"tensor(float)"}
+    from ptmkit_export.decoding import CachedDecoder
+    from ptmkit_gpt.onnx_graph import MASKED
+
+    assert np.isfinite(np.float16(MASKED) - np.float16(1000))  # a masked score stays finite in float16
+    spec = manifest["decoder"]
+    token_ids = np.random.default_rng(3).integers(0, generator.config.vocabulary_size, (3, 12)).astype(np.int32)
+    mask = np.ones_like(token_ids)
+    mask[1, :5], mask[2, :10] = 0, 0  # left padding: its rows see no key
+    fp32, half = (CachedDecoder(ort.InferenceSession(str(out / name)), spec["layers"], spec["heads"], spec["head_dim"]).run(token_ids, mask)
+                  for name in ("model.onnx", "model.fp16.onnx"))
+    assert all(np.isfinite(tensor).all() for tensor in half)  # padding rows too: their cached values reach no NaN
+    assert np.abs(fp32[0] - half[0])[mask.astype(bool)].max() < 1e-2
 
 
 def test_fp16_decodes_in_the_lean_runtime_without_tensorflow(gpt_run, gated_export) -> None:
