@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from inplugins import in_tree_plugins  # noqa: F401 - the fixture
-from transformer_pairs import short_pairs, write_pairs
+from transformer_pairs import check_resume_after_interrupt, short_pairs, write_pairs
 
 from ptmkit.testing import main
 
@@ -204,35 +204,10 @@ def test_denoising_refusals(pairs_file: Path, corpus: Path, tmp_path: Path, caps
 
 
 def test_interrupted_denoising_run_resumes_to_the_uninterrupted_weights(corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import h5py
-
-    import ptmkit.api as api
-
     tiny = [*TINY, "model.max_steps=8", "model.checkpoint_every=4", "model.dropout=0.1", "model.bart_noises=text_infilling,token_deletion,document_rotation"]
 
     def argv(out: Path, *more: str) -> list[str]:
         return ["train", "transformer", "--corpus", str(corpus), "--objective", "bart", "--out", str(out), *_sets(tiny), *more]
 
-    def weights(run: Path) -> dict[str, np.ndarray]:
-        arrays: dict[str, np.ndarray] = {}
-        with h5py.File(run / "backbone.weights.h5", "r") as handle:
-            handle.visititems(lambda name, item: arrays.__setitem__(name, item[()]) if isinstance(item, h5py.Dataset) else None)
-        return arrays
-
-    assert main(argv(tmp_path / "whole")) == 0
-    original = api.ProgressCallback.on_train_batch_end
-
-    def interrupt_after_step_6(self: Any, batch: int, logs: Any = None) -> None:  # two steps after the checkpoint at step 4
-        original(self, batch, logs)
-        if self.step == 6:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(api.ProgressCallback, "on_train_batch_end", interrupt_after_step_6)
-    assert main(argv(tmp_path / "cut")) == 130
-    monkeypatch.setattr(api.ProgressCallback, "on_train_batch_end", original)
-    assert main(["train", "transformer", "--corpus", str(corpus), "--out", str(tmp_path / "cut"), "--resume"]) == 0  # the stored config
-    whole, resumed = weights(tmp_path / "whole"), weights(tmp_path / "cut")
-    assert whole.keys() == resumed.keys() and len(whole) > 10
-    for name, value in whole.items():
-        np.testing.assert_array_equal(resumed[name], value, err_msg=name)
-    assert json.loads((tmp_path / "cut" / "metrics.json").read_text())["resumed_from_step"] == 4
+    resume = ["train", "transformer", "--corpus", str(corpus), "--out", str(tmp_path / "cut"), "--resume"]  # the stored config
+    check_resume_after_interrupt(argv, resume, tmp_path, monkeypatch)

@@ -4,14 +4,13 @@ chrF against sacrebleu's rules, and the one-line refusals of bad input."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 from inplugins import in_tree_plugins  # noqa: F401 - the fixture
-from transformer_pairs import short_pairs, write_pairs
+from transformer_pairs import check_resume_after_interrupt, short_pairs, write_pairs
 
 from ptmkit.testing import main
 
@@ -155,10 +154,6 @@ def test_translate_refusals(overfit_run, tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_interrupted_run_resumes_to_the_uninterrupted_weights(pairs_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import h5py
-
-    import ptmkit.api as api
-
     tiny = ["model.vocabulary_size=300", "model.min_frequency=1", "model.encoder_layers=1", "model.decoder_layers=1", "model.hidden_dim=16",
             "model.num_heads=2", "model.intermediate_dim=32", "model.max_sequence_length=32", "model.batch_size=8", "model.max_steps=10",
             "model.warmup_steps=4", "model.checkpoint_every=4", "model.dev_sentences=0", "model.dropout=0.1"]
@@ -166,31 +161,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_weights(pairs_file: Path, 
     def argv(out: Path, *more: str) -> list[str]:
         return ["train", "transformer", "--parallel", str(pairs_file), "--out", str(out), *(a for item in tiny for a in ("--set", item)), *more]
 
-    def weights(run: Path) -> dict[str, np.ndarray]:
-        arrays: dict[str, np.ndarray] = {}
-        with h5py.File(run / "backbone.weights.h5", "r") as handle:
-            handle.visititems(lambda name, item: arrays.__setitem__(name, item[()]) if isinstance(item, h5py.Dataset) else None)
-        return arrays
-
-    assert main(argv(tmp_path / "whole")) == 0
-    original = api.ProgressCallback.on_train_batch_end
-
-    def interrupt_after_step_6(self, batch, logs=None):  # two steps after the checkpoint at step 4
-        original(self, batch, logs)
-        if self.step == 6:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(api.ProgressCallback, "on_train_batch_end", interrupt_after_step_6)
-    assert main(argv(tmp_path / "cut")) == 130
-    assert json.loads((tmp_path / "cut" / "checkpoints" / "latest.json").read_text())["step"] == 4
-    assert not (tmp_path / "cut" / "manifest.json").exists()
-    monkeypatch.setattr(api.ProgressCallback, "on_train_batch_end", original)
-    assert main(argv(tmp_path / "cut", "--resume")) == 0
-    whole, resumed = weights(tmp_path / "whole"), weights(tmp_path / "cut")
-    assert whole.keys() == resumed.keys() and len(whole) > 20
-    for name, value in whole.items():
-        np.testing.assert_array_equal(resumed[name], value, err_msg=name)
-    assert json.loads((tmp_path / "cut" / "metrics.json").read_text())["resumed_from_step"] == 4
+    check_resume_after_interrupt(argv, argv(tmp_path / "cut", "--resume"), tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize(("positions", "normalization"), [("sinusoidal", "post"), ("learned", "pre")])

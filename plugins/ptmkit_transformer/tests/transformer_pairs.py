@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 DEV = Path(__file__).resolve().parents[3] / "data" / "parallel" / "en-de-dev.tsv"
 
@@ -43,3 +44,45 @@ def short_pairs(count: int = 20) -> list[tuple[str, str]]:
 def write_pairs(path: Path, pairs: list[tuple[str, str]], header: str = "en\tde") -> Path:
     path.write_text("".join(f"{line}\n" for line in [header, *(f"{s}\t{t}" for s, t in pairs)]), encoding="utf-8")
     return path
+
+
+def check_resume_after_interrupt(argv: Any, resume_argv: list[str], tmp_path: Path, monkeypatch: Any) -> dict[str, Any]:
+    """Train ``argv(tmp_path / "whole")`` through; train ``argv(tmp_path / "cut")`` with a Ctrl-C
+    after step 6 (two steps past a checkpoint at step 4: exit 130, no manifest, the checkpoint at
+    step 4); run ``resume_argv`` (which resumes ``tmp_path / "cut"``); assert the resumed backbone's
+    weights equal the uninterrupted run's bit for bit, and return the resumed run's metrics."""
+    import json
+
+    import h5py
+    import numpy as np
+
+    import ptmkit.api as api
+    from ptmkit.testing import main
+
+    def weights(run: Path) -> dict[str, np.ndarray]:
+        arrays: dict[str, np.ndarray] = {}
+        with h5py.File(run / "backbone.weights.h5", "r") as handle:
+            handle.visititems(lambda name, item: arrays.__setitem__(name, item[()]) if isinstance(item, h5py.Dataset) else None)
+        return arrays
+
+    assert main(argv(tmp_path / "whole")) == 0
+    original = api.ProgressCallback.on_train_batch_end
+
+    def interrupt_after_step_6(self: Any, batch: int, logs: Any = None) -> None:
+        original(self, batch, logs)
+        if self.step == 6:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(api.ProgressCallback, "on_train_batch_end", interrupt_after_step_6)
+    assert main(argv(tmp_path / "cut")) == 130
+    assert json.loads((tmp_path / "cut" / "checkpoints" / "latest.json").read_text())["step"] == 4
+    assert not (tmp_path / "cut" / "manifest.json").exists()
+    monkeypatch.setattr(api.ProgressCallback, "on_train_batch_end", original)
+    assert main(resume_argv) == 0
+    whole, resumed = weights(tmp_path / "whole"), weights(tmp_path / "cut")
+    assert whole.keys() == resumed.keys() and len(whole) > 10
+    for name, value in whole.items():
+        np.testing.assert_array_equal(resumed[name], value, err_msg=name)
+    metrics = json.loads((tmp_path / "cut" / "metrics.json").read_text())
+    assert metrics["resumed_from_step"] == 4
+    return metrics
