@@ -39,10 +39,14 @@ instance's ``run`` wrapped on both sides), so that the rest is each side's decod
 NumPy; optimum: transformers' ``generate`` with torch tensors). Identical rows: generated token ids
 equal, row for row.
 
-Table 3, the two ONNX graphs alone: one call of each export's ``model.onnx`` in its own ONNX Runtime
+Table 3, the ONNX graphs alone: one call of each export's ``model.onnx`` in its own ONNX Runtime
 session (same options), one new token over a past of random keys and values (batch x past:
 1 x 64, 1 x 512, 8 x 64), called alternately ``GRAPH_CALLS`` times, the first fifth dropped;
-median process-CPU and wall ms per call. optimum's graph takes ``input_ids``, ``attention_mask``,
+median process-CPU and wall ms per call. ptmkit's export is made with ``--optimize 2 --int8 --dev
+CORPUS`` (the gate decodes the corpus's first 64 lines), and its ``model.opt.onnx`` (fused
+``MultiHeadAttention`` with the cache, ``SkipLayerNormalization``, ``FastGelu``) and
+``model.int8.onnx`` (dynamic int8 of the optimized graph) are timed in the same rotation; tables 1
+and 2 use the fp32 ``model.onnx``, as optimum's side is fp32. optimum's graph takes ``input_ids``, ``attention_mask``,
 ``position_ids`` (int64) and ``past_key_values.{i}.key/value``; ptmkit's ``token_ids``, ``padding_mask``
 (int32) and ``past_key_{i}``/``past_value_{i}``.
 
@@ -125,8 +129,8 @@ PTMKIT_SCRIPT = """
 import sys
 from ptmkit.cli import main
 import ptmkit_gpt.backbone  # keras-hub, Keras and TensorFlow: the slow imports
-checkpoint, run = sys.stdin.read().split()
-for argv in (["import-hf", checkpoint, "--out", run], ["export", run]):
+checkpoint, run, prompts = sys.stdin.read().split()
+for argv in (["import-hf", checkpoint, "--out", run], ["export", run, "--optimize", "2", "--int8", "--dev", prompts]):
     code = main(argv)
     if code:
         raise SystemExit(f"ptmkit {' '.join(argv)}: exit {code}")
@@ -243,7 +247,7 @@ def start_ptmkit() -> subprocess.Popen[str]:
 def export_ptmkit(child: subprocess.Popen[str], args: argparse.Namespace) -> float:
     """Hand ``child`` the checkpoint; the seconds until its import and export are done."""
     started = time.perf_counter()
-    out, err = child.communicate(f"{args.work / 'checkpoint'}\n{args.work / 'run'}\n")
+    out, err = child.communicate(f"{args.work / 'checkpoint'}\n{args.work / 'run'}\n{CORPUS}\n")
     if child.returncode:
         raise SystemExit(f"ptmkit import-hf / export failed:\n{out[-2000:]}\n{err[-3000:]}")
     return time.perf_counter() - started
@@ -406,6 +410,9 @@ def ptmkit_generate(predictor: Any, clock: SessionClock, prompts: list[list[int]
 
 GRAPH_SHAPES = {False: ((1, 64), (1, 512), (8, 64)), True: ((1, 16), (8, 16))}  # (batch, past) of table 3
 GRAPH_CALLS = {False: 500, True: 50}
+#: ptmkit's graphs in table 3: the export's fp32, ``--optimize 2`` and int8 (quantized from the
+#: optimized graph) files.
+PTMKIT_GRAPHS = {"ptmkit": "model.onnx", "ptmkit optimized": "model.opt.onnx", "ptmkit int8": "model.int8.onnx"}
 MEASURES = ("ms", "cpu ms", "session ms")  # per token: wall, process CPU, wall inside session.run
 
 
@@ -452,8 +459,9 @@ def graph_table(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
+    export = args.work / "run" / "export"
     sessions = {side: ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-                for side, path in (("ptmkit", args.work / "run" / "export" / "model.onnx"), ("optimum", args.work / "optimum" / "model.onnx"))}
+                for side, path in (*((side, export / file) for side, file in PTMKIT_GRAPHS.items()), ("optimum", args.work / "optimum" / "model.onnx"))}
     wanted = {i.name for i in sessions["optimum"].get_inputs()}
     m, rng, rows = args.model, np.random.default_rng(0), []
     for batch, past in GRAPH_SHAPES[args.quick]:
@@ -465,9 +473,10 @@ def graph_table(args: argparse.Namespace) -> list[dict[str, Any]]:
                 cache = rng.standard_normal((batch, m["heads"], past, m["hidden"] // m["heads"])).astype(np.float32)
                 feeds["ptmkit"][f"past_{kind}_{i}"] = feeds["optimum"][f"past_key_values.{i}.{kind}"] = cache
         feeds["optimum"] = {name: value for name, value in feeds["optimum"].items() if name in wanted}
-        times: dict[str, list[tuple[float, float]]] = {"ptmkit": [], "optimum": []}
+        feeds |= {side: feeds["ptmkit"] for side in PTMKIT_GRAPHS}
+        times: dict[str, list[tuple[float, float]]] = {side: [] for side in sessions}
         for call in range(GRAPH_CALLS[args.quick]):
-            for side in ("ptmkit", "optimum") if call % 2 == 0 else ("optimum", "ptmkit"):
+            for side in list(sessions) if call % 2 == 0 else list(sessions)[::-1]:
                 wall, cpu = time.perf_counter(), time.process_time()
                 sessions[side].run(None, feeds[side])
                 times[side].append((time.perf_counter() - wall, time.process_time() - cpu))
@@ -509,12 +518,15 @@ def tables(results: dict[str, Any]) -> str:
     if results["optimum"].get("graph"):
         lines += [
             "",
-            "| one decoder call, session.run alone: batch x past | ptmkit CPU ms | optimum CPU ms | ptmkit / optimum | wall ms: ptmkit / optimum |",
-            "|---|---|---|---|---|",
+            "| one decoder call, session.run alone: batch x past | ptmkit CPU ms | optimum CPU ms | ptmkit / optimum | wall ms: ptmkit / optimum "
+            "| `--optimize 2` CPU ms (/ optimum) | int8 CPU ms (/ optimum) |",
+            "|---|---|---|---|---|---|---|",
         ]
         for row in results["optimum"]["graph"]:
+            extra = " | ".join(f"{row[f'{side} cpu ms']:.3f} ({row[f'{side} cpu ms'] / row['optimum cpu ms']:.2f}x)" if f"{side} cpu ms" in row else "n/a"
+                               for side in ("ptmkit optimized", "ptmkit int8"))
             lines.append(f"| {row['batch']} x {row['past']} | {row['ptmkit cpu ms']:.3f} | {row['optimum cpu ms']:.3f} | "
-                         f"{row['ptmkit cpu ms'] / row['optimum cpu ms']:.2f}x | {row['ptmkit ms']:.3f} / {row['optimum ms']:.3f} |")
+                         f"{row['ptmkit cpu ms'] / row['optimum cpu ms']:.2f}x | {row['ptmkit ms']:.3f} / {row['optimum ms']:.3f} | {extra} |")
     return "\n".join(lines)
 
 
@@ -602,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
         worker.close()
     from ptmkit_export import Predictor
 
-    predictor = Predictor(args.work / "run" / "export", threads=args.threads)
+    predictor = Predictor(args.work / "run" / "export", variant="fp32", threads=args.threads)  # tables 1-2: fp32 against fp32
     stream, prompts = corpus_ids(predictor.tokenizer, args.quick)
     results: dict[str, Any] = {"model": args.model, "parameters": facts["parameters"], "eot": facts["eot"], "load_before": load_before,
                                "setup_seconds": {"checkpoint": facts["checkpoint_seconds"], "ptmkit import-hf + export": export_seconds}}

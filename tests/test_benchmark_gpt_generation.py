@@ -71,4 +71,5 @@ def test_optimum_generates_the_same_tokens(quick: tuple[dict[str, Any], str]) ->
         assert f"| {row['batch']} | {row['ptmkit ms']:.3f} | {row['optimum ms']:.3f} | **{row['ptmkit ms'] / row['optimum ms']:.2f}x** |" in printed
     assert [(row["batch"], row["past"]) for row in optimum["graph"]] == [(1, 16), (8, 16)]
     assert all(row["ptmkit cpu ms"] > 0 and row["optimum cpu ms"] > 0 for row in optimum["graph"])
+    assert all(row["ptmkit optimized cpu ms"] > 0 and row["ptmkit int8 cpu ms"] > 0 for row in optimum["graph"])  # the export's variants
     assert "| one decoder call, session.run alone: batch x past |" in printed and "| 8 x 16 |" in printed

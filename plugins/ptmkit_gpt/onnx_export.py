@@ -4,7 +4,8 @@
 
 The export directory holds ``model.onnx``, ``tokenizer.json`` and ``manifest.json`` (``task``
 ``generation``, a ``decoder`` object describing the cache; :mod:`ptmkit_export.decoding`), and with
-``--int8 --dev PROMPTS`` ``model.int8.onnx`` and with ``--fp16 --dev PROMPTS`` ``model.fp16.onnx``,
+``--optimize N --dev PROMPTS`` ``model.opt.onnx`` (fused attention with its cache at ``N`` >= 2),
+with ``--int8 --dev PROMPTS`` ``model.int8.onnx`` and with ``--fp16 --dev PROMPTS`` ``model.fp16.onnx``,
 each gated on greedy-token agreement with fp32 and per-token latency
 (:mod:`ptmkit_gpt.onnx_variants`). It is
 built in a staging directory beside the target and moved in only when the parity check passed.
@@ -30,7 +31,7 @@ PARITY_TOLERANCE = 1e-4
 GATE_KEYS = ("ok", "agreement_ok", "greedy_token_agreement_with_fp32", "identical_continuations", "latency_ms_per_token_b1", "fp32_paired_latency_ms_per_token_b1")
 FORMAT = "ptmkit-export/1"
 #: ``ptmkit export`` options this export does not honour yet, with the value meaning "not given".
-UNSUPPORTED = {"optimize": 0, "static": False, "with_tokenizer": False, "calibration": None, "exclude_nodes": (), "int4": False,
+UNSUPPORTED = {"static": False, "with_tokenizer": False, "calibration": None, "exclude_nodes": (), "int4": False,
                "fused_layer_norm": False, "exact_gelu": False}
 
 
@@ -99,15 +100,23 @@ def decoder_manifest(generator: Any, run_dir: Path, parity: float) -> dict[str, 
 
 
 def _add_variants(tmp: Path, manifest: dict[str, Any], wanted: list[str], prompts: list[list[int]], options: dict[str, Any], console: Any) -> None:
-    """Build and gate each of ``wanted`` (keys of :data:`ptmkit_gpt.onnx_variants.VARIANTS`) from
-    ``tmp / "model.onnx"`` into ``tmp``, adding its entry to ``manifest["variants"]`` and its
-    figures (:data:`GATE_KEYS`) to ``manifest["gate"]``; prints one line per variant."""
+    """Build and gate each of ``wanted`` (keys of :data:`ptmkit_gpt.onnx_variants.VARIANTS`, in
+    that order) into ``tmp``, adding its entry to ``manifest["variants"]`` and its figures
+    (:data:`GATE_KEYS`) to ``manifest["gate"]``; prints one line per variant. Each is gated against
+    ``tmp / "model.onnx"``; ``optimized`` is built from ``tmp / "model.fused.onnx"`` when that
+    exists (``--optimize 2-3``), ``int8`` from ``model.opt.onnx`` when it was built and passed its
+    gate, everything else from ``model.onnx``."""
     from ptmkit_gpt.onnx_variants import VARIANTS, gate_variant
 
     for name in wanted:
         file, build = VARIANTS[name]
+        source = tmp / "model.onnx"
+        if name == "optimized" and (tmp / "model.fused.onnx").exists():
+            source = tmp / "model.fused.onnx"
+        elif name == "int8" and manifest["variants"].get("optimized", {}).get("ok"):
+            source = tmp / VARIANTS["optimized"][0]
         with console.status(f"building and gating the {name} variant"):
-            built = build(tmp / "model.onnx", tmp / file, options)
+            built = build(source, tmp / file, options) | ({"source": source.name} if source.name != "model.onnx" else {})
             entry = gate_variant(tmp / "model.onnx", tmp / file, manifest["decoder"], prompts, manifest["pad_token_id"], built)
         manifest["variants"][name] = entry
         manifest["gate"][name] = {key: entry[key] for key in GATE_KEYS}
@@ -123,9 +132,9 @@ def export_decoder(run_dir: Path, out: Path, options: dict[str, Any], console: A
         the manifest, with ``directory`` and ``summary``.
 
     Raises:
-        ExportError: an option not supported yet (``--optimize``, ``--static``,
-            ``--with-tokenizer``, ``--exclude-nodes``, ...); ``--int8`` or ``--fp16`` without
-            ``--dev`` (or the reverse); the parity check failed (nothing written).
+        ExportError: an option not supported yet (``--static``, ``--with-tokenizer``,
+            ``--exclude-nodes``, ...); ``--optimize``, ``--int8`` or ``--fp16`` without ``--dev``
+            (or the reverse); the parity check failed (nothing written).
         DataError: a ``--dev`` file that is missing, not UTF-8 or empty.
         RunDirError: not a finished pre-training run.
     """
@@ -137,13 +146,15 @@ def export_decoder(run_dir: Path, out: Path, options: dict[str, Any], console: A
 
     given = [f"--{name.replace('_', '-')}" for name, default in UNSUPPORTED.items() if options.get(name, default) not in (default, None)]
     if given:
-        raise ExportError(f"{', '.join(given)}: not supported yet for a decoder export (key/value cache: fp32, --int8 dynamic and --fp16)")
-    wanted, dev = [name for name in VARIANTS if options.get(name)], options.get("dev")
+        raise ExportError(f"{', '.join(given)}: not supported yet for a decoder export (key/value cache: fp32, --optimize, --int8 dynamic and --fp16)")
+    level = int(options.get("optimize") or 0)
+    wanted = [name for name in VARIANTS if options.get(name) or (name == "optimized" and level > 0)]
+    dev = options.get("dev")
     if wanted and dev is None:
-        flags = " ".join(f"--{name}" for name in wanted)
+        flags = " ".join(f"--optimize {level}" if name == "optimized" else f"--{name}" for name in wanted)
         raise ExportError(f"{flags} on a decoder export needs --dev FILE (prompts, one a line, for its greedy-token gate)")
     if dev is not None and not wanted:
-        raise ExportError("--dev on a decoder export needs --int8 or --fp16 (the variants its prompts gate)")
+        raise ExportError("--dev on a decoder export needs --optimize, --int8 or --fp16 (the variants its prompts gate)")
     generator = TextGenerator(run_dir)
     prompts = gate_prompts(generator, Path(dev)) if dev is not None else []
     model = build_decoder_graph(generator.backbone)
@@ -154,7 +165,10 @@ def export_decoder(run_dir: Path, out: Path, options: dict[str, Any], console: A
     with staging_directory(out, ".export-") as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "model.onnx").write_bytes(model.SerializeToString())
-        _add_variants(tmp, manifest, wanted, prompts, options, console)
+        if level >= 2:
+            (tmp / "model.fused.onnx").write_bytes(build_decoder_graph(generator.backbone, fused_attention=True).SerializeToString())
+        config = generator.config
+        _add_variants(tmp, manifest, wanted, prompts, options | {"num_heads": config.num_heads, "hidden_size": config.hidden_dim}, console)
         (tmp / "tokenizer.json").write_bytes((Path(run_dir) / "tokenizer.json").read_bytes())
         atomic_write_json(tmp / "manifest.json", manifest)
         out.mkdir(parents=True, exist_ok=True)

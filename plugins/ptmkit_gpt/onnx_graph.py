@@ -33,6 +33,8 @@ OPSET = 17
 #: -65504 there and overflow to -inf, turning a left-padding row's softmax into NaN that its
 #: cached values carry into the real rows). Hugging Face's GPT-2 used -1e4 too.
 MASKED = -1e4
+#: The domain of ONNX Runtime's contrib ops (the fused graph's ``MultiHeadAttention``).
+CONTRIB_DOMAIN = "com.microsoft"
 
 
 class _Graph:
@@ -89,16 +91,37 @@ def _dense(g: _Graph, x: str, prefix: str, kernel: np.ndarray, bias: np.ndarray)
 
 
 def _gelu_tanh(g: _Graph, x: str) -> str:
-    """``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
+    """``(x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))) 0.5``: in PyTorch's order of operations,
+    which ONNX Runtime's optimizer fuses into one ``FastGelu`` (``--optimize 2``)."""
     cube = g.op("Mul", [g.op("Mul", [x, x]), x])
     inner = g.op("Mul", [g.op("Add", [x, g.op("Mul", [cube, "c_0.044715"])]), "c_sqrt_2_over_pi"])
-    return g.op("Mul", [g.op("Mul", [x, "c_0.5"]), g.op("Add", [g.op("Tanh", [inner]), "c_1"])])
+    return g.op("Mul", [g.op("Mul", [x, g.op("Add", [g.op("Tanh", [inner]), "c_1"])]), "c_0.5"])
 
 
 def _split_heads(g: _Graph, x: str, heads: int, head_dim: int) -> str:
     """``(batch, sequence, hidden)`` -> ``(batch, heads, sequence, head_dim)``."""
     shaped = g.op("Reshape", [x, g.const(f"shape_heads_{heads}_{head_dim}", [0, 0, heads, head_dim], np.int64)])
     return g.op("Transpose", [shaped], perm=[0, 2, 1, 3])
+
+
+def _fused_attention(g: _Graph, x: str, i: int, w: dict[str, np.ndarray], heads: int, bias: str) -> str:
+    """:func:`_attention` as one ``com.microsoft.MultiHeadAttention`` node: the three projections'
+    biases in its ``bias`` input, the attention bias in its ``attention_bias``, the cache in its
+    ``past_key``/``past_value`` inputs and ``present_key``/``present_value`` outputs (the same
+    layout: ``(batch, heads, total, head_dim)``); scale ``1 / sqrt(head_dim)``, its default."""
+    q, k, v = (g.op("MatMul", [x, g.const(f"layer{i}.{n}.kernel", w[f"{n}_kernel"])]) for n in ("query", "key", "value"))
+    qkv_bias = g.const(f"layer{i}.qkv.bias", np.concatenate([w["query_bias"], w["key_bias"], w["value_bias"]]))
+    g.nodes.append(
+        _node("MultiHeadAttention", [q, k, v, qkv_bias, "", bias, f"past_key_{i}", f"past_value_{i}"],
+              [f"context_{i}", f"present_key_{i}", f"present_value_{i}"], f"MultiHeadAttention_{i}", num_heads=heads)
+    )
+    return _dense(g, f"context_{i}", f"layer{i}.output", w["output_kernel"], w["output_bias"])
+
+
+def _node(kind: str, inputs: list[str], outputs: list[str], name: str, **attributes: Any) -> Any:
+    from onnx import helper
+
+    return helper.make_node(kind, inputs, outputs, name=name, domain=CONTRIB_DOMAIN, **attributes)
 
 
 def _attention(g: _Graph, x: str, i: int, w: dict[str, np.ndarray], heads: int, bias: str) -> str:
@@ -114,11 +137,11 @@ def _attention(g: _Graph, x: str, i: int, w: dict[str, np.ndarray], heads: int, 
     return _dense(g, merged, f"layer{i}.output", w["output_kernel"], w["output_bias"])
 
 
-def _block(g: _Graph, x: str, i: int, layer: Any, heads: int, bias: str, pre_norm: bool, epsilon: float) -> str:
+def _block(g: _Graph, x: str, i: int, layer: Any, heads: int, bias: str, pre_norm: bool, epsilon: float, fused: bool = False) -> str:
     """keras-hub's ``TransformerDecoder.call`` without dropout or cross-attention."""
     w = _weights(layer)
     h = _layer_norm(g, x, f"layer{i}.attention_norm", w["attention_norm_gamma"], w["attention_norm_beta"], epsilon) if pre_norm else x
-    x = g.op("Add", [_attention(g, h, i, w, heads, bias), x])
+    x = g.op("Add", [(_fused_attention if fused else _attention)(g, h, i, w, heads, bias), x])
     if not pre_norm:
         x = _layer_norm(g, x, f"layer{i}.attention_norm", w["attention_norm_gamma"], w["attention_norm_beta"], epsilon)
     h = _layer_norm(g, x, f"layer{i}.ffn_norm", w["ffn_norm_gamma"], w["ffn_norm_beta"], epsilon) if pre_norm else x
@@ -138,28 +161,33 @@ def _embeddings_and_bias(g: _Graph, backbone: Any) -> tuple[str, str]:
         g.const(name, value)
     g.const("i_0", [0], np.int64)
     g.const("i_1", [1], np.int64)
-    g.const("axes_1", [1], np.int64)
     mask = g.op("Cast", ["padding_mask"], to=7)  # int64
     positions = g.op("Max", [g.op("Sub", [g.op("CumSum", [mask, g.const("axis_1", 1, np.int64)]), "i_1"]), "i_0"])
-    total = g.op("Gather", [g.op("Shape", ["padding_mask"]), "i_1"])  # [total]
-    sequence = g.op("Gather", [g.op("Shape", ["token_ids"]), "i_1"])  # [sequence]
-    past = g.op("Sub", [total, sequence])
-    new_positions = g.op("Slice", [positions, past, total, "axes_1"])
+    # Scalars from the shapes, and a Gather of the new tokens' columns past..total-1: ONNX Runtime's
+    # symbolic shape inference follows these (not a Slice with a computed start, nor a Reshape to a
+    # scalar), and its optimizer fuses nothing where that inference fails (``--optimize 2``).
+    total = g.op("Gather", [g.op("Shape", ["padding_mask"]), "axis_1"])  # scalar total
+    sequence = g.op("Gather", [g.op("Shape", ["token_ids"]), "axis_1"])  # scalar sequence
+    queries = g.op("Range", [g.op("Sub", [total, sequence]), total, g.const("step_1", 1, np.int64)])
+    new_positions = g.op("Gather", [positions, queries], axis=1)
     tokens = g.op("Gather", [g.const("token_embedding", np.asarray(backbone.token_embedding.embeddings)), "token_ids"], axis=0)
     places = g.op("Gather", [g.const("position_embedding", np.asarray(backbone.position_embedding.position_embeddings)), new_positions], axis=0)
     x = g.op("Add", [tokens, places])
-    scalar = g.const("shape_scalar", np.zeros(0), np.int64)
-    queries = g.op("Range", [g.op("Reshape", [past, scalar]), g.op("Reshape", [total, scalar]), g.const("step_1", 1, np.int64)])
-    keys = g.op("Range", [g.const("start_0", 0, np.int64), g.op("Reshape", [total, scalar]), "step_1"])
+    keys = g.op("Range", [g.const("start_0", 0, np.int64), total, "step_1"])
     causal = g.op("LessOrEqual", [g.op("Unsqueeze", [keys, "i_0"]), g.op("Unsqueeze", [queries, "i_1"])])  # (sequence, total)
     real = g.op("Unsqueeze", [g.op("Cast", ["padding_mask"], to=9), g.const("axes_1_2", [1, 2], np.int64)])  # (batch, 1, 1, total)
     bias = g.op("Where", [g.op("And", [causal, real]), "c_0", "c_masked"], "attention_bias")
     return x, bias
 
 
-def build_decoder_graph(backbone: Any) -> Any:
+def build_decoder_graph(backbone: Any, fused_attention: bool = False) -> Any:
     """The ``onnx.ModelProto`` of ``backbone`` (a :class:`~ptmkit_gpt.backbone.GPTBackbone`) with
     a key/value cache; see the module docstring.
+
+    Args:
+        fused_attention: write each block's attention as one ONNX Runtime
+            ``com.microsoft.MultiHeadAttention`` node with its cache inputs and outputs (the same
+            graph inputs and outputs; runs on ONNX Runtime only): ``ptmkit export --optimize 2``.
 
     Raises:
         onnx.checker.ValidationError: the graph is not valid ONNX (a bug).
@@ -172,7 +200,7 @@ def build_decoder_graph(backbone: Any) -> Any:
     head_dim = backbone.hidden_dim // heads
     x, bias = _embeddings_and_bias(g, backbone)
     for i, layer in enumerate(backbone.transformer_layers):
-        x = _block(g, x, i, layer, heads, bias, backbone.normalize_first, backbone.layer_norm_epsilon)
+        x = _block(g, x, i, layer, heads, bias, backbone.normalize_first, backbone.layer_norm_epsilon, fused_attention)
     if backbone.layer_norm is not None:
         x = _layer_norm(g, x, "final_norm", np.asarray(backbone.layer_norm.gamma), np.asarray(backbone.layer_norm.beta), backbone.layer_norm_epsilon)
     g.op("MatMul", [x, g.const("output_embedding", np.asarray(backbone.token_embedding.embeddings).T)], "logits")
@@ -188,6 +216,7 @@ def build_decoder_graph(backbone: Any) -> Any:
             inputs.append(helper.make_tensor_value_info(f"past_{kind}_{i}", TensorProto.FLOAT, cache))
             outputs.append(helper.make_tensor_value_info(f"present_{kind}_{i}", TensorProto.FLOAT, present))
     graph = helper.make_graph(g.nodes, "gpt_decoder_with_cache", inputs, outputs, g.initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="ptmkit_gpt")
+    opsets = [helper.make_opsetid("", OPSET)] + ([helper.make_opsetid(CONTRIB_DOMAIN, 1)] if fused_attention else [])
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="ptmkit_gpt")
     onnx.checker.check_model(model)
     return model

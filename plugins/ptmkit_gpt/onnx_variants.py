@@ -1,6 +1,11 @@
-"""``ptmkit export GPT_RUN --int8 --fp16 --dev PROMPTS``: the decoder export's variants, each
-gated on greedy-token agreement with fp32 by :func:`gate_variant`:
+"""``ptmkit export GPT_RUN --optimize N --int8 --fp16 --dev PROMPTS``: the decoder export's
+variants, each gated on greedy-token agreement with fp32 by :func:`gate_variant`:
 
+- ``optimized`` (``model.opt.onnx``, :func:`build_optimized`): level 1, ptmkit's standard-ONNX
+  passes; levels 2-3, each block's attention as one ONNX Runtime ``MultiHeadAttention`` node with
+  the key/value cache as its inputs and outputs, then ONNX Runtime's transformer fusions
+  (``SkipLayerNormalization``, ``FastGelu``), level 3 with its extended optimizations. With
+  ``--int8`` too, the int8 variant is quantized from it when it passed its gate.
 - ``int8`` (``model.int8.onnx``, :func:`build_int8`): dynamic int8
   (:func:`ptmkit_export.quantize.quantize_int8`: int8 weights of the ``MatMul``s, activations
   quantized at run time).
@@ -94,6 +99,21 @@ def build_int8(fp32: Path, path: Path, options: dict[str, Any]) -> dict[str, Any
     return {"quantization": quantization | {"mode": "dynamic"}}
 
 
+def build_optimized(source: Path, path: Path, options: dict[str, Any]) -> dict[str, Any]:
+    """Optimise ``source`` to ``path`` at ``options["optimize"]`` (1-3) with
+    :func:`ptmkit_export.optimize.optimize_transformer`, ONNX Runtime's optimizer model type
+    ``"gpt2"`` and ``options["num_heads"]`` / ``options["hidden_size"]``. At levels 2-3
+    ``source`` is the graph with fused ``MultiHeadAttention`` nodes
+    (:func:`ptmkit_gpt.onnx_graph.build_decoder_graph`), and ONNX Runtime's fusions add
+    ``SkipLayerNormalization`` and ``FastGelu`` around them. Returns its build record,
+    ``{"optimization": {...}}`` (what was fused, node counts before and after)."""
+    from ptmkit_export.optimize import optimize_transformer
+
+    level = int(options["optimize"])
+    report = optimize_transformer(source, path, level, num_heads=options["num_heads"], hidden_size=options["hidden_size"], model_type="gpt2")
+    return {"optimization": report}
+
+
 def build_fp16(fp32: Path, path: Path, options: dict[str, Any]) -> dict[str, Any]:
     """Convert ``fp32`` to float16 at ``path``, keeping float32 inputs and outputs (the cache
     included). Returns its build record, ``{"conversion": {"casts", "io_dtype", "nodes_after"}}``."""
@@ -104,6 +124,7 @@ def build_fp16(fp32: Path, path: Path, options: dict[str, Any]) -> dict[str, Any
 
 #: Each variant: its file and its builder ``(fp32 path, variant path, export options) -> build record``.
 VARIANTS: dict[str, tuple[str, Callable[[Path, Path, dict[str, Any]], dict[str, Any]]]] = {
+    "optimized": ("model.opt.onnx", build_optimized),
     "int8": ("model.int8.onnx", build_int8),
     "fp16": ("model.fp16.onnx", build_fp16),
 }

@@ -95,7 +95,7 @@ def test_generate_command_on_the_export_is_the_runs(gpt_run, gpt_export, capsys)
     assert main(["generate", str(out), "--prompt", "word " * 80]) == 2
     assert "--truncate left" in capsys.readouterr().err
     assert main(["export", str(run), "--out", str(out.parent / "int8"), "--optimize", "1"]) == 2
-    assert "--optimize: not supported yet" in capsys.readouterr().err
+    assert "--optimize 1 on a decoder export needs --dev FILE" in capsys.readouterr().err
     assert main(["export", str(run), "--out", str(out.parent / "int8"), "--int8", "--int4", "--exact-gelu"]) == 2
     assert "--int4, --exact-gelu: not supported yet" in capsys.readouterr().err
     assert not (out.parent / "int8").exists()
@@ -122,12 +122,12 @@ def test_runtime_generation_never_imports_tensorflow(gpt_run, gpt_export) -> Non
 
 @pytest.fixture(scope="module")
 def gated_export(gpt_run, tmp_path_factory: pytest.TempPathFactory):
-    """``(export_dir, manifest)`` of ``ptmkit export RUN --int8 --fp16 --dev CORPUS``."""
+    """``(export_dir, manifest)`` of ``ptmkit export RUN --optimize 2 --int8 --fp16 --dev CORPUS``."""
     from ptmkit.testing import main
 
     run, corpus, _ = gpt_run
     out = tmp_path_factory.mktemp("gpt-gated") / "export"
-    assert main(["export", str(run), "--out", str(out), "--int8", "--fp16", "--dev", str(corpus)]) == 0
+    assert main(["export", str(run), "--out", str(out), "--optimize", "2", "--int8", "--fp16", "--dev", str(corpus)]) == 0
     return out, json.loads((out / "manifest.json").read_text())
 
 
@@ -170,6 +170,39 @@ def test_int8_variant_is_gated_on_greedy_token_agreement(gpt_run, gpt_export, ga
     assert entry["identical_continuations"] == pytest.approx(identical)
 
 
+def test_optimized_variant_fuses_attention_with_its_cache(gpt_run, gpt_export, gated_export) -> None:
+    """``--optimize 2``: one ``MultiHeadAttention`` per block, reading and writing the cache, plus
+    ONNX Runtime's layer-norm and GELU fusions; its logits through the cache are fp32's (1e-4), its
+    greedy tokens fp32's (the gate's recount), and the int8 variant was quantized from it."""
+    import onnx
+    import onnxruntime as ort
+
+    from ptmkit_export.decoding import CachedDecoder
+    from ptmkit_gpt.onnx_variants import gate_prompts
+
+    _, corpus, _ = gpt_run
+    _, _, _, generator = gpt_export
+    out, manifest = gated_export
+    entry, spec = manifest["variants"]["optimized"], manifest["decoder"]
+    assert entry["file"] == "model.opt.onnx" and entry["optimization"]["level"] == 2
+    ops = [node.op_type for node in onnx.load(str(out / "model.opt.onnx")).graph.node]
+    assert ops.count("MultiHeadAttention") == spec["layers"] == 2 and "Softmax" not in ops and "Concat" not in ops
+    assert ops.count("SkipLayerNormalization") >= 2 and ops.count("FastGelu") + ops.count("BiasGelu") + ops.count("Gelu") == 2 and "Tanh" not in ops
+    assert entry["optimization"]["fused"]["MultiHeadAttention"] == 2 and entry["optimization"]["attention_fused"]
+    token_ids = np.random.default_rng(5).integers(0, generator.config.vocabulary_size, (3, 14)).astype(np.int32)
+    mask = np.ones_like(token_ids)
+    mask[1, :4], mask[2, :9] = 0, 0
+    decoders = [CachedDecoder(ort.InferenceSession(str(out / name)), spec["layers"], spec["heads"], spec["head_dim"]) for name in ("model.onnx", "model.opt.onnx")]
+    for end in range(10, 15):  # a prefix, then one token at a time through each graph's own cache
+        fp32, fused = (decoder.next_logits(token_ids[:, :end], mask[:, :end]) for decoder in decoders)
+        assert np.abs(fp32 - fused).max() <= 1e-4
+    assert decoders[1].cached_steps == 4
+    agreement, identical = _recounted_agreement(out, "optimized", gate_prompts(generator, corpus), entry["gate_new_tokens"], generator.specials.padding_id)
+    assert entry["greedy_token_agreement_with_fp32"] == pytest.approx(agreement) == 1.0 and identical == 1.0
+    assert manifest["variants"]["int8"]["source"] == "model.opt.onnx" if entry["ok"] else "source" not in manifest["variants"]["int8"]
+    assert not (out / "model.fused.onnx").exists()  # the unoptimised fused graph stays in the staging directory
+
+
 def test_fp16_variant_is_gated_like_int8_and_never_the_cpu_default(gpt_run, gpt_export, gated_export, tmp_path, capsys) -> None:
     """``--int8 --fp16 --dev`` writes both; fp16 keeps a float32 cache at its edges, its manifest
     agreement is the lean runtime's recount, and a slower fp16 is marked not ok, naming why."""
@@ -188,7 +221,7 @@ def test_fp16_variant_is_gated_like_int8_and_never_the_cpu_default(gpt_run, gpt_
     assert not (tmp_path / "fp16").exists()
     entry = manifest["variants"]["fp16"]
     assert entry["file"] == "model.fp16.onnx" and (out / "model.fp16.onnx").stat().st_size < (out / "model.onnx").stat().st_size
-    assert set(manifest["gate"]) == {"int8", "fp16"} and set(manifest["gate"]["fp16"]) == set(manifest["gate"]["int8"]) == set(GATE_KEYS)
+    assert set(manifest["gate"]) == {"optimized", "int8", "fp16"} and set(manifest["gate"]["fp16"]) == set(manifest["gate"]["int8"]) == set(GATE_KEYS)
     assert entry["conversion"]["io_dtype"] == "float32" and entry["gate_prompts"] == 64
     assert entry["ok"] == (not entry["problems"]) and manifest["gate"]["fp16"]["ok"] == entry["ok"]
     assert entry["agreement_ok"] == (entry["greedy_token_agreement_with_fp32"] >= AGREEMENT_THRESHOLD)
