@@ -4,6 +4,7 @@ that the script cannot rot between full runs."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -58,8 +59,9 @@ def test_quick_run_end_to_end(tmp_path: Path) -> None:
         ["| 0.1 min", "nnlm"], ["| 0.1 min", "unigram (nnlm's tokens)"], ["| 0.1 min", "gpt"], ["| 0.1 min", "unigram (gpt's tokens)"],
     ]
     assert "`train.max_steps=10`" in body[2] and "`model.epochs=1`" in body[0]  # the tiny configs' own lengths
-    longer = {line.split(" | ")[1]: int(line.split(" | ")[2].strip("`").split("=")[1]) for line in body[4:] if "unigram" not in line}
+    longer = {line.split(" | ")[1]: int(re.search(r"=(\d+)`", line).group(1)) for line in body[4:] if "unigram" not in line}
     assert longer["gpt"] >= 10 and longer["nnlm"] >= 1
+    assert ", best " in body[4] and "on 20 validation lines" in body[4] and ", best " not in body[0]  # the NNLM's longer run stops early
     words = {line.split(" | ")[4] for line in body}
     assert len(words) == 1  # every run scored the same held-out words
     assert sorted(path.name for path in (work / "runs").iterdir()) == ["gpt-0.1min", "gpt-quickstart", "nnlm-0.1min", "nnlm-quickstart"]

@@ -26,6 +26,9 @@ FAMILIES = {
     "fasttext-keras": ["--set", "model.bucket=5000", "--set", "model.maxn=4", "--set", "model.backend=keras"],
     "glove": ["--set", "model.window=5", "--set", "model.batch_size=512"],
     "nnlm": ["--set", "model.heldout_lines=20", "--set", "model.hidden=20"],
+    # early stopping: the best epoch's weights and the patience count travel in the checkpoint
+    "nnlm-early": ["--set", "model.heldout_lines=20", "--set", "model.hidden=20", "--set", "model.validation_lines=20", "--set", "model.patience=1",
+                   "--set", "model.learning_rate=0.02"],
 }
 
 

@@ -24,6 +24,12 @@ class NNLMConfig:
             the few epochs a CPU affords).
         heldout_lines: the last non-blank lines of the corpus, kept out of training (and out of
             the vocabulary count) for perplexity; 0: none.
+        validation_lines: the non-blank lines just before the held-out ones, kept out of training
+            (and out of the vocabulary count) to choose the epoch: with ``patience``, the
+            validation cross-entropy is measured after every epoch (0: none).
+        patience: stop when the validation cross-entropy has not improved for this many epochs,
+            and keep the best epoch's weights (early stopping on validation data, as Bengio et
+            al. 2003 trained; needs ``validation_lines``); 0: train every epoch, keep the last.
         lowercase: lower-case the corpus.
         seed: initialisation and shuffling (each epoch's order drawn from ``(seed, epoch)``).
         checkpoint_seconds: save the weights and Adam's state at the end of an epoch once this
@@ -42,12 +48,16 @@ class NNLMConfig:
     batch_size: int = 256
     learning_rate: float = 1e-3
     heldout_lines: int = 200
+    validation_lines: int = 0
+    patience: int = 0
     lowercase: bool = False
     seed: int = 1
     checkpoint_seconds: float = 60.0
 
     def validate(self) -> None:
         check_positive(self, "model", "context", "vector_size", "min_count", "epochs", "batch_size", "learning_rate")
-        check_non_negative(self, "model", "hidden", "max_vocab", "heldout_lines", "checkpoint_seconds")
+        check_non_negative(self, "model", "hidden", "max_vocab", "heldout_lines", "validation_lines", "patience", "checkpoint_seconds")
+        if self.patience and not self.validation_lines:
+            raise ConfigError(f"config key 'model.patience' = {self.patience} needs validation lines to watch: set 'model.validation_lines' (e.g. 200)")
         if not self.hidden and not self.direct:
             raise ConfigError("config keys 'model.hidden' = 0 and 'model.direct' = false leave no path to the output")

@@ -3,7 +3,8 @@ and ``</s>`` (end of line, predicted like a word), n-grams streamed from the enc
 shuffled blocks, Keras ``train_on_batch`` with sparse cross-entropy through the shared epoch loop
 (:class:`ptmkit.api.ResumableEpochs`: epoch checkpoints for ``--resume``), and
 held-out perplexity on the last ``heldout_lines`` non-blank lines: per target, and per word
-beside the add-one unigram model (:func:`_heldout_word_metrics`).
+beside the add-one unigram model (:func:`_heldout_word_metrics`). With ``patience``, early stopping
+on the ``validation_lines`` before them, keeping the best epoch's weights (:class:`_BestEpoch`).
 """
 
 from __future__ import annotations
@@ -94,24 +95,28 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
 
     quiet_tensorflow()
     seed_everything(config.seed)
-    lines, heldout = _heldout_lines(corpus, config)
-    counted, vocabulary = _vocabulary(corpus, config, lines - heldout)
+    lines, heldout, validation = _heldout_lines(corpus, config)
+    counted, vocabulary = _vocabulary(corpus, config, lines - heldout - validation)
     end_id, unk_id, start_id = (len(counted.words) + i for i in range(3))
     tokens = encode_corpus(read_corpus(corpus), vocabulary, run_dir / "tokens", config.lowercase, unknown=unk_id, end=end_id)
     split = int(tokens.offsets[len(tokens.offsets) - 1 - heldout])
+    train_end = int(tokens.offsets[len(tokens.offsets) - 1 - heldout - validation])
     heldout_unknown = int(np.count_nonzero(np.asarray(tokens.ids[split:]) == unk_id))
     console.print(
         f"vocabulary: {len(vocabulary.words):,} entries ({len(counted):,} words with count >= {config.min_count} in the training lines, {', '.join(SPECIALS)}); "
-        f"{split:,} training and {len(tokens.ids) - split:,} held-out targets ({heldout_unknown:,} of them <unk>)"
+        f"{train_end:,} training, {f'{split - train_end:,} validation and ' if validation else ''}"
+        f"{len(tokens.ids) - split:,} held-out targets ({heldout_unknown:,} of them <unk>)"
     )
     model = _compiled_model(len(vocabulary.words), config)
     checkpoints = EpochCheckpoints.of_run(run_dir, config.checkpoint_seconds, resume)
-    epochs, loss = _train_epochs(model, len(vocabulary.words), tokens, split, start_id, config, checkpoints, console)
+    best = _BestEpoch(model, *ngrams(tokens, np.arange(train_end, split), config.context, start_id), config.patience) if config.patience and split > train_end else None
+    epochs, loss = _train_epochs(model, len(vocabulary.words), tokens, train_end, start_id, config, checkpoints, console, best)
     seconds = epochs.seconds()
     metrics: dict[str, Any] = {
         "vocabulary_size": len(vocabulary.words),
         "tokens": counted.tokens_seen,
-        "training_targets": split,
+        "training_targets": train_end,
+        **(best.metrics(validation) if best is not None else {}),
         "final_train_loss": round(loss, 4),
         "parameters": int(model.count_params()),
         "train_seconds": round(seconds, 2),
@@ -129,21 +134,26 @@ def train_nnlm(corpus: Path, run_dir: Path, config: NNLMConfig, console: Console
     return metrics
 
 
-def _heldout_lines(corpus: Path, config: NNLMConfig) -> tuple[int, int]:
-    """``(non-blank lines, held-out lines)``: the held-out lines are the last ``heldout_lines``
-    non-blank lines (fewer when the corpus has fewer than ``heldout_lines + 1``).
+def _heldout_lines(corpus: Path, config: NNLMConfig) -> tuple[int, int, int]:
+    """``(non-blank lines, held-out lines, validation lines)``: the held-out lines are the last
+    ``heldout_lines`` non-blank lines (fewer when the corpus has fewer than ``heldout_lines + 1``),
+    the validation lines the ``validation_lines`` before them.
 
     Raises:
-        DataError: ``heldout_lines`` more than half the corpus's non-blank lines.
+        DataError: ``heldout_lines`` (with ``validation_lines``) more than half the corpus's
+            non-blank lines.
     """
     lines = sum(1 for text in read_corpus(corpus) if text.split())
-    if lines and config.heldout_lines and 2 * config.heldout_lines > lines:
+    kept_out = config.heldout_lines + config.validation_lines
+    if lines and kept_out and 2 * kept_out > lines:
+        keys = f"model.heldout_lines = {config.heldout_lines:,}" + (f" and model.validation_lines = {config.validation_lines:,}" if config.validation_lines else "")
         suggestion = f"e.g. --set model.heldout_lines={lines // 10}" if lines >= 10 else "--set model.heldout_lines=0 trains on every line, without a perplexity"
         raise DataError(
-            f"{corpus}: {lines:,} line{'' if lines == 1 else 's'}, and model.heldout_lines = {config.heldout_lines:,} would hold out more than half of them; "
+            f"{corpus}: {lines:,} line{'' if lines == 1 else 's'}, and {keys} would hold out more than half of them; "
             f"lower it ({suggestion}) or give a longer corpus"
         )
-    return lines, min(config.heldout_lines, max(lines - 1, 0))
+    heldout = min(config.heldout_lines, max(lines - 1, 0))
+    return lines, heldout, min(config.validation_lines, max(lines - 1 - heldout, 0))
 
 
 def _vocabulary(corpus: Path, config: NNLMConfig, training_lines: int) -> tuple[Vocabulary, Vocabulary]:
@@ -175,10 +185,13 @@ def _compiled_model(vocabulary_size: int, config: NNLMConfig) -> Any:
 
 
 def _train_epochs(
-    model: Any, vocabulary_size: int, tokens: EncodedCorpus, split: int, start_id: int, config: NNLMConfig, checkpoints: EpochCheckpoints, console: Console
+    model: Any, vocabulary_size: int, tokens: EncodedCorpus, split: int, start_id: int, config: NNLMConfig, checkpoints: EpochCheckpoints, console: Console,
+    best: _BestEpoch | None = None,
 ) -> tuple[ResumableEpochs, float]:
     """Train on the n-grams of token positions ``0 .. split - 1`` through the shared epoch loop,
-    resuming from ``checkpoints`` when they say so (weights and Adam's state).
+    resuming from ``checkpoints`` when they say so (weights and Adam's state, and ``best``'s).
+    With ``best``, the validation cross-entropy after every epoch decides when to stop, and the
+    model ends with the best epoch's weights.
 
     Returns:
         ``(epochs, loss)``: the loop (its seconds and stats) and the last epoch's mean loss
@@ -188,20 +201,86 @@ def _train_epochs(
     settings = {k: v for k, v in dataclasses.asdict(config).items() if k != "checkpoint_seconds"}
     fingerprint = lambda: {"vocabulary": vocabulary_size, "tokens_sha1": tokens_sha1(tokens), "config": settings}  # noqa: E731
     epochs = ResumableEpochs(config.epochs, config.seed, checkpoints, fingerprint, console.print)
-    state = epochs.resume({name: tuple(v.shape) for name, v in variables.items()}, {name: np.dtype(v.dtype) for name, v in variables.items()})
+    shapes = {name: (tuple(v.shape), np.dtype(v.dtype)) for name, v in variables.items()} | (best.shapes() if best is not None else {})
+    state = epochs.resume({name: shape for name, (shape, _) in shapes.items()}, {name: dtype for name, (_, dtype) in shapes.items()})
     if state is not None:
         for name, variable in variables.items():
             variable.assign(state[name])
+        if best is not None:
+            best.load(state)
     loss = math.nan
     epochs.start()
-    for epoch in epochs.run(lambda: {name: np.asarray(v.numpy()) for name, v in variables.items()}):
+    snapshot = lambda: {name: np.asarray(v.numpy()) for name, v in variables.items()} | (best.state() if best is not None else {})  # noqa: E731
+    for epoch in epochs.run(snapshot):
         total, seen = 0.0, 0
         for x, y in _batches(tokens, 0, split, config, start_id, epochs.rng(epoch)):
             total += model.train_on_batch(x, y, return_dict=True)["loss"] * len(y)  # the batch's mean loss
             seen += len(y)
         loss = total / max(seen, 1)
-        console.print(f"epoch {epoch + 1}/{config.epochs}: loss {loss:.4f} (training perplexity {math.exp(loss):.1f})")
+        line = f"epoch {epoch + 1}/{config.epochs}: loss {loss:.4f} (training perplexity {math.exp(loss):.1f})"
+        stop = best is not None and best.after_epoch(epoch + 1)
+        console.print(line + (best.report() if best is not None else ""))
+        if stop:
+            console.print(f"stopping early: no better validation perplexity in {config.patience} epoch(s); keeping epoch {best.best_epoch}'s weights")
+            break
+    if best is not None:
+        best.restore()
     return epochs, loss
+
+
+class _BestEpoch:
+    """Early stopping on validation n-grams ``(x, y)`` (Bengio et al. 2003, section 4: training
+    stopped on validation data): after every epoch the model's cross-entropy on them; the weights
+    of the best epoch are kept (in memory, and in the epoch checkpoints, so that a resumed run
+    stops where the uninterrupted one does) and restored at the end. Stops after ``patience``
+    epochs without an improvement."""
+
+    def __init__(self, model: Any, x: np.ndarray, y: np.ndarray, patience: int) -> None:
+        self.model, self.x, self.y, self.patience = model, x, y, patience
+        self.weights = [np.array(w) for w in model.get_weights()]
+        self.record = np.array([np.inf, 0.0, 0.0, np.nan])  # best cross-entropy, its epoch, epochs since, last cross-entropy
+
+    @property
+    def best_epoch(self) -> int:
+        return int(self.record[1])
+
+    def shapes(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        return {f"best_weight_{i}": (w.shape, w.dtype) for i, w in enumerate(self.weights)} | {"early_stopping": ((4,), np.dtype(np.float64))}
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {f"best_weight_{i}": w for i, w in enumerate(self.weights)} | {"early_stopping": self.record.copy()}
+
+    def load(self, state: dict[str, np.ndarray]) -> None:
+        self.weights = [np.array(state[f"best_weight_{i}"]) for i in range(len(self.weights))]
+        self.record = np.array(state["early_stopping"], dtype=np.float64)
+
+    def after_epoch(self, epoch: int) -> bool:
+        """Measure after ``epoch`` epochs; True when it is time to stop."""
+        loss = float(self.model.evaluate(self.x, self.y, batch_size=1024, verbose=0, return_dict=True)["loss"])
+        if loss < self.record[0]:
+            self.weights = [np.array(w) for w in self.model.get_weights()]
+            self.record[:3] = loss, epoch, 0
+        else:
+            self.record[2] += 1
+        self.record[3] = loss
+        return self.record[2] >= self.patience
+
+    def report(self) -> str:
+        return f", validation perplexity {math.exp(self.record[3]):.1f}" + (" (best)" if self.record[2] == 0 else f" (best {math.exp(self.record[0]):.1f} after epoch {self.best_epoch})")
+
+    def restore(self) -> None:
+        if self.best_epoch:
+            self.model.set_weights(self.weights)
+
+    def metrics(self, lines: int) -> dict[str, Any]:
+        return {
+            "validation_lines": lines,
+            "validation_targets": len(self.y),
+            "validation_cross_entropy": round(float(self.record[0]), 4),
+            "validation_perplexity": round(math.exp(float(self.record[0])), 2),
+            "best_epoch": self.best_epoch,
+            "epochs_trained": self.best_epoch + int(self.record[2]),
+        }
 
 
 def _heldout_metrics(model: Any, tokens: EncodedCorpus, split: int, start_id: int, config: NNLMConfig, heldout: int, unknown: int) -> dict[str, Any]:

@@ -112,3 +112,28 @@ def test_a_word_only_in_heldout_lines_is_not_in_the_vocabulary(tmp_path: Path) -
     training = Counter(w for line in lines[:50] for w in line.split())
     held = [w for line in lines[50:] for w in line.split()]
     assert metrics["heldout_unknown_targets"] == sum(1 for w in held if training[w] < 2)
+
+
+def test_early_stopping_keeps_the_best_epochs_weights(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With ``patience``, training stops ``patience`` epochs after the best validation
+    cross-entropy, and the run keeps that epoch's weights: its held-out perplexity and vectors are
+    those of a run trained for exactly the best epoch's count; the validation lines (before the
+    held-out ones) are out of the vocabulary count and the training targets."""
+    lines = (DATA / "corpus" / "enwiki-106.txt").read_text(encoding="utf-8").lower().splitlines()[:200]
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    common = ["--corpus", str(corpus), "--set", "model.learning_rate=0.01", "--set", "model.heldout_lines=30", "--set", "model.validation_lines=30",
+              "--set", "model.min_count=2", "--set", "model.vector_size=16", "--set", "model.hidden=16"]
+    assert main(["train", "nnlm", *common, "--out", str(tmp_path / "early"), "--set", "model.epochs=15", "--set", "model.patience=2"]) == 0
+    assert "stopping early" in capsys.readouterr().err  # the console writes to stderr
+    early = json.loads((tmp_path / "early" / "metrics.json").read_text())
+    assert early["epochs_trained"] == early["best_epoch"] + 2 < 15 and early["best_epoch"] >= 1
+    assert early["validation_lines"] == 30 and early["validation_targets"] == sum(len(line.split()) + 1 for line in lines[140:170])
+    assert early["training_targets"] == sum(len(line.split()) + 1 for line in lines[:140])
+    best = early["best_epoch"]
+    assert main(["train", "nnlm", *common, "--out", str(tmp_path / "fixed"), "--set", f"model.epochs={best}"]) == 0
+    fixed = json.loads((tmp_path / "fixed" / "metrics.json").read_text())
+    assert early["heldout_perplexity"] == fixed["heldout_perplexity"] and early["heldout_word_perplexity"] == fixed["heldout_word_perplexity"]
+    np.testing.assert_array_equal(np.load(tmp_path / "early" / "vectors.npy"), np.load(tmp_path / "fixed" / "vectors.npy"))
+    assert main(["train", "nnlm", *common, "--out", str(tmp_path / "bad"), "--set", "model.validation_lines=0", "--set", "model.patience=2"]) == 2
+    assert "'model.patience' = 2 needs validation lines" in capsys.readouterr().err and not (tmp_path / "bad").exists()
