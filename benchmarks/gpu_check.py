@@ -28,6 +28,9 @@
 * **the server's batching gain on the GPU**: requests/s of ``ptmkit_export.server --device cuda``
   with 32 concurrent clients sending one text each, dynamic batching (``--max-batch 32``) over
   none (``--max-batch 1``), via ``serve_benchmark.throughput``;
+* **MirroredStrategy's overhead** (issue 22): ``ptmkit train bert`` at the same size under
+  ``--distribute mirrored`` on the one GPU against ``--distribute none``, tokens/s
+  (:func:`mirrored_overhead`);
 * **word2vec words/s** (SGNS, ``word2vec_vs_gensim``'s setup) on the GPU against gensim's CPU figure
   on the same corpus in the same process.
 
@@ -465,6 +468,31 @@ def word2vec(check: Check) -> list[str]:
             "", f"ptmkit / gensim: {ptmkit['words_per_second'] / gensim['words_per_second']:.2f}x"]
 
 
+# --------------------------------------------------------------------------- MirroredStrategy
+
+
+def mirrored_overhead(check: Check) -> list[str]:
+    """``ptmkit train bert`` at :func:`model_sizes` under ``--distribute mirrored`` (one GPU: one
+    replica) against ``--distribute none``, the same steps and batches: end-to-end tokens/s of the
+    training loop (the first step, which traces, left out), and the ratio: what the strategy costs
+    before it buys a second device."""
+    from rich.console import Console
+
+    from ptmkit.training.pretrain import pretrain
+
+    steps = 4 if check.dry_run else 30
+    overrides = [*model_sizes(check.dry_run), f"train.max_steps={steps}", f"train.checkpoint_every={steps}"]
+    measured = {}
+    for mode in ("none", "mirrored"):
+        metrics = pretrain("bert", corpus_file(check), check.work / f"bert-{mode}", overrides=overrides, distribute=mode, console=Console(quiet=True))
+        measured[mode] = float(metrics["tokens_per_second"])
+    return [f"`ptmkit train bert` at the pre-training section's size, {steps} steps, fp32, `--distribute none` and `mirrored` "
+            f"({'CPU, dry run' if check.dry_run else 'one GPU: one replica'}); tokens/s of the training loop after its first step",
+            "", "| `--distribute` | tokens/s |", "|---|---:|",
+            *(f"| {mode} | {value:,.0f} |" for mode, value in measured.items()),
+            "", f"mirrored / none: {measured['mirrored'] / measured['none']:.2f}x"]
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -495,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
         check.section("GPT decoding on ONNX Runtime", 20 if args.dry_run else 90, gpt_decoding)
         check.section("Server batching", 10 if args.dry_run else 60, server_batching)
         check.section("word2vec against gensim", 10 if args.dry_run else 40, word2vec)
+        check.section("MirroredStrategy against none", 10 if args.dry_run else 60, mirrored_overhead)
         check.section("ONNX Runtime: MiniLM on TensorRT", 5 if args.dry_run else 100, lambda c: minilm_onnx(c, tensorrt=True))
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -4,7 +4,7 @@
 # benchmarks/gpu_check.py, which writes benchmarks/results/gpu.md (BERT and GPT pre-training
 # tokens/s and MFU in fp32, bf16 and bf16 + XLA, MiniLM on ONNX Runtime's CUDA and TensorRT
 # providers, GPT per-token decoding latency on the CUDA provider in fp32 and fp16, the server's
-# batching gain, word2vec against gensim). See gpu_check.py's docstring for what each line measures.
+# batching gain, word2vec against gensim, MirroredStrategy against none). See gpu_check.py's docstring for what each line measures.
 #
 #   benchmarks/gpu_check.sh              the check (needs a GPU)
 #   benchmarks/gpu_check.sh --dry-run    the same code on the CPU, tiny inputs, no install (the tests run it)

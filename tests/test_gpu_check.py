@@ -61,6 +61,9 @@ def test_the_dry_run_measures_every_section(tmp_path: Path) -> None:
     word2vec = table_rows(report, "word2vec against gensim")
     assert [row[0] for row in word2vec] == ["gensim (CPU)", "ptmkit (cpu)"]
     assert all(number(row[1]) > 0 for row in word2vec), word2vec
+    mirrored = table_rows(report, "MirroredStrategy against none")
+    assert [row[0] for row in mirrored] == ["none", "mirrored"] and all(number(row[1]) > 0 for row in mirrored), mirrored
+    assert re.search(r"mirrored / none: \d+\.\d\dx", report)
     assert "no TensorrtExecutionProvider in this onnxruntime build" in report  # the CPU wheel has none
 
 
@@ -70,5 +73,5 @@ def test_sections_the_time_left_cannot_hold_are_skipped_and_said_so(tmp_path: Pa
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     report = out.read_text()
-    assert report.count("\nskipped: 0 s left of the check's time, this section needs about ") == 7
+    assert report.count("\nskipped: 0 s left of the check's time, this section needs about ") == 8
     assert "(unfinished" not in report  # the final write replaces the partial ones
