@@ -91,6 +91,8 @@ ONNX export (:mod:`ptmkit.exporting`), for a family that writes its own export (
     ``fuse_lstm=True`` its Keras ``LSTM`` layers become fused ONNX ``LSTM`` nodes, as the
     standard export does for a family declaring :attr:`ModelFamily.fuse_lstm_export`) and
     :func:`recurrence` (what carries a graph's recurrence, for its manifest); loaded on first use.
+    :class:`OnnxGraph` and :func:`attention_weights` (:mod:`ptmkit.exporting.graph_builder`): a
+    graph written by hand from a model's weights, e.g. a decoder with a key/value cache.
 
 Importing this module imports neither TensorFlow nor Keras: a plugin stays cheap to load.
 """
@@ -173,6 +175,7 @@ from ptmkit.data.unigram import train_unigram, unigram_tokenizer
 from ptmkit.data.wordpiece import SPECIALS as WORDPIECE_SPECIALS
 from ptmkit.data.wordpiece import load_checkpoint_wordpiece, train_wordpiece, wordpiece_special_tokens
 from ptmkit.errors import ConfigError, DataError, ExportError, PluginError, PtmkitError, RunDirError
+from ptmkit.exporting.graph_builder import OnnxGraph, attention_weights
 from ptmkit.features import averaged_word_vectors, pooled_states
 from ptmkit.hf_checkpoints import (
     CheckpointError,
@@ -428,6 +431,8 @@ __all__ = [
     # onnx export
     "convert_to_onnx",
     "recurrence",
+    "OnnxGraph",
+    "attention_weights",
 ]
 
 

@@ -1,5 +1,5 @@
 """The GPT decoder as an ONNX graph with a key/value cache, written with ``onnx.helper`` from the
-backbone's weights (as :mod:`ptmkit.exporting.rows` writes its graphs), no TensorFlow in the graph.
+backbone's weights with the core's :class:`ptmkit.api.OnnxGraph`, no TensorFlow in the graph.
 
 Inputs (named axes ``batch``, ``past_sequence``, ``sequence``; ``total = past_sequence + sequence``):
 
@@ -27,54 +27,18 @@ from typing import Any
 
 import numpy as np
 
-OPSET = 17
+from ptmkit.api import OnnxGraph, attention_weights
+
 #: The attention bias of a key a query may not see: exp(-1e4) is 0 in float32 as -1e9 is, and
 #: -1e4 plus any plausible score stays finite in float16 (the fp16 variant; -1e9 would become
 #: -65504 there and overflow to -inf, turning a left-padding row's softmax into NaN that its
 #: cached values carry into the real rows). Hugging Face's GPT-2 used -1e4 too.
 MASKED = -1e4
-#: The domain of ONNX Runtime's contrib ops (the fused graph's ``MultiHeadAttention``).
-CONTRIB_DOMAIN = "com.microsoft"
-
-
-class _Graph:
-    """Nodes and initializers being collected."""
-
-    def __init__(self) -> None:
-        self.nodes: list[Any] = []
-        self.initializers: list[Any] = []
-        self._count = 0
-        self._names: set[str] = set()
-
-    def const(self, name: str, value: Any, dtype: Any = np.float32) -> str:
-        from onnx import numpy_helper
-
-        if name in self._names:
-            return name
-        self._names.add(name)
-        self.initializers.append(numpy_helper.from_array(np.asarray(value, dtype), name))
-        return name
-
-    def op(self, kind: str, inputs: list[str], output: str | None = None, **attributes: Any) -> str:
-        from onnx import helper
-
-        self._count += 1
-        output = output or f"{kind.lower()}_{self._count}"
-        self.nodes.append(helper.make_node(kind, inputs, [output], name=f"{kind}_{self._count}", **attributes))
-        return output
 
 
 def _weights(layer: Any) -> dict[str, np.ndarray]:
     """A keras-hub ``TransformerDecoder``'s weights as 2-D matrices and 1-D vectors."""
-    attention = layer._self_attention_layer
-    hidden = int(attention._query_dense.kernel.shape[0])
-    out: dict[str, np.ndarray] = {}
-    for name in ("query", "key", "value"):
-        dense = getattr(attention, f"_{name}_dense")
-        out[f"{name}_kernel"] = np.asarray(dense.kernel).reshape(hidden, -1)
-        out[f"{name}_bias"] = np.asarray(dense.bias).reshape(-1)
-    out["output_kernel"] = np.asarray(attention._output_dense.kernel).reshape(-1, hidden)
-    out["output_bias"] = np.asarray(attention._output_dense.bias)
+    out = attention_weights(layer._self_attention_layer)
     for name, dense in (("intermediate", layer._feedforward_intermediate_dense), ("ffn_output", layer._feedforward_output_dense)):
         out[f"{name}_kernel"], out[f"{name}_bias"] = np.asarray(dense.kernel), np.asarray(dense.bias)
     for name, norm in (("attention_norm", layer._self_attention_layer_norm), ("ffn_norm", layer._feedforward_layer_norm)):
@@ -82,15 +46,7 @@ def _weights(layer: Any) -> dict[str, np.ndarray]:
     return out
 
 
-def _layer_norm(g: _Graph, x: str, prefix: str, gamma: np.ndarray, beta: np.ndarray, epsilon: float) -> str:
-    return g.op("LayerNormalization", [x, g.const(f"{prefix}.gamma", gamma), g.const(f"{prefix}.beta", beta)], axis=-1, epsilon=epsilon)
-
-
-def _dense(g: _Graph, x: str, prefix: str, kernel: np.ndarray, bias: np.ndarray) -> str:
-    return g.op("Add", [g.op("MatMul", [x, g.const(f"{prefix}.kernel", kernel)]), g.const(f"{prefix}.bias", bias)])
-
-
-def _gelu_tanh(g: _Graph, x: str) -> str:
+def _gelu_tanh(g: OnnxGraph, x: str) -> str:
     """``(x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))) 0.5``: in PyTorch's order of operations,
     which ONNX Runtime's optimizer fuses into one ``FastGelu`` (``--optimize 2``)."""
     cube = g.op("Mul", [g.op("Mul", [x, x]), x])
@@ -98,62 +54,44 @@ def _gelu_tanh(g: _Graph, x: str) -> str:
     return g.op("Mul", [g.op("Mul", [x, g.op("Add", [g.op("Tanh", [inner]), "c_1"])]), "c_0.5"])
 
 
-def _split_heads(g: _Graph, x: str, heads: int, head_dim: int) -> str:
-    """``(batch, sequence, hidden)`` -> ``(batch, heads, sequence, head_dim)``."""
-    shaped = g.op("Reshape", [x, g.const(f"shape_heads_{heads}_{head_dim}", [0, 0, heads, head_dim], np.int64)])
-    return g.op("Transpose", [shaped], perm=[0, 2, 1, 3])
-
-
-def _fused_attention(g: _Graph, x: str, i: int, w: dict[str, np.ndarray], heads: int, bias: str) -> str:
+def _fused_attention(g: OnnxGraph, x: str, i: int, w: dict[str, np.ndarray], heads: int, bias: str) -> str:
     """:func:`_attention` as one ``com.microsoft.MultiHeadAttention`` node: the three projections'
     biases in its ``bias`` input, the attention bias in its ``attention_bias``, the cache in its
     ``past_key``/``past_value`` inputs and ``present_key``/``present_value`` outputs (the same
     layout: ``(batch, heads, total, head_dim)``); scale ``1 / sqrt(head_dim)``, its default."""
     q, k, v = (g.op("MatMul", [x, g.const(f"layer{i}.{n}.kernel", w[f"{n}_kernel"])]) for n in ("query", "key", "value"))
     qkv_bias = g.const(f"layer{i}.qkv.bias", np.concatenate([w["query_bias"], w["key_bias"], w["value_bias"]]))
-    g.nodes.append(
-        _node("MultiHeadAttention", [q, k, v, qkv_bias, "", bias, f"past_key_{i}", f"past_value_{i}"],
+    g.contrib("MultiHeadAttention", [q, k, v, qkv_bias, "", bias, f"past_key_{i}", f"past_value_{i}"],
               [f"context_{i}", f"present_key_{i}", f"present_value_{i}"], f"MultiHeadAttention_{i}", num_heads=heads)
-    )
-    return _dense(g, f"context_{i}", f"layer{i}.output", w["output_kernel"], w["output_bias"])
+    return g.dense(f"context_{i}", f"layer{i}.output", w["output_kernel"], w["output_bias"])
 
 
-def _node(kind: str, inputs: list[str], outputs: list[str], name: str, **attributes: Any) -> Any:
-    from onnx import helper
-
-    return helper.make_node(kind, inputs, outputs, name=name, domain=CONTRIB_DOMAIN, **attributes)
-
-
-def _attention(g: _Graph, x: str, i: int, w: dict[str, np.ndarray], heads: int, bias: str) -> str:
+def _attention(g: OnnxGraph, x: str, i: int, w: dict[str, np.ndarray], heads: int, bias: str) -> str:
     """Self-attention of block ``i`` with its cache: present = concat(past, new) on the sequence axis."""
     head_dim = w["query_kernel"].shape[1] // heads
-    q, k, v = (_split_heads(g, _dense(g, x, f"layer{i}.{n}", w[f"{n}_kernel"], w[f"{n}_bias"]), heads, head_dim) for n in ("query", "key", "value"))
+    q, k, v = (g.split_heads(g.dense(x, f"layer{i}.{n}", w[f"{n}_kernel"], w[f"{n}_bias"]), heads, head_dim) for n in ("query", "key", "value"))
     keys = g.op("Concat", [f"past_key_{i}", k], f"present_key_{i}", axis=2)
     values = g.op("Concat", [f"past_value_{i}", v], f"present_value_{i}", axis=2)
-    scaled = g.op("Mul", [q, g.const(f"scale_{head_dim}", 1.0 / np.sqrt(head_dim))])
-    scores = g.op("Add", [g.op("MatMul", [scaled, g.op("Transpose", [keys], perm=[0, 1, 3, 2])]), bias])
-    context = g.op("MatMul", [g.op("Softmax", [scores], axis=-1), values])
-    merged = g.op("Reshape", [g.op("Transpose", [context], perm=[0, 2, 1, 3]), g.const("shape_merge", [0, 0, -1], np.int64)])
-    return _dense(g, merged, f"layer{i}.output", w["output_kernel"], w["output_bias"])
+    return g.dense(g.attention(q, keys, values, bias, head_dim), f"layer{i}.output", w["output_kernel"], w["output_bias"])
 
 
-def _block(g: _Graph, x: str, i: int, layer: Any, heads: int, bias: str, pre_norm: bool, epsilon: float, fused: bool = False) -> str:
+def _block(g: OnnxGraph, x: str, i: int, layer: Any, heads: int, bias: str, pre_norm: bool, epsilon: float, fused: bool = False) -> str:
     """keras-hub's ``TransformerDecoder.call`` without dropout or cross-attention."""
     w = _weights(layer)
-    h = _layer_norm(g, x, f"layer{i}.attention_norm", w["attention_norm_gamma"], w["attention_norm_beta"], epsilon) if pre_norm else x
+    h = g.layer_norm(x, f"layer{i}.attention_norm", w["attention_norm_gamma"], w["attention_norm_beta"], epsilon) if pre_norm else x
     x = g.op("Add", [(_fused_attention if fused else _attention)(g, h, i, w, heads, bias), x])
     if not pre_norm:
-        x = _layer_norm(g, x, f"layer{i}.attention_norm", w["attention_norm_gamma"], w["attention_norm_beta"], epsilon)
-    h = _layer_norm(g, x, f"layer{i}.ffn_norm", w["ffn_norm_gamma"], w["ffn_norm_beta"], epsilon) if pre_norm else x
-    h = _dense(g, _gelu_tanh(g, _dense(g, h, f"layer{i}.intermediate", w["intermediate_kernel"], w["intermediate_bias"])),
+        x = g.layer_norm(x, f"layer{i}.attention_norm", w["attention_norm_gamma"], w["attention_norm_beta"], epsilon)
+    h = g.layer_norm(x, f"layer{i}.ffn_norm", w["ffn_norm_gamma"], w["ffn_norm_beta"], epsilon) if pre_norm else x
+    h = g.dense(_gelu_tanh(g, g.dense(h, f"layer{i}.intermediate", w["intermediate_kernel"], w["intermediate_bias"])),
                f"layer{i}.ffn_output", w["ffn_output_kernel"], w["ffn_output_bias"])
     x = g.op("Add", [h, x])
     if not pre_norm:
-        x = _layer_norm(g, x, f"layer{i}.ffn_norm", w["ffn_norm_gamma"], w["ffn_norm_beta"], epsilon)
+        x = g.layer_norm(x, f"layer{i}.ffn_norm", w["ffn_norm_gamma"], w["ffn_norm_beta"], epsilon)
     return x
 
 
-def _embeddings_and_bias(g: _Graph, backbone: Any) -> tuple[str, str]:
+def _embeddings_and_bias(g: OnnxGraph, backbone: Any) -> tuple[str, str]:
     """The summed token and position embeddings of the new tokens, and the attention bias
     ``(batch, 1, sequence, total)``: 0 where query ``s`` (absolute position ``total - sequence +
     s``) may see key ``t`` (``t`` not after it and not padding), :data:`MASKED` elsewhere."""
@@ -192,17 +130,16 @@ def build_decoder_graph(backbone: Any, fused_attention: bool = False) -> Any:
     Raises:
         onnx.checker.ValidationError: the graph is not valid ONNX (a bug).
     """
-    import onnx
     from onnx import TensorProto, helper
 
-    g = _Graph()
+    g = OnnxGraph()
     heads, layers = backbone.num_heads, backbone.num_layers
     head_dim = backbone.hidden_dim // heads
     x, bias = _embeddings_and_bias(g, backbone)
     for i, layer in enumerate(backbone.transformer_layers):
         x = _block(g, x, i, layer, heads, bias, backbone.normalize_first, backbone.layer_norm_epsilon, fused_attention)
     if backbone.layer_norm is not None:
-        x = _layer_norm(g, x, "final_norm", np.asarray(backbone.layer_norm.gamma), np.asarray(backbone.layer_norm.beta), backbone.layer_norm_epsilon)
+        x = g.layer_norm(x, "final_norm", np.asarray(backbone.layer_norm.gamma), np.asarray(backbone.layer_norm.beta), backbone.layer_norm_epsilon)
     g.op("MatMul", [x, g.const("output_embedding", np.asarray(backbone.token_embedding.embeddings).T)], "logits")
     cache = ["batch", heads, "past_sequence", head_dim]
     present = ["batch", heads, "total_sequence", head_dim]
@@ -215,8 +152,4 @@ def build_decoder_graph(backbone: Any, fused_attention: bool = False) -> Any:
         for kind in ("key", "value"):
             inputs.append(helper.make_tensor_value_info(f"past_{kind}_{i}", TensorProto.FLOAT, cache))
             outputs.append(helper.make_tensor_value_info(f"present_{kind}_{i}", TensorProto.FLOAT, present))
-    graph = helper.make_graph(g.nodes, "gpt_decoder_with_cache", inputs, outputs, g.initializers)
-    opsets = [helper.make_opsetid("", OPSET)] + ([helper.make_opsetid(CONTRIB_DOMAIN, 1)] if fused_attention else [])
-    model = helper.make_model(graph, opset_imports=opsets, producer_name="ptmkit_gpt")
-    onnx.checker.check_model(model)
-    return model
+    return g.model("gpt_decoder_with_cache", inputs, outputs, "ptmkit_gpt")
