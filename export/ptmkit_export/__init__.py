@@ -7,5 +7,6 @@ from ptmkit_export.errors import ExportDirError
 from ptmkit_export.manifest import read_manifest
 from ptmkit_export.predictor import Prediction, Predictor
 from ptmkit_export.quantize import quantize_int8
+from ptmkit_export.translation import Translator
 
-__all__ = ["ExportDirError", "Prediction", "Predictor", "quantize_int8", "read_manifest"]
+__all__ = ["ExportDirError", "Prediction", "Predictor", "Translator", "quantize_int8", "read_manifest"]

@@ -12,7 +12,9 @@ Hugging Face optimum's decoder exports. The manifest's ``decoder`` object gives 
 :class:`CachedDecoder` turns that graph into ``next_logits(token_ids, padding_mask)``: it keeps
 the cache of the last call and, when a call's rows extend earlier rows by one token (greedy and
 sampling steps; beam search reorders rows, so each row is matched to the earlier row it extends),
-feeds only the new column; any other call recomputes from an empty cache.
+feeds only the new column; any other call recomputes from an empty cache. An encoder-decoder's
+decoder also reads the encoder's output: :attr:`CachedDecoder.context` holds such extra inputs
+(:mod:`ptmkit_export.translation`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class CachedDecoder:
         layers, heads, head_dim: the cache's shape (the manifest's ``decoder``).
 
     Attributes:
+        context: extra inputs fed to every call, by name (an encoder-decoder's
+            ``encoder_sequence_output`` and ``encoder_padding_mask``): arrays of one row per batch
+            row, or of one row that every row shares (a sentence's beams). With per-row context a
+            call's rows must each extend the same row of the last call to use the cache.
         cached_steps: calls answered from the cache (one new column each).
         full_steps: calls recomputed from an empty cache.
     """
@@ -53,6 +59,7 @@ class CachedDecoder:
         self._ids: np.ndarray | None = None
         self._mask: np.ndarray | None = None
         self._cache: list[np.ndarray] = []
+        self.context: dict[str, np.ndarray] = {}
         self.cached_steps = 0
         self.full_steps = 0
 
@@ -64,6 +71,10 @@ class CachedDecoder:
         """For each row, the earlier row it extends by one token, or None when some row does not."""
         if self._ids is None or self._mask is None or token_ids.shape[1] != self._ids.shape[1] + 1:
             return None
+        if token_ids.shape[0] == self._ids.shape[0] and np.array_equal(token_ids[:, :-1], self._ids) and np.array_equal(mask[:, :-1], self._mask):
+            return np.arange(token_ids.shape[0])  # each row extends itself (greedy, sampling)
+        if any(value.shape[0] > 1 for value in self.context.values()):
+            return None  # rows with their own context (an encoder's states): equal prefixes may hold different caches
         known = {(ids.tobytes(), m.tobytes()): row for row, (ids, m) in enumerate(zip(self._ids, self._mask, strict=True))}
         found = [known.get((ids.tobytes(), m.tobytes())) for ids, m in zip(token_ids[:, :-1], mask[:, :-1], strict=True)]
         return None if any(row is None for row in found) else np.asarray(found)
@@ -75,6 +86,9 @@ class CachedDecoder:
             empty = np.zeros((token_ids.shape[0], self.heads, 0, self.head_dim), np.float32)
             past = [empty] * len(self._past_names)
         feeds = {"token_ids": token_ids.astype(np.int32), "padding_mask": mask.astype(np.int32), **dict(zip(self._past_names, past, strict=True))}
+        rows = token_ids.shape[0]
+        for name, value in self.context.items():
+            feeds[name] = value if value.shape[0] == rows else np.repeat(value, rows, axis=0)
         return [np.asarray(value) for value in self.session.run(self._outputs, feeds)]
 
     def next_logits(self, token_ids: np.ndarray, padding_mask: np.ndarray) -> np.ndarray:

@@ -25,6 +25,8 @@ from ptmkit_export.decoding import DECODER_KEYS, GENERATION_TASK
 from ptmkit_export.errors import ExportDirError
 
 MANIFEST_NAME = "manifest.json"
+#: ``task`` of an encoder-decoder export (:mod:`ptmkit_export.translation`).
+TRANSLATION_TASK = "translation"
 FORMAT = "ptmkit-export/1"
 
 #: Keys every manifest must have, with the JSON type each must hold.
@@ -105,13 +107,16 @@ def _validate(manifest: Any, path: Path) -> None:
         output = EMBEDDER_OUTPUTS[manifest["task"]]
         if manifest["outputs"][0]["name"] != output:
             raise _fail(path, f"a {manifest['task']} export's first output must be named {output!r}")
-    elif manifest.get("task") == GENERATION_TASK:
+    elif manifest.get("task") in (GENERATION_TASK, TRANSLATION_TASK):
+        task = manifest["task"]
         if manifest["outputs"][0]["name"] != "logits":
-            raise _fail(path, "a generation export's first output must be named 'logits'")
+            raise _fail(path, f"a {task} export's first output must be named 'logits'")
         decoder = manifest.get("decoder")
         bad = [key for key, kind in DECODER_KEYS.items() if not isinstance(decoder, dict) or not isinstance(decoder.get(key), kind)]
         if bad:
-            raise _fail(path, f"a generation export needs a 'decoder' object with {', '.join(f'{k} ({DECODER_KEYS[k].__name__})' for k in bad)}")
+            raise _fail(path, f"a {task} export needs a 'decoder' object with {', '.join(f'{k} ({DECODER_KEYS[k].__name__})' for k in bad)}")
+        if task == TRANSLATION_TASK and not all(isinstance(v, dict) and isinstance(v.get("encoder"), str) for v in manifest["variants"].values()):
+            raise _fail(path, "every variant of a translation export needs an 'encoder' file name")
     elif not manifest["labels"] or not all(isinstance(label, str) for label in manifest["labels"]):
         raise _fail(path, "'labels' must be a non-empty list of strings")
     if manifest.get("activation", "softmax") not in ACTIVATIONS:

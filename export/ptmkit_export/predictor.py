@@ -28,7 +28,7 @@ from ptmkit_export.decoding import (
     text_chunks,
 )
 from ptmkit_export.errors import ExportDirError
-from ptmkit_export.manifest import EMBEDDER_OUTPUTS, read_manifest, variant_path
+from ptmkit_export.manifest import EMBEDDER_OUTPUTS, TRANSLATION_TASK, read_manifest, variant_path
 
 if TYPE_CHECKING:
     from ptmkit_export.generation import GenerationSettings
@@ -168,6 +168,14 @@ def device_providers(device: str) -> list[str]:
     return [*gpu, "CUDAExecutionProvider", "CPUExecutionProvider"]
 
 
+def _predictor_manifest(export_dir: Path) -> dict[str, Any]:
+    """:func:`read_manifest`, refusing a translation export (two graphs: :class:`ptmkit_export.Translator`)."""
+    manifest = read_manifest(export_dir)
+    if manifest.get("task") == TRANSLATION_TASK:
+        raise ExportDirError(f"{export_dir}: a translation export (encoder and decoder): load it with ptmkit_export.Translator, or run ptmkit translate {export_dir}")
+    return manifest
+
+
 class Predictor:
     """Load an export directory and classify (or embed) texts with ONNX Runtime.
 
@@ -242,7 +250,7 @@ class Predictor:
             raise ValueError("give providers or device, not both")
         chosen = list(providers) if providers else device_providers(device or "cpu")
         self.export_dir = Path(export_dir)
-        self.manifest: dict[str, Any] = read_manifest(self.export_dir)
+        self.manifest: dict[str, Any] = _predictor_manifest(self.export_dir)
         if variant is None:  # int8's dynamic-quantization kernels are CPU-only: on CUDA, fp32 or fp16
             variant = default_variant(self.manifest, "cuda" if "CUDAExecutionProvider" in chosen else "cpu")
         else:

@@ -77,6 +77,13 @@ class TransformerFamily(ModelFamily):
 
         return evaluate_run(Path(run_dir), Path(parallel), options, console)
 
+    def export_own(self, run_dir: Path, out: Path, options: dict[str, Any], console: Any) -> dict[str, Any] | None:
+        """The encoder and the decoder with a key/value cache, for the lean runtime's
+        ``Translator`` (:func:`ptmkit_transformer.onnx_export.export_translation`)."""
+        from ptmkit_transformer.onnx_export import export_translation
+
+        return export_translation(Path(run_dir), Path(out), options, console)
+
     def import_checkpoint(self, directory: Path, out: Path, console: Any) -> dict[str, Any]:
         """A Hugging Face Marian checkpoint as a translation run (:func:`ptmkit_transformer.hf.import_hf`;
         ``ptmkit import-hf`` calls it for ``model_type: marian``)."""

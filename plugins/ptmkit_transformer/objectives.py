@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-#: Padded lengths are rounded up to a multiple of this, so that Keras traces few shapes.
-LENGTH_QUANTUM = 8
+from ptmkit_export.translation import pack_sources, padded_length
 
 
 def label_smoothed_nll(labels: Any, logits: Any, smoothing: float) -> Any:
@@ -82,23 +81,6 @@ def _schedule_class() -> type:
 def inverse_sqrt_schedule(hidden_dim: int, warmup_steps: int, scale: float = 1.0) -> Any:
     """A ``keras.optimizers.schedules.LearningRateSchedule`` of :func:`inverse_sqrt_rate`."""
     return _schedule_class()(hidden_dim, warmup_steps, scale)
-
-
-def padded_length(longest: int, limit: int) -> int:
-    """``longest`` rounded up to a multiple of :data:`LENGTH_QUANTUM`, at most ``limit``."""
-    return min(limit, -(-max(longest, 1) // LENGTH_QUANTUM) * LENGTH_QUANTUM)
-
-
-def pack_sources(sources: Sequence[Sequence[int]], eos: int, pad: int, limit: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(encoder_token_ids, encoder_padding_mask)``, ``(len(sources), length)`` int32: each
-    source then ``</s>``, right-padded (sources longer than ``limit - 1`` are cut)."""
-    rows = [[*s[: limit - 1], eos] for s in sources]
-    length = padded_length(max(len(r) for r in rows), limit)
-    ids = np.full((len(rows), length), pad, np.int32)
-    mask = np.zeros((len(rows), length), np.int32)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)], mask[i, : len(row)] = row, 1
-    return ids, mask
 
 
 def pack_pairs(

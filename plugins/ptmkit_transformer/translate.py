@@ -1,12 +1,13 @@
-"""``ptmkit translate`` and ``ptmkit evaluate --parallel``: a trained encoder-decoder run
-translating, by the runtime's one search loop (:mod:`ptmkit_export.generation`: greedy and beam
-search, the same code ``ptmkit generate`` decodes GPT with).
+"""``ptmkit translate`` and ``ptmkit evaluate --parallel``: a trained encoder-decoder run (or its
+ONNX export: :class:`ptmkit_export.Translator`) translating, by the runtime's one search loop
+(:class:`ptmkit_export.translation.Seq2SeqSearch` over :mod:`ptmkit_export.generation`: greedy and
+beam search, the same code ``ptmkit generate`` decodes GPT with).
 
 The encoder runs once per batch of sources; the search loop then asks for the next token's
 logits given each row's target prefix, the config's ``decoder_start_token`` first (``<s>``;
-``<pad>`` for an imported Marian model; ``next_logits``), and the decoder recomputes the prefix
-against the encoder's states (the Keras path has no key/value cache; the
-ONNX export, later, will have one). Greedy search decodes all sentences as one batch; beam search
+``<pad>`` for an imported Marian model; ``next_logits``). The Keras decoder recomputes the prefix
+against the encoder's states (no key/value cache); the ONNX export's decoder feeds one new
+position a step through its cache. Greedy search decodes all sentences as one batch; beam search
 decodes one sentence at a time, its beams as the batch. Scores: BLEU and chrF from sacrebleu
 (Post 2018), with their signature strings.
 """
@@ -36,13 +37,14 @@ from ptmkit.api import (
     read_utf8_lines,
     resolve_config,
 )
-from ptmkit_export.generation import GenerationSettings, generate_ids
+from ptmkit_export.translation import Seq2SeqSearch
 
 FAMILY = "transformer"
 
 
-class Translator:
-    """A finished translation run, loaded for decoding.
+class Translator(Seq2SeqSearch):
+    """A finished translation run, loaded for decoding with Keras (the search:
+    :class:`ptmkit_export.translation.Seq2SeqSearch`).
 
     Args:
         run_dir: a run of ``ptmkit train transformer``.
@@ -75,6 +77,7 @@ class Translator:
 
     def _set(self, backbone: Any, tokenizer: Any, config: Any) -> None:
         self.backbone, self.tokenizer, self.config = backbone, tokenizer, config
+        self.max_sequence_length = config.max_sequence_length
         self.pad, self.unk, self.bos, self.eos = (tokenizer.token_to_id(t) for t in ("<pad>", "<unk>", config.decoder_start_token, "</s>"))
         import warnings
 
@@ -92,19 +95,12 @@ class Translator:
         self._decode = decode
 
     def encode_sources(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(states, mask, ids)``: the encoder's ``(batch, source, hidden)`` float32 states of
-        ``texts`` (each ``text </s>``, cut to the model's positions), its mask and token ids."""
-        from ptmkit_transformer.objectives import pack_sources
-
-        ids = [list(e.ids) for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
-        source_ids, mask = pack_sources(ids, self.eos, self.pad, self.config.max_sequence_length)
+        source_ids, mask = self.source_ids(texts)
         states = np.asarray(self.backbone.encoder([source_ids, mask], training=False), np.float32)
         return states, mask, source_ids
 
     def next_logits_over(self, states: np.ndarray, mask: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-        """``next_logits(token_ids, padding_mask) -> (rows, vocabulary)`` float32 for the search
-        loop: the decoder on each row's prefix against ``states``; one sentence's states serve
-        every row (its beams)."""
+        """The decoder on each row's whole prefix against ``states`` (no key/value cache)."""
 
         def next_logits(token_ids: np.ndarray, padding_mask: np.ndarray) -> np.ndarray:
             rows = token_ids.shape[0]
@@ -115,39 +111,15 @@ class Translator:
         return next_logits
 
     def translate_ids(self, texts: Sequence[str], num_beams: int = 1, length_penalty: float = 1.0, max_length: int | None = None) -> list[list[int]]:
-        """The target token ids of each text (without ``<s>`` and ``</s>``).
-
-        Args:
-            num_beams: 1: greedy search; more: beam search with that many beams.
-            length_penalty: beam search ranks finished outputs by ``log P / length ** length_penalty``.
-            max_length: the most target tokens (default: the model's positions less ``<s>``).
+        """:meth:`ptmkit_export.translation.Seq2SeqSearch.translate_ids`.
 
         Raises:
             ConfigError: ``num_beams`` or ``max_length`` below 1.
         """
-        limit = self.config.max_sequence_length
-        budget = limit - 1 if max_length is None else max_length
-        settings = GenerationSettings(max_new_tokens=budget, strategy="beam" if num_beams > 1 else "greedy", num_beams=num_beams, length_penalty=length_penalty)
-        problems = settings.problems()
-        if problems:
-            raise ConfigError(problems[0].replace("--max-new-tokens", "--max-length"))
-        if not texts:
-            return []
-        states, mask, _ = self.encode_sources(texts)
-        if num_beams == 1:
-            return generate_ids(self.next_logits_over(states, mask), [[self.bos]] * len(texts), settings, self.pad, self.eos, limit)
-        return [
-            generate_ids(self.next_logits_over(states[row : row + 1], mask[row : row + 1]), [[self.bos]], settings, self.pad, self.eos, limit)[0]
-            for row in range(len(texts))
-        ]
-
-    def translate(self, texts: Sequence[str], num_beams: int = 1, length_penalty: float = 1.0, max_length: int | None = None, batch_size: int = 32) -> list[str]:
-        """The translation of each text (:meth:`translate_ids`, decoded), ``batch_size`` sources at a time."""
-        out: list[str] = []
-        for first in range(0, len(texts), batch_size):
-            chunk = list(texts[first : first + batch_size])
-            out.extend(self.tokenizer.decode(ids) for ids in self.translate_ids(chunk, num_beams, length_penalty, max_length))
-        return out
+        try:
+            return super().translate_ids(texts, num_beams, length_penalty, max_length)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
 
 
 def score_translations(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, Any]:
@@ -202,6 +174,30 @@ def evaluate_run(run_dir: Path, parallel: Path, options: dict[str, Any], console
     return scores
 
 
+def load_translator(path: Path) -> Seq2SeqSearch:
+    """The translator of ``path``: a run (:class:`Translator`, Keras) or a translation export
+    (:class:`ptmkit_export.Translator`, ONNX Runtime, no TensorFlow).
+
+    Raises:
+        RunDirError: neither a translation run nor a translation export (the runtime's message).
+    """
+    import json
+
+    try:
+        manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = {}
+    if isinstance(manifest, dict) and str(manifest.get("format", "")).startswith("ptmkit-export"):
+        from ptmkit_export import ExportDirError
+        from ptmkit_export import Translator as ExportTranslator
+
+        try:
+            return ExportTranslator(path)
+        except ExportDirError as error:
+            raise RunDirError(str(error)) from None
+    return Translator(path)
+
+
 def read_source_file(file: Path) -> list[str]:
     """The non-blank lines of ``file`` (UTF-8), one source sentence each.
 
@@ -216,7 +212,7 @@ def register(cli: Any) -> None:
 
     @cli.command("translate")
     def translate_command(
-        run_dir: Annotated[Path, typer.Argument(help="A run of ptmkit train transformer.", show_default=False)],
+        run_dir: Annotated[Path, typer.Argument(help="A run of ptmkit train transformer, or its ONNX export (ptmkit export RUN).", show_default=False)],
         text: Annotated[list[str] | None, typer.Option("--text", help="A source sentence; repeat for several.", show_default=False)] = None,
         file: Annotated[Path | None, typer.Option("--file", help="UTF-8 file of source sentences, one a line.", show_default=False)] = None,
         num_beams: Annotated[int, typer.Option("--num-beams", help="1: greedy search; more: beam search with that many beams.")] = 1,
@@ -238,6 +234,6 @@ def register(cli: Any) -> None:
             raise DataError("nothing to translate: give --text SENTENCE or --file FILE")
         if not run_dir.is_dir():
             raise RunDirError(f"{run_dir}: no such run directory")
-        translations = Translator(run_dir).translate(sources, num_beams, length_penalty, max_length)
+        translations = load_translator(run_dir).translate(sources, num_beams, length_penalty, max_length)
         for source, translation in zip(sources, translations, strict=True):
             print(json.dumps({"source": source, "translation": translation}, ensure_ascii=False) if as_json else translation)

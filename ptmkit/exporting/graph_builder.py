@@ -95,7 +95,10 @@ class OnnxGraph:
         :data:`CONTRIB_DOMAIN` when a contrib node was written).
 
         Args:
-            inputs, outputs: ``onnx.ValueInfoProto``\\ s (``onnx.helper.make_tensor_value_info``).
+            name: the graph's name.
+            inputs: the graph inputs, ``onnx.ValueInfoProto`` (``onnx.helper.make_tensor_value_info``).
+            outputs: the graph outputs, likewise.
+            producer: the model's ``producer_name``.
 
         Raises:
             onnx.checker.ValidationError: the graph is not valid ONNX (a bug).

@@ -1,0 +1,96 @@
+"""The Transformer's ONNX export (issue 17, item 7): the encoder and the cached decoder against
+Keras for every layout the config offers, and the lean runtime translating 35 sentences exactly as
+the Keras translator does, greedy and with 4 beams, without TensorFlow."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from inplugins import in_tree_plugins  # noqa: F401 - the fixture
+from transformer_pairs import short_pairs
+
+from ptmkit.testing import main
+
+pytestmark = pytest.mark.usefixtures("in_tree_plugins")
+
+LAYOUTS = [
+    {"positions": "sinusoidal", "normalization": "post", "activation": "relu"},  # the paper
+    {"positions": "learned", "normalization": "pre", "activation": "gelu", "final_logits_bias": True},
+    {"positions": "sinusoidal", "sinusoid_layout": "halves", "normalization": "pre", "activation": "silu", "scale_embeddings": False},  # Marian's
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: "-".join(str(v) for v in layout.values()))
+def test_graphs_match_keras_through_the_cache(layout: dict) -> None:
+    """Random weights (a random logits bias too): the parity check of the export (encoder states,
+    next-token logits of prefixes fed one token at a time through the cache) within 1e-5."""
+    import keras
+    import onnxruntime as ort
+
+    from ptmkit_transformer.backbone import build_backbone
+    from ptmkit_transformer.config import TransformerConfig
+    from ptmkit_transformer.onnx_export import check_parity
+    from ptmkit_transformer.onnx_graph import build_decoder_graph, build_encoder_graph
+    from ptmkit_transformer.tokenizer import train_shared_bpe
+    from ptmkit_transformer.translate import Translator
+
+    keras.utils.set_random_seed(0)
+    config = TransformerConfig(vocabulary_size=60, encoder_layers=2, decoder_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32,
+                               dropout=0.0, max_sequence_length=24, **layout)
+    backbone = build_backbone(config)
+    if backbone.logits_bias is not None:
+        backbone.logits_bias.bias.assign(np.random.default_rng(1).normal(size=60).astype("float32"))
+    tokenizer = train_shared_bpe([s + " " + t for s, t in short_pairs()], 60, 1)
+    translator = Translator.from_parts(backbone, tokenizer, config)
+    encoder, decoder = (ort.InferenceSession(build(backbone, config).SerializeToString()) for build in (build_encoder_graph, build_decoder_graph))
+    assert check_parity(translator, encoder, decoder) < 1e-5
+
+
+def test_export_translates_as_keras_does(overfit_run, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ptmkit_export import ExportDirError, Predictor
+    from ptmkit_export import Translator as ExportTranslator
+    from ptmkit_transformer.translate import Translator
+
+    run, _ = overfit_run
+    out = tmp_path / "export"
+    assert main(["export", str(run), "--out", str(out)]) == 0
+    assert "ONNX vs Keras max |diff|" in capsys.readouterr().err  # the console writes to stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["task"] == "translation" and manifest["languages"] == "en-de" and manifest["variants"]["fp32"]["parity_max_abs_diff"] <= 1e-4
+    assert sorted(p.name for p in out.iterdir()) == ["decoder.onnx", "encoder.onnx", "manifest.json", "tokenizer.json"]
+
+    pairs = short_pairs()
+    dev = [line.split("\t")[0] for line in (Path(__file__).parents[3] / "data/parallel/en-de-dev.tsv").read_text(encoding="utf-8").splitlines()[1:16]]
+    sources = [source for source, _ in pairs] + dev  # 35: the 20 learnt pairs and 15 unseen sentences
+    keras_side, onnx_side = Translator(run), ExportTranslator(out)
+    greedy = onnx_side.translate(sources)
+    assert greedy[:20] == [target for _, target in pairs]
+    assert greedy == keras_side.translate(sources)
+    assert onnx_side.decoder.cached_steps > 0 and onnx_side.decoder.full_steps == 2  # two batches (32 + 3): their first steps only are recomputed
+    assert onnx_side.translate(sources, num_beams=4) == keras_side.translate(sources, num_beams=4)
+
+    assert main(["translate", str(out), "--text", pairs[0][0], "--num-beams", "2"]) == 0
+    assert capsys.readouterr().out.strip() == pairs[0][1]
+    with pytest.raises(ExportDirError, match="a translation export .*load it with ptmkit_export.Translator"):
+        Predictor(out)
+    assert main(["export", str(run), "--out", str(tmp_path / "int8"), "--int8", "--dev", str(out / "tokenizer.json")]) == 2
+    assert "--int8, --dev: not supported yet for a translation export" in capsys.readouterr().err
+    assert not (tmp_path / "int8").exists()
+
+
+def test_runtime_translates_without_tensorflow(overfit_run, tmp_path: Path) -> None:
+    """The lean runtime alone (``ptmkit_export``, as a production app installs it): TensorFlow is
+    never imported."""
+    run, _ = overfit_run
+    out = tmp_path / "export"
+    assert main(["export", str(run), "--out", str(out)]) == 0
+    source, target = short_pairs()[1]
+    code = (f"import sys, ptmkit_export; t = ptmkit_export.Translator({str(out)!r}); print(t.translate([{source!r}], num_beams=3)[0]); "
+            "print('tensorflow' in sys.modules, 'keras' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == [target, "False False"]
