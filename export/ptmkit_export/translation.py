@@ -128,11 +128,13 @@ class Translator(Seq2SeqSearch):
 
     Args:
         export_dir: the export directory (module docstring).
-        variant: a key of the manifest's ``variants`` (``"fp32"``, ``"int8"``).
+        variant: a key of the manifest's ``variants`` (``"fp32"``, ``"int8"``); None: ``int8``
+            when the export's gate passed it (dev BLEU within 0.5 of fp32's), else ``fp32``.
         threads: ONNX Runtime intra-op threads; None lets it decide.
         providers: ONNX Runtime execution providers (default: CPU).
 
     Attributes:
+        variant: the variant in use.
         decoder: the :class:`~ptmkit_export.decoding.CachedDecoder` over the decoder graph (its
             ``cached_steps`` count the calls that fed one new position).
 
@@ -141,7 +143,7 @@ class Translator(Seq2SeqSearch):
             does not have.
     """
 
-    def __init__(self, export_dir: str | os.PathLike[str], variant: str = "fp32", threads: int | None = None, providers: Sequence[str] | None = None) -> None:
+    def __init__(self, export_dir: str | os.PathLike[str], variant: str | None = None, threads: int | None = None, providers: Sequence[str] | None = None) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -151,6 +153,8 @@ class Translator(Seq2SeqSearch):
         self.manifest = read_manifest(self.export_dir)
         if self.manifest.get("task") != TRANSLATION_TASK:
             raise ExportDirError(f"{self.export_dir}: a {self.manifest.get('task')!r} export does not translate; export a run of ptmkit train transformer")
+        if variant is None:
+            variant = "int8" if self.manifest["variants"].get("int8", {}).get("ok") else "fp32"
         decoder_path = variant_path(self.export_dir, self.manifest, variant)
         encoder_path = self.export_dir / self.manifest["variants"][variant]["encoder"]
         options = ort.SessionOptions()

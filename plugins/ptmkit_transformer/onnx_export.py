@@ -3,7 +3,8 @@
 :class:`ptmkit_export.Translator` and ``ptmkit translate EXPORT_DIR``.
 
 The export directory holds ``encoder.onnx``, ``decoder.onnx``, ``tokenizer.json`` and
-``manifest.json`` (``task`` ``translation``; :mod:`ptmkit_export.translation`). It is built in a
+``manifest.json`` (``task`` ``translation``; :mod:`ptmkit_export.translation`), and with ``--int8
+--dev PAIRS.tsv`` the int8 pair gated on dev BLEU (:mod:`ptmkit_transformer.onnx_variants`). It is built in a
 staging directory beside the target and moved in only when the parity check passed.
 
 Parity: on random right-padded sources, the encoder's states of every real position, and the
@@ -26,8 +27,9 @@ PARITY_TOLERANCE = 1e-4
 FORMAT = "ptmkit-export/1"
 #: ``ptmkit export`` options a translation export does not honour yet, with the value meaning "not given".
 UNSUPPORTED = {"static": False, "with_tokenizer": False, "calibration": None, "exclude_nodes": (), "int4": False, "fused_layer_norm": False,
-               "exact_gelu": False, "int8": False, "fp16": False, "optimize": None, "dev": None}
-FILES = ("encoder.onnx", "decoder.onnx", "tokenizer.json", "manifest.json")
+               "exact_gelu": False, "fp16": False, "optimize": None}
+#: Every file an export may hold (an earlier export's are replaced or removed).
+FILES = ("encoder.onnx", "decoder.onnx", "encoder.int8.onnx", "decoder.int8.onnx", "tokenizer.json", "manifest.json")
 
 
 def check_parity(translator: Any, encoder: Any, decoder: Any, seed: int = 0) -> float:
@@ -108,19 +110,26 @@ def export_translation(run_dir: Path, out: Path, options: dict[str, Any], consol
     Returns:
         the manifest, with ``directory`` and ``summary``.
 
+    With ``--int8 --dev PAIRS.tsv`` it also writes ``encoder.int8.onnx`` and ``decoder.int8.onnx``,
+    gated on dev BLEU (:mod:`ptmkit_transformer.onnx_variants`).
+
     Raises:
-        ExportError: an option not supported yet for this export (``--int8``, ``--fp16``,
-            ``--optimize``, ``--static``, ...); the parity check failed (nothing written).
+        ExportError: an option not supported yet for this export (``--fp16``, ``--optimize``,
+            ``--static``, ...); ``--int8`` without ``--dev`` or the reverse; the parity check
+            failed (nothing written).
+        DataError: an unreadable ``--dev`` file.
         RunDirError: not a finished Transformer run.
     """
     import onnxruntime as ort
 
     from ptmkit_transformer.onnx_graph import build_decoder_graph, build_encoder_graph
+    from ptmkit_transformer.onnx_variants import add_int8, check_variant_options
     from ptmkit_transformer.translate import Translator
 
     given = [f"--{name.replace('_', '-')}" for name, default in UNSUPPORTED.items() if options.get(name, default) not in (default, None, 0)]
     if given:
-        raise ExportError(f"{', '.join(given)}: not supported yet for a translation export (fp32 encoder and decoder with a key/value cache)")
+        raise ExportError(f"{', '.join(given)}: not supported yet for a translation export (fp32 encoder and decoder with a key/value cache, --int8 dynamic)")
+    dev = check_variant_options(options)
     translator = Translator(run_dir)
     graphs = {"encoder.onnx": build_encoder_graph(translator.backbone, translator.config), "decoder.onnx": build_decoder_graph(translator.backbone, translator.config)}
     encoder, decoder = (ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in graphs.values())
@@ -133,8 +142,14 @@ def export_translation(run_dir: Path, out: Path, options: dict[str, Any], consol
             (tmp / file).write_bytes(model.SerializeToString())
         (tmp / "tokenizer.json").write_bytes((Path(run_dir) / "tokenizer.json").read_bytes())
         atomic_write_json(tmp / "manifest.json", manifest)
+        if dev is not None:
+            add_int8(tmp, manifest, dev, console)
         out.mkdir(parents=True, exist_ok=True)
         (out / "manifest.json").unlink(missing_ok=True)  # not a valid export while files are swapped
         for name in FILES:
-            os.replace(tmp / name, out / name)
-    return {**manifest, "directory": str(out), "summary": {"parity_max_abs_diff": parity}}
+            if (tmp / name).exists():
+                os.replace(tmp / name, out / name)
+            else:
+                (out / name).unlink(missing_ok=True)  # an earlier export's variant
+    summary = {"parity_max_abs_diff": parity} | {f"{name}_{key}": value for name, gate in manifest["gate"].items() for key, value in gate.items()}
+    return {**manifest, "directory": str(out), "summary": summary}

@@ -78,9 +78,34 @@ def test_export_translates_as_keras_does(overfit_run, tmp_path: Path, capsys: py
     assert capsys.readouterr().out.strip() == pairs[0][1]
     with pytest.raises(ExportDirError, match="a translation export .*load it with ptmkit_export.Translator"):
         Predictor(out)
-    assert main(["export", str(run), "--out", str(tmp_path / "int8"), "--int8", "--dev", str(out / "tokenizer.json")]) == 2
-    assert "--int8, --dev: not supported yet for a translation export" in capsys.readouterr().err
-    assert not (tmp_path / "int8").exists()
+    assert main(["export", str(run), "--out", str(tmp_path / "fp16"), "--fp16"]) == 2
+    assert "--fp16: not supported yet for a translation export" in capsys.readouterr().err
+    assert main(["export", str(run), "--out", str(tmp_path / "fp16"), "--int8"]) == 2
+    assert "--int8 on a translation export needs --dev PAIRS.tsv" in capsys.readouterr().err
+    assert not (tmp_path / "fp16").exists()
+
+
+def test_int8_is_gated_on_dev_bleu(overfit_run, pairs_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ptmkit_export import Translator as ExportTranslator
+    from ptmkit_transformer.translate import score_translations
+
+    run, _ = overfit_run
+    out = tmp_path / "export"
+    assert main(["export", str(run), "--out", str(out), "--int8", "--dev", str(pairs_file)]) == 0
+    assert "int8: dev BLEU" in capsys.readouterr().err
+    manifest = json.loads((out / "manifest.json").read_text())
+    entry = manifest["variants"]["int8"]
+    assert {"encoder.int8.onnx", "decoder.int8.onnx"} <= {p.name for p in out.iterdir()}
+    assert (out / "decoder.int8.onnx").stat().st_size < 0.6 * (out / "decoder.onnx").stat().st_size
+    pairs = short_pairs()
+    references = [target for _, target in pairs]
+    int8 = ExportTranslator(out, variant="int8").translate([source for source, _ in pairs])
+    assert entry["dev_bleu"] == score_translations(int8, references)["bleu"] and entry["fp32_dev_bleu"] == 100.0  # the gate recounted
+    assert entry["ok"] == (entry["dev_bleu"] >= 99.5) and entry["dev_sentences"] == 20
+    assert entry["latency_ms_per_sentence_b1"] > 0 and manifest["gate"]["int8"]["ok"] == entry["ok"]
+    assert ExportTranslator(out).variant == ("int8" if entry["ok"] else "fp32")
+    assert main(["export", str(run), "--out", str(out)]) == 0  # exported again without int8: its files go
+    assert not (out / "decoder.int8.onnx").exists() and "int8" not in json.loads((out / "manifest.json").read_text())["variants"]
 
 
 def test_runtime_translates_without_tensorflow(overfit_run, tmp_path: Path) -> None:
