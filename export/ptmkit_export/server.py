@@ -41,6 +41,14 @@ https://github.com/triton-inference-server/server/blob/main/docs/protocol/extens
   that disconnects stops its generation before the next model call and frees its slot
   (:mod:`ptmkit_export.generation_slots`). ``infer`` and ``/v1/predict`` on a decoder export, and
   ``generate`` on any other, are a 400 saying why.
+- A translation export (``task == "translation"``, :class:`TranslationService`): ``infer`` with one
+  ``text`` tensor (``BYTES``, ``[n]``) gives ``translation`` (``BYTES``, ``[n]``), greedy search,
+  concurrent requests batched together (the graphs' own tensors are refused: the decoder needs its
+  search loop); ``generate`` (and ``generate_stream``: one event, the whole translation) takes
+  ``{"text_input": str, "parameters": {"num_beams", "length_penalty", "max_length"}}`` (each
+  optional: greedy, 1.0, the model's positions) and gives ``{"model_name", "model_version",
+  "text_output"}``, the translation :meth:`ptmkit_export.Translator.translate` gives;
+  ``/v1/predict`` gives ``{"model_name", "translations": [str, ...]}``.
 - ``GET /metrics``: Prometheus text (:class:`ptmkit_export.metrics.ServerMetrics`).
 
 Errors are ``{"error": "one line"}`` with a 4xx status: 400 malformed JSON, unknown or missing
@@ -75,10 +83,11 @@ import numpy as np
 from ptmkit_export.batching import BatcherClosed, DynamicBatcher
 from ptmkit_export.generation import GenerationSettings
 from ptmkit_export.generation_slots import GenerationSlots
-from ptmkit_export.manifest import NAME_PATTERN, default_name
+from ptmkit_export.manifest import NAME_PATTERN, TRANSLATION_TASK, default_name, read_manifest
 from ptmkit_export.metrics import CONTENT_TYPE, ServerMetrics
-from ptmkit_export.predictor import Predictor, probabilities
+from ptmkit_export.predictor import Predictor, device_providers, probabilities
 from ptmkit_export.serve_defaults import DEFAULT_GENERATION_SLOTS, DEFAULT_MAX_BODY_BYTES, missing_extra_message
+from ptmkit_export.translation import Translator
 
 try:
     import orjson
@@ -191,6 +200,9 @@ class ModelService:
     Raises:
         ValueError: an invalid ``name``.
     """
+
+    #: A translation export's service (:class:`TranslationService`) says True.
+    is_translator = False
 
     def __init__(self, predictor: Predictor, name: str, max_request_rows: int = DEFAULT_MAX_REQUEST_ROWS) -> None:
         if not NAME_PATTERN.match(name):
@@ -609,6 +621,105 @@ class ModelService:
         return {"model_name": self.name, "predictions": predictions}
 
 
+#: The output of a translation export (:class:`TranslationService`).
+TRANSLATION_OUTPUT = "translation"
+#: The generate request's ``parameters``: a check of each value and what it must be.
+TRANSLATION_PARAMETERS = {
+    "num_beams": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1"),
+    "length_penalty": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v), "a finite number"),
+    "max_length": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1"),
+}
+
+
+class TranslationService(ModelService):
+    """:class:`ModelService` for a :class:`ptmkit_export.Translator`: its request decoding and
+    response encoding, with the runs and answers of the module docstring (translation export).
+
+    Args:
+        translator: the loaded export; only the batcher's worker thread runs it.
+        name: the model name in URLs.
+        max_request_rows: most texts in one request; more is a 400.
+
+    Raises:
+        ValueError: an invalid ``name``.
+    """
+
+    is_translator = True
+
+    def __init__(self, translator: Translator, name: str, max_request_rows: int) -> None:
+        if not NAME_PATTERN.match(name):
+            raise ValueError(f"model name {name!r} must be letters, digits, '_', '.' or '-'")
+        self.predictor: Any = translator
+        self.name, self.max_request_rows = name, max_request_rows
+        self.labels: list[str] = []
+        self.tensor_inputs: list[tuple[str, str, str]] = []
+        self.has_mask = False
+        self.model_outputs: list[str] = []
+        self.text_outputs = {TRANSLATION_OUTPUT: ("BYTES", [-1])}
+        self.max_length = translator.max_sequence_length
+        self.is_generator = False
+
+    def metadata(self) -> dict[str, Any]:
+        """Model metadata: input ``text``, output ``translation``; ``parameters`` add ``task``,
+        ``languages``, ``max_sequence_length`` and ``variant``."""
+        return {
+            "name": self.name, "versions": ["1"], "platform": "onnxruntime_onnx",
+            "inputs": [{"name": "text", "datatype": "BYTES", "shape": [-1]}],
+            "outputs": [{"name": TRANSLATION_OUTPUT, "datatype": "BYTES", "shape": [-1]}],
+            "parameters": {"task": "translation", "languages": self.predictor.languages or "", "max_sequence_length": self.max_length,
+                           "variant": self.predictor.variant},
+        }
+
+    def run_batch(self, kind: Hashable, payloads: Sequence[Any]) -> list[dict[str, np.ndarray]]:
+        """Translate each payload's texts: ``kind`` ``"text"`` (greedy, all payloads as one batch)
+        or ``("search", num_beams, length_penalty, max_length)`` (a generate request's search)."""
+        texts = [text for payload in payloads for text in payload]
+        if kind == "text":
+            translations = self.predictor.translate(texts)
+        else:
+            _, beams, penalty, most = kind  # type: ignore[misc]
+            translations = self.predictor.translate(texts, num_beams=beams, length_penalty=penalty, max_length=most)
+        out, start = [], 0
+        for payload in payloads:
+            out.append({TRANSLATION_OUTPUT: np.array(translations[start : start + len(payload)], dtype=object)})
+            start += len(payload)
+        return out
+
+    def _decode_tensors(self, tensors: dict[str, Any]) -> dict[str, np.ndarray]:
+        raise RequestError(400, f"model {self.name!r} is a translation export: give input 'text' (BYTES), not tensors ({', '.join(sorted(tensors))})")
+
+    def decode_generate(self, body: bytes) -> tuple[Hashable, str]:  # type: ignore[override]
+        """``(kind, text)`` of a generate request (module docstring).
+
+        Raises:
+            RequestError: 400 naming the key: malformed JSON, a missing, empty or non-string
+                ``text_input``, an unknown parameter, a value of the wrong kind.
+        """
+        request = _parse_json(body)
+        if not isinstance(request, dict):
+            raise RequestError(400, f"request must be a JSON object, got {type(request).__name__}")
+        unknown = sorted(set(request) - {GENERATE_INPUT, "parameters", "id"})
+        if unknown:
+            raise RequestError(400, f"unknown key {unknown[0]!r}; a generate request has {GENERATE_INPUT!r} and 'parameters'")
+        text = request.get(GENERATE_INPUT)
+        if not isinstance(text, str) or not text.strip():
+            raise RequestError(400, f"{GENERATE_INPUT!r} must be a non-empty string (the sentence to translate)")
+        parameters = request.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise RequestError(400, f"'parameters' must be an object, got {type(parameters).__name__}")
+        for key, value in parameters.items():
+            if key not in TRANSLATION_PARAMETERS:
+                raise RequestError(400, f"unknown parameter 'parameters.{key}'; a translation takes some of {', '.join(TRANSLATION_PARAMETERS)}")
+            check, kind = TRANSLATION_PARAMETERS[key]
+            if not check(value):
+                raise RequestError(400, f"'parameters.{key}' must be {kind}, got {value!r}")
+        return ("search", int(parameters.get("num_beams", 1)), float(parameters.get("length_penalty", 1.0)), parameters.get("max_length")), text
+
+    def encode_predict(self, result: dict[str, np.ndarray]) -> dict[str, Any]:
+        """``{"model_name", "translations": [str, ...]}``."""
+        return {"model_name": self.name, "translations": [str(text) for text in result[TRANSLATION_OUTPUT]]}
+
+
 def length_groups(lengths: Sequence[int], call_cost_tokens: float = 16, rows: Sequence[int] | None = None) -> list[list[int]]:
     """Split a batch into model calls of items of similar length, at least total cost.
 
@@ -767,7 +878,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 
 def create_app(
-    predictor: Predictor,
+    predictor: Predictor | Translator,
     name: str,
     max_batch: int = 32,
     max_delay_ms: float = 5.0,
@@ -778,7 +889,8 @@ def create_app(
     """The ASGI application serving ``predictor`` as model ``name`` (see the module docstring).
 
     Args:
-        predictor: a loaded :class:`ptmkit_export.Predictor`.
+        predictor: a loaded :class:`ptmkit_export.Predictor`, or a :class:`ptmkit_export.Translator`
+            (:class:`TranslationService`).
         name: the model name in URLs.
         max_batch: most rows per model call (>= 1; 1 turns dynamic batching off).
         max_delay_ms: longest wait, in milliseconds, for requests on their way to join a batch
@@ -794,7 +906,10 @@ def create_app(
         ``app.state.serving`` (:class:`Serving`) holds them for the route handlers.
         The batcher starts and stops with the app's lifespan (uvicorn runs it).
     """
-    service = ModelService(predictor, name, max_request_rows=max_request_rows)
+    if isinstance(predictor, Translator):
+        service: ModelService = TranslationService(predictor, name, max_request_rows)
+    else:
+        service = ModelService(predictor, name, max_request_rows=max_request_rows)
     predictor.batch_size = max(predictor.batch_size, max_batch)  # one batch, one ONNX Runtime call
     metrics = ServerMetrics(name)
     # inline_lone=False: the model (tokenization included) always runs in the batcher's worker
@@ -896,8 +1011,11 @@ class Serving:
         try:
             self.check_model(request)
             body = await _read_body(request, self.max_body_bytes)
-            # Tokenizing the prompt costs about the body's size: a large one is read in a thread.
-            pieces = self._pieces(body) if len(body) <= INLINE_DECODE_BYTES else await run_in_threadpool(self._pieces, body)
+            if self.service.is_translator:  # one translation, through the batcher: one piece
+                kind, text = self.service.decode_generate(body)  # type: ignore[misc]
+                pieces = _one_piece(str((await self.run(kind, [text], 1, arrived))["translation"][0]))
+            else:  # Tokenizing the prompt costs about the body's size: a large one is read in a thread.
+                pieces = self._pieces(body) if len(body) <= INLINE_DECODE_BYTES else await run_in_threadpool(self._pieces, body)
             if stream:
                 status, streaming = 200, True
                 outcome = [499]  # nginx's "client closed request", unless the stream ends
@@ -942,6 +1060,10 @@ class Serving:
             yield b"data: " + json_bytes({"error": f"internal error: {_first_line(error)}"}) + b"\n\n"
         finally:
             await pieces.aclose()  # type: ignore[attr-defined]  # stops the generation's thread
+
+
+async def _one_piece(text: str) -> AsyncIterator[str]:
+    yield text
 
 
 class _EventStream(StreamingResponse):
@@ -998,7 +1120,8 @@ async def _ready(request: Request) -> Response:
 
 
 async def _server_metadata(request: Request) -> Response:
-    extensions = ["binary_tensor_data", *(["generate"] if _serving(request).service.is_generator else [])]
+    service = _serving(request).service
+    extensions = ["binary_tensor_data", *(["generate"] if service.is_generator or service.is_translator else [])]
     return JSONResponse({"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": extensions})
 
 
@@ -1115,6 +1238,20 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def load_model(export_dir: str | os.PathLike[str], variant: str | None, threads: int | None, device: str, task: str | None) -> Predictor | Translator:
+    """The export's :class:`ptmkit_export.Predictor`, or its :class:`ptmkit_export.Translator` for
+    a translation export.
+
+    Raises:
+        ExportDirError: a missing or broken export. ValueError: a ``task`` for a translation export.
+    """
+    if read_manifest(export_dir).get("task") != TRANSLATION_TASK:
+        return Predictor(export_dir, variant=variant, threads=threads, device=device, task=task)
+    if task is not None:
+        raise ValueError(f"{export_dir}: a translation export has no tasks; drop --task {task}")
+    return Translator(export_dir, variant=variant, threads=threads, providers=device_providers(device))
+
+
 def serve(
     export_dir: str | os.PathLike[str],
     name: str | None = None,
@@ -1156,7 +1293,7 @@ def serve(
             ``generation_slots < 1``.
         OSError: ``host:port`` cannot be bound.
     """
-    predictor = Predictor(export_dir, variant=variant, threads=threads, device=device, task=task)
+    predictor = load_model(export_dir, variant, threads, device, task)
     name = name or default_name(export_dir)
     app = create_app(predictor, name, max_batch=max_batch, max_delay_ms=max_delay_ms, max_body_bytes=max_body_bytes, generation_slots=generation_slots)
     sock = bind(host, port)

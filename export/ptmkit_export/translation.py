@@ -60,6 +60,8 @@ class Seq2SeqSearch:
     ``eos``, ``bos`` (the decoder start token) and ``max_sequence_length``."""
 
     tokenizer: Any
+    #: Sources per search in :meth:`translate` (the server raises it to its ``max_batch``).
+    batch_size: int = 32
     pad: int
     eos: int
     bos: int
@@ -107,8 +109,9 @@ class Seq2SeqSearch:
             for row in range(len(texts))
         ]
 
-    def translate(self, texts: Sequence[str], num_beams: int = 1, length_penalty: float = 1.0, max_length: int | None = None, batch_size: int = 32) -> list[str]:
-        """The translation of each text (:meth:`translate_ids`, decoded), ``batch_size`` sources at a time.
+    def translate(self, texts: Sequence[str], num_beams: int = 1, length_penalty: float = 1.0, max_length: int | None = None, batch_size: int | None = None) -> list[str]:
+        """The translation of each text (:meth:`translate_ids`, decoded), ``batch_size`` sources at
+        a time (default :attr:`batch_size`).
 
         Raises:
             TypeError: ``texts`` is a single str.
@@ -117,8 +120,9 @@ class Seq2SeqSearch:
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of str, not a single str (wrap it in a list)")
         out: list[str] = []
-        for first in range(0, len(texts), batch_size):
-            chunk = list(texts[first : first + batch_size])
+        step = batch_size or self.batch_size
+        for first in range(0, len(texts), step):
+            chunk = list(texts[first : first + step])
             out.extend(self.tokenizer.decode(ids) for ids in self.translate_ids(chunk, num_beams, length_penalty, max_length))
         return out
 
@@ -176,6 +180,14 @@ class Translator(Seq2SeqSearch):
         self.pad, self.eos, self.bos = int(self.manifest["pad_token_id"]), int(spec["eos_token_id"]), int(spec["bos_token_id"])
         self.max_sequence_length = int(self.manifest["max_sequence_length"])
         self.languages = self.manifest.get("languages")
+
+    @property
+    def session(self) -> Any:
+        """The decoder's ``onnxruntime.InferenceSession`` (``session.get_providers()``)."""
+        return self.decoder.session
+
+    #: A translation export has no tasks (a multi-task classifier's choice).
+    task = None
 
     def encode_sources(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         ids, mask = self.source_ids(texts)

@@ -119,3 +119,43 @@ def test_runtime_translates_without_tensorflow(overfit_run, tmp_path: Path) -> N
             "print('tensorflow' in sys.modules, 'keras' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.splitlines() == [target, "False False"]
+
+
+def test_serve_answers_translations(overfit_run, tmp_path: Path) -> None:
+    """``ptmkit serve`` on the export over real HTTP: ``infer`` (text in, translation out, greedy),
+    the generate extension (beam search by its parameters; the stream: one event) and
+    ``/v1/predict``, each the lean runtime's translation; bad requests a one-line 400."""
+    from serve_fixtures import ServerThread
+
+    from ptmkit_export import Translator as ExportTranslator
+    from ptmkit_export.server import create_app
+
+    run, _ = overfit_run
+    out = tmp_path / "export"
+    assert main(["export", str(run), "--out", str(out)]) == 0
+    pairs = short_pairs()
+    sources, targets = [s for s, _ in pairs[:4]], [t for _, t in pairs[:4]]
+    with ServerThread(create_app(ExportTranslator(out, threads=1), "en-de")) as server:
+        status, _, body = server.request("POST", "/v2/models/en-de/infer", {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [4], "data": sources}]})
+        assert status == 200, body
+        assert json.loads(body)["outputs"] == [{"name": "translation", "datatype": "BYTES", "shape": [4], "data": targets}]
+        request = {"text_input": sources[1], "parameters": {"num_beams": 3, "length_penalty": 0.6, "max_length": 20}}
+        status, _, body = server.request("POST", "/v2/models/en-de/generate", request)
+        assert status == 200 and json.loads(body) == {"model_name": "en-de", "model_version": "1", "text_output": targets[1]}, body
+        status, headers, body = server.request("POST", "/v2/models/en-de/generate_stream", request)
+        assert status == 200 and headers["content-type"].startswith("text/event-stream")
+        assert body.startswith(b"data: ") and body.count(b"\n\n") == 1 and body.endswith(b"\n\n")  # one event: the whole translation
+        assert json.loads(body[len(b"data: ") :]) == {"model_name": "en-de", "model_version": "1", "text_output": targets[1]}
+        status, _, body = server.request("POST", "/v1/predict", {"texts": sources[:2]})
+        assert status == 200 and json.loads(body) == {"model_name": "en-de", "translations": targets[:2]}
+        assert "generate" in json.loads(server.request("GET", "/v2")[2])["extensions"]
+        metadata = json.loads(server.request("GET", "/v2/models/en-de")[2])
+        assert metadata["outputs"] == [{"name": "translation", "datatype": "BYTES", "shape": [-1]}] and metadata["parameters"]["languages"] == "en-de"
+        for path, bad, message in [
+            ("/v2/models/en-de/infer", {"inputs": [{"name": "token_ids", "datatype": "INT32", "shape": [1, 2], "data": [1, 2]}]}, "give input 'text' (BYTES), not tensors"),
+            ("/v2/models/en-de/generate", {"text_input": "hello", "parameters": {"num_beams": 0}}, "'parameters.num_beams' must be an integer >= 1, got 0"),
+            ("/v2/models/en-de/generate", {"text_input": "hello", "parameters": {"top_k": 5}}, "unknown parameter 'parameters.top_k'"),
+            ("/v2/models/en-de/generate", {"text_input": ""}, "'text_input' must be a non-empty string"),
+        ]:
+            status, _, body = server.request("POST", path, bad)
+            assert status == 400 and message in json.loads(body)["error"], body
