@@ -143,8 +143,9 @@ class Translator(Seq2SeqSearch):
             ``cached_steps`` count the calls that fed one new position).
 
     Raises:
-        ExportDirError: not a translation export; a missing or broken file; a variant the export
-            does not have.
+        ExportDirError: not a translation export; a missing or broken file (manifest, graphs,
+            tokenizer); a variant the export does not have.
+        ValueError: ``threads`` below 1.
     """
 
     def __init__(self, export_dir: str | os.PathLike[str], variant: str | None = None, threads: int | None = None, providers: Sequence[str] | None = None) -> None:
@@ -163,6 +164,8 @@ class Translator(Seq2SeqSearch):
         encoder_path = self.export_dir / self.manifest["variants"][variant]["encoder"]
         options = ort.SessionOptions()
         if threads is not None:
+            if threads < 1:
+                raise ValueError(f"threads must be >= 1, got {threads}")
             options.intra_op_num_threads = threads
         chosen = list(providers or ["CPUExecutionProvider"])
         sessions = []
@@ -176,7 +179,11 @@ class Translator(Seq2SeqSearch):
         spec = self.manifest["decoder"]
         self.decoder = CachedDecoder(decoder_session, spec["layers"], spec["heads"], spec["head_dim"])
         self.variant = variant
-        self.tokenizer = Tokenizer.from_file(str(self.export_dir / self.manifest["tokenizer"]))
+        tokenizer_path = self.export_dir / self.manifest["tokenizer"]
+        try:
+            self.tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        except Exception as error:  # tokenizers raises a bare Exception on a bad file
+            raise ExportDirError(f"{tokenizer_path}: cannot load tokenizer ({str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__})") from error
         self.pad, self.eos, self.bos = int(self.manifest["pad_token_id"]), int(spec["eos_token_id"]), int(spec["bos_token_id"])
         self.max_sequence_length = int(self.manifest["max_sequence_length"])
         self.languages = self.manifest.get("languages")

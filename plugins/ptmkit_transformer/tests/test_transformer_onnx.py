@@ -159,3 +159,27 @@ def test_serve_answers_translations(overfit_run, tmp_path: Path) -> None:
         ]:
             status, _, body = server.request("POST", path, bad)
             assert status == 400 and message in json.loads(body)["error"], body
+
+
+def test_broken_export_is_one_line(overfit_run, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from ptmkit_export import ExportDirError
+    from ptmkit_export import Translator as ExportTranslator
+
+    run, _ = overfit_run
+    out = tmp_path / "export"
+    assert main(["export", str(run), "--out", str(out)]) == 0
+    capsys.readouterr()
+    broken = tmp_path / "broken"
+    shutil.copytree(out, broken)
+    (broken / "tokenizer.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(ExportDirError, match=r"tokenizer.json: cannot load tokenizer"):
+        ExportTranslator(broken)
+    (broken / "tokenizer.json").write_bytes((out / "tokenizer.json").read_bytes())
+    (broken / "encoder.onnx").unlink()
+    assert main(["translate", str(broken), "--text", "hello"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {broken / 'encoder.onnx'}: cannot load ONNX model") and len(err.strip().splitlines()) == 1, err
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        ExportTranslator(out, threads=0)
