@@ -1,0 +1,187 @@
+"""The Transformer's reference run (issue 17, item 4): ptmkit's translation training against Hugging
+Face transformers' ``Seq2SeqTrainer`` on the same architecture, data, tokenizer, steps, batch and
+learning-rate schedule; test BLEU of each, over seeds.
+
+- ``ptmkit``: ``ptmkit train transformer --parallel TRAIN --dev DEV --set model.max_steps=N
+  --set model.seed=S`` (the family's defaults otherwise: 3 + 3 post-LN layers, hidden 256, 4 heads,
+  feed-forward 1,024 ReLU, dropout 0.1, label smoothing 0.1, batch 64 pairs, Adam (0.9, 0.98, 1e-9)
+  on the paper's inverse-square-root schedule with ``warmup_steps``), then greedy translation of
+  ``--test-sentences`` test sources (``ptmkit evaluate``'s BLEU).
+- ``transformers``: a randomly initialised ``MarianMTModel`` of the same configuration (post-LN,
+  ReLU, sinusoidal positions, ``scale_embedding``, tied embeddings, dropout 0.1 on sub-layer
+  outputs and attention weights), the same token ids (the ptmkit run's ``tokenizer.json``: ``source
+  </s>`` in, ``<s> target`` -> ``target </s>``), ``Seq2SeqTrainer`` with ``label_smoothing_factor``
+  0.1, ``torch.optim.Adam`` (the same betas and epsilon) and a ``LambdaLR`` of the same schedule,
+  ``N`` steps of 64 pairs, then greedy ``generate`` (``max_length`` 128) on the same test sources.
+
+Goal: ptmkit's mean test BLEU >= the reference's mean minus 1. Each run is cached in ``--work``
+(ptmkit's resumes from its checkpoint; transformers' result JSON is kept); the table goes to ``--out``.
+
+    python benchmarks/seq2seq_reference.py --out benchmarks/results/seq2seq_reference.md   # hours on 2 cores
+    python benchmarks/seq2seq_reference.py --quick                                        # tiny models, minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lineage  # noqa: E402  (the subprocess runner)
+
+REPO = Path(__file__).resolve().parents[1]
+PARALLEL = REPO / "data" / "parallel"
+TINY = {"vocabulary_size": 2000, "encoder_layers": 1, "decoder_layers": 1, "hidden_dim": 64, "num_heads": 4, "intermediate_dim": 128,
+        "batch_size": 32, "warmup_steps": 50}
+
+
+def ptmkit_row(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """Train (or reuse) the ptmkit run of ``seed``; its test BLEU and seconds."""
+    run = args.work / f"ptmkit-{seed}"
+    result = args.work / f"ptmkit-{seed}.json"
+    if result.exists():
+        return json.loads(result.read_text(encoding="utf-8"))
+    overrides = {**(TINY if args.quick else {}), "max_steps": args.steps, "seed": seed, "dev_sentences": 0}
+    sets = [a for key, value in overrides.items() for a in ("--set", f"model.{key}={value}")]
+    log = args.work / "ptmkit.log"
+    if not (run / "manifest.json").exists():
+        seconds = lineage.ptmkit("train", "transformer", "--parallel", str(PARALLEL / "en-de-train-10k.tsv"), "--out", str(run), *sets,
+                                 *(["--resume"] if (run / "checkpoints").is_dir() else []), log=log)
+    else:
+        seconds = float("nan")
+    from ptmkit.api import read_parallel
+    from ptmkit_transformer.translate import Translator, score_translations
+
+    test = read_parallel(PARALLEL / "en-de-test.tsv")
+    hypotheses = Translator(run).translate(test.sources[: args.test_sentences])
+    row = {"side": "ptmkit", "seed": seed, "seconds": round(seconds, 1), **score_translations(hypotheses, test.targets[: args.test_sentences])}
+    result.write_text(json.dumps(row), encoding="utf-8")
+    return row
+
+
+def marian_model(config: Any, tokenizer: Any) -> Any:
+    """A randomly initialised ``MarianMTModel`` of ptmkit's ``config`` (module docstring)."""
+    from transformers import MarianConfig, MarianMTModel
+
+    pad, eos, bos = (tokenizer.token_to_id(t) for t in ("<pad>", "</s>", "<s>"))
+    hf = MarianConfig(
+        vocab_size=config.vocabulary_size, d_model=config.hidden_dim, encoder_layers=config.encoder_layers, decoder_layers=config.decoder_layers,
+        encoder_attention_heads=config.num_heads, decoder_attention_heads=config.num_heads, encoder_ffn_dim=config.intermediate_dim,
+        decoder_ffn_dim=config.intermediate_dim, activation_function="relu", dropout=config.dropout, attention_dropout=config.dropout,
+        activation_dropout=0.0, max_position_embeddings=config.max_sequence_length, scale_embedding=True, pad_token_id=pad, eos_token_id=eos,
+        bos_token_id=bos, decoder_start_token_id=bos, forced_eos_token_id=None, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
+        decoder_vocab_size=config.vocabulary_size,
+    )
+    return MarianMTModel(hf)
+
+
+def reference_row(args: argparse.Namespace, seed: int, tokenizer_run: Path) -> dict[str, Any]:
+    """Train (or reuse) the transformers run of ``seed`` on the ptmkit run's token ids; its test BLEU."""
+    result = args.work / f"transformers-{seed}.json"
+    if result.exists():
+        return json.loads(result.read_text(encoding="utf-8"))
+    import time
+
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, set_seed
+
+    from ptmkit.api import read_parallel
+    from ptmkit_transformer.config import TransformerConfig
+    from ptmkit_transformer.translate import score_translations
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    config = TransformerConfig(**{**(TINY if args.quick else {}), "max_steps": args.steps, "seed": seed})
+    tokenizer = Tokenizer.from_file(str(tokenizer_run / "tokenizer.json"))
+    pad, eos, bos = (tokenizer.token_to_id(t) for t in ("<pad>", "</s>", "<s>"))
+    limit = config.max_sequence_length - 1
+    pairs = read_parallel(PARALLEL / "en-de-train-10k.tsv")
+    encode = lambda texts: [e.ids[:limit] + [eos] for e in tokenizer.encode_batch(texts, add_special_tokens=False)]  # noqa: E731
+    examples = [{"input_ids": s, "labels": t} for s, t in zip(encode(pairs.sources), encode(pairs.targets), strict=True)]
+
+    def collate(batch: list[dict[str, list[int]]]) -> dict[str, Any]:
+        width = max(len(b["input_ids"]) for b in batch)
+        target = max(len(b["labels"]) for b in batch)
+        ids = torch.tensor([b["input_ids"] + [pad] * (width - len(b["input_ids"])) for b in batch])
+        labels = torch.tensor([b["labels"] + [-100] * (target - len(b["labels"])) for b in batch])
+        decoder = torch.tensor([[bos] + b["labels"][:-1] + [pad] * (target - len(b["labels"])) for b in batch])
+        return {"input_ids": ids, "attention_mask": (ids != pad).long(), "labels": labels, "decoder_input_ids": decoder}
+
+    set_seed(seed)
+    model = marian_model(config, tokenizer)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(config.adam_beta_1, config.adam_beta_2), eps=config.adam_epsilon)
+    rate = lambda step: config.hidden_dim**-0.5 * min((step + 1) ** -0.5, (step + 1) * config.warmup_steps**-1.5)  # noqa: E731
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
+    training = Seq2SeqTrainingArguments(
+        output_dir=str(args.work / f"transformers-{seed}"), max_steps=args.steps, per_device_train_batch_size=config.batch_size,
+        label_smoothing_factor=config.label_smoothing, seed=seed, logging_steps=max(1, args.steps // 20), save_strategy="no", report_to=[],
+        use_cpu=True, dataloader_num_workers=0, remove_unused_columns=False,
+    )
+    started = time.perf_counter()
+    Seq2SeqTrainer(model=model, args=training, train_dataset=examples, data_collator=collate, optimizers=(optimizer, scheduler)).train()
+    seconds = time.perf_counter() - started
+    test = read_parallel(PARALLEL / "en-de-test.tsv")
+    sources = encode(test.sources[: args.test_sentences])
+    model.eval()
+    hypotheses = []
+    with torch.no_grad():
+        for first in range(0, len(sources), 32):
+            chunk = sources[first : first + 32]
+            ids = torch.tensor([s + [pad] * (max(map(len, chunk)) - len(s)) for s in chunk])
+            out = model.generate(input_ids=ids, attention_mask=(ids != pad).long(), num_beams=1, do_sample=False, max_length=config.max_sequence_length)
+            hypotheses += [tokenizer.decode([t for t in row.tolist() if t not in (pad, bos, eos)]) for row in out]
+    row = {"side": "transformers", "seed": seed, "seconds": round(seconds, 1), **score_translations(hypotheses, test.targets[: args.test_sentences])}
+    result.write_text(json.dumps(row), encoding="utf-8")
+    return row
+
+
+def page(rows: list[dict[str, Any]], argv: list[str], args: argparse.Namespace) -> str:
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    means = {side: statistics.mean(r["bleu"] for r in rows if r["side"] == side) for side in ("ptmkit", "transformers")}
+    lines = [
+        "# The Transformer against transformers' Seq2SeqTrainer (same model, data, tokens, steps, schedule)\n",
+        f"{datetime.date.today().isoformat()}, commit {commit}, load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
+        f"`python benchmarks/seq2seq_reference.py {' '.join(argv)}`{' (tiny models: a smoke test)' if args.quick else ''}. "
+        f"{args.steps} steps, greedy decoding of the first {args.test_sentences} test sentences, sacrebleu BLEU.\n",
+        "| side | seed | test BLEU | chrF | train s |", "|---|---|---|---|---|",
+        *(f"| {r['side']} | {r['seed']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['seconds']} |" for r in rows),
+        f"\nMean BLEU: ptmkit {means['ptmkit']:.2f}, transformers {means['transformers']:.2f}; goal ptmkit >= transformers - 1: "
+        f"{'met' if means['ptmkit'] >= means['transformers'] - 1 else 'not met'}. Signature: {rows[0]['bleu_signature']}.\n",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work", type=Path, help="runs and results (default /tmp/ptmkit-seq2seq-reference[-quick])")
+    parser.add_argument("--steps", type=int, help="training steps of every run (default 2,000, the family's max_steps; --quick 100)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--test-sentences", type=int, help="test sentences translated (default 1,000; --quick 50)")
+    parser.add_argument("--quick", action="store_true", help="tiny models: a smoke test")
+    parser.add_argument("--out", type=Path, help="write the markdown page here")
+    args = parser.parse_args(argv)
+    args.steps = args.steps or (100 if args.quick else 2000)
+    args.test_sentences = args.test_sentences or (50 if args.quick else 1000)
+    args.work = args.work or Path("/tmp/ptmkit-seq2seq-reference" + ("-quick" if args.quick else ""))
+    args.work.mkdir(parents=True, exist_ok=True)
+    rows = [ptmkit_row(args, seed) for seed in args.seeds]
+    rows += [reference_row(args, seed, args.work / f"ptmkit-{args.seeds[0]}") for seed in args.seeds]
+    text = page(rows, argv, args)
+    print(text)
+    if args.out:
+        tmp = args.out.with_suffix(".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
