@@ -178,6 +178,17 @@ def ptmkit(*args: str, log: Path) -> float:
     return time.perf_counter() - started
 
 
+def print_and_write(text: str, out: Path | None) -> None:
+    """Print a benchmark's Markdown page and, with ``out``, write it there atomically (a temporary
+    file beside it, then a rename)."""
+    print(text)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out)
+
+
 def prepare_data(work: Path, quick: bool) -> dict[str, Path]:
     """The corpus and the three splits (their first lines in quick mode)."""
     files = {"corpus": CORPUS, **{name: CLASSIFY / file for name, file in SPLITS.items()}}

@@ -181,13 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     corpus = lineage.prepare_data(args.work, args.quick)["corpus"]
     rows = [r for family in args.family or sorted(BUDGET_KEYS, reverse=True) for r in run_family(family, args, corpus)]
     rows.sort(key=lambda r: (r["budget"] != "quickstart", r["family"] != "nnlm"))
-    text = page(rows, argv)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(args.out)
+    lineage.print_and_write(page(rows, argv), args.out)
     return 0
 
 

@@ -174,12 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     rows = [ptmkit_row(args, seed) for seed in args.seeds]
     rows += [reference_row(args, seed, args.work / f"ptmkit-{args.seeds[0]}") for seed in args.seeds]
-    text = page(rows, argv, args)
-    print(text)
-    if args.out:
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(args.out)
+    lineage.print_and_write(page(rows, argv, args), args.out)
     return 0
 
 

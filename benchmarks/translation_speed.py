@@ -137,12 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     args.work = args.work or Path("/tmp/ptmkit-translation-speed" + ("-quick" if args.quick else ""))
     args.work.mkdir(parents=True, exist_ok=True)
     export = prepare(args)
-    text = page(measure(export, args), export, argv, args)
-    print(text)
-    if args.out:
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(args.out)
+    lineage.print_and_write(page(measure(export, args), export, argv, args), args.out)
     return 0
 
 

@@ -437,19 +437,10 @@ class ModelService:
         if not self.is_generator:
             task = self.predictor.manifest.get("task", "")
             raise RequestError(400, f"model {self.name!r} is a {task!r} export and does not generate text; generate needs a decoder export (task 'generation', e.g. a gpt run)")
-        request = _parse_json(body)
-        if not isinstance(request, dict):
-            raise RequestError(400, f"request must be a JSON object, got {type(request).__name__}")
-        unknown = sorted(set(request) - {GENERATE_INPUT, "parameters", "id"})
-        if unknown:
-            raise RequestError(400, f"unknown key {unknown[0]!r}; a generate request has {GENERATE_INPUT!r} and 'parameters'")
-        prompt = request.get(GENERATE_INPUT)
+        prompt, parameters = _generate_body(body)
         if not isinstance(prompt, str):
             got = "nothing" if prompt is None else type(prompt).__name__
             raise RequestError(400, f"{GENERATE_INPUT!r} must be a string (the prompt), got {got}")
-        parameters = request.get("parameters") or {}
-        if not isinstance(parameters, dict):
-            raise RequestError(400, f"'parameters' must be an object, got {type(parameters).__name__}")
         values: dict[str, Any] = {}
         for key, value in parameters.items():
             kind = GENERATE_PARAMETERS.get(key)
@@ -695,18 +686,9 @@ class TranslationService(ModelService):
             RequestError: 400 naming the key: malformed JSON, a missing, empty or non-string
                 ``text_input``, an unknown parameter, a value of the wrong kind.
         """
-        request = _parse_json(body)
-        if not isinstance(request, dict):
-            raise RequestError(400, f"request must be a JSON object, got {type(request).__name__}")
-        unknown = sorted(set(request) - {GENERATE_INPUT, "parameters", "id"})
-        if unknown:
-            raise RequestError(400, f"unknown key {unknown[0]!r}; a generate request has {GENERATE_INPUT!r} and 'parameters'")
-        text = request.get(GENERATE_INPUT)
+        text, parameters = _generate_body(body)
         if not isinstance(text, str) or not text.strip():
             raise RequestError(400, f"{GENERATE_INPUT!r} must be a non-empty string (the sentence to translate)")
-        parameters = request.get("parameters") or {}
-        if not isinstance(parameters, dict):
-            raise RequestError(400, f"'parameters' must be an object, got {type(parameters).__name__}")
         for key, value in parameters.items():
             if key not in TRANSLATION_PARAMETERS:
                 raise RequestError(400, f"unknown parameter 'parameters.{key}'; a translation takes some of {', '.join(TRANSLATION_PARAMETERS)}")
@@ -764,6 +746,25 @@ def _datatype(dtype: np.dtype[Any]) -> str:
         if candidate == dtype:
             return name
     raise TypeError(f"no Open Inference Protocol datatype for {dtype}")
+
+
+def _generate_body(body: bytes) -> tuple[Any, dict[str, Any]]:
+    """``(text_input, parameters)`` of a generate extension body ``{"text_input", "parameters",
+    "id"}`` (``text_input`` unchecked; ``parameters`` ``{}`` when absent).
+
+    Raises:
+        RequestError: 400 for malformed JSON, not an object, an unknown key, ``parameters`` not an object.
+    """
+    request = _parse_json(body)
+    if not isinstance(request, dict):
+        raise RequestError(400, f"request must be a JSON object, got {type(request).__name__}")
+    unknown = sorted(set(request) - {GENERATE_INPUT, "parameters", "id"})
+    if unknown:
+        raise RequestError(400, f"unknown key {unknown[0]!r}; a generate request has {GENERATE_INPUT!r} and 'parameters'")
+    parameters = request.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise RequestError(400, f"'parameters' must be an object, got {type(parameters).__name__}")
+    return request.get(GENERATE_INPUT), parameters
 
 
 def _parse_json(body: bytes) -> Any:
