@@ -126,14 +126,41 @@ def row_result(key: str, args: argparse.Namespace, work: Path) -> dict:
     return result
 
 
-def table(results: dict[str, dict], args: argparse.Namespace) -> str:
+def machine() -> str:
+    """This machine's CPU model, core count and matrix extensions, from ``/proc/cpuinfo``."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return f"{os.cpu_count()} CPU cores"
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "CPU")
+    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+    extensions = [name for flag, name in (("avx512_vnni", "AVX-512 VNNI"), ("avx512_bf16", "AVX-512 BF16"), ("amx_bf16", "AMX")) if flag in flags]
+    return f"{os.cpu_count()} CPU cores ({model}{', ' + ', '.join(extensions) if extensions else ''}), no GPU"
+
+
+def electra_claim(results: dict[str, dict]) -> str:
+    """ELECTRA's claim (RTD beats MLM at equal compute), read off the table: a sentence, or ""."""
+    rtd, mlm = results.get("rtd"), results.get("mlm-dynamic")
+    if not rtd or not mlm:
+        return ""
+    gap = 100 * (rtd["dev_accuracy"] - mlm["dev_accuracy"])
+    cost = (rtd["pretrain_seconds"] or 0) / max(mlm["pretrain_seconds"] or 1, 1)
+    verdict = "holds" if gap > 0 else "does not hold"
+    return (
+        f"ELECTRA's claim (replaced-token detection beats masked LM at equal compute) {verdict} here: RTD's supersense dev "
+        f"accuracy is {gap:+.1f} points against dynamic MLM's on the same tokens, at {cost:.2f}x its pre-training time "
+        "(the generator's cost); equal tokens is a compute budget at least as large for RTD."
+    )
+
+
+def table(results: dict[str, dict], args: argparse.Namespace, load_at_start: float) -> str:
     """The Markdown results page."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
     command = "python benchmarks/objectives.py " + " ".join(sys.argv[1:])
     lines = [
         "# Pre-training objectives on one backbone, then WordNet supersenses", "",
         "| | |", "|---|---|", f"| date | {time.strftime('%Y-%m-%d')} |", f"| commit | {commit} |",
-        "| machine | 2 CPU cores (Intel Xeon, AVX-512 VNNI), no GPU |", f"| load | load average {os.getloadavg()[0]:.2f} at the end |",
+        f"| machine | {machine()} |", f"| load | 1-minute load average {load_at_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end |",
         f"| command | `{command.strip()}` |", "",
         f"BERT {'(quick: 2 layers, hidden 64)' if args.quick else '4 layers, hidden 256, 4 heads, 8,000 WordPiece tokens'}; "
         f"{args.steps} pre-training steps of 32 x 128 tokens on `data/corpus/enwiki-106.txt` for every row (TLM: on the en-de pairs of `data/parallel/en-de-train-10k.tsv`); then supersense "
@@ -149,7 +176,8 @@ def table(results: dict[str, dict], args: argparse.Namespace) -> str:
             f"{result['heldout_loss']:.3f} | {result['dev_accuracy']:.4f} | {result['test_accuracy']:.4f} | {result['parameters']:,} |"
         )
     lines += [f"| {label} | not run: {why} | | | | | |" for label, why in MISSING.items()]
-    return "\n".join(lines) + "\n"
+    claim = electra_claim(results)
+    return "\n".join(lines + (["", claim] if claim else [])) + "\n"
 
 
 def main() -> None:
@@ -169,11 +197,12 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"--rows: unknown row {unknown[0]!r}; the rows are {', '.join(ROWS)}")
     args.work.mkdir(parents=True, exist_ok=True)
+    load_at_start = os.getloadavg()[0]
     results = {}
     for key in args.rows.split(","):
         (args.work / key).mkdir(exist_ok=True)
         results[key] = row_result(key, args, args.work)
-    args.output.write_text(table(results, args), encoding="utf-8")
+    args.output.write_text(table(results, args, load_at_start), encoding="utf-8")
     print(f"wrote {args.output}")
 
 
