@@ -2,7 +2,8 @@
 
 Two CPU workers on loopback, each a process with its own ``TF_CONFIG``, train the tiny BERT on
 a shared run directory and end with the single-device run's weights (same global batch and
-seed); MirroredStrategy on the one CPU does too; each step's global batch is split between the
+seed), and so does a two-worker run whose worker was SIGKILLed mid-run, once both are restarted
+with ``--resume``; MirroredStrategy on the one CPU does too; each step's global batch is split between the
 workers without dropping or repeating an example; bad ``TF_CONFIG`` and batch sizes are refused
 in one line before anything is written.
 
@@ -109,21 +110,35 @@ def wait_all(processes: list[subprocess.Popen[bytes]], timeout: float = 240) -> 
             process.kill()  # a no-op once it has ended
 
 
+def stop_after_worker_killed(processes: list[subprocess.Popen[bytes]]) -> int:
+    """Wait for worker 1 to SIGKILL itself, then stop the chief (it cannot go on alone: its
+    all-reduce has no peer), as a Kubernetes Job restarts all of its pods. Returns worker 1's code."""
+    try:
+        return processes[1].wait(timeout=240)
+    finally:
+        processes[0].kill()
+        processes[0].wait()
+
+
 @pytest.fixture(scope="module")
 def runs(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The one-device run (no strategy) and the same run on two CPU workers
-    (MultiWorkerMirroredStrategy over loopback), side by side: the workers start in the
-    background while the one-device run trains in this process (they mostly wait on each
-    other and on imports)."""
+    """The one-device run (no strategy), the same run on two CPU workers
+    (MultiWorkerMirroredStrategy over loopback), and a two-worker run whose worker 1 is killed
+    at step 3: the workers start in the background while the one-device run trains in this
+    process (they mostly wait on each other and on imports)."""
     root = tmp_path_factory.mktemp("distribute")
+    (root / "killed").mkdir()
     workers = start_workers(tiny_corpus, root / "run", root)
+    killed = start_workers(tiny_corpus, root / "killed" / "run", root / "killed", kill_worker_at=3)  # checkpoints at 2, 4, 6
     try:
         assert main(train_args(tiny_corpus, root / "none")) == 0
     finally:
         codes = wait_all(workers)
+        killed_code = stop_after_worker_killed(killed)
     logs = [(root / f"worker{i}.log").read_text(errors="replace") for i in range(2)]
     assert codes == [0, 0], logs
-    return {"none": root / "none", "workers": root}
+    assert killed_code == -signal.SIGKILL, (root / "killed" / "worker1.log").read_text(errors="replace")
+    return {"none": root / "none", "workers": root, "killed": root / "killed"}
 
 
 @pytest.fixture(scope="module")
@@ -154,23 +169,15 @@ def test_mirrored_on_one_cpu_equals_no_strategy(tiny_corpus: Path, reference: Pa
     assert 'distribute = "mirrored"' in (out / "config.toml").read_text()
 
 
-@pytest.mark.slow  # two more two-worker launches (~100 s on two shared cores); run with -m slow
-def test_worker_killed_mid_run_resumes_to_the_uninterrupted_weights(tiny_corpus: Path, reference: Path, tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    processes = start_workers(tiny_corpus, run, tmp_path, kill_worker_at=3)  # checkpoints at steps 2, 4, 6
-    assert processes[1].wait(timeout=240) == -signal.SIGKILL
-    # The chief cannot go on alone (its all-reduce has no peer): it fails, or the job's
-    # controller stops it, as a Kubernetes Job restarts all of its pods.
-    try:
-        processes[0].wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        processes[0].kill()
-        processes[0].wait()
+def test_worker_killed_mid_run_resumes_to_the_uninterrupted_weights(tiny_corpus: Path, runs: dict[str, Path], reference: Path) -> None:
+    logs = runs["killed"]
+    run = logs / "run"
+    # killed at step 3: the last checkpoint is step 2's, and the run has no final weights
     assert json.loads((run / "checkpoints" / "latest.json").read_text())["step"] == 2
     assert not (run / "backbone.weights.h5").exists()
-    codes = wait_all(start_workers(tiny_corpus, run, tmp_path, "--resume"))
-    assert codes == [0, 0], (tmp_path / "worker0.log").read_text(errors="replace")
-    assert "resuming from step 2" in (tmp_path / "worker0.log").read_text()
+    codes = wait_all(start_workers(tiny_corpus, run, logs, "--resume"))
+    assert codes == [0, 0], (logs / "worker0.log").read_text(errors="replace")
+    assert "resuming from step 2" in (logs / "worker0.log").read_text()
     assert json.loads((run / "metrics.json").read_text())["resumed_from_step"] == 2
     assert largest_difference(run / "backbone.weights.h5", reference / "backbone.weights.h5") < ATOL
 
