@@ -25,6 +25,14 @@ LAYOUTS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def exported(overfit_run, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The overfitted run's fp32 export, shared by the tests that only read it (one export, not four)."""
+    out = tmp_path_factory.mktemp("transformer-export") / "export"
+    assert main(["export", str(overfit_run[0]), "--out", str(out)]) == 0
+    return out
+
+
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: "-".join(str(v) for v in layout.values()))
 def test_graphs_match_keras_through_the_cache(layout: dict) -> None:
     """Random weights (a random logits bias too): the parity check of the export (encoder states,
@@ -51,15 +59,12 @@ def test_graphs_match_keras_through_the_cache(layout: dict) -> None:
     assert check_parity(translator, encoder, decoder) < 1e-5
 
 
-def test_export_translates_as_keras_does(overfit_run, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_export_translates_as_keras_does(overfit_run, exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from ptmkit_export import ExportDirError, Predictor
     from ptmkit_export import Translator as ExportTranslator
     from ptmkit_transformer.translate import Translator
 
-    run, _ = overfit_run
-    out = tmp_path / "export"
-    assert main(["export", str(run), "--out", str(out)]) == 0
-    assert "ONNX vs Keras max |diff|" in capsys.readouterr().err  # the console writes to stderr
+    run, out = overfit_run[0], exported
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["task"] == "translation" and manifest["languages"] == "en-de" and manifest["variants"]["fp32"]["parity_max_abs_diff"] <= 1e-4
     assert sorted(p.name for p in out.iterdir()) == ["decoder.onnx", "encoder.onnx", "manifest.json", "tokenizer.json"]
@@ -92,7 +97,8 @@ def test_int8_is_gated_on_dev_bleu(overfit_run, pairs_file: Path, tmp_path: Path
     run, _ = overfit_run
     out = tmp_path / "export"
     assert main(["export", str(run), "--out", str(out), "--int8", "--dev", str(pairs_file)]) == 0
-    assert "int8: dev BLEU" in capsys.readouterr().err
+    err = capsys.readouterr().err  # the console writes to stderr
+    assert "ONNX vs Keras max |diff|" in err and "int8: dev BLEU" in err
     manifest = json.loads((out / "manifest.json").read_text())
     entry = manifest["variants"]["int8"]
     assert {"encoder.int8.onnx", "decoder.int8.onnx"} <= {p.name for p in out.iterdir()}
@@ -108,12 +114,10 @@ def test_int8_is_gated_on_dev_bleu(overfit_run, pairs_file: Path, tmp_path: Path
     assert not (out / "decoder.int8.onnx").exists() and "int8" not in json.loads((out / "manifest.json").read_text())["variants"]
 
 
-def test_runtime_translates_without_tensorflow(overfit_run, tmp_path: Path) -> None:
+def test_runtime_translates_without_tensorflow(exported: Path) -> None:
     """The lean runtime alone (``ptmkit_export``, as a production app installs it): TensorFlow is
     never imported."""
-    run, _ = overfit_run
-    out = tmp_path / "export"
-    assert main(["export", str(run), "--out", str(out)]) == 0
+    out = exported
     source, target = short_pairs()[1]
     code = (f"import sys, ptmkit_export; t = ptmkit_export.Translator({str(out)!r}); print(t.translate([{source!r}], num_beams=3)[0]); "
             "print('tensorflow' in sys.modules, 'keras' in sys.modules)")
@@ -121,7 +125,7 @@ def test_runtime_translates_without_tensorflow(overfit_run, tmp_path: Path) -> N
     assert done.stdout.splitlines() == [target, "False False"]
 
 
-def test_serve_answers_translations(overfit_run, tmp_path: Path) -> None:
+def test_serve_answers_translations(exported: Path) -> None:
     """``ptmkit serve`` on the export over real HTTP: ``infer`` (text in, translation out, greedy),
     the generate extension (beam search by its parameters; the stream: one event) and
     ``/v1/predict``, each the lean runtime's translation; bad requests a one-line 400."""
@@ -130,9 +134,7 @@ def test_serve_answers_translations(overfit_run, tmp_path: Path) -> None:
     from ptmkit_export import Translator as ExportTranslator
     from ptmkit_export.server import create_app
 
-    run, _ = overfit_run
-    out = tmp_path / "export"
-    assert main(["export", str(run), "--out", str(out)]) == 0
+    out = exported
     pairs = short_pairs()
     sources, targets = [s for s, _ in pairs[:4]], [t for _, t in pairs[:4]]
     with ServerThread(create_app(ExportTranslator(out, threads=1), "en-de")) as server:
@@ -161,16 +163,13 @@ def test_serve_answers_translations(overfit_run, tmp_path: Path) -> None:
             assert status == 400 and message in json.loads(body)["error"], body
 
 
-def test_broken_export_is_one_line(overfit_run, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_broken_export_is_one_line(exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import shutil
 
     from ptmkit_export import ExportDirError
     from ptmkit_export import Translator as ExportTranslator
 
-    run, _ = overfit_run
-    out = tmp_path / "export"
-    assert main(["export", str(run), "--out", str(out)]) == 0
-    capsys.readouterr()
+    out = exported
     broken = tmp_path / "broken"
     shutil.copytree(out, broken)
     (broken / "tokenizer.json").write_text("{not json", encoding="utf-8")
