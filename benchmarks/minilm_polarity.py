@@ -134,8 +134,9 @@ def run_ptmkit(work: Path, recipe: str, k: int, files: tuple[Path, Path]) -> dic
     return {"correct": int(round(metrics["dev_accuracy"] * total)), "total": total, "seconds": round(time.perf_counter() - started, 1)}
 
 
-def recipe_settings() -> dict[str, Any]:
-    """The quickstart recipe resolved to numbers (ptmkit's fine-tuning defaults + its overrides)."""
+def recipe_settings(overrides: list[str] | None = None) -> dict[str, Any]:
+    """A ptmkit fine-tuning recipe resolved to numbers (ptmkit's fine-tuning defaults + ``overrides``,
+    ``section.key=value`` items; default: the quickstart's, :data:`ptmkit.quickstart.MINILM_POLARITY`)."""
     from ptmkit.config import FinetuneConfig
     from ptmkit.heads.classification import ClassificationConfig
     from ptmkit.quickstart import MINILM_POLARITY
@@ -144,12 +145,12 @@ def recipe_settings() -> dict[str, Any]:
     settings = {"learning_rate": ft.learning_rate, "epochs": ft.epochs, "batch_size": ft.batch_size, "sequence_length": ft.sequence_length,
                 "warmup_ratio": ft.warmup_ratio, "weight_decay": ft.weight_decay, "adam_epsilon": ft.adam_epsilon, "seed": ft.seed,
                 "dropout": head.dropout, "initializer_range": head.initializer_range, "pooling": head.pooling}
-    for override in MINILM_POLARITY:
+    for override in MINILM_POLARITY if overrides is None else overrides:
         key, value = override.split("=", 1)
         name = key.split(".", 1)[1]
         settings[name] = type(settings[name])(value)
     if settings["pooling"] != "mean":
-        raise SystemExit(f"the torch reference implements mean pooling; the quickstart now uses {settings['pooling']!r}")
+        raise SystemExit(f"the torch reference implements mean pooling; the recipe uses {settings['pooling']!r}")
     return settings
 
 
