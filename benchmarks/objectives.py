@@ -6,7 +6,10 @@ tokens) on ``data/corpus/enwiki-106.txt`` for ``--steps`` steps of 32 x 128 toke
 tokens for every row; its wall-clock is reported, since objectives differ in cost per token:
 RTD also runs a generator), then fine-tunes the pre-trained backbone on
 ``data/classify/wordnet-supersense-train-20k.tsv`` (``--train-rows``, 2 epochs, sequence length
-32) with each of ``--seeds``, reporting dev and test accuracy (their mean over seeds).
+32) with each of ``--seeds``, reporting dev and test accuracy (their mean over seeds). The head
+reads the mean of the last layer's token states for every row (``head.pooling = "mean"``, as the
+lineage table's probes pool), so that no row depends on whether its objective trained BERT's
+pooler: NSP, SOP and SSO do, the others leave it at its initial weights.
 
 Columns: pre-training tokens/s; the held-out loss of the row's own objective (its first output:
 masked LM, span, cloze, ...; losses of different objectives are not comparable with each other,
@@ -114,7 +117,7 @@ def row_result(key: str, args: argparse.Namespace, work: Path) -> dict:
     for seed in args.seeds:
         tuned = work / key / f"supersense-seed{seed}"
         if not (tuned / "metrics.json").exists():
-            ft = [f"finetune.epochs={args.epochs}", "finetune.sequence_length=32", f"finetune.seed={seed}", f"finetune.max_train_examples={args.train_rows}"]
+            ft = ["head.pooling=mean", f"finetune.epochs={args.epochs}", "finetune.sequence_length=32", f"finetune.seed={seed}", f"finetune.max_train_examples={args.train_rows}"]
             command = ["ptmkit", "finetune", str(run_dir), "--train", str(TRAIN), "--dev", str(DEV), "--test", str(TEST), "--out", str(tuned)]
             run([*command, *[part for item in ft for part in ("--set", item)]], work / key / f"finetune-seed{seed}.log")
         tuned_metrics = json.loads((tuned / "metrics.json").read_text(encoding="utf-8"))
@@ -164,7 +167,7 @@ def table(results: dict[str, dict], args: argparse.Namespace, load_at_start: flo
         f"| command | `{command.strip()}` |", "",
         f"BERT {'(quick: 2 layers, hidden 64)' if args.quick else '4 layers, hidden 256, 4 heads, 8,000 WordPiece tokens'}; "
         f"{args.steps} pre-training steps of 32 x 128 tokens on `data/corpus/enwiki-106.txt` for every row (TLM: on the en-de pairs of `data/parallel/en-de-train-10k.tsv`); then supersense "
-        f"fine-tuning on {args.train_rows:,} training glosses (of 20,000, drawn with the seed), {args.epochs} epoch(s), seeds {', '.join(map(str, args.seeds))} "
+        f"fine-tuning on {args.train_rows:,} training glosses (of 20,000, drawn with the seed), {args.epochs} epoch(s), mean pooling, seeds {', '.join(map(str, args.seeds))} "
         "(dev and test: 5,000 glosses each, 45 classes; accuracy is the mean over seeds). The held-out loss is the row's "
         "own objective's (its first output), comparable only between runs of one objective.", "",
         "| objective | tokens/s | pre-training s | held-out loss | dev accuracy | test accuracy | backbone parameters |",
