@@ -330,6 +330,17 @@ def test_run_dir_with_a_corrupted_weights_file(tiny_run: TinyRun, work: Path, da
     user_error(result, weights, "corrupted or incompatible weights file", out=out)
 
 
+def test_export_into_a_run_directory_is_refused_and_the_run_kept(tiny_run: TinyRun, work: Path) -> None:
+    run = copy_run(tiny_run, work / "pre")
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    user_error(ptmkit("export", run, "--out", run, cwd=work), f"--out {run}: is the run directory", "the export would overwrite it")
+    user_error(in_process("export", run, "--out", work), f"--out {work}: holds the run directory {run}")
+    other = copy_run(tiny_run, work / "other")
+    user_error(in_process("export", run, "--out", other), f"--out {other}: is a run directory")
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+    assert not (run / "export").exists() and not (other / "model.onnx").exists()
+
+
 def _has_tokenizer_extensions() -> bool:
     return importlib.util.find_spec("onnxruntime_extensions") is not None  # not importorskip: see ptmkit_export.tokenizer_graph._import_extensions
 

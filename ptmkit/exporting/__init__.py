@@ -48,7 +48,7 @@ from ptmkit.exporting.variants import (
     optimized_variant,
     tokenizer_variants,
 )
-from ptmkit.exporting.write import export_manifest, summarize, write_export
+from ptmkit.exporting.write import check_destination, export_manifest, summarize, write_export
 from ptmkit.io import staging_directory
 from ptmkit.rundir import RunDir
 
@@ -146,7 +146,8 @@ def export_run(
 
     Raises:
         RunDirError: missing or corrupted files.
-        ExportError: bad options (:func:`check_options`); the ONNX graph failed a check (nothing is
+        ExportError: bad options (:func:`check_options`); ``out`` is the run, holds it or is another
+            run (:func:`~ptmkit.exporting.write.check_destination`); the ONNX graph failed a check (nothing is
             written); no dev texts for the gate; ``exclude_nodes`` names no node of the graph; a
             variant option for a bag-of-rows classifier; ``int4`` without ``onnx-ir``; ``merge_lora`` without LoRA.
     """
@@ -156,6 +157,7 @@ def export_run(
     console, registry = console or default_console(), get_registry()
     run = RunDir(run_dir)
     family = registry.family(run.manifest()["family"])
+    check_destination(run.path, out)
     options = {"int8": int8, "dev": dev, "optimize": optimize, "per_channel": per_channel, "reduce_range": reduce_range, "static": static, "int4": int4,
                "exclude_nodes": tuple(exclude_nodes), "calibration": calibration, "method": method, "fp16": fp16, "with_tokenizer": with_tokenizer,
                "fused_layer_norm": fused_layer_norm, "exact_gelu": exact_gelu}

@@ -14,11 +14,30 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ptmkit.errors import ExportError
 from ptmkit.exporting.source import ExportSource
 from ptmkit.exporting.variants import TOKENIZER_VARIANT_FILES, VARIANT_FILES
 
 #: The export manifest's format.
 FORMAT = "ptmkit-export/1"
+
+
+def check_destination(run_dir: str | Path, out: str | Path | None) -> None:
+    """Refuse an export directory that would overwrite a run: ``run_dir`` itself, a directory
+    holding it, or another run directory (an export's ``manifest.json`` and ``tokenizer.json``
+    would replace the run's). ``None`` (the default ``RUN_DIR/export``) passes.
+
+    Raises:
+        ExportError: naming ``out`` and what it would overwrite.
+    """
+    if out is None:
+        return
+    target, run = Path(out).resolve(), Path(run_dir).resolve()
+    if target == run or target in run.parents:
+        raise ExportError(f"--out {out}: {'is' if target == run else 'holds'} the run directory {run_dir}; the export would overwrite it "
+                          f"(give a new directory, e.g. {Path(run_dir) / 'export'})")
+    if (target / "config.toml").is_file() and (target / "manifest.json").is_file():
+        raise ExportError(f"--out {out}: is a run directory (it has config.toml); the export would overwrite its manifest (give a new directory)")
 
 
 def install(tmp: Path, target: Path, files: Iterable[str], stale: Iterable[str] = ()) -> None:

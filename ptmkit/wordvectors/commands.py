@@ -184,8 +184,10 @@ def export(source: str | Path, fmt: str | None, output: Path | None, onnx_dir: P
         write_vectors(output, vectors.words, vectors.vectors, fmt)
         return {"file": str(output), "format": fmt, "words": len(vectors), "dim": vectors.dim}
     from ptmkit.exporting.vectors import export_onnx
+    from ptmkit.exporting.write import check_destination
     from ptmkit.training.setup import quiet_tensorflow
 
+    check_destination(source, onnx_dir)
     quiet_tensorflow()
     extra: dict[str, Any] = getattr(vectors, "export_metadata", dict)()
     probe = list(getattr(vectors, "probe_words", []))

@@ -1,0 +1,35 @@
+"""``benchmarks/objectives.py --quick`` end to end on three rows (no pre-training, dynamic MLM, RTD):
+the script cannot rot, each row holds its figures, and the page states ELECTRA's claim from the
+rows. No accuracy or timing is asserted (20 steps of a tiny BERT)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow  # ~3 min on two shared cores; each objective's statistics and training are tested on its own (test_objective_training.py,
+# test_objectives.py, test_objective_variants.py, test_rtd.py), and test_benchmark_scripts.py starts the script
+def test_objectives_benchmark_quick(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "plugins"), str(ROOT / "export"), os.environ.get("PYTHONPATH", "")]))
+    out = tmp_path / "objectives.md"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "objectives.py"), "--quick", "--rows", "none,mlm-dynamic,rtd", "--work", str(tmp_path / "work"),
+                           "--output", str(out)], env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = {key: json.loads((tmp_path / "work" / key / "result.json").read_text()) for key in ("none", "mlm-dynamic", "rtd")}
+    for result in results.values():
+        assert 0.0 <= result["dev_accuracy"] <= 1.0 and 0.0 <= result["test_accuracy"] <= 1.0 and list(result["seeds"]) == ["1"]
+        assert math.isfinite(result["heldout_loss"]) and result["parameters"] > 0
+    assert results["rtd"]["parameters"] == results["mlm-dynamic"]["parameters"]  # the generator is dropped: the discriminator is the backbone
+    text = out.read_text()
+    assert f"| machine | {os.cpu_count()} CPU cores (" in text
+    assert "| MLM, dynamic masking (RoBERTa) |" in text and "| RTD (ELECTRA) |" in text
+    assert "ELECTRA's claim (replaced-token detection beats masked LM at equal compute) " in text
