@@ -646,9 +646,10 @@ def _evaluate_pairs(run_dir: Path, parallel: Path, options: dict[str, Any], as_j
     from ptmkit.errors import ConfigError, RunDirError
     from ptmkit.plugins import get_registry
     from ptmkit.rundir import RunDir
+    from ptmkit_export.generation import beams_problem
 
-    if options["num_beams"] < 1:
-        raise ConfigError(f"--num-beams {options['num_beams']}: must be at least 1")
+    if problem := beams_problem(options["num_beams"]):
+        raise ConfigError(f"--num-beams {options['num_beams']}: {problem}")
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir}: no such run directory")
     family = get_registry().family(RunDir(run_dir).manifest()["family"])

@@ -140,24 +140,35 @@ def read_json(path: str | os.PathLike[str], error: type[Exception] = DataError) 
         raise error(f"{path}: not valid JSON ({exc})") from None
 
 
-def read_utf8_lines(file: Path) -> list[str]:
-    """The non-blank lines of ``file`` as they are (strictly UTF-8): a ``--file`` of prompts or
-    sentences.
+def read_utf8_lines(file: Path, keep_blank: bool = False) -> list[str]:
+    """The non-blank lines of ``file`` as they are (strictly UTF-8; a leading byte-order mark is
+    dropped): a ``--file`` of prompts or sentences. ``-`` reads standard input. ``keep_blank``
+    keeps blank lines as ``""`` (for output that lines up with the input, line for line).
 
     Raises:
         DataError: a missing file, a directory, invalid UTF-8 (naming the line and byte), or a
             file without a non-blank line.
     """
-    if not file.is_file():
+    if str(file) == "-":
+        import sys
+
+        data = sys.stdin.buffer.read()
+    elif not file.is_file():
         raise DataError(f"{file}: {'is a directory, not a file' if file.is_dir() else 'no such file'}")
-    lines = []
-    for number, raw in enumerate(file.read_bytes().splitlines(), 1):
+    else:
+        data = file.read_bytes()
+    data = data.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark (Windows editors write one)
+    lines, texts = [], 0
+    for number, raw in enumerate(data.splitlines(), 1):
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise DataError(f"{file}:{number}: not valid UTF-8 (byte {exc.start + 1} of the line)") from None
         if line.strip():
+            texts += 1
             lines.append(line)
-    if not lines:
+        elif keep_blank:
+            lines.append("")
+    if not texts:
         raise DataError(f"{file}: no text in it (the file is empty or holds blank lines only)")
     return lines

@@ -39,6 +39,14 @@ def test_empty_sides_are_skipped_and_counted(tmp_path: Path) -> None:
         read_parallel(path)
 
 
+def test_invalid_utf8_is_counted_in_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.tsv"
+    path.write_bytes(b"\xef\xbb\xbfen\tde\nthe door\tdie T\xfcr\nthe house\tdas Haus\n")  # a BOM, then Latin-1's \xfc on line 2
+    with pytest.warns(UserWarning, match=r"1 line\(s\) not valid UTF-8, their bad bytes replaced by U\+FFFD"):
+        pairs = read_parallel(path)
+    assert pairs.languages == ("en", "de") and pairs.targets == ["die T\ufffdr", "das Haus"]
+
+
 def test_tab_only_line_is_a_pair_with_empty_sides(tmp_path: Path) -> None:
     path = tmp_path / "pairs.tsv"
     path.write_text("one\teins\n\t\n  \n\t \ntwo\tzwei\n", encoding="utf-8")

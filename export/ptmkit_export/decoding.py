@@ -35,6 +35,24 @@ def cache_names(layers: int, kind: str) -> list[str]:
     return [f"{kind}_{part}_{i}" for i in range(layers) for part in ("key", "value")]
 
 
+def cache_mismatch(session: Any, layers: int, heads: int, head_dim: int) -> str | None:
+    """What in ``session``'s inputs contradicts a cache of ``layers`` x ``heads`` x ``head_dim``
+    (the manifest's ``decoder``), or None: a graph and a manifest that do not belong together
+    would otherwise fail at the first call with ONNX Runtime's message."""
+    shapes = {value.name: value.shape for value in session.get_inputs()}
+    past = [name for name in shapes if name.startswith("past_")]
+    if set(past) != set(cache_names(layers, "past")):
+        found = sum(name.startswith("past_key_") for name in past)
+        return f"the graph's cache has {found} layer(s), the manifest's decoder.layers is {layers}"
+    shape = shapes["past_key_0"]
+    if len(shape) != 4:
+        return f"past_key_0 has {len(shape)} axes, not (batch, heads, past_sequence, head_dim)"
+    for axis, key, value in ((1, "heads", heads), (3, "head_dim", head_dim)):
+        if isinstance(shape[axis], int) and shape[axis] != value:
+            return f"the graph's past_key_0 has {shape[axis]} on its {key} axis, the manifest's decoder.{key} is {value}"
+    return None
+
+
 class CachedDecoder:
     """``next_logits`` over a decoder export's session, feeding its key/value cache.
 

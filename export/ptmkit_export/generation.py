@@ -30,6 +30,11 @@ import numpy as np
 NextLogits = Callable[[np.ndarray, np.ndarray], np.ndarray]
 StopCheck = Callable[[int, list[int]], bool]
 STRATEGIES = ("greedy", "sample", "beam")
+#: The most beams a search keeps. Each beam holds its own key/value cache, so memory grows with
+#: beams x layers x length: Hugging Face's ``generate`` sets no limit, and one request for 10**9
+#: beams ran this machine out of memory. Wider beams rarely help (Koehn and Knowles 2017: BLEU
+#: falls beyond 5-10 beams).
+MAX_BEAMS = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +49,7 @@ class GenerationSettings:
         top_k: sample among the ``top_k`` most probable tokens (0: all).
         top_p: sample among the smallest set of most probable tokens whose probability reaches
             ``top_p`` (nucleus sampling, Holtzman et al. 2020), in (0, 1]; 1 keeps all.
-        num_beams: beams of beam search (>= 1).
+        num_beams: beams of beam search (an integer from 1 to :data:`MAX_BEAMS`).
         length_penalty: the exponent of beam search's length normalisation (1: per-token mean).
         seed: the sampling seed.
     """
@@ -78,11 +83,21 @@ class GenerationSettings:
             found.append(f"{flag('top_k')} {self.top_k}: must be >= 0 (0 keeps every token)")
         if not 0.0 < self.top_p <= 1.0:
             found.append(f"{flag('top_p')} {self.top_p}: must be in (0, 1]")
-        if self.num_beams < 1:
-            found.append(f"{flag('num_beams')} {self.num_beams}: must be at least 1")
+        if problem := beams_problem(self.num_beams):
+            found.append(f"{flag('num_beams')} {self.num_beams!r}: {problem}")
         if not math.isfinite(self.length_penalty):
             found.append(f"{flag('length_penalty')} {self.length_penalty}: must be a finite number")
         return found
+
+
+def beams_problem(num_beams: object) -> str | None:
+    """What is wrong with ``num_beams`` as a beam count (not an integer, below 1, above
+    :data:`MAX_BEAMS`), or None when it is usable."""
+    if not isinstance(num_beams, int) or isinstance(num_beams, bool):
+        return f"must be an integer from 1 to {MAX_BEAMS}"
+    if not 1 <= num_beams <= MAX_BEAMS:
+        return f"must be from 1 to {MAX_BEAMS}"
+    return None
 
 
 def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:

@@ -22,6 +22,7 @@ from ptmkit_export.clip import clip_text, plain_copy
 from ptmkit_export.decoding import (
     GENERATION_TASK,
     CachedDecoder,
+    cache_mismatch,
     cache_names,
     cut_at_stops,
     encode_prompts,
@@ -311,6 +312,8 @@ class Predictor:
         self.decoder: CachedDecoder | None = None
         if self.is_generator:
             spec = self.manifest["decoder"]
+            if problem := cache_mismatch(self.session, spec["layers"], spec["heads"], spec["head_dim"]):
+                raise ExportDirError(f"{model_path}: does not match {self.export_dir / 'manifest.json'}: {problem}")
             self.decoder = CachedDecoder(self.session, spec["layers"], spec["heads"], spec["head_dim"])
         self._check_session(model_path)
         if self.text_input is not None:

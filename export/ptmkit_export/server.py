@@ -81,7 +81,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ptmkit_export.batching import BatcherClosed, DynamicBatcher
-from ptmkit_export.generation import GenerationSettings
+from ptmkit_export.generation import MAX_BEAMS, GenerationSettings, beams_problem
 from ptmkit_export.generation_slots import GenerationSlots
 from ptmkit_export.manifest import NAME_PATTERN, TRANSLATION_TASK, default_name, read_manifest
 from ptmkit_export.metrics import CONTENT_TYPE, ServerMetrics
@@ -616,7 +616,7 @@ class ModelService:
 TRANSLATION_OUTPUT = "translation"
 #: The generate request's ``parameters``: a check of each value and what it must be.
 TRANSLATION_PARAMETERS = {
-    "num_beams": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1"),
+    "num_beams": (lambda v: beams_problem(v) is None, f"an integer from 1 to {MAX_BEAMS}"),
     "length_penalty": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v), "a finite number"),
     "max_length": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1"),
 }

@@ -19,13 +19,14 @@ sentences together; beam search decodes one sentence at a time, its beams as the
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ptmkit_export.decoding import CachedDecoder
+from ptmkit_export.decoding import CachedDecoder, cache_mismatch
 from ptmkit_export.errors import ExportDirError
 from ptmkit_export.generation import GenerationSettings, generate_ids
 from ptmkit_export.manifest import TRANSLATION_TASK
@@ -133,7 +134,8 @@ class Translator(Seq2SeqSearch):
     Args:
         export_dir: the export directory (module docstring).
         variant: a key of the manifest's ``variants`` (``"fp32"``, ``"int8"``); None: ``int8``
-            when the export's gate passed it (dev BLEU within 0.5 of fp32's), else ``fp32``.
+            when the export's gate passed it (dev BLEU within 0.5 of fp32's), else ``fp32``. A
+            variant named here that failed the gate loads with a :class:`RuntimeWarning`.
         threads: ONNX Runtime intra-op threads; None lets it decide.
         providers: ONNX Runtime execution providers (default: CPU).
 
@@ -160,6 +162,10 @@ class Translator(Seq2SeqSearch):
             raise ExportDirError(f"{self.export_dir}: a {self.manifest.get('task')!r} export does not translate; export a run of ptmkit train transformer")
         if variant is None:
             variant = "int8" if self.manifest["variants"].get("int8", {}).get("ok") else "fp32"
+        elif self.manifest["variants"].get(variant, {}).get("ok") is False:
+            problems = self.manifest["variants"][variant].get("problems") or []
+            detail = f" ({'; '.join(map(str, problems))})" if problems else ""
+            warnings.warn(f"{self.export_dir}: variant {variant!r} did not pass the export's gate{detail}; using it anyway", RuntimeWarning, stacklevel=2)
         decoder_path = variant_path(self.export_dir, self.manifest, variant)
         encoder_path = self.export_dir / self.manifest["variants"][variant]["encoder"]
         options = ort.SessionOptions()
@@ -177,6 +183,10 @@ class Translator(Seq2SeqSearch):
                 raise ExportDirError(f"{path}: cannot load ONNX model ({first})") from error
         self.encoder, decoder_session = sessions
         spec = self.manifest["decoder"]
+        if any(value.name.startswith("past_") for value in self.encoder.get_inputs()):
+            raise ExportDirError(f"{encoder_path}: a decoder graph (it takes a key/value cache) where {self.export_dir / 'manifest.json'} names the encoder")
+        if problem := cache_mismatch(decoder_session, spec["layers"], spec["heads"], spec["head_dim"]):
+            raise ExportDirError(f"{decoder_path}: does not match {self.export_dir / 'manifest.json'}: {problem}")
         self.decoder = CachedDecoder(decoder_session, spec["layers"], spec["heads"], spec["head_dim"])
         self.variant = variant
         tokenizer_path = self.export_dir / self.manifest["tokenizer"]

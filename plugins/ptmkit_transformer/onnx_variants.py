@@ -22,6 +22,9 @@ from ptmkit.api import ExportError, atomic_write_json, read_parallel
 BLEU_MARGIN = 0.5
 LATENCY_SENTENCES = 16
 LATENCY_ROUNDS = 3
+#: The fewest dev pairs the int8 gate scores: corpus BLEU over a handful of sentences is noise
+#: (one sentence: 0 against 0, a pass).
+MIN_GATE_PAIRS = 20
 #: A variant's figures copied into the manifest's ``gate`` (and ``ptmkit export``'s summary).
 GATE_KEYS = ("ok", "dev_bleu", "fp32_dev_bleu", "dev_sentences", "latency_ms_per_sentence_b1", "fp32_paired_latency_ms_per_sentence_b1")
 
@@ -59,7 +62,8 @@ def add_int8(tmp: Path, manifest: dict[str, Any], dev: Path, console: Any) -> di
 
     Raises:
         DataError: an unreadable ``dev`` file.
-        ExportError: a dev file of another language pair than the run's (its header).
+        ExportError: a dev file of another language pair than the run's (its header), or of fewer
+            than :data:`MIN_GATE_PAIRS` pairs.
     """
     from ptmkit_export import Translator, quantize_int8
     from ptmkit_transformer.translate import score_translations
@@ -67,9 +71,11 @@ def add_int8(tmp: Path, manifest: dict[str, Any], dev: Path, console: Any) -> di
     pairs = read_parallel(dev)
     if manifest.get("languages") and pairs.languages and "-".join(pairs.languages) != manifest["languages"]:
         raise ExportError(f"{dev}:1: a {'-'.join(pairs.languages)} file, but the run translates {manifest['languages']}")
+    if len(pairs) < MIN_GATE_PAIRS:
+        raise ExportError(f"{dev}: {len(pairs)} sentence pair(s); the int8 gate's BLEU needs at least {MIN_GATE_PAIRS} (over fewer it is noise)")
     with console.status("quantizing the encoder and the decoder to int8"):
         summary = {part: quantize_int8(tmp / f"{part}.onnx", tmp / f"{part}.int8.onnx") for part in ("encoder", "decoder")}
-    manifest["variants"]["int8"] = {"file": "decoder.int8.onnx", "encoder": "encoder.int8.onnx", "ok": False}
+    manifest["variants"]["int8"] = {"file": "decoder.int8.onnx", "encoder": "encoder.int8.onnx"}  # not gated yet
     atomic_write_json(tmp / "manifest.json", manifest)
     translators = {name: Translator(tmp, variant=name, threads=1) for name in ("fp32", "int8")}
     with console.status(f"translating {len(pairs):,} dev sentences with fp32 and int8"):

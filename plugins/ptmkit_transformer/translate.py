@@ -37,6 +37,7 @@ from ptmkit.api import (
     read_utf8_lines,
     resolve_config,
 )
+from ptmkit_export.generation import beams_problem
 from ptmkit_export.translation import Seq2SeqSearch
 
 FAMILY = "transformer"
@@ -199,12 +200,13 @@ def load_translator(path: Path) -> Seq2SeqSearch:
 
 
 def read_source_file(file: Path) -> list[str]:
-    """The non-blank lines of ``file`` (UTF-8), one source sentence each.
+    """The lines of ``file`` (UTF-8; ``-``: standard input), one source sentence each, stripped; a
+    blank line is ``""`` (translated to a blank line, so that the output lines up with the file).
 
     Raises:
-        DataError: a missing file or invalid UTF-8 (naming the line).
+        DataError: a missing file, invalid UTF-8 (naming the line), no text at all.
     """
-    return [line.strip() for line in read_utf8_lines(file)]
+    return [line.strip() for line in read_utf8_lines(file, keep_blank=True)]
 
 
 def register(cli: Any) -> None:
@@ -214,26 +216,27 @@ def register(cli: Any) -> None:
     def translate_command(
         run_dir: Annotated[Path, typer.Argument(help="A run of ptmkit train transformer, or its ONNX export (ptmkit export RUN).", show_default=False)],
         text: Annotated[list[str] | None, typer.Option("--text", help="A source sentence; repeat for several.", show_default=False)] = None,
-        file: Annotated[Path | None, typer.Option("--file", help="UTF-8 file of source sentences, one a line.", show_default=False)] = None,
-        num_beams: Annotated[int, typer.Option("--num-beams", help="1: greedy search; more: beam search with that many beams.")] = 1,
+        file: Annotated[Path | None, typer.Option("--file", help="UTF-8 file of source sentences, one a line (- reads standard input); a blank line gives a blank line.", show_default=False)] = None,
+        num_beams: Annotated[int, typer.Option("--num-beams", help="1: greedy search; more: beam search with that many beams (at most 64).")] = 1,
         length_penalty: Annotated[float, typer.Option("--length-penalty", help="Beam search ranks outputs by log P / length ** this.")] = 1.0,
         max_length: Annotated[int | None, typer.Option("--max-length", help="The most tokens of an output (default: the model's positions).", show_default=False)] = None,
         as_json: Annotated[bool, typer.Option("--json", help="One JSON object a sentence: {\"source\", \"translation\"}.")] = False,
     ) -> None:
-        """Translate sentences with an encoder-decoder run: greedy or beam search; one output line per source."""
+        """Translate sentences with an encoder-decoder run: greedy or beam search; one output line per source line."""
         import json
 
-        if num_beams < 1:
-            raise ConfigError(f"--num-beams {num_beams}: must be at least 1")
+        if problem := beams_problem(num_beams):
+            raise ConfigError(f"--num-beams {num_beams}: {problem}")
         if not math.isfinite(length_penalty):
             raise ConfigError(f"--length-penalty {length_penalty}: must be a finite number")
         if max_length is not None and max_length < 1:
             raise ConfigError(f"--max-length {max_length}: must be at least 1")
-        sources = list(text or []) + (read_source_file(file) if file is not None else [])
-        if not sources:
-            raise DataError("nothing to translate: give --text SENTENCE or --file FILE")
+        sources = [line.strip() for line in text or []] + (read_source_file(file) if file is not None else [])
+        if not any(sources):
+            raise DataError("nothing to translate: give --text SENTENCE or --file FILE (- reads standard input)")
         if not run_dir.is_dir():
             raise RunDirError(f"{run_dir}: no such run directory")
-        translations = load_translator(run_dir).translate(sources, num_beams, length_penalty, max_length)
+        translated = iter(load_translator(run_dir).translate([s for s in sources if s], num_beams, length_penalty, max_length))
+        translations = [next(translated) if source else "" for source in sources]  # a blank source: a blank line
         for source, translation in zip(sources, translations, strict=True):
             print(json.dumps({"source": source, "translation": translation}, ensure_ascii=False) if as_json else translation)

@@ -77,14 +77,15 @@ def read_parallel(path: str | Path) -> ParallelCorpus:
 
     Raises:
         DataError: a missing or unreadable file, a line without a tab (``file:line``), no pair
-            left after skipping empty sides.
+            left after skipping empty sides. Lines of invalid UTF-8 are kept, their bad bytes
+            replaced, with a warning counting them (as corpora are read).
     """
     from ptmkit.data.readers import _open_text
 
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: {'is a directory, not a parallel file' if path.is_dir() else 'no such parallel file'}")
-    stream, _ = _open_text(path)
+    stream, counts = _open_text(path)
     sources: list[str] = []
     targets: list[str] = []
     lines: list[int] = []
@@ -114,4 +115,6 @@ def read_parallel(path: str | Path) -> ParallelCorpus:
         raise DataError(f"{path}: no sentence pair ({skipped} with an empty source or target skipped)")
     if skipped:
         warnings.warn(f"{path}: skipped {skipped:,} pair(s) with an empty source or target; {len(sources):,} left", stacklevel=2)
+    if counts["invalid"]:
+        warnings.warn(f"{path}: {counts['invalid']:,} line(s) not valid UTF-8, their bad bytes replaced by U+FFFD (re-encode the file as UTF-8)", stacklevel=2)
     return ParallelCorpus(sources, targets, lines, languages, skipped)

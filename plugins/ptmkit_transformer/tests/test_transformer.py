@@ -4,6 +4,7 @@ chrF against sacrebleu's rules, and the one-line refusals of bad input."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -131,7 +132,9 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, pairs_file: Path, capsys: 
 def test_translate_refusals(overfit_run, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run, _ = overfit_run
     assert main(["translate", str(run), "--text", "hello", "--num-beams", "0"]) == 2
-    assert "error: --num-beams 0: must be at least 1" in capsys.readouterr().err
+    assert "error: --num-beams 0: must be from 1 to 64" in capsys.readouterr().err
+    assert main(["translate", str(run), "--text", "hello", "--num-beams", "65"]) == 2  # each beam holds a cache: bounded
+    assert "error: --num-beams 65: must be from 1 to 64" in capsys.readouterr().err
     assert main(["translate", str(run)]) == 2
     assert "nothing to translate" in capsys.readouterr().err
     assert main(["translate", str(run), "--text", "hello", "--num-beams", "2", "--length-penalty", "nan"]) == 2
@@ -149,6 +152,23 @@ def test_translate_refusals(overfit_run, tmp_path: Path, capsys: pytest.CaptureF
     err = capsys.readouterr().err
     assert err == (f"error: {run}: a transformer run has no sentence embeddings (its backbone gives encoder_sequence_output, "
                    "decoder_sequence_output, no sequence_output to pool into one)\n"), err
+
+
+def test_translate_file_keeps_line_for_line_alignment(overfit_run, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A blank line gives a blank line, a Windows editor's byte-order mark and CRLF are not text,
+    ``-`` reads standard input."""
+    import io
+
+    run, _ = overfit_run
+    (first, first_target), (second, second_target) = short_pairs()[:2]
+    sources = tmp_path / "sources.txt"
+    sources.write_bytes(b"\xef\xbb\xbf" + f"{first}\r\n\r\n{second}\r\n".encode())
+    assert main(["translate", str(run), "--file", str(sources)]) == 0
+    assert capsys.readouterr().out.split("\n") == [first_target, "", second_target, ""]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(f"{second}\n".encode())))
+        assert main(["translate", str(run), "--file", "-", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"source": second, "translation": second_target}
 
 
 def test_interrupted_run_resumes_to_the_uninterrupted_weights(pairs_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -110,6 +110,11 @@ def test_int8_is_gated_on_dev_bleu(overfit_run, pairs_file: Path, tmp_path: Path
     assert entry["ok"] == (entry["dev_bleu"] >= 99.5) and entry["dev_sentences"] == 20
     assert entry["latency_ms_per_sentence_b1"] > 0 and manifest["gate"]["int8"]["ok"] == entry["ok"]
     assert ExportTranslator(out).variant == ("int8" if entry["ok"] else "fp32")
+    few = tmp_path / "few.tsv"
+    few.write_text("".join(pairs_file.read_text(encoding="utf-8").splitlines(keepends=True)[:3]), encoding="utf-8")
+    assert main(["export", str(run), "--out", str(tmp_path / "few"), "--int8", "--dev", str(few)]) == 2
+    assert "sentence pair(s); the int8 gate's BLEU needs at least 20 (over fewer it is noise)" in capsys.readouterr().err
+    assert not (tmp_path / "few").exists()
     assert main(["export", str(run), "--out", str(out)]) == 0  # exported again without int8: its files go
     assert not (out / "decoder.int8.onnx").exists() and "int8" not in json.loads((out / "manifest.json").read_text())["variants"]
 
@@ -155,7 +160,8 @@ def test_serve_answers_translations(exported: Path) -> None:
         assert metadata["outputs"] == [{"name": "translation", "datatype": "BYTES", "shape": [-1]}] and metadata["parameters"]["languages"] == "en-de"
         for path, bad, message in [
             ("/v2/models/en-de/infer", {"inputs": [{"name": "token_ids", "datatype": "INT32", "shape": [1, 2], "data": [1, 2]}]}, "give input 'text' (BYTES), not tensors"),
-            ("/v2/models/en-de/generate", {"text_input": "hello", "parameters": {"num_beams": 0}}, "'parameters.num_beams' must be an integer >= 1, got 0"),
+            ("/v2/models/en-de/generate", {"text_input": "hello", "parameters": {"num_beams": 0}}, "'parameters.num_beams' must be an integer from 1 to 64, got 0"),
+            ("/v2/models/en-de/generate", {"text_input": "hello", "parameters": {"num_beams": 10**20}}, "'parameters.num_beams' must be an integer from 1 to 64"),
             ("/v2/models/en-de/generate", {"text_input": "hello", "parameters": {"top_k": 5}}, "unknown parameter 'parameters.top_k'"),
             ("/v2/models/en-de/generate", {"text_input": ""}, "'text_input' must be a non-empty string"),
         ]:
@@ -182,3 +188,19 @@ def test_broken_export_is_one_line(exported: Path, tmp_path: Path, capsys: pytes
     assert err.startswith(f"error: {broken / 'encoder.onnx'}: cannot load ONNX model") and len(err.strip().splitlines()) == 1, err
     with pytest.raises(ValueError, match="threads must be >= 1"):
         ExportTranslator(out, threads=0)
+    # graphs and a manifest that do not belong together: refused at load, naming the file
+    (broken / "encoder.onnx").write_bytes((out / "decoder.onnx").read_bytes())
+    with pytest.raises(ExportDirError, match=r"encoder.onnx: a decoder graph \(it takes a key/value cache\)"):
+        ExportTranslator(broken)
+    (broken / "encoder.onnx").write_bytes((out / "encoder.onnx").read_bytes())
+    manifest = json.loads((out / "manifest.json").read_text())
+    layers, heads = manifest["decoder"]["layers"], manifest["decoder"]["heads"]
+    for key, value, message in [("layers", layers + 3, f"the graph's cache has {layers} layer\\(s\\), the manifest's decoder.layers is {layers + 3}"),
+                                ("heads", heads + 1, f"the graph's past_key_0 has {heads} on its heads axis, the manifest's decoder.heads is {heads + 1}")]:
+        (broken / "manifest.json").write_text(json.dumps({**manifest, "decoder": {**manifest["decoder"], key: value}}))
+        with pytest.raises(ExportDirError, match=r"decoder.onnx: does not match .*manifest.json: " + message):
+            ExportTranslator(broken)
+    variants = {**manifest["variants"], "fp32": {**manifest["variants"]["fp32"], "ok": False}}
+    (broken / "manifest.json").write_text(json.dumps({**manifest, "variants": variants}))
+    with pytest.warns(RuntimeWarning, match="variant 'fp32' did not pass the export's gate; using it anyway"):
+        assert ExportTranslator(broken, variant="fp32").variant == "fp32"
