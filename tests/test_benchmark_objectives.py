@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow  # ~3 min on two shared cores; each objective's statistics and training are tested on its own (test_objective_training.py,
+@pytest.mark.slow  # 3-8 min on two shared cores; each objective's statistics and training are tested on its own (test_objective_training.py,
 # test_objectives.py, test_objective_variants.py, test_rtd.py), and test_benchmark_scripts.py starts the script
 def test_objectives_benchmark_quick(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "plugins"), str(ROOT / "export"), os.environ.get("PYTHONPATH", "")]))
