@@ -84,9 +84,12 @@ class RunDir:
         """The run's manifest.
 
         Raises:
-            RunDirError: no directory, no manifest (an unfinished run) or invalid JSON.
+            RunDirError: no directory, no manifest (an unfinished run), invalid JSON, or an export's
+                manifest (an export directory given where a run is needed).
         """
         manifest = self.read_json(MANIFEST)
+        if isinstance(manifest, dict) and str(manifest.get("format", "")).startswith("ptmkit-export/"):
+            raise RunDirError(f"{self.path}: an ONNX export, not a run directory; give the run it was exported from (translate, embed and serve read exports)")
         if not isinstance(manifest, dict) or "family" not in manifest or "stage" not in manifest:
             raise RunDirError(f"{self.path / MANIFEST}: not a ptmkit manifest (no 'family' or 'stage')")
         return manifest

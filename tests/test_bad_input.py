@@ -341,6 +341,14 @@ def test_export_into_a_run_directory_is_refused_and_the_run_kept(tiny_run: TinyR
     assert not (run / "export").exists() and not (other / "model.onnx").exists()
 
 
+def test_an_export_given_where_a_run_is_needed_is_named(work: Path) -> None:
+    export = work / "export"
+    export.mkdir()
+    (export / "manifest.json").write_text('{"format": "ptmkit-export/1", "family": "bert", "variants": {}}')
+    result = in_process("finetune", export, "--train", POLARITY_TRAIN, "--dev", POLARITY_DEV, "--out", work / "ft")
+    user_error(result, f"{export}: an ONNX export, not a run directory; give the run it was exported from", out=work / "ft")
+
+
 def _has_tokenizer_extensions() -> bool:
     return importlib.util.find_spec("onnxruntime_extensions") is not None  # not importorskip: see ptmkit_export.tokenizer_graph._import_extensions
 

@@ -151,7 +151,8 @@ def read_manifest(export_dir: str | os.PathLike[str]) -> dict[str, Any]:
         ``activation``, ``softmax`` (the default) or ``sigmoid`` (independent labels).
 
     Raises:
-        ExportDirError: the directory, ``manifest.json``, the tokenizer (or featurizer vocabulary)
+        ExportDirError: a run directory instead of an export (naming its export when it has one);
+            the directory, ``manifest.json``, the tokenizer (or featurizer vocabulary)
             file or the ``fp32`` model file is missing; the manifest is not valid JSON, lacks a key or holds a value of the
             wrong type. Other variants' files are checked only when a variant is chosen (see
             :class:`ptmkit_export.Predictor`), so a failed int8 build does not break fp32 use.
@@ -167,6 +168,9 @@ def read_manifest(export_dir: str | os.PathLike[str]) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise _fail(path, f"invalid JSON ({message})") from None
+    if isinstance(manifest, dict) and "stage" in manifest and "variants" not in manifest:
+        hint = f"; its export is {root / 'export'}" if (root / "export" / MANIFEST_NAME).is_file() else f" (write one with: ptmkit export {root})"
+        raise ExportDirError(f"{root}: a run directory (a {manifest.get('family', '?')} {manifest['stage']} run), not an export{hint}")
     _validate(manifest, path)
     if "featurizer" in manifest:
         vocabulary = root / manifest["featurizer"]["vocabulary"]

@@ -184,6 +184,15 @@ def test_invalid_manifest(tiny_export: TinyExport, tmp_path: Path) -> None:
     with pytest.raises(ExportDirError, match="expected a JSON object"):
         read_manifest(directory)
 
+    run = tmp_path / "run"  # a run directory (its manifest has a stage), with and without its export
+    run.mkdir()
+    (run / "manifest.json").write_text('{"format": "ptmkit-run/1", "family": "bert", "stage": "finetune"}')
+    with pytest.raises(ExportDirError, match=rf"^{run}: a run directory \(a bert finetune run\), not an export \(write one with: ptmkit export {run}\)$"):
+        read_manifest(run)
+    shutil.copytree(directory, run / "export")
+    with pytest.raises(ExportDirError, match=rf"not an export; its export is {run / 'export'}$"):
+        read_manifest(run)
+
     shutil.copy(tiny_export.directory / "manifest.json", directory / "manifest.json")
     edit_manifest(directory, lambda m: m.pop("labels"))
     with pytest.raises(ExportDirError, match=r"manifest\.json: missing key\(s\) labels"):
