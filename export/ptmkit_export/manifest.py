@@ -71,6 +71,18 @@ def _fail(path: Path, problem: str) -> ExportDirError:
     return ExportDirError(f"{path}: {problem}")
 
 
+def export_file(export_dir: str | os.PathLike[str], name: str, key: str) -> Path:
+    """``export_dir / name``, for a file the manifest names under ``key``.
+
+    Raises:
+        ExportDirError: ``name`` is absolute or climbs out of the directory (``..``): an export
+            only reads its own files.
+    """
+    if Path(name).is_absolute() or ".." in Path(name).parts:
+        raise _fail(Path(export_dir) / MANIFEST_NAME, f"'{key}' must name a file inside the export directory, got {name!r}")
+    return Path(export_dir) / name
+
+
 def _validate(manifest: Any, path: Path) -> None:
     if not isinstance(manifest, dict):
         raise _fail(path, f"expected a JSON object, got {type(manifest).__name__}")
@@ -173,14 +185,14 @@ def read_manifest(export_dir: str | os.PathLike[str]) -> dict[str, Any]:
         raise ExportDirError(f"{root}: a run directory (a {manifest.get('family', '?')} {manifest['stage']} run), not an export{hint}")
     _validate(manifest, path)
     if "featurizer" in manifest:
-        vocabulary = root / manifest["featurizer"]["vocabulary"]
+        vocabulary = export_file(root, manifest["featurizer"]["vocabulary"], "featurizer.vocabulary")
         if not vocabulary.is_file():
             raise _fail(vocabulary, "vocabulary file not found (manifest key 'featurizer.vocabulary')")
     else:
-        tokenizer = root / manifest["tokenizer"]
+        tokenizer = export_file(root, manifest["tokenizer"], "tokenizer")
         if not tokenizer.is_file():
             raise _fail(tokenizer, "tokenizer file not found")
-    model = root / manifest["variants"]["fp32"]["file"]
+    model = export_file(root, manifest["variants"]["fp32"]["file"], "variants.fp32.file")
     if not model.is_file():
         raise _fail(model, "model file not found")
     return manifest
@@ -190,14 +202,15 @@ def variant_path(export_dir: str | os.PathLike[str], manifest: dict[str, Any], v
     """Path of ``variant``'s ONNX file inside ``export_dir``.
 
     Raises:
-        ExportDirError: the manifest has no such variant, or its file is missing.
+        ExportDirError: the manifest has no such variant, its file is missing, or it names a file
+            outside ``export_dir``.
     """
     variants = manifest["variants"]
     if variant not in variants:
         raise ExportDirError(
             f"{Path(export_dir) / MANIFEST_NAME}: no variant {variant!r} (has {', '.join(sorted(variants))})"
         )
-    path = Path(export_dir) / variants[variant]["file"]
+    path = export_file(export_dir, variants[variant]["file"], f"variants.{variant}.file")
     if not path.is_file():
         raise _fail(path, f"model file for variant {variant!r} not found")
     return path

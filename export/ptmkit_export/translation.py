@@ -154,7 +154,7 @@ class Translator(Seq2SeqSearch):
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        from ptmkit_export.manifest import read_manifest, variant_path
+        from ptmkit_export.manifest import export_file, read_manifest, variant_path
 
         self.export_dir = Path(export_dir)
         self.manifest = read_manifest(self.export_dir)
@@ -167,7 +167,7 @@ class Translator(Seq2SeqSearch):
             detail = f" ({'; '.join(map(str, problems))})" if problems else ""
             warnings.warn(f"{self.export_dir}: variant {variant!r} did not pass the export's gate{detail}; using it anyway", RuntimeWarning, stacklevel=2)
         decoder_path = variant_path(self.export_dir, self.manifest, variant)
-        encoder_path = self.export_dir / self.manifest["variants"][variant]["encoder"]
+        encoder_path = export_file(self.export_dir, self.manifest["variants"][variant]["encoder"], f"variants.{variant}.encoder")
         options = ort.SessionOptions()
         if threads is not None:
             if threads < 1:
@@ -189,7 +189,7 @@ class Translator(Seq2SeqSearch):
             raise ExportDirError(f"{decoder_path}: does not match {self.export_dir / 'manifest.json'}: {problem}")
         self.decoder = CachedDecoder(decoder_session, spec["layers"], spec["heads"], spec["head_dim"])
         self.variant = variant
-        tokenizer_path = self.export_dir / self.manifest["tokenizer"]
+        tokenizer_path = export_file(self.export_dir, self.manifest["tokenizer"], "tokenizer")
         try:
             self.tokenizer = Tokenizer.from_file(str(tokenizer_path))
         except Exception as error:  # tokenizers raises a bare Exception on a bad file

@@ -198,6 +198,12 @@ def test_invalid_manifest(tiny_export: TinyExport, tmp_path: Path) -> None:
     with pytest.raises(ExportDirError, match=r"manifest\.json: missing key\(s\) labels"):
         read_manifest(directory)
 
+    for key, name in [("tokenizer", "/etc/passwd"), ("variants.fp32.file", "../export/model.onnx")]:  # an export reads its own files only
+        shutil.copy(tiny_export.directory / "manifest.json", directory / "manifest.json")
+        edit_manifest(directory, lambda m, key=key, name=name: m.update(tokenizer=name) if key == "tokenizer" else m["variants"]["fp32"].update(file=name))
+        with pytest.raises(ExportDirError, match=rf"manifest\.json: '{key}' must name a file inside the export directory, got '{name}'"):
+            read_manifest(directory)
+
     shutil.copy(tiny_export.directory / "manifest.json", directory / "manifest.json")
     edit_manifest(directory, lambda m: m.update(max_sequence_length="64"))
     with pytest.raises(ExportDirError, match="'max_sequence_length' must be int"):
