@@ -117,13 +117,13 @@ def export_translation(run_dir: Path, out: Path, options: dict[str, Any], consol
         ExportError: an option not supported yet for this export (``--fp16``, ``--optimize``,
             ``--static``, ...); ``--int8`` without ``--dev`` or the reverse; the parity check
             failed (nothing written).
-        DataError: an unreadable ``--dev`` file.
+        DataError: an unreadable ``--dev`` file (read before anything is converted).
         RunDirError: not a finished Transformer run.
     """
     import onnxruntime as ort
 
     from ptmkit_transformer.onnx_graph import build_decoder_graph, build_encoder_graph
-    from ptmkit_transformer.onnx_variants import add_int8, check_variant_options
+    from ptmkit_transformer.onnx_variants import add_int8, check_variant_options, read_gate_pairs
     from ptmkit_transformer.translate import Translator
 
     given = [f"--{name.replace('_', '-')}" for name, default in UNSUPPORTED.items() if options.get(name, default) not in (default, None, 0)]
@@ -131,6 +131,7 @@ def export_translation(run_dir: Path, out: Path, options: dict[str, Any], consol
         raise ExportError(f"{', '.join(given)}: not supported yet for a translation export (fp32 encoder and decoder with a key/value cache, --int8 dynamic)")
     dev = check_variant_options(options)
     translator = Translator(run_dir)
+    pairs = read_gate_pairs(dev, translator.languages) if dev is not None else None  # before the slow conversion
     graphs = {"encoder.onnx": build_encoder_graph(translator.backbone, translator.config), "decoder.onnx": build_decoder_graph(translator.backbone, translator.config)}
     encoder, decoder = (ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in graphs.values())
     parity = check_parity(translator, encoder, decoder)
@@ -142,8 +143,8 @@ def export_translation(run_dir: Path, out: Path, options: dict[str, Any], consol
             (tmp / file).write_bytes(model.SerializeToString())
         (tmp / "tokenizer.json").write_bytes((Path(run_dir) / "tokenizer.json").read_bytes())
         atomic_write_json(tmp / "manifest.json", manifest)
-        if dev is not None:
-            add_int8(tmp, manifest, dev, console)
+        if pairs is not None:
+            add_int8(tmp, manifest, pairs, console)
         out.mkdir(parents=True, exist_ok=True)
         (out / "manifest.json").unlink(missing_ok=True)  # not a valid export while files are swapped
         for name in FILES:

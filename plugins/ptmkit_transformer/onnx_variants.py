@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ptmkit.api import ExportError, atomic_write_json, read_parallel
+from ptmkit.api import ExportError, ParallelCorpus, atomic_write_json, read_parallel
 
 #: int8 passes when its dev BLEU is at least fp32's minus this (BLEU points).
 BLEU_MARGIN = 0.5
@@ -55,24 +55,29 @@ def _latencies(translators: dict[str, Any], sources: list[str]) -> dict[str, flo
     return {name: round(statistics.median(values), 3) for name, values in times.items()}
 
 
-def add_int8(tmp: Path, manifest: dict[str, Any], dev: Path, console: Any) -> dict[str, Any]:
-    """Quantize ``tmp``'s ``encoder.onnx`` and ``decoder.onnx`` to ``*.int8.onnx``, gate them (module
-    docstring) and add the ``int8`` entry to ``manifest["variants"]`` and ``manifest["gate"]``
-    (``tmp/manifest.json`` is rewritten); returns the entry.
+def read_gate_pairs(dev: Path, languages: str | None) -> ParallelCorpus:
+    """The ``--dev`` pairs the int8 gate scores, read before anything is converted.
 
     Raises:
         DataError: an unreadable ``dev`` file.
-        ExportError: a dev file of another language pair than the run's (its header), or of fewer
-            than :data:`MIN_GATE_PAIRS` pairs.
+        ExportError: a dev file of another language pair than the run's ``languages`` (its
+            header), or of fewer than :data:`MIN_GATE_PAIRS` pairs.
     """
+    pairs = read_parallel(dev)
+    if languages and pairs.languages and "-".join(pairs.languages) != languages:
+        raise ExportError(f"{dev}:1: a {'-'.join(pairs.languages)} file, but the run translates {languages}")
+    if len(pairs) < MIN_GATE_PAIRS:
+        raise ExportError(f"{dev}: {len(pairs)} sentence pair(s); the int8 gate's BLEU needs at least {MIN_GATE_PAIRS} (over fewer it is noise)")
+    return pairs
+
+
+def add_int8(tmp: Path, manifest: dict[str, Any], pairs: ParallelCorpus, console: Any) -> dict[str, Any]:
+    """Quantize ``tmp``'s ``encoder.onnx`` and ``decoder.onnx`` to ``*.int8.onnx``, gate them on
+    ``pairs`` (:func:`read_gate_pairs`; module docstring) and add the ``int8`` entry to
+    ``manifest["variants"]`` and ``manifest["gate"]`` (``tmp/manifest.json`` is rewritten); returns the entry."""
     from ptmkit_export import Translator, quantize_int8
     from ptmkit_transformer.translate import score_translations
 
-    pairs = read_parallel(dev)
-    if manifest.get("languages") and pairs.languages and "-".join(pairs.languages) != manifest["languages"]:
-        raise ExportError(f"{dev}:1: a {'-'.join(pairs.languages)} file, but the run translates {manifest['languages']}")
-    if len(pairs) < MIN_GATE_PAIRS:
-        raise ExportError(f"{dev}: {len(pairs)} sentence pair(s); the int8 gate's BLEU needs at least {MIN_GATE_PAIRS} (over fewer it is noise)")
     with console.status("quantizing the encoder and the decoder to int8"):
         summary = {part: quantize_int8(tmp / f"{part}.onnx", tmp / f"{part}.int8.onnx") for part in ("encoder", "decoder")}
     manifest["variants"]["int8"] = {"file": "decoder.int8.onnx", "encoder": "encoder.int8.onnx"}  # not gated yet
