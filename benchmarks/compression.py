@@ -86,6 +86,21 @@ def subset(source: Path, out: Path, rows: int, shuffle: bool, labels: Path | Non
     return out
 
 
+def data_files(args: argparse.Namespace) -> dict[str, Path]:
+    """The training subset (``--train-examples`` glosses) and the dev and test files of every row:
+    the full 5,000 glosses, or with ``--quick`` the first :data:`QUICK_ROWS` of labels seen in training."""
+    files = {"train": subset(SUPERSENSE["train"], args.work / f"train-{args.train_examples}.tsv", args.train_examples, True)}
+    for split in ("dev", "test"):
+        files[split] = subset(SUPERSENSE[split], args.work / f"{split}-{QUICK_ROWS}.tsv", QUICK_ROWS, False, files["train"]) if args.quick else SUPERSENSE[split]
+    return files
+
+
+def details(args: argparse.Namespace, files: dict[str, Path]) -> str:
+    """The page's line on evaluation and timing (the tables of this script and transfer_strategies.py)."""
+    return (f"dev/test {len(files['dev'].read_text().splitlines()) - 1:,} glosses each, int8 ONNX at 32 tokens; latency: ONNX Runtime "
+            f"{__import__('onnxruntime').__version__}, {args.threads} thread(s), {args.rounds} rounds x {args.calls} calls, sessions interleaved.")
+
+
 def recipe(args: argparse.Namespace) -> list[str]:
     """The fine-tuning keys of every trained row (module docstring)."""
     common = ["head.pooling=mean", "finetune.batch_size=32", "finetune.sequence_length=32", "finetune.seed=42", f"finetune.epochs={args.epochs}"]
@@ -208,17 +223,13 @@ def main() -> int:
     started, load_before = time.time(), Path("/proc/loadavg").read_text().split()[:3]
     from ptmkit_export.quantize import auto_reduce_range
 
-    files = {"train": subset(SUPERSENSE["train"], args.work / f"train-{args.train_examples}.tsv", args.train_examples, True)}
-    for split in ("dev", "test"):
-        files[split] = subset(SUPERSENSE[split], args.work / f"{split}-{QUICK_ROWS}.tsv", QUICK_ROWS, False, files["train"]) if args.quick else SUPERSENSE[split]
+    files = data_files(args)
     teacher = hp.teacher(args.work, args.quick, files["train"], files["dev"], recipe(args))
     rows = plan(args, files, teacher, "--reduce-range" if auto_reduce_range()[0] else "--no-reduce-range")
     make_runs(rows)
     out = table(args, rows, files)
     hp.write(out, args, load_before, time.time() - started, title="Compression methods on one teacher", script="compression.py",
-             subject=f"all-MiniLM-L6-v2 fine-tuned on {args.train_examples:,} WordNet supersense glosses, {args.epochs} epochs",
-             details=f"dev/test {len(files['dev'].read_text().splitlines()) - 1:,} glosses each, int8 ONNX at 32 tokens; latency: ONNX Runtime "
-             f"{__import__('onnxruntime').__version__}, {args.threads} thread(s), {args.rounds} rounds x {args.calls} calls, sessions interleaved.")
+             subject=f"all-MiniLM-L6-v2 fine-tuned on {args.train_examples:,} WordNet supersense glosses, {args.epochs} epochs", details=details(args, files))
     return 0
 
 

@@ -136,18 +136,13 @@ def main() -> int:
     args.epochs = args.epochs or 2
     args.work.mkdir(parents=True, exist_ok=True)
     started, load_before = time.time(), Path("/proc/loadavg").read_text().split()[:3]
-    files = {"train": cp.subset(cp.SUPERSENSE["train"], args.work / f"train-{args.train_examples}.tsv", args.train_examples, True)}
-    for split in ("dev", "test"):
-        files[split] = (cp.subset(cp.SUPERSENSE[split], args.work / f"{split}-{cp.QUICK_ROWS}.tsv", cp.QUICK_ROWS, False, files["train"])
-                        if args.quick else cp.SUPERSENSE[split])
+    files = cp.data_files(args)
     teacher = hp.teacher(args.work, args.quick, files["train"], files["dev"], cp.recipe(args))
     rows = plan(args, files, teacher)
     cp.make_runs(rows)
     out = table(args, rows, files)
     hp.write(out, args, load_before, time.time() - started, title="Fine-tuning strategies on WordNet supersenses", script="transfer_strategies.py",
-             subject=f"all-MiniLM-L6-v2, {args.train_examples:,} training glosses, {args.epochs} epochs",
-             details=f"dev/test {len(files['dev'].read_text().splitlines()) - 1:,} glosses each, int8 ONNX at 32 tokens; latency: ONNX Runtime "
-             f"{__import__('onnxruntime').__version__}, {args.threads} thread(s), {args.rounds} rounds x {args.calls} calls, sessions interleaved.")
+             subject=f"all-MiniLM-L6-v2, {args.train_examples:,} training glosses, {args.epochs} epochs", details=cp.details(args, files))
     return 0
 
 
