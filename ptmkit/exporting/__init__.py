@@ -180,12 +180,20 @@ def export_run(
         variants |= _built_and_gated(gate, source, tmp, optimize, int8_options, fp16, console, tuple(exclude_nodes) if int4 else None)  # 3. variants
         gate_table = gate.table(variants)
         print_gate_table(gate_table, console)
-        shutil.copyfile(run.require("tokenizer.json"), tmp / "tokenizer.json")
-        if with_tokenizer:
-            variants.update(tokenizer_variants(tmp, variants, source, LATENCY_THREADS, LATENCY_REPEATS, console))
+        variants |= _with_tokenizer_file(run, tmp, variants, source, with_tokenizer, console)
         manifest = export_manifest(source, variants, gate_table, graph_recurrence(fp32_path))  # 5. write
         write_export(tmp, target, manifest)
     return {**manifest, "directory": str(target), "summary": summarize(worst, variants)}
+
+
+def _with_tokenizer_file(run: RunDir, tmp: Path, variants: dict[str, Any], source: ExportSource, with_tokenizer: bool, console: Console) -> dict[str, Any]:
+    """Copy the run's ``tokenizer.json`` into the staged export ``tmp``; with ``with_tokenizer``,
+    also write and gate the single-file variants that tokenize inside the graph
+    (:func:`~ptmkit.exporting.variants.tokenizer_variants`), returned to be added to ``variants``."""
+    shutil.copyfile(run.require("tokenizer.json"), tmp / "tokenizer.json")
+    if not with_tokenizer:
+        return {}
+    return tokenizer_variants(tmp, variants, source, LATENCY_THREADS, LATENCY_REPEATS, console)
 
 
 def _family_export(family: ModelFamily, run_dir: Path, out: str | Path | None, options: dict[str, Any], console: Console) -> dict[str, Any] | None:
