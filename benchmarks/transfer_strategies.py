@@ -110,14 +110,14 @@ def table(args: argparse.Namespace, rows: dict[str, dict[str, Any]], files: dict
             "trainable share": f"{100 * metrics['trainable_parameters'] / metrics['parameters']:.2f}%",
             "fp32 MB": (row["run"] / "export" / "model.onnx").stat().st_size / 1e6, "int8 MB": exports[name].stat().st_size / 1e6,
             "int8 ms (1x128)": latency[name], "dev acc (int8)": float(np.mean(dev == dev_gold)), "test acc (int8)": float(np.mean(test == test_gold)),
-            "train s": float(metrics["train_seconds"]),
+            "train s": round(float(metrics["train_seconds"])),
         })
     if not args.quick:
         peft = anchor(args, files)
         out.append({"strategy": ANCHOR, "parameters": int(peft["parameters"]), "trainable": int(peft["trainable_parameters"]),
                     "trainable share": f"{100 * peft['trainable_parameters'] / peft['parameters']:.2f}%", "fp32 MB": "-", "int8 MB": "-",
                     "int8 ms (1x128)": "-", "dev acc (int8)": float(peft["dev_accuracy"]), "test acc (int8)": float(peft["test_accuracy"]),
-                    "train s": float(peft["train_seconds"])})
+                    "train s": round(float(peft["train_seconds"]))})
     return out
 
 
