@@ -119,6 +119,7 @@ def row_result(key: str, args: argparse.Namespace, work: Path) -> dict:
         if not (tuned / "metrics.json").exists():
             ft = ["head.pooling=mean", f"finetune.epochs={args.epochs}", "finetune.sequence_length=32", f"finetune.seed={seed}", f"finetune.max_train_examples={args.train_rows}"]
             command = ["ptmkit", "finetune", str(run_dir), "--train", str(TRAIN), "--dev", str(DEV), "--test", str(TEST), "--out", str(tuned)]
+            command += ["--resume"] if tuned.exists() else []  # an interrupted benchmark continues its fine-tuning
             run([*command, *[part for item in ft for part in ("--set", item)]], work / key / f"finetune-seed{seed}.log")
         tuned_metrics = json.loads((tuned / "metrics.json").read_text(encoding="utf-8"))
         result["seeds"][str(seed)] = {"dev_accuracy": tuned_metrics["dev_accuracy"], "test_accuracy": tuned_metrics["test_accuracy"]}
