@@ -337,6 +337,10 @@ def test_export_into_a_run_directory_is_refused_and_the_run_kept(tiny_run: TinyR
     user_error(in_process("export", run, "--out", work), f"--out {work}: holds the run directory {run}")
     other = copy_run(tiny_run, work / "other")
     user_error(in_process("export", run, "--out", other), f"--out {other}: is a run directory")
+    afile = work / "notes.txt"
+    afile.write_text("keep me\n", encoding="utf-8")
+    user_error(in_process("export", run, "--out", afile), f"--out {afile}: is a file, not a directory")
+    assert afile.read_text(encoding="utf-8") == "keep me\n"
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
     assert not (run / "export").exists() and not (other / "model.onnx").exists()
 

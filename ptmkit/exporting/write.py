@@ -25,7 +25,7 @@ FORMAT = "ptmkit-export/1"
 def check_destination(run_dir: str | Path, out: str | Path | None) -> None:
     """Refuse an export directory that would overwrite a run: ``run_dir`` itself, a directory
     holding it, or another run directory (an export's ``manifest.json`` and ``tokenizer.json``
-    would replace the run's). ``None`` (the default ``RUN_DIR/export``) passes.
+    would replace the run's); refuse an existing file. ``None`` (the default ``RUN_DIR/export``) passes.
 
     Raises:
         ExportError: naming ``out`` and what it would overwrite.
@@ -36,6 +36,8 @@ def check_destination(run_dir: str | Path, out: str | Path | None) -> None:
     if target == run or target in run.parents:
         raise ExportError(f"--out {out}: {'is' if target == run else 'holds'} the run directory {run_dir}; the export would overwrite it "
                           f"(give a new directory, e.g. {Path(run_dir) / 'export'})")
+    if target.exists() and not target.is_dir():
+        raise ExportError(f"--out {out}: is a file, not a directory; give a directory for the export (e.g. {Path(run_dir) / 'export'})")
     if (target / "config.toml").is_file() and (target / "manifest.json").is_file():
         raise ExportError(f"--out {out}: is a run directory (it has config.toml); the export would overwrite its manifest (give a new directory)")
 
