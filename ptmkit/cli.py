@@ -619,6 +619,11 @@ def evaluate(
 ) -> None:
     """Evaluate static word vectors: Spearman's rho on word pairs, 3CosAdd analogy accuracy; or,
     with --parallel, a run that translates (BLEU and chrF with sacrebleu's signatures)."""
+    vector_flags = (("--wordsim", bool(wordsim)), ("--analogy", bool(analogy)), ("--restrict-vocab", restrict_vocab != 300000), ("--format", vector_format is not None))
+    if parallel is not None and (given := [flag for flag, on in vector_flags if on]):
+        raise PtmkitError(f"{given[0]}: scores word vectors, not translations; evaluate the vectors and --parallel in separate commands")
+    if parallel is None and (given := [flag for flag, on in (("--num-beams", num_beams != 1), ("--max-length", max_length is not None)) if on]):
+        raise PtmkitError(f"{given[0]}: applies to translation; add --parallel TEST.tsv (SOURCE<TAB>TARGET a line)")
     if parallel is not None:
         _evaluate_pairs(source, parallel, {"num_beams": num_beams, "max_length": max_length}, as_json)
         return

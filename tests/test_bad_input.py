@@ -242,6 +242,14 @@ def test_finetune_input_errors_are_refused_before_tensorflow_loads(tiny_run: Tin
     assert errors[2].startswith(f"error: {weights}: corrupted or incompatible weights file") and not (work / "ft").exists()
 
 
+def test_evaluate_refuses_flags_of_the_other_mode(work: Path) -> None:
+    """Word-vector flags with --parallel, search flags without it: refused, not silently ignored."""
+    pairs = work / "pairs.tsv"
+    pairs.write_text("a b\tc d\n", encoding="utf-8")
+    user_error(in_process("evaluate", work, "--parallel", pairs, "--wordsim", pairs), "error: --wordsim: scores word vectors, not translations")
+    user_error(in_process("evaluate", work, "--num-beams", "4", "--wordsim", pairs), "error: --num-beams: applies to translation; add --parallel")
+
+
 # -- plugins and config --------------------------------------------------------------------------------
 
 
