@@ -655,6 +655,8 @@ def _evaluate_pairs(run_dir: Path, parallel: Path, options: dict[str, Any], as_j
 
     if problem := beams_problem(options["num_beams"]):
         raise ConfigError(f"--num-beams {options['num_beams']}: {problem}")
+    if options["max_length"] is not None and options["max_length"] < 1:
+        raise ConfigError(f"--max-length {options['max_length']}: must be at least 1")
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir}: no such run directory")
     family = get_registry().family(RunDir(run_dir).manifest()["family"])

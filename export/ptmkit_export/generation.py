@@ -67,27 +67,36 @@ class GenerationSettings:
         """What is wrong with these settings, one message per setting (empty when usable).
 
         Args:
-            name: how a message names a setting, from its attribute name (default: the command
-                line's flag, ``max_new_tokens`` -> ``--max-new-tokens``; the server names the
-                request key, ``parameters.max_new_tokens``).
+            name: how a message names a setting, from its attribute name; the value follows it
+                after a space (the command line passes :func:`cli_flag`, ``--max-new-tokens 0``;
+                the server the request key, ``'parameters.max_new_tokens' 0``). Default: the
+                Python keyword and its value, ``max_new_tokens=0``.
         """
-        flag = name or (lambda key: "--" + key.replace("_", "-"))
+
+        def shown(key: str, value: object) -> str:
+            return f"{key}={value}" if name is None else f"{name(key)} {value}"
+
         found = []
         if self.max_new_tokens <= 0:
-            found.append(f"{flag('max_new_tokens')} {self.max_new_tokens}: must be at least 1")
+            found.append(f"{shown('max_new_tokens', self.max_new_tokens)}: must be at least 1")
         if self.strategy not in STRATEGIES:
-            found.append(f"{flag('strategy')} {self.strategy!r}: expected one of {', '.join(STRATEGIES)}")
+            found.append(f"{shown('strategy', repr(self.strategy))}: expected one of {', '.join(STRATEGIES)}")
         if not 0 <= self.temperature < math.inf:
-            found.append(f"{flag('temperature')} {self.temperature}: must be a finite number >= 0 (0 is greedy)")
+            found.append(f"{shown('temperature', self.temperature)}: must be a finite number >= 0 (0 is greedy)")
         if self.top_k < 0:
-            found.append(f"{flag('top_k')} {self.top_k}: must be >= 0 (0 keeps every token)")
+            found.append(f"{shown('top_k', self.top_k)}: must be >= 0 (0 keeps every token)")
         if not 0.0 < self.top_p <= 1.0:
-            found.append(f"{flag('top_p')} {self.top_p}: must be in (0, 1]")
+            found.append(f"{shown('top_p', self.top_p)}: must be in (0, 1]")
         if problem := beams_problem(self.num_beams):
-            found.append(f"{flag('num_beams')} {self.num_beams!r}: {problem}")
+            found.append(f"{shown('num_beams', repr(self.num_beams))}: {problem}")
         if not math.isfinite(self.length_penalty):
-            found.append(f"{flag('length_penalty')} {self.length_penalty}: must be a finite number")
+            found.append(f"{shown('length_penalty', self.length_penalty)}: must be a finite number")
         return found
+
+
+def cli_flag(key: str) -> str:
+    """The command line's flag of a :class:`GenerationSettings` field: ``max_new_tokens`` -> ``--max-new-tokens``."""
+    return "--" + key.replace("_", "-")
 
 
 def beams_problem(num_beams: object) -> str | None:

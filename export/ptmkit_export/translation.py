@@ -99,7 +99,7 @@ class Seq2SeqSearch:
         settings = GenerationSettings(max_new_tokens=budget, strategy="beam" if num_beams > 1 else "greedy", num_beams=num_beams, length_penalty=length_penalty)
         problems = settings.problems()
         if problems:
-            raise ValueError(problems[0].replace("--max-new-tokens", "--max-length"))
+            raise ValueError(problems[0].replace("max_new_tokens=", "max_length="))
         if not texts:
             return []
         states, mask, _ = self.encode_sources(texts)

@@ -31,7 +31,7 @@ from ptmkit.api import (
     read_utf8_lines,
     resolve_config,
 )
-from ptmkit_export.generation import GenerationSettings, generate_ids
+from ptmkit_export.generation import GenerationSettings, cli_flag, generate_ids
 from ptmkit_gpt.objectives import CAUSAL_SEQUENCE_OUTPUT
 
 
@@ -187,7 +187,7 @@ def register(cli: Any) -> None:
         import json
 
         settings = GenerationSettings(max_new_tokens, strategy, temperature, top_k, top_p, num_beams, 1.0, seed)
-        problems = settings.problems()
+        problems = settings.problems(cli_flag)
         if problems:
             raise ConfigError(problems[0])
         prompts = list(prompt or []) + (read_prompt_file(file) if file is not None else [])

@@ -8,7 +8,7 @@ import pytest
 from inplugins import in_tree_plugins  # noqa: F401 - the fixture
 from test_gpt import keras_hub_twin
 
-from ptmkit_export.generation import GenerationSettings, filter_logits, generate_ids
+from ptmkit_export.generation import GenerationSettings, cli_flag, filter_logits, generate_ids
 
 pytestmark = pytest.mark.usefixtures("in_tree_plugins")
 
@@ -82,6 +82,15 @@ def test_top_k_and_top_p_keep_huggingfaces_sets() -> None:
     assert np.isfinite(filter_logits(logits, 1.0, 2, 1.0)).sum(axis=1).tolist() == [2, 5]
     probs = np.exp(filter_logits(logits, 2.0, 0, 1.0))
     np.testing.assert_allclose(probs[0], np.sqrt([0.5, 0.2, 0.15, 0.1, 0.05]) / np.sqrt([0.5, 0.2, 0.15, 0.1, 0.05]).sum())
+
+
+def test_settings_problems_name_the_keyword_or_the_flag() -> None:
+    """The Python API's errors name its keywords; the command line's, its flags."""
+    bad = GenerationSettings(max_new_tokens=0, strategy="nucleus", num_beams=65)
+    assert bad.problems() == ["max_new_tokens=0: must be at least 1", "strategy='nucleus': expected one of greedy, sample, beam",
+                              "num_beams=65: must be from 1 to 64"]
+    assert bad.problems(cli_flag)[0] == "--max-new-tokens 0: must be at least 1"
+    assert GenerationSettings().problems() == []
 
 
 def test_generate_command(gpt_run, tmp_path, capsys) -> None:
