@@ -127,6 +127,8 @@ def _validate(manifest: Any, path: Path) -> None:
         bad = [key for key, kind in DECODER_KEYS.items() if not isinstance(decoder, dict) or not isinstance(decoder.get(key), kind)]
         if bad:
             raise _fail(path, f"a {task} export needs a 'decoder' object with {', '.join(f'{k} ({DECODER_KEYS[k].__name__})' for k in bad)}")
+        if below := [key for key, least in (("layers", 1), ("heads", 1), ("head_dim", 1), ("bos_token_id", 0), ("eos_token_id", 0)) if decoder[key] < least]:
+            raise _fail(path, f"'decoder.{below[0]}' must be >= {0 if below[0].endswith('_id') else 1}, got {decoder[below[0]]}")
         if task == TRANSLATION_TASK and not all(isinstance(v, dict) and isinstance(v.get("encoder"), str) for v in manifest["variants"].values()):
             raise _fail(path, "every variant of a translation export needs an 'encoder' file name")
     elif not manifest["labels"] or not all(isinstance(label, str) for label in manifest["labels"]):

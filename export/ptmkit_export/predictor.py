@@ -30,6 +30,7 @@ from ptmkit_export.decoding import (
 )
 from ptmkit_export.errors import ExportDirError
 from ptmkit_export.manifest import EMBEDDER_OUTPUTS, TRANSLATION_TASK, read_manifest, variant_path
+from ptmkit_export.sessions import inference_session
 
 if TYPE_CHECKING:
     from ptmkit_export.generation import GenerationSettings
@@ -177,43 +178,6 @@ def _predictor_manifest(export_dir: Path) -> dict[str, Any]:
     return manifest
 
 
-def _inference_session(model_path: Path, variant: str, threads: int | None, providers: list[str], text_input: bool) -> ort.InferenceSession:
-    """The ONNX Runtime session of one variant file: ``threads`` intra-op threads (None: ONNX
-    Runtime's default), the onnxruntime-extensions library registered for a model that tokenizes
-    inside its graph (``text_input``).
-
-    Raises:
-        ValueError: ``threads`` < 1.
-        ExportDirError: ONNX Runtime cannot load the file (its first message line quoted).
-
-    Warns:
-        RuntimeWarning: CUDA was asked for but ONNX Runtime fell back to another provider.
-    """
-    options = ort.SessionOptions()
-    if threads is not None:
-        if threads < 1:
-            raise ValueError(f"threads must be >= 1, got {threads}")
-        options.intra_op_num_threads = threads
-    if text_input:
-        from ptmkit_export.tokenizer_graph import extensions_library
-
-        options.register_custom_ops_library(extensions_library(f"{model_path} (variant {variant!r})"))
-    try:
-        session = ort.InferenceSession(str(model_path), options, providers=providers)
-    except Exception as error:  # onnxruntime raises its own exception types
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ExportDirError(f"{model_path}: cannot load ONNX model ({first})") from error
-    if "CUDAExecutionProvider" in providers and "CUDAExecutionProvider" not in session.get_providers():
-        # onnxruntime-gpu without a usable CUDA runtime or device: ONNX Runtime fell back quietly.
-        warnings.warn(
-            f"{model_path}: CUDAExecutionProvider could not be used (no GPU or CUDA libraries); running on "
-            f"{', '.join(session.get_providers())}",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    return session
-
-
 class Predictor:
     """Load an export directory and classify (or embed) texts with ONNX Runtime.
 
@@ -324,7 +288,7 @@ class Predictor:
 
             self._characters = tokenizer_character_table(self.tokenizer, int(char_spec["shape"][-1]))
 
-        self.session = _inference_session(model_path, self.variant, threads, chosen, self.text_input is not None)
+        self.session = inference_session(model_path, self.variant, threads, chosen, self.text_input is not None)
         self.decoder: CachedDecoder | None = None
         if self.is_generator:
             spec = self.manifest["decoder"]

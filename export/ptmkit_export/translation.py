@@ -151,10 +151,10 @@ class Translator(Seq2SeqSearch):
     """
 
     def __init__(self, export_dir: str | os.PathLike[str], variant: str | None = None, threads: int | None = None, providers: Sequence[str] | None = None) -> None:
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
         from ptmkit_export.manifest import export_file, read_manifest, variant_path
+        from ptmkit_export.sessions import inference_session
 
         self.export_dir = Path(export_dir)
         self.manifest = read_manifest(self.export_dir)
@@ -168,19 +168,8 @@ class Translator(Seq2SeqSearch):
             warnings.warn(f"{self.export_dir}: variant {variant!r} did not pass the export's gate{detail}; using it anyway", RuntimeWarning, stacklevel=2)
         decoder_path = variant_path(self.export_dir, self.manifest, variant)
         encoder_path = export_file(self.export_dir, self.manifest["variants"][variant]["encoder"], f"variants.{variant}.encoder")
-        options = ort.SessionOptions()
-        if threads is not None:
-            if threads < 1:
-                raise ValueError(f"threads must be >= 1, got {threads}")
-            options.intra_op_num_threads = threads
         chosen = list(providers or ["CPUExecutionProvider"])
-        sessions = []
-        for path in (encoder_path, decoder_path):
-            try:
-                sessions.append(ort.InferenceSession(str(path), options, providers=chosen))
-            except Exception as error:  # onnxruntime raises its own exception types
-                first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                raise ExportDirError(f"{path}: cannot load ONNX model ({first})") from error
+        sessions = [inference_session(path, variant, threads, chosen, text_input=False) for path in (encoder_path, decoder_path)]
         self.encoder, decoder_session = sessions
         spec = self.manifest["decoder"]
         if any(value.name.startswith("past_") for value in self.encoder.get_inputs()):

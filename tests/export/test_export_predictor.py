@@ -209,6 +209,12 @@ def test_invalid_manifest(tiny_export: TinyExport, tmp_path: Path) -> None:
     with pytest.raises(ExportDirError, match="'max_sequence_length' must be int"):
         read_manifest(directory)
 
+    decoder = {"layers": 2, "heads": 2, "head_dim": 8, "bos_token_id": 1, "eos_token_id": -1, "prepend_bos": True}
+    shutil.copy(tiny_export.directory / "manifest.json", directory / "manifest.json")  # a generation export whose end token cannot exist
+    edit_manifest(directory, lambda m: m.update(task="generation", outputs=[{"name": "logits"}], decoder=decoder))
+    with pytest.raises(ExportDirError, match=r"manifest\.json: 'decoder\.eos_token_id' must be >= 0, got -1$"):
+        read_manifest(directory)
+
     shutil.copy(tiny_export.directory / "manifest.json", directory / "manifest.json")
     edit_manifest(directory, lambda m: m["inputs"][0].update(encoding="offsets"))
     with pytest.raises(ExportDirError, match="encoding 'offsets'"):
