@@ -157,6 +157,23 @@ def electra_claim(results: dict[str, dict]) -> str:
     )
 
 
+def budget_reading(results: dict[str, dict]) -> str:
+    """Whether the budget separates the rows: the best row's margin over the no-pre-training floor
+    against the largest seed-to-seed gap of any row (dev accuracy, points); a sentence, or ""."""
+    floor = results.get("none")
+    spreads = [max(s["dev_accuracy"] for s in r["seeds"].values()) - min(s["dev_accuracy"] for s in r["seeds"].values()) for r in results.values() if len(r["seeds"]) > 1]
+    if not floor or not spreads or len(results) < 2:
+        return ""
+    best_key, best = max(((k, r) for k, r in results.items() if k != "none"), key=lambda item: item[1]["dev_accuracy"])
+    margin, noise = 100 * (best["dev_accuracy"] - floor["dev_accuracy"]), 100 * max(spreads)
+    verdict = "more than" if margin > noise else "within"
+    return (
+        f"The best row ({best['label']}) is {margin:+.1f} dev points from the no-pre-training floor, {verdict} the largest "
+        f"gap between two seeds of one row ({noise:.1f} points)"
+        + ("; at this budget the objectives are not separated, and a longer run (--steps) is needed to rank them." if margin <= noise else ".")
+    )
+
+
 def table(results: dict[str, dict], args: argparse.Namespace, load_at_start: float) -> str:
     """The Markdown results page."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
@@ -180,8 +197,8 @@ def table(results: dict[str, dict], args: argparse.Namespace, load_at_start: flo
             f"{result['heldout_loss']:.3f} | {result['dev_accuracy']:.4f} | {result['test_accuracy']:.4f} | {result['parameters']:,} |"
         )
     lines += [f"| {label} | not run: {why} | | | | | |" for label, why in MISSING.items()]
-    claim = electra_claim(results)
-    return "\n".join(lines + (["", claim] if claim else [])) + "\n"
+    notes = [note for note in (budget_reading(results), electra_claim(results)) if note]
+    return "\n".join(lines + [part for note in notes for part in ("", note)]) + "\n"
 
 
 def main() -> None:
@@ -206,7 +223,9 @@ def main() -> None:
     for key in args.rows.split(","):
         (args.work / key).mkdir(exist_ok=True)
         results[key] = row_result(key, args, args.work)
-    args.output.write_text(table(results, args, load_at_start), encoding="utf-8")
+    partial = args.output.with_name(args.output.name + ".partial")
+    partial.write_text(table(results, args, load_at_start), encoding="utf-8")
+    os.replace(partial, args.output)  # the page is whole or the former one
     print(f"wrote {args.output}")
 
 
