@@ -153,10 +153,15 @@ def read_utf8_lines(file: Path, keep_blank: bool = False) -> list[str]:
         import sys
 
         data = sys.stdin.buffer.read()
-    elif not file.is_file():
-        raise DataError(f"{file}: {'is a directory, not a file' if file.is_dir() else 'no such file'}")
-    else:
-        data = file.read_bytes()
+    elif file.is_dir():
+        raise DataError(f"{file}: is a directory, not a file")
+    elif not file.exists():
+        raise DataError(f"{file}: no such file")
+    else:  # a regular file, or a pipe such as the shell's <(command)
+        try:
+            data = file.read_bytes()
+        except OSError as exc:
+            raise DataError(f"{file}: cannot read it ({exc.strerror or type(exc).__name__})") from None
     data = data.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark (Windows editors write one)
     lines, texts = [], 0
     for number, raw in enumerate(data.splitlines(), 1):
