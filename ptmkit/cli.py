@@ -36,6 +36,8 @@ stdout = default_console(stderr=False)
 SetOption = Annotated[
     list[str] | None, typer.Option("--set", help="Override a config key (repeatable): --set train.max_steps=100, --set finetune.epochs=5.")
 ]
+#: ``evaluate --restrict-vocab``'s default: gensim's ``restrict_vocab`` for analogies.
+RESTRICT_VOCAB = 300000
 VectorFormatOption = Annotated[
     str | None,
     typer.Option(
@@ -613,13 +615,13 @@ def evaluate(
     max_length: Annotated[int | None, typer.Option("--max-length", help="With --parallel: the most tokens an output may have (default: the model's positions).", show_default=False)] = None,
     wordsim: Annotated[list[Path] | None, typer.Option(help="Word-pair similarity file (word1<TAB>word2<TAB>score), e.g. data/eval/wordsim353.tsv.")] = None,
     analogy: Annotated[list[Path] | None, typer.Option(help="Analogy file (': section' lines, 'a b c d'), e.g. data/eval/questions-words.txt.")] = None,
-    restrict_vocab: Annotated[int, typer.Option(min=1, help="Use only the most frequent words (gensim's restrict_vocab).")] = 300000,
+    restrict_vocab: Annotated[int, typer.Option(min=1, help="Use only the most frequent words (gensim's restrict_vocab).")] = RESTRICT_VOCAB,
     as_json: Annotated[bool, typer.Option("--json", help="Print the full results as JSON.")] = False,
     vector_format: VectorFormatOption = None,
 ) -> None:
     """Evaluate static word vectors: Spearman's rho on word pairs, 3CosAdd analogy accuracy; or,
     with --parallel, a run that translates (BLEU and chrF with sacrebleu's signatures)."""
-    vector_flags = (("--wordsim", bool(wordsim)), ("--analogy", bool(analogy)), ("--restrict-vocab", restrict_vocab != 300000), ("--format", vector_format is not None))
+    vector_flags = (("--wordsim", bool(wordsim)), ("--analogy", bool(analogy)), ("--restrict-vocab", restrict_vocab != RESTRICT_VOCAB), ("--format", vector_format is not None))
     if parallel is not None and (given := [flag for flag, on in vector_flags if on]):
         raise PtmkitError(f"{given[0]}: scores word vectors, not translations; evaluate the vectors and --parallel in separate commands")
     if parallel is None and (given := [flag for flag, on in (("--num-beams", num_beams != 1), ("--max-length", max_length is not None)) if on]):
