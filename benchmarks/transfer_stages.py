@@ -116,7 +116,7 @@ def main() -> int:
         polarity = metrics["tasks"]["polarity"]["dev_accuracy"] if "tasks" in metrics else metrics["dev_accuracy"]
         other = metrics["tasks"]["supersense"]["dev_accuracy"] if "tasks" in metrics else result.get("stage_one", {}).get("dev_accuracy", "-")
         table.append({"row": name, "polarity dev": float(polarity), "supersense dev": float(other) if other != "-" else "-",
-                      "seconds": float(result["seconds"]), "x anchor": f"{result['seconds'] / anchor:.2f}x"})
+                      "seconds": round(float(result["seconds"])), "x anchor": f"{result['seconds'] / anchor:.2f}x"})
     details = (f"all-MiniLM-L6-v2, the quickstart's polarity recipe; {args.supersense:,} supersense glosses, {args.supersense_dev:,} scored dev glosses, "
                f"{args.multitask_epochs} multi-task epochs; polarity dev is 40 sentences (about +-0.13 at 95%).")
     page = argparse.Namespace(quick=False, out=args.out)  # hp.write's --quick label names its tiny BERT; here --quick is in the details
