@@ -95,7 +95,7 @@ def row_result(key: str, args: argparse.Namespace, work: Path) -> dict:
     """Pre-train and fine-tune one row (cached in ``work/KEY/result.json``)."""
     cached = work / key / "result.json"
     if cached.exists():
-        return json.loads(cached.read_text(encoding="utf-8"))
+        return {**json.loads(cached.read_text(encoding="utf-8")), "from_cache": True}
     label, objectives, overrides = ROWS[key]
     run_dir = work / key / "pretrain"
     sets = [f"train.max_steps={args.steps}", f"train.checkpoint_every={max(1, args.steps // 4)}", *(QUICK if args.quick else []), *overrides]
@@ -197,7 +197,10 @@ def table(results: dict[str, dict], args: argparse.Namespace, load_at_start: flo
             f"{result['heldout_loss']:.3f} | {result['dev_accuracy']:.4f} | {result['test_accuracy']:.4f} | {result['parameters']:,} |"
         )
     lines += [f"| {label} | not run: {why} | | | | | |" for label, why in MISSING.items()]
-    notes = [note for note in (budget_reading(results), electra_claim(results)) if note]
+    earlier = [result["label"] for result in results.values() if result.get("from_cache")]
+    resumed = (f"{len(earlier)} of {len(results)} rows were read from `--work`'s cache (runs of earlier invocations, under their own load): "
+               "tokens/s and seconds are each row's own, not comparable across rows run at different loads." if earlier else "")
+    notes = [note for note in (resumed, budget_reading(results), electra_claim(results)) if note]
     return "\n".join(lines + [part for note in notes for part in ("", note)]) + "\n"
 
 
