@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -119,6 +120,8 @@ def row_result(key: str, args: argparse.Namespace, work: Path) -> dict:
         if not (tuned / "metrics.json").exists():
             ft = ["head.pooling=mean", f"finetune.epochs={args.epochs}", "finetune.sequence_length=32", f"finetune.seed={seed}", f"finetune.max_train_examples={args.train_rows}"]
             command = ["ptmkit", "finetune", str(run_dir), "--train", str(TRAIN), "--dev", str(DEV), "--test", str(TEST), "--out", str(tuned)]
+            if tuned.exists() and not any((tuned / "checkpoints").glob("*")):
+                shutil.rmtree(tuned)  # stopped before its first checkpoint: nothing to resume
             command += ["--resume"] if tuned.exists() else []  # an interrupted benchmark continues its fine-tuning
             run([*command, *[part for item in ft for part in ("--set", item)]], work / key / f"finetune-seed{seed}.log")
         tuned_metrics = json.loads((tuned / "metrics.json").read_text(encoding="utf-8"))
