@@ -21,8 +21,9 @@ English-German pairs of ``data/parallel/en-de-train-10k.tsv`` (``--parallel``; t
 32 x 128 tokens, each sequence one pair packed ``[CLS] en [SEP] de [SEP]`` and padded, so fewer
 real tokens a step, and a vocabulary learnt on both languages), then is fine-tuned like the others.
 
-Every run is a separate ``ptmkit`` process; results are cached as JSON under ``--work``, so an
-interrupted benchmark resumes where it stopped. ``--rows`` picks rows by key; ``--quick`` runs a
+Every run is a separate ``ptmkit`` process under ``--work``; each finished row's result is kept as
+JSON in ``--rows-dir`` (``benchmarks/results/objectives-rows/KEY.json``, committed with the page), so
+an interrupted benchmark resumes where it stopped, on this machine or on a fresh clone. ``--rows`` picks rows by key; ``--quick`` runs a
 tiny version to check the script (2 layers, 20 steps, 4,000 training rows, 1 epoch, one seed).
 
 Run: ``python benchmarks/objectives.py`` (about 3 hours on two CPU cores with the defaults);
@@ -93,8 +94,8 @@ def backbone_parameters(run_dir: Path) -> int:
 
 
 def row_result(key: str, args: argparse.Namespace, work: Path) -> dict:
-    """Pre-train and fine-tune one row (cached in ``work/KEY/result.json``)."""
-    cached = work / key / "result.json"
+    """Pre-train and fine-tune one row (cached in ``args.rows_dir/KEY.json``)."""
+    cached = args.rows_dir / f"{key}.json"
     if cached.exists():
         return {**json.loads(cached.read_text(encoding="utf-8")), "from_cache": True}
     label, objectives, overrides = ROWS[key]
@@ -129,7 +130,9 @@ def row_result(key: str, args: argparse.Namespace, work: Path) -> dict:
         print(f"{key}: seed {seed} dev {tuned_metrics['dev_accuracy']:.4f} test {tuned_metrics['test_accuracy']:.4f}", flush=True)
     result["dev_accuracy"] = statistics.mean(s["dev_accuracy"] for s in result["seeds"].values())
     result["test_accuracy"] = statistics.mean(s["test_accuracy"] for s in result["seeds"].values())
-    cached.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    partial = cached.with_name(cached.name + ".partial")
+    partial.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    os.replace(partial, cached)
     return result
 
 
@@ -201,7 +204,7 @@ def table(results: dict[str, dict], args: argparse.Namespace, load_at_start: flo
         )
     lines += [f"| {label} | not run: {why} | | | | | |" for label, why in MISSING.items()]
     earlier = [result["label"] for result in results.values() if result.get("from_cache")]
-    resumed = (f"{len(earlier)} of {len(results)} rows were read from `--work`'s cache (runs of earlier invocations, under their own load): "
+    resumed = (f"{len(earlier)} of {len(results)} rows were read from `--rows-dir` (runs of earlier invocations, under their own load): "
                "tokens/s and seconds are each row's own, not comparable across rows run at different loads." if earlier else "")
     notes = [note for note in (resumed, budget_reading(results), electra_claim(results)) if note]
     return "\n".join(lines + [part for note in notes for part in ("", note)]) + "\n"
@@ -217,13 +220,16 @@ def main() -> None:
     parser.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
     parser.add_argument("--quick", action="store_true", help="a tiny run that checks the script")
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "objectives.md")
+    parser.add_argument("--rows-dir", type=Path, help="where each finished row's JSON is kept (default: benchmarks/results/objectives-rows; --quick: WORK/rows)")
     args = parser.parse_args()
+    args.rows_dir = args.rows_dir or (args.work / "rows" if args.quick else REPO / "benchmarks" / "results" / "objectives-rows")
     if args.quick:
         args.steps, args.train_rows, args.epochs, args.seeds = min(args.steps, 20), min(args.train_rows, 4000), 1, args.seeds[:1]
     unknown = [key for key in args.rows.split(",") if key not in ROWS]
     if unknown:
         raise SystemExit(f"--rows: unknown row {unknown[0]!r}; the rows are {', '.join(ROWS)}")
     args.work.mkdir(parents=True, exist_ok=True)
+    args.rows_dir.mkdir(parents=True, exist_ok=True)
     load_at_start = os.getloadavg()[0]
     results = {}
     for key in args.rows.split(","):

@@ -24,7 +24,7 @@ def test_objectives_benchmark_quick(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "objectives.py"), "--quick", "--rows", "none,mlm-dynamic,rtd", "--work", str(tmp_path / "work"),
                            "--output", str(out)], env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
-    results = {key: json.loads((tmp_path / "work" / key / "result.json").read_text()) for key in ("none", "mlm-dynamic", "rtd")}
+    results = {key: json.loads((tmp_path / "work" / "rows" / f"{key}.json").read_text()) for key in ("none", "mlm-dynamic", "rtd")}
     for result in results.values():
         assert 0.0 <= result["dev_accuracy"] <= 1.0 and 0.0 <= result["test_accuracy"] <= 1.0 and list(result["seeds"]) == ["1"]
         assert math.isfinite(result["heldout_loss"]) and result["parameters"] > 0
