@@ -32,7 +32,18 @@
   ``--distribute mirrored`` on the one GPU against ``--distribute none``, tokens/s
   (:func:`mirrored_overhead`);
 * **word2vec words/s** (SGNS, ``word2vec_vs_gensim``'s setup) on the GPU against gensim's CPU figure
-  on the same corpus in the same process.
+  on the same corpus in the same process;
+* **pre-training per encoder family** (issue 18): RoBERTa, ALBERT, ELECTRA and XLNet, each
+  family's own training model on its own default objectives (dynamic masked LM; masked LM + SOP;
+  replaced-token detection with its generator; permutation LM with two-stream attention) at the
+  BERT section's size, mixed bf16 + XLA: tokens/s, step ms and the backbone's MFU
+  (:func:`family_pretraining`).
+
+The Keras backend is TensorFlow (ptmkit's default) when it is installed. A machine without it but
+with JAX (an image that ships JAX, where TensorFlow cannot be installed) runs the pre-training
+sections on Keras 3's JAX backend, which always compiles with XLA: their rows are then fp32 + XLA
+and mixed bf16 + XLA, the matmul reference is JAX's, and the sections that need TensorFlow (the
+ONNX export, tf.distribute, the word-vector trainer) are skipped and say so (:func:`choose_keras_backend`).
 
 Every section has a time budget and is skipped (and says so) when too little of the 8 minutes
 is left; a section that fails writes its one-line error and the others still run.
@@ -48,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import os
 import platform
 import shutil
@@ -64,6 +76,18 @@ BENCHMARKS = Path(__file__).resolve().parent
 REPO = BENCHMARKS.parent
 sys.path[:0] = [str(BENCHMARKS), str(REPO), str(REPO / "plugins"), str(REPO / "export")]
 
+
+def choose_keras_backend() -> None:
+    """Set ``KERAS_BACKEND`` before Keras is imported (the modules below default it to TensorFlow):
+    the one already named there, else TensorFlow when installed, else JAX when installed (Keras 3
+    runs the same models on it); TensorFlow when neither is (its import error then says what is missing)."""
+    if not os.environ.get("KERAS_BACKEND"):
+        installed = [name for name in ("tensorflow", "jax") if importlib.util.find_spec(name) is not None]
+        os.environ["KERAS_BACKEND"] = installed[0] if installed else "tensorflow"
+
+
+choose_keras_backend()
+
 import minilm_inference  # noqa: E402
 import pretrain_throughput  # noqa: E402
 import serve_benchmark  # noqa: E402
@@ -71,7 +95,7 @@ import word2vec_vs_gensim  # noqa: E402
 
 RESULTS = BENCHMARKS / "results" / "gpu.md"
 #: The whole check's limit (the shell script's install time included), and what this script gets.
-TOTAL_SECONDS = 480
+TOTAL_SECONDS = int(os.environ.get("PTMKIT_GPU_CHECK_SECONDS", "480"))  # gpu_check.sh's limit
 #: Published dense peaks in TFLOP/s (no sparsity): fp32, TF32 tensor cores, bf16 tensor cores.
 PEAKS: dict[str, tuple[float, float, float]] = {
     "H200": (66.9, 494.7, 989.4),
@@ -163,6 +187,60 @@ def header(check: Check, command: str) -> list[str]:
     ]
 
 
+def keras_backend() -> str:
+    """The Keras backend of this check (:func:`choose_keras_backend`)."""
+    return os.environ["KERAS_BACKEND"]
+
+
+def start_keras() -> None:
+    """Import TensorFlow quietly (``quiet_tensorflow``) when it is the backend; nothing on another."""
+    from ptmkit.training.setup import quiet_tensorflow
+
+    if keras_backend() == "tensorflow":
+        quiet_tensorflow()
+
+
+def needs_tensorflow(body: Callable[[Check], list[str]]) -> Callable[[Check], list[str]]:
+    """``body``, or on another backend a line saying that the section needs TensorFlow."""
+    def section(check: Check) -> list[str]:
+        if keras_backend() != "tensorflow":
+            return [f"skipped: needs TensorFlow (the ONNX export, tf.distribute or the word-vector trainer); this check runs on {keras_backend()}"]
+        return body(check)
+    return section
+
+
+def matmul_tflops(check: Check) -> tuple[float, bool]:
+    """``(TFLOP/s, tf32)``: a measured fp32 ``n x n`` matmul on the check's backend, and whether
+    it ran on TF32 tensor cores (TensorFlow: when it enables them, GPUs only; JAX: its default
+    matmul precision uses them on a GPU)."""
+    n, repeats = (512 if check.dry_run else 8192), 3
+    if keras_backend() != "jax":
+        import tensorflow as tf
+
+        tf32 = not check.dry_run and bool(tf.config.experimental.tensor_float_32_execution_enabled())
+        return pretrain_throughput.matmul_peak(n=n, repeats=repeats)["tensorflow_gflops"] / 1e3, tf32
+    import jax
+    import jax.numpy as jnp
+
+    a, b = (jax.random.normal(jax.random.key(seed), (n, n), jnp.float32) for seed in (0, 1))
+    product = jax.jit(lambda x, y: jnp.sum(x @ y))  # a scalar back: no copy of the product in the timing
+    product(a, b).block_until_ready()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        product(a, b).block_until_ready()
+        times.append(time.perf_counter() - start)
+    return 2.0 * n**3 / statistics.median(times) / 1e12, not check.dry_run
+
+
+def precisions() -> list[tuple[str, str, bool]]:
+    """``(row label, dtype policy, XLA)`` of the pre-training rows: on JAX, which always
+    compiles, fp32 and bf16 with XLA; on TensorFlow, fp32, bf16 and bf16 + XLA."""
+    if keras_backend() == "jax":
+        return [("fp32 + XLA", "float32", True), ("mixed bf16 + XLA", "mixed_bfloat16", True)]
+    return [("fp32", "float32", False), ("mixed bf16", "mixed_bfloat16", False), ("mixed bf16 + XLA", "mixed_bfloat16", True)]
+
+
 # --------------------------------------------------------------------------- pre-training: BERT, GPT
 
 
@@ -183,8 +261,16 @@ def model_sizes(dry_run: bool) -> list[str]:
 def pretraining_batches(check: Check, family_name: str, overrides: list[str], steps: int) -> tuple[Any, Any, Any, Any]:
     """``(config, x, y, w)``: ptmkit's real pre-training batches of ``family_name`` (``make_step``
     over the corpus tokenized as ``ptmkit train`` does it) for ``steps`` steps."""
-    from ptmkit.data.pretraining import InstanceSampler, load_token_file, make_step, step_rng, tokenize_corpus
+    from ptmkit.data.pretraining import (
+        InstanceSampler,
+        load_token_file,
+        make_step,
+        sampler_options,
+        step_rng,
+        tokenize_corpus,
+    )
     from ptmkit.data.readers import read_corpus
+    from ptmkit.data.tokenization import character_table, word_start_table
     from ptmkit.plugins import get_registry
     from ptmkit.training.pretrain import resolve_config
 
@@ -197,52 +283,49 @@ def pretraining_batches(check: Check, family_name: str, overrides: list[str], st
     tokens = check.work / f"{family_name}-tokens"
     tokenize_corpus(read_corpus(corpus), tokenizer, tokens, lines, config.train.heldout_lines)
     objectives = {name: (registry.objective(name), config.objectives[name]) for name in family.default_objectives}
-    sampler = InstanceSampler(load_token_file(tokens, "train"), family, family.special_tokens(tokenizer), config.train.sequence_length, False)
-    batches = [make_step(sampler, objectives, step_rng(1, s), config.train.batch_size, config.model.vocabulary_size, family.inputs)
+    options = sampler_options(objectives, word_start_table(tokenizer))  # as ptmkit train: word starts for whole-word masking, pairs for SOP
+    sampler = InstanceSampler(load_token_file(tokens, "train"), family, family.special_tokens(tokenizer), config.train.sequence_length, **options)
+    characters = character_table(tokenizer, family.inputs)
+    batches = [make_step(sampler, objectives, step_rng(1, s), config.train.batch_size, config.model.vocabulary_size, family.inputs, characters=characters)
                for s in range(steps)]
     return (config, *pretrain_throughput.stack(batches))
+
+
+def family_overrides(family_name: str, overrides: list[str]) -> list[str]:
+    """``overrides`` less the ``model.`` keys that ``family_name``'s model config lacks (XLNet has
+    no ``max_sequence_length``: its positions are relative)."""
+    import dataclasses
+
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.pretrain import resolve_config
+
+    known = {field.name for field in dataclasses.fields(resolve_config(get_registry(), family_name, None, []).model)}
+    return [item for item in overrides if not item.startswith("model.") or item.split("=", 1)[0].removeprefix("model.") in known]
 
 
 def pretraining(check: Check, family_name: str, overrides: list[str]) -> list[str]:
     """The table of a pre-training section: ``family_name``'s training model (its default
     objectives: BERT's masked LM, GPT's causal LM) on its real batches, in fp32, mixed bf16 and
     mixed bf16 + XLA: tokens/s, step ms, TFLOP/s and MFU (module docstring)."""
-    from ptmkit.training.setup import quiet_tensorflow
-
-    quiet_tensorflow()
-    import keras
-    import tensorflow as tf
-
-    from ptmkit.plugins import get_registry
-    from ptmkit.training.pretrain import build_pretraining_model, resolve_config
-
+    start_keras()
     warmup, steps = (1, 2) if check.dry_run else (5, 20)
     config, x, y, w = pretraining_batches(check, family_name, overrides, warmup + steps)
     batch, length = config.train.batch_size, config.train.sequence_length
     masked = "mask_positions" in x  # masked LM: the head runs on the prediction slots; causal LM: on every position
     name = gpu_name()
     peak = device_peak(name)
-    measured = pretrain_throughput.matmul_peak(n=512 if check.dry_run else 8192, repeats=3)["tensorflow_gflops"] / 1e3
-    tf32 = not check.dry_run and bool(tf.config.experimental.tensor_float_32_execution_enabled())  # GPUs only
+    measured, tf32 = matmul_tflops(check)
     lines = [f"{family_name.upper()} {config.model.num_layers} layers, hidden {config.model.hidden_dim}, vocabulary {config.model.vocabulary_size}; "
              f"batch {batch} x {length}; {'masked' if masked else 'causal'} LM; {warmup} warm-up + {steps} timed steps, median step time; "
-             f"peak: {f'{name} published {peak}' if peak else 'not published for this device: the measured fp32 matmul'} TFLOP/s "
+             f"Keras on {keras_backend()}; peak: {f'{name} published {peak}' if peak else 'not published for this device: the measured fp32 matmul'} TFLOP/s "
              f"(fp32, TF32, bf16); measured fp32{' (TF32)' if tf32 else ''} matmul {measured:.1f} TFLOP/s",
              "", "| precision | tokens/s | step ms | TFLOP/s | MFU |", "|---|---:|---:|---:|---:|"]
-    registry = get_registry()
-    for label, policy, xla in (("fp32", "float32", False), ("mixed bf16", "mixed_bfloat16", False), ("mixed bf16 + XLA", "mixed_bfloat16", True)):
-        keras.mixed_precision.set_global_policy(policy)
+    for label, policy, xla in precisions():
         try:
-            run_config = resolve_config(registry, family_name, None, [*overrides, f"train.jit_compile={str(xla).lower()}"])
-            backbone, model, _ = build_pretraining_model(registry, run_config)
-            timer = pretrain_throughput.step_timer()
-            model.fit(x, y, sample_weight=w, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=[timer])
+            backbone, seconds = timed_steps(family_name, [*overrides, f"train.jit_compile={str(xla).lower()}"], policy, (x, y, w), warmup)
         except Exception as error:
             lines.append(f"| {label} | failed: {type(error).__name__}: {str(error).strip().splitlines()[0][:150] if str(error).strip() else ''} | | | |")
             continue
-        finally:
-            keras.mixed_precision.set_global_policy("float32")
-        seconds = statistics.median(wall for wall, _ in pretrain_throughput.step_times(timer.stamps)[warmup:])
         predictions = x["mask_positions"].shape[1] if masked else length
         flops = pretrain_throughput.flops_per_token(backbone, length, predictions, head_transform=masked)["total"]
         tokens = batch * length / seconds
@@ -251,12 +334,78 @@ def pretraining(check: Check, family_name: str, overrides: list[str]) -> list[st
     return lines
 
 
+def timed_steps(family_name: str, overrides: list[str], policy: str, batches: tuple[Any, Any, Any], warmup: int) -> tuple[Any, float]:
+    """``(backbone, seconds)``: ``family_name``'s training model built under the dtype ``policy``
+    and fitted on ``batches`` (``(x, y, w)``, one batch of ``train.batch_size`` a step); the
+    median wall-clock seconds of a step after ``warmup`` steps."""
+    import keras
+
+    from ptmkit.plugins import get_registry
+    from ptmkit.training.pretrain import build_pretraining_model, resolve_config
+
+    registry = get_registry()
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        config = resolve_config(registry, family_name, None, overrides)
+        backbone, model, _ = build_pretraining_model(registry, config)
+        timer = pretrain_throughput.step_timer()
+        x, y, w = batches
+        model.fit(x, y, sample_weight=w, batch_size=config.train.batch_size, epochs=1, shuffle=False, verbose=0, callbacks=[timer])
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    return backbone, statistics.median(wall for wall, _ in pretrain_throughput.step_times(timer.stamps)[warmup:])
+
+
 def bert_pretraining(check: Check) -> list[str]:
     return pretraining(check, "bert", model_sizes(check.dry_run))
 
 
 def gpt_pretraining(check: Check) -> list[str]:
     return pretraining(check, "gpt", model_sizes(check.dry_run))
+
+
+#: The encoder families of issue 18 with their default objectives, for :func:`family_pretraining`.
+ENCODER_FAMILIES = ("roberta", "albert", "electra", "xlnet")
+
+
+def family_pretraining(check: Check) -> list[str]:
+    """One mixed bf16 + XLA row per encoder family (:data:`ENCODER_FAMILIES`): the family's own
+    training model on its default objectives and its own real batches, at :func:`model_sizes`:
+    tokens/s, step ms, the training model's parameters (ELECTRA's include its generator) and the
+    MFU of the backbone and the first objective's head by :func:`pretrain_throughput.flops_per_token`
+    (a lower bound where the step runs more: ELECTRA's generator, XLNet's query stream)."""
+    from ptmkit.plugins import get_registry
+
+    start_keras()
+    warmup, steps = (1, 2) if check.dry_run else (3, 10)
+    peak = device_peak(gpu_name())
+    reference = peak[2] if peak else matmul_tflops(check)[0]
+    registry = get_registry()
+    lines = [f"Each family at the BERT section's size, its own tokenizer and default objectives; mixed bf16 + XLA on Keras's {keras_backend()} backend; "
+             f"{warmup} warm-up + {steps} timed steps, median step time; MFU against {'the published bf16 peak' if peak else 'the measured fp32 matmul'}",
+             "", "| family | objectives | tokens/s | step ms | parameters | TFLOP/s | MFU |", "|---|---|---:|---:|---:|---:|---:|"]
+    for family_name in ENCODER_FAMILIES:
+        if check.left() < (5 if check.dry_run else 45):
+            lines.append(f"| {family_name} | skipped: {max(0.0, check.left()):.0f} s left | | | | | |")
+            continue
+        objectives = ", ".join(registry.family(family_name).default_objectives)
+        overrides = family_overrides(family_name, [*model_sizes(check.dry_run), "train.jit_compile=true"])
+        try:
+            config, x, y, w = pretraining_batches(check, family_name, overrides, warmup + steps)
+            backbone, seconds = timed_steps(family_name, overrides, "mixed_bfloat16", (x, y, w), warmup)
+        except Exception as error:
+            lines.append(f"| {family_name} | {objectives} | failed: {type(error).__name__}: {str(error).strip().splitlines()[0][:150] if str(error).strip() else ''} | | | | |")
+            continue
+        length = config.train.sequence_length
+        tokens = config.train.batch_size * length / seconds
+        try:
+            masked = "mask_positions" in x
+            flops = pretrain_throughput.flops_per_token(backbone, length, x["mask_positions"].shape[1] if masked else length, head_transform=masked)["total"]
+            compute = f"{tokens * flops / 1e12:.1f} | {tokens * flops / 1e12 / reference:.1%}"
+        except (AttributeError, TypeError):  # a backbone the FLOP count does not read (no transformer_layers)
+            compute = "- | -"
+        lines.append(f"| {family_name} | {objectives} | {tokens:,.0f} | {1e3 * seconds:.1f} | {backbone.count_params():,} | {compute} |")
+    return lines
 
 
 def corpus_file(check: Check) -> Path:
@@ -519,12 +668,13 @@ def main(argv: list[str] | None = None) -> int:
         # Tightest first: the budgets are what each section needs on an H100-class GPU.
         check.section("BERT pre-training", 15 if args.dry_run else 120, bert_pretraining)
         check.section("GPT pre-training", 15 if args.dry_run else 120, gpt_pretraining)
-        check.section("ONNX Runtime: MiniLM", 15 if args.dry_run else 90, minilm_onnx)
-        check.section("GPT decoding on ONNX Runtime", 20 if args.dry_run else 90, gpt_decoding)
-        check.section("Server batching", 10 if args.dry_run else 60, server_batching)
-        check.section("word2vec against gensim", 10 if args.dry_run else 40, word2vec)
-        check.section("MirroredStrategy against none", 10 if args.dry_run else 60, mirrored_overhead)
-        check.section("ONNX Runtime: MiniLM on TensorRT", 5 if args.dry_run else 100, lambda c: minilm_onnx(c, tensorrt=True))
+        check.section("Pre-training per encoder family", 20 if args.dry_run else 150, family_pretraining)
+        check.section("ONNX Runtime: MiniLM", 15 if args.dry_run else 90, needs_tensorflow(minilm_onnx))
+        check.section("GPT decoding on ONNX Runtime", 20 if args.dry_run else 90, needs_tensorflow(gpt_decoding))
+        check.section("Server batching", 10 if args.dry_run else 60, needs_tensorflow(server_batching))
+        check.section("word2vec against gensim", 10 if args.dry_run else 40, needs_tensorflow(word2vec))
+        check.section("MirroredStrategy against none", 10 if args.dry_run else 60, needs_tensorflow(mirrored_overhead))
+        check.section("ONNX Runtime: MiniLM on TensorRT", 5 if args.dry_run else 100, needs_tensorflow(lambda c: minilm_onnx(c, tensorrt=True)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     check.write(final=True)

