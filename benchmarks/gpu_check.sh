@@ -23,6 +23,7 @@ PYTHON="${PYTHON:-python3}"
 
 dry_run=0
 for arg in "$@"; do [[ "$arg" == "--dry-run" ]] && dry_run=1; done
+(( dry_run )) && TOTAL=$(( TOTAL * 3 ))  # the dry run checks code, not speed (gpu_check.py gives it the same)
 
 if [[ $dry_run == 0 && -n "${PTMKIT_GPU_CHECK_WHEELS:-}" ]]; then
     "$PYTHON" -m pip install -q --no-index --no-deps "${PTMKIT_GPU_CHECK_WHEELS}"/*.whl || echo "gpu_check: the wheels did not install; going on" >&2
