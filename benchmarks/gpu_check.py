@@ -152,8 +152,7 @@ class Check:
         try:
             self.lines += body(self)
         except Exception as error:  # reported; the other sections still run
-            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            self.lines.append(f"failed: {type(error).__name__}: {first}")
+            self.lines.append(failure(error, 500))
         self.lines.append(f"\n({time.monotonic() - started:.0f} s)")
         self.write()
         print(f"gpu_check: {title}: done in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
@@ -333,7 +332,7 @@ def pretraining(check: Check, family_name: str, overrides: list[str]) -> list[st
         try:
             backbone, seconds = timed_steps(family_name, [*overrides, f"train.jit_compile={str(xla).lower()}"], policy, (x, y, w), warmup)
         except Exception as error:
-            lines.append(f"| {label} | failed: {type(error).__name__}: {str(error).strip().splitlines()[0][:150] if str(error).strip() else ''} | | | |")
+            lines.append(f"| {label} | {failure(error)} | | | |")
             continue
         predictions = x["mask_positions"].shape[1] if masked else length
         flops = pretrain_throughput.flops_per_token(backbone, length, predictions, head_transform=masked)["total"]
@@ -344,25 +343,37 @@ def pretraining(check: Check, family_name: str, overrides: list[str]) -> list[st
 
 
 def timed_steps(family_name: str, overrides: list[str], policy: str, batches: tuple[Any, Any, Any], warmup: int) -> tuple[Any, float]:
-    """``(backbone, seconds)``: ``family_name``'s training model built under the dtype ``policy``
-    and fitted on ``batches`` (``(x, y, w)``, one batch of ``train.batch_size`` a step); the
-    median wall-clock seconds of a step after ``warmup`` steps."""
-    import keras
-
+    """``(backbone, seconds)``: ``family_name``'s pre-training model (its ``--set`` ``overrides``)
+    timed by :func:`timed_fit` on ``batches`` under the dtype ``policy``."""
     from ptmkit.plugins import get_registry
     from ptmkit.training.pretrain import build_pretraining_model, resolve_config
 
     registry = get_registry()
+    config = resolve_config(registry, family_name, None, overrides)
+    return timed_fit(lambda: build_pretraining_model(registry, config)[:2], policy, batches, config.train.batch_size, warmup)
+
+
+def timed_fit(build: Callable[[], tuple[Any, Any]], policy: str, batches: tuple[Any, Any, Any], batch_size: int, warmup: int) -> tuple[Any, float]:
+    """``(backbone, seconds)``: ``build() -> (backbone, compiled model)`` called under the dtype
+    ``policy``, the model fitted on ``batches`` (``(x, y, w)``, ``batch_size`` rows a step); the
+    median wall-clock seconds of a step after ``warmup`` steps. The policy goes back to float32."""
+    import keras
+
     keras.mixed_precision.set_global_policy(policy)
     try:
-        config = resolve_config(registry, family_name, None, overrides)
-        backbone, model, _ = build_pretraining_model(registry, config)
+        backbone, model = build()
         timer = pretrain_throughput.step_timer()
         x, y, w = batches
-        model.fit(x, y, sample_weight=w, batch_size=config.train.batch_size, epochs=1, shuffle=False, verbose=0, callbacks=[timer])
+        model.fit(x, y, sample_weight=w, batch_size=batch_size, epochs=1, shuffle=False, verbose=0, callbacks=[timer])
     finally:
         keras.mixed_precision.set_global_policy("float32")
     return backbone, statistics.median(wall for wall, _ in pretrain_throughput.step_times(timer.stamps)[warmup:])
+
+
+def failure(error: Exception, width: int = 150) -> str:
+    """A table cell for a row that failed: ``failed: Type: the message's first line`` (cut at ``width``)."""
+    message = str(error).strip()
+    return f"failed: {type(error).__name__}: {message.splitlines()[0][:width] if message else ''}"
 
 
 def bert_pretraining(check: Check) -> list[str]:
@@ -405,7 +416,7 @@ def family_pretraining(check: Check) -> list[str]:
             config, x, y, w = pretraining_batches(check, family_name, overrides, warmup + steps)
             backbone, seconds = timed_steps(family_name, overrides, "mixed_bfloat16", (x, y, w), warmup)
         except Exception as error:
-            lines.append(f"| {family_name} | {objectives} | failed: {type(error).__name__}: {str(error).strip().splitlines()[0][:150] if str(error).strip() else ''} | | | | |")
+            lines.append(f"| {family_name} | {objectives} | {failure(error)} | | | | |")
             continue
         length = config.train.sequence_length
         tokens = config.train.batch_size * length / seconds
@@ -433,7 +444,6 @@ def transformer_training(check: Check) -> list[str]:
     pair, up to 128, and XLA compiles each new shape; 1.3% of these pairs have a side over 64
     tokens): target tokens/s (real, not padding), source + target tokens/s and step ms, per
     precision row."""
-    import keras
 
     from ptmkit.api import read_parallel
     from ptmkit_transformer.config import TransformerConfig
@@ -461,19 +471,17 @@ def transformer_training(check: Check) -> list[str]:
              f"{x['encoder_token_ids'].shape[1]} source and {labels.shape[1]} target positions ({source_tokens:.1f} and {target_tokens:.1f} real tokens a pair); "
              f"Keras on {keras_backend()}; {warmup} warm-up + {steps} timed steps, median step time",
              "", "| precision | target tokens/s | source + target tokens/s | step ms |", "|---|---:|---:|---:|"]
+    def build(xla: bool) -> tuple[Any, Any]:
+        backbone, model = compiled_model(config)
+        model.jit_compile = xla
+        return backbone, model
+
     for label, policy, xla in precisions():
-        keras.mixed_precision.set_global_policy(policy)
         try:
-            _, model = compiled_model(config)
-            model.jit_compile = xla
-            timer = pretrain_throughput.step_timer()
-            model.fit(x, {"logits": labels}, sample_weight={"logits": relative(weights)}, batch_size=config.batch_size, epochs=1, shuffle=False, verbose=0, callbacks=[timer])
+            _, seconds = timed_fit(lambda xla=xla: build(xla), policy, (x, {"logits": labels}, {"logits": relative(weights)}), config.batch_size, warmup)
         except Exception as error:
-            lines.append(f"| {label} | failed: {type(error).__name__}: {str(error).strip().splitlines()[0][:150] if str(error).strip() else ''} | | |")
+            lines.append(f"| {label} | {failure(error)} | | |")
             continue
-        finally:
-            keras.mixed_precision.set_global_policy("float32")
-        seconds = statistics.median(wall for wall, _ in pretrain_throughput.step_times(timer.stamps)[warmup:])
         pairs_per_second = config.batch_size / seconds
         lines.append(f"| {label} | {pairs_per_second * target_tokens:,.0f} | {pairs_per_second * (source_tokens + target_tokens):,.0f} | {1e3 * seconds:.1f} |")
     return lines
@@ -575,8 +583,7 @@ def minilm_onnx(check: Check, tensorrt: bool = False) -> list[str]:
             note = "" if provider != "TensorRT" or ran == "TensorrtExecutionProvider" else " (TensorRT did not load)"
             lines.append(f"| {provider} | {label} | {file} | {ran}{note} | {latency:.2f} | {throughput:,.0f} |")
         except Exception as error:
-            message = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
-            lines.append(f"| {provider} | {label} | {file} | failed: {type(error).__name__}: {message} | | |")
+            lines.append(f"| {provider} | {label} | {file} | {failure(error, 120)} | | |")
     return lines
 
 
