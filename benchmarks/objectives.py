@@ -97,8 +97,13 @@ def row_result(key: str, args: argparse.Namespace, work: Path) -> dict:
     """Pre-train and fine-tune one row (cached in ``args.rows_dir/KEY.json``)."""
     cached = args.rows_dir / f"{key}.json"
     if cached.exists():
-        return {**json.loads(cached.read_text(encoding="utf-8")), "from_cache": True}
+        kept = json.loads(cached.read_text(encoding="utf-8"))
+        if kept.get("settings") != settings(args):
+            raise SystemExit(f"{cached}: a row made with {kept.get('settings')}, not this run's {settings(args)}; "
+                             "give another --rows-dir (or remove the file to run the row again)")
+        return {**kept, "from_cache": True}
     label, objectives, overrides = ROWS[key]
+    load_at_start = os.getloadavg()[0]
     run_dir = work / key / "pretrain"
     sets = [f"train.max_steps={args.steps}", f"train.checkpoint_every={max(1, args.steps // 4)}", *(QUICK if args.quick else []), *overrides]
     if not (run_dir / "metrics.json").exists():
@@ -114,7 +119,7 @@ def row_result(key: str, args: argparse.Namespace, work: Path) -> dict:
         "label": label, "objectives": objectives, "overrides": overrides,
         "tokens_per_second": metrics.get("tokens_per_second"), "pretrain_seconds": metrics.get("train_seconds_this_session"),
         "heldout_loss": metrics.get(f"heldout_{first}_loss", metrics.get("heldout_loss")),
-        "parameters": backbone_parameters(run_dir), "seeds": {},
+        "parameters": backbone_parameters(run_dir), "seeds": {}, "settings": settings(args),
     }
     for seed in args.seeds:
         tuned = work / key / f"supersense-seed{seed}"
@@ -130,10 +135,22 @@ def row_result(key: str, args: argparse.Namespace, work: Path) -> dict:
         print(f"{key}: seed {seed} dev {tuned_metrics['dev_accuracy']:.4f} test {tuned_metrics['test_accuracy']:.4f}", flush=True)
     result["dev_accuracy"] = statistics.mean(s["dev_accuracy"] for s in result["seeds"].values())
     result["test_accuracy"] = statistics.mean(s["test_accuracy"] for s in result["seeds"].values())
+    result["ran"] = {"date": time.strftime("%Y-%m-%d"), "commit": git_commit(), "load": f"{load_at_start:.2f} to {os.getloadavg()[0]:.2f}"}
     partial = cached.with_name(cached.name + ".partial")
     partial.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     os.replace(partial, cached)
     return result
+
+
+def settings(args: argparse.Namespace) -> dict:
+    """What a row's figures depend on besides its objective: a kept row is reused only by a run
+    with the same."""
+    return {"steps": args.steps, "train_rows": args.train_rows, "epochs": args.epochs, "seeds": args.seeds, "quick": args.quick}
+
+
+def git_commit() -> str:
+    """This checkout's short commit hash ("" outside git)."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
 
 
 def machine() -> str:
@@ -182,7 +199,7 @@ def budget_reading(results: dict[str, dict]) -> str:
 
 def table(results: dict[str, dict], args: argparse.Namespace, load_at_start: float) -> str:
     """The Markdown results page."""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
+    commit = git_commit()
     command = "python benchmarks/objectives.py " + " ".join(sys.argv[1:])
     lines = [
         "# Pre-training objectives on one backbone, then WordNet supersenses", "",
@@ -194,15 +211,17 @@ def table(results: dict[str, dict], args: argparse.Namespace, load_at_start: flo
         f"fine-tuning on {args.train_rows:,} training glosses (of 20,000, drawn with the seed), {args.epochs} epoch(s), mean pooling, seeds {', '.join(map(str, args.seeds))} "
         "(dev and test: 5,000 glosses each, 45 classes; accuracy is the mean over seeds). The held-out loss is the row's "
         "own objective's (its first output), comparable only between runs of one objective.", "",
-        "| objective | tokens/s | pre-training s | held-out loss | dev accuracy | test accuracy | backbone parameters |",
-        "|---|---|---|---|---|---|---|",
+        "| objective | tokens/s | pre-training s | held-out loss | dev accuracy | test accuracy | backbone parameters | ran (date, commit, 1-minute load) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for result in results.values():
+        ran = result.get("ran", {})
         lines.append(
             f"| {result['label']} | {format(result['tokens_per_second'], ',.0f') if result['tokens_per_second'] else '-'} | {result['pretrain_seconds'] or 0:.0f} | "
-            f"{result['heldout_loss']:.3f} | {result['dev_accuracy']:.4f} | {result['test_accuracy']:.4f} | {result['parameters']:,} |"
+            f"{result['heldout_loss']:.3f} | {result['dev_accuracy']:.4f} | {result['test_accuracy']:.4f} | {result['parameters']:,} | "
+            f"{ran.get('date', '?')}, {ran.get('commit', '?')}, {ran.get('load', '?')} |"
         )
-    lines += [f"| {label} | not run: {why} | | | | | |" for label, why in MISSING.items()]
+    lines += [f"| {label} | not run: {why} | | | | | | |" for label, why in MISSING.items()]
     earlier = [result["label"] for result in results.values() if result.get("from_cache")]
     resumed = (f"{len(earlier)} of {len(results)} rows were read from `--rows-dir` (runs of earlier invocations, under their own load): "
                "tokens/s and seconds are each row's own, not comparable across rows run at different loads." if earlier else "")

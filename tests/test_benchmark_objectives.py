@@ -33,3 +33,22 @@ def test_objectives_benchmark_quick(tmp_path: Path) -> None:
     assert f"| machine | {os.cpu_count()} CPU cores (" in text
     assert "| MLM, dynamic masking (RoBERTa) |" in text and "| RTD (ELECTRA) |" in text
     assert "ELECTRA's claim (replaced-token detection beats masked LM at equal compute) " in text
+
+
+def test_a_kept_row_of_other_settings_is_refused_not_mixed_in(tmp_path: Path) -> None:
+    """A row kept in --rows-dir is reused only by a run of the same settings: one of 20 steps
+    would otherwise stand in a table of 250."""
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("objectives_benchmark", ROOT / "benchmarks" / "objectives.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = argparse.Namespace(steps=250, train_rows=20_000, epochs=2, seeds=[1, 2], quick=False, rows_dir=tmp_path)
+    kept = {"label": "x", "dev_accuracy": 0.5, "settings": {**module.settings(args), "steps": 20}}
+    (tmp_path / "none.json").write_text(json.dumps(kept))
+    with pytest.raises(SystemExit, match=r"none\.json: a row made with \{'steps': 20, .*not this run's \{'steps': 250, .*give another --rows-dir"):
+        module.row_result("none", args, tmp_path / "work")
+    (tmp_path / "none.json").write_text(json.dumps({**kept, "settings": module.settings(args)}))
+    assert module.row_result("none", args, tmp_path / "work") == {**kept, "settings": module.settings(args), "from_cache": True}
