@@ -14,8 +14,13 @@
 # in DIR, then ptmkit and its plugins from this checkout, without dependencies; the check then runs
 # on the Keras backend found there (JAX where TensorFlow is missing: see gpu_check.py's docstring).
 # PTMKIT_GPU_CHECK_SECONDS=N replaces the 480-second limit.
+# The last two sections, a pre-training row per encoder family and the Transformer's translation
+# training, may not fit in 480 s beside the others; `--only family,transformer --out FILE` runs them alone.
 # Other arguments go to gpu_check.py (e.g. --out FILE).
 set -euo pipefail
+if [[ -n "${PTMKIT_GPU_CHECK_WHEELS:-}" ]]; then  # relative to the caller's directory, not the repository's
+    PTMKIT_GPU_CHECK_WHEELS=$(cd "$PTMKIT_GPU_CHECK_WHEELS" && pwd)
+fi
 cd "$(dirname "$0")/.."
 export PTMKIT_GPU_CHECK_STARTED="${PTMKIT_GPU_CHECK_STARTED:-$(date +%s)}"
 TOTAL="${PTMKIT_GPU_CHECK_SECONDS:-480}"

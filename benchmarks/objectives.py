@@ -98,11 +98,16 @@ def row_result(key: str, args: argparse.Namespace, work: Path) -> dict:
     cached = args.rows_dir / f"{key}.json"
     if cached.exists():
         kept = json.loads(cached.read_text(encoding="utf-8"))
-        if kept.get("settings") != settings(args):
-            raise SystemExit(f"{cached}: a row made with {kept.get('settings')}, not this run's {settings(args)}; "
-                             "give another --rows-dir (or remove the file to run the row again)")
+        if kept.get("settings") != settings(args) or (kept.get("objectives"), kept.get("overrides")) != tuple(ROWS[key][1:]):
+            raise SystemExit(f"{cached}: a row made with {kept.get('settings')} ({kept.get('objectives')}, {kept.get('overrides')}), not this run's "
+                             f"{settings(args)} ({ROWS[key][1]}, {ROWS[key][2]}); give another --rows-dir (or remove the file to run the row again)")
         return {**kept, "from_cache": True}
     label, objectives, overrides = ROWS[key]
+    marker = work / key / "settings.json"  # the runs under work/KEY were made with these settings
+    if marker.exists() and json.loads(marker.read_text(encoding="utf-8")) != settings(args):
+        raise SystemExit(f"{work / key}: runs made with {marker.read_text(encoding='utf-8').strip()}, not this run's {settings(args)}; "
+                         "give another --work (or remove that directory)")
+    marker.write_text(json.dumps(settings(args)), encoding="utf-8")
     load_at_start = os.getloadavg()[0]
     run_dir = work / key / "pretrain"
     sets = [f"train.max_steps={args.steps}", f"train.checkpoint_every={max(1, args.steps // 4)}", *(QUICK if args.quick else []), *overrides]
@@ -145,7 +150,7 @@ def row_result(key: str, args: argparse.Namespace, work: Path) -> dict:
 def settings(args: argparse.Namespace) -> dict:
     """What a row's figures depend on besides its objective: a kept row is reused only by a run
     with the same."""
-    return {"steps": args.steps, "train_rows": args.train_rows, "epochs": args.epochs, "seeds": args.seeds, "quick": args.quick}
+    return {"steps": args.steps, "train_rows": args.train_rows, "epochs": args.epochs, "seeds": sorted(args.seeds), "quick": args.quick}
 
 
 def git_commit() -> str:
@@ -231,7 +236,7 @@ def table(results: dict[str, dict], args: argparse.Namespace, load_at_start: flo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--work", type=Path, default=REPO / "runs" / "bench-objectives", help="where runs and cached results go")
+    parser.add_argument("--work", type=Path, help="where the runs go (default: runs/bench-objectives; --quick: runs/bench-objectives-quick)")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated row keys ({', '.join(ROWS)})")
     parser.add_argument("--steps", type=int, default=250, help="pre-training steps of every row (32 x 128 tokens each)")
     parser.add_argument("--train-rows", type=int, default=20_000, help="supersense training glosses")
@@ -241,6 +246,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "objectives.md")
     parser.add_argument("--rows-dir", type=Path, help="where each finished row's JSON is kept (default: benchmarks/results/objectives-rows; --quick: WORK/rows)")
     args = parser.parse_args()
+    args.work = args.work or REPO / "runs" / ("bench-objectives-quick" if args.quick else "bench-objectives")
     args.rows_dir = args.rows_dir or (args.work / "rows" if args.quick else REPO / "benchmarks" / "results" / "objectives-rows")
     if args.quick:
         args.steps, args.train_rows, args.epochs, args.seeds = min(args.steps, 20), min(args.train_rows, 4000), 1, args.seeds[:1]

@@ -42,7 +42,7 @@ def test_the_dry_run_measures_every_section(tmp_path: Path) -> None:
 
     families = table_rows(report, "Pre-training per encoder family")  # issue 18: each family's own objectives
     assert [(row[0], row[1]) for row in families] == [("albert", "mlm, sop"), ("xlnet", "plm")], families  # the dry run's two (a GPU runs four)
-    assert all(number(row[2]) > 0 and number(row[3]) > 0 and number(row[4]) > 0 for row in families), families
+    assert all(number(row[2]) > 0 and number(row[3]) > 0 and number(row[4]) > 0 and 0 < number(row[6]) < 100 for row in families), families
 
     transformer = table_rows(report, "Transformer translation training")  # issue 17: the encoder-decoder's training model
     assert [row[0] for row in transformer] == ["fp32", "mixed bf16", "mixed bf16 + XLA"], transformer
@@ -91,5 +91,7 @@ def test_only_runs_the_sections_it_names(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     report = out.read_text()
-    assert re.findall(r"^## (.+)$", report, re.MULTILINE) == ["Transformer translation training", "word2vec against gensim"], report
+    assert re.findall(r"^## (.+)$", report, re.MULTILINE) == ["word2vec against gensim", "Transformer translation training"], report
     assert "| command | `benchmarks/gpu_check.sh --dry-run --only Transformer,word2vec` |" in report
+    refused = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--dry-run", "--only", "word2vec"], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--only writes a report of some sections: give it --out FILE" in refused.stderr, refused.stderr
