@@ -443,7 +443,7 @@ def transformer_training(check: Check) -> list[str]:
     pair, up to 128, and XLA compiles each new shape; 1.3% of these pairs have a side over 64
     tokens): target tokens/s (real, not padding), source + target tokens/s and step ms, per
     precision row."""
-
+    start_keras()  # before the plugin's imports bring Keras in
     from ptmkit.api import read_parallel
     from ptmkit_transformer.config import TransformerConfig
     from ptmkit_transformer.data import encode
@@ -451,7 +451,6 @@ def transformer_training(check: Check) -> list[str]:
     from ptmkit_transformer.tokenizer import train_shared_bpe
     from ptmkit_transformer.train import compiled_model, relative
 
-    start_keras()
     warmup, steps = (1, 2) if check.dry_run else (3, 10)
     sizes = ({"encoder_layers": 1, "decoder_layers": 1, "hidden_dim": 32, "num_heads": 2, "intermediate_dim": 64, "vocabulary_size": 600, "batch_size": 4}
              if check.dry_run else {"encoder_layers": 6, "decoder_layers": 6, "hidden_dim": 512, "num_heads": 8, "intermediate_dim": 2048, "batch_size": 256})
@@ -470,6 +469,7 @@ def transformer_training(check: Check) -> list[str]:
              f"{x['encoder_token_ids'].shape[1]} source and {labels.shape[1]} target positions ({source_tokens:.1f} and {target_tokens:.1f} real tokens a pair); "
              f"Keras on {keras_backend()}; {warmup} warm-up + {steps} timed steps, median step time",
              "", "| precision | target tokens/s | source + target tokens/s | step ms |", "|---|---:|---:|---:|"]
+
     def build(xla: bool) -> tuple[Any, Any]:
         backbone, model = compiled_model(config)
         model.jit_compile = xla
