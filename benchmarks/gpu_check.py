@@ -232,13 +232,7 @@ def matmul_tflops(check: Check) -> tuple[float, bool]:
 
     a, b = (jax.random.normal(jax.random.key(seed), (n, n), jnp.float32) for seed in (0, 1))
     product = jax.jit(lambda x, y: jnp.sum(x @ y))  # a scalar back: no copy of the product in the timing
-    product(a, b).block_until_ready()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        product(a, b).block_until_ready()
-        times.append(time.perf_counter() - start)
-    return 2.0 * n**3 / statistics.median(times) / 1e12, not check.dry_run
+    return 2.0 * n**3 / pretrain_throughput.median_seconds(lambda: product(a, b).block_until_ready(), repeats) / 1e12, not check.dry_run
 
 
 def precisions() -> list[tuple[str, str, bool]]:

@@ -188,13 +188,7 @@ def bf16_matmul_peak(n: int = 4096, repeats: int = 5) -> float:
     def product(x: Any, y: Any) -> Any:
         return tf.reduce_sum(tf.cast(tf.linalg.matmul(x, y), tf.float32))
 
-    product(a, b).numpy()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        product(a, b).numpy()
-        times.append(time.perf_counter() - start)
-    return round(2.0 * n**3 / statistics.median(times) / 1e9, 1)
+    return round(2.0 * n**3 / median_seconds(lambda: product(a, b).numpy(), repeats) / 1e9, 1)
 
 
 def onednn_kernels(family: str, precision: str, steps: int = 4, quick: bool = False) -> list[dict[str, Any]]:
@@ -248,6 +242,18 @@ def onednn_probe(family: str, precision: str, steps: int, overrides: list[str]) 
         model.fit(x, y, batch_size=batch, epochs=1, verbose=0)
 
 
+def median_seconds(call: Any, repeats: int) -> float:
+    """The median wall-clock seconds of ``call()`` over ``repeats`` calls, after one untimed
+    warm-up call (tracing, compilation, first allocations)."""
+    call()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def matmul_peak(n: int = 4096, repeats: int = 5) -> dict[str, float]:
     """fp32 GFLOP/s of an ``n x n`` matmul with NumPy and with TensorFlow (median of ``repeats``)."""
     import numpy as np
@@ -258,13 +264,7 @@ def matmul_peak(n: int = 4096, repeats: int = 5) -> dict[str, float]:
     b = rng.standard_normal((n, n), dtype=np.float32)
     flops = 2.0 * n**3
 
-    np.dot(a, b)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        np.dot(a, b)
-        times.append(time.perf_counter() - start)
-    numpy_gflops = flops / statistics.median(times) / 1e9
+    numpy_gflops = flops / median_seconds(lambda: np.dot(a, b), repeats) / 1e9
 
     ta, tb = tf.constant(a), tf.constant(b)
 
@@ -272,13 +272,7 @@ def matmul_peak(n: int = 4096, repeats: int = 5) -> dict[str, float]:
     def product(x: Any, y: Any) -> Any:
         return tf.reduce_sum(tf.linalg.matmul(x, y))  # a scalar back: no 64 MB copy in the timing
 
-    product(ta, tb).numpy()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        product(ta, tb).numpy()
-        times.append(time.perf_counter() - start)
-    tf_gflops = flops / statistics.median(times) / 1e9
+    tf_gflops = flops / median_seconds(lambda: product(ta, tb).numpy(), repeats) / 1e9
     return {"numpy_gflops": round(numpy_gflops, 1), "tensorflow_gflops": round(tf_gflops, 1)}
 
 
