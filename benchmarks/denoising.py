@@ -13,11 +13,14 @@ Rows:
   multilingual denoising would; without it, German is spelt out of English pieces).
 
 Every row gives the test BLEU and chrF (greedy, ``--test-sentences``), the dev loss, the
-pre-training's last loss and the seconds of each stage. Results go to ``--work``/results.json
-and are printed as a Markdown table. The dev losses of ``scratch`` (the pairs' vocabulary) and of
+pre-training's last loss and the seconds of each stage. Each finished row is kept in
+``--rows-dir`` (``benchmarks/results/denoising-rows/ROW.json``, committed with the page: a row is
+hours, so the table may be filled over several sessions; a kept row of other settings is refused),
+an interrupted stage resumes from its newest checkpoint, and the page goes to ``--output``
+(``benchmarks/results/denoising.md``). The dev losses of ``scratch`` (the pairs' vocabulary) and of
 the other rows (the corpus's) are over different vocabularies: compare the rows by BLEU and chrF.
 
-    python benchmarks/denoising.py [--quick] [--work /tmp/denoising]
+    python benchmarks/denoising.py [--quick] [--rows scratch,bart]
 
 ``--quick``: a tiny model (1 + 1 layers, hidden 64), 300 corpus lines, 1,000 pairs, 30 + 30 steps,
 100 test sentences: checks the machinery in a few minutes, its BLEU says nothing. The full
@@ -29,10 +32,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kept_rows import KeptRows, atomic_write, git_commit, machine  # noqa: E402  (benchmarks/ is not a package)
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "data" / "corpus" / "enwiki-106.txt"
@@ -66,15 +74,20 @@ def prepare(args: argparse.Namespace) -> tuple[Path, Path, Path, Path]:
     return corpus, train, dev, test
 
 
-def _train(argv: list[str], out: Path, overrides: list[str]) -> tuple[dict[str, Any], float]:
+def _stage(argv: list[str], out: Path, overrides: list[str]) -> dict[str, Any]:
+    """One ``ptmkit train transformer`` stage into ``out``: reused when finished, resumed from its
+    newest checkpoint when interrupted; its ``metrics.json``."""
     from ptmkit.testing import main
 
-    shutil.rmtree(out, ignore_errors=True)
-    started = time.perf_counter()
-    code = main(["train", "transformer", *argv, "--out", str(out), *(a for item in overrides for a in ("--set", item))])
+    if (out / "metrics.json").exists():
+        return json.loads((out / "metrics.json").read_text())
+    resume = any((out / "checkpoints").glob("ckpt-*"))
+    if not resume:
+        shutil.rmtree(out, ignore_errors=True)
+    code = main(["train", "transformer", *argv, "--out", str(out), *(["--resume"] if resume else []), *(a for item in overrides for a in ("--set", item))])
     if code != 0:
         raise SystemExit(f"ptmkit train transformer {' '.join(argv)} exited {code}")
-    return json.loads((out / "metrics.json").read_text()), time.perf_counter() - started
+    return json.loads((out / "metrics.json").read_text())
 
 
 def _last_loss(run: Path) -> float:
@@ -82,45 +95,84 @@ def _last_loss(run: Path) -> float:
     return round(float(json.loads(lines[-1])["loss"]), 3)
 
 
-def row(name: str, args: argparse.Namespace, data: tuple[Path, Path, Path, Path], model: list[str]) -> dict[str, Any]:
-    """Pre-train (unless ``scratch``), fine-tune and score one row."""
+def _seconds(metrics: dict[str, Any]) -> str:
+    """A stage's training seconds; those of its last session only when it was resumed."""
+    seconds = f"{metrics['train_seconds_this_session']:.0f}"
+    return f"{seconds} (resumed at step {metrics['resumed_from_step']})" if metrics.get("resumed_from_step") else seconds
+
+
+def row(name: str, args: argparse.Namespace, data: tuple[Path, Path, Path, Path], model: list[str], rows: KeptRows) -> dict[str, Any]:
+    """Pre-train (unless ``scratch``), fine-tune and score one row; kept in ``rows``."""
     from rich.console import Console
 
     from ptmkit_transformer.translate import evaluate_run
 
+    kept = rows.get(name)
+    if kept is not None:
+        return kept
+    work = args.work / name
+    rows.claim_work(work)
+    load_at_start = os.getloadavg()[0]
     corpus, train, dev, test = data
-    result: dict[str, Any] = {"row": name, "load": Path("/proc/loadavg").read_text().split()[0]}
+    result: dict[str, Any] = {"row": name, "pretrain_seconds": "-", "pretrain_last_loss": None}
     pairs = ["--parallel", str(train), "--dev", str(dev)]
-    steps = [f"model.max_steps={args.finetune_steps}", f"model.checkpoint_every={args.finetune_steps}", "model.dev_sentences=0"]
+    every = max(1, args.finetune_steps // 4)
+    steps = [f"model.max_steps={args.finetune_steps}", f"model.checkpoint_every={every}", "model.dev_sentences=0"]
     if name == "scratch":
-        metrics, seconds = _train(pairs, args.work / name, [*model, *steps])
+        metrics = _stage(pairs, work / "translation", [*model, *steps])
     else:
-        pre = args.work / f"{name}-pretrain"
-        _, result["pretrain_seconds"] = _train(
-            ["--corpus", str(corpus), "--objective", name], pre, [*model, f"model.max_steps={args.pretrain_steps}", f"model.checkpoint_every={args.pretrain_steps}"]
-        )
-        result["pretrain_last_loss"] = _last_loss(pre)
-        metrics, seconds = _train([*pairs, "--init", str(pre), "--objective", "translation"], args.work / name, steps)
-    scores = evaluate_run(args.work / name, test, {"num_beams": 1}, Console(quiet=True))
-    result.update(finetune_seconds=round(seconds, 1), dev_loss=metrics.get("dev_loss"), test_bleu=scores["bleu"], test_chrf=scores["chrf"])
-    result["pretrain_seconds"] = round(result.get("pretrain_seconds", 0.0), 1)
-    return result
+        pre = work / "pretrain"
+        every = max(1, args.pretrain_steps // 4)
+        pretrained = _stage(["--corpus", str(corpus), "--objective", name], pre, [*model, f"model.max_steps={args.pretrain_steps}", f"model.checkpoint_every={every}"])
+        result.update(pretrain_seconds=_seconds(pretrained), pretrain_last_loss=_last_loss(pre))
+        metrics = _stage([*pairs, "--init", str(pre), "--objective", "translation"], work / "translation", steps)
+    scores = evaluate_run(work / "translation", test, {"num_beams": 1}, Console(quiet=True))
+    result.update(finetune_seconds=_seconds(metrics), dev_loss=metrics.get("dev_loss"), test_bleu=scores["bleu"], test_chrf=scores["chrf"])
+    result["bleu_signature"] = scores.get("bleu_signature")
+    return rows.put(name, result, load_at_start)
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    """The rows as a Markdown table."""
-    lines = ["| row | test BLEU | test chrF | dev loss | pre-training last loss | pre-train s | fine-tune s | load |", "|---|---|---|---|---|---|---|---|"]
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What a row's figures depend on besides its objective: a kept row is reused only by a run with the same."""
+    names = ("pretrain_steps", "finetune_steps", "corpus_lines", "pairs", "dev_pairs", "test_sentences", "pair_sides", "quick")
+    return {name: getattr(args, name) for name in names}
+
+
+def page(rows: list[dict[str, Any]], args: argparse.Namespace, load_at_start: float) -> str:
+    """The Markdown results page."""
+    command = "python benchmarks/denoising.py " + " ".join(sys.argv[1:])
+    lines = [
+        "# Denoising pre-training objectives, compared by English-German translation", "",
+        "| | |", "|---|---|", f"| date | {time.strftime('%Y-%m-%d', time.gmtime())} |", f"| commit | {git_commit()} |",
+        f"| machine | {machine()} |", f"| load | 1-minute load average {load_at_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end |",
+        f"| command | `{command.strip()}` |", "",
+        f"{'A tiny model (--quick: 1 + 1 layers, hidden 64)' if args.quick else 'The transformer family default model'}; {args.pretrain_steps:,} pre-training steps "
+        f"on `data/corpus/enwiki-106.txt`{' plus both sides of the training pairs' if args.pair_sides else ''}, then {args.finetune_steps:,} translation steps on "
+        f"`data/parallel/en-de-train-10k.tsv`{f' (first {args.pairs:,} pairs)' if args.pairs else ''}; greedy decoding of the test pairs"
+        f"{f' (first {args.test_sentences:,})' if args.test_sentences else ''}, sacrebleu. Dev losses of `scratch` (the pairs' vocabulary) and of the "
+        "pre-trained rows (the corpus's) are over different vocabularies: compare rows by BLEU and chrF.", "",
+        "| row | test BLEU | test chrF | dev loss | pre-training last loss | pre-training s | translation s | ran (date, commit, 1-minute load) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
+        ran = r.get("ran", {})
         lines.append(
-            f"| {r['row']} | {r['test_bleu']:.2f} | {r['test_chrf']:.2f} | {r['dev_loss']} | {r.get('pretrain_last_loss', '-')} | "
-            f"{r['pretrain_seconds']} | {r['finetune_seconds']} | {r['load']} |"
+            f"| {r['row']} | {r['test_bleu']:.2f} | {r['test_chrf']:.2f} | {r['dev_loss']} | {r.get('pretrain_last_loss') or '-'} | "
+            f"{r['pretrain_seconds']} | {r['finetune_seconds']} | {ran.get('date', '?')}, {ran.get('commit', '?')}, {ran.get('load', '?')} |"
         )
-    return "\n".join(lines)
+    scratch = next((r for r in rows if r["row"] == "scratch"), None)
+    best = max(rows, key=lambda r: r["test_bleu"])
+    if scratch is not None and len(rows) > 1:
+        verdict = "no objective beats training from scratch" if best is scratch else f"{best['row']} wins, {best['test_bleu'] - scratch['test_bleu']:+.2f} BLEU over scratch"
+        lines += ["", f"At this budget {verdict}. Signature: {rows[0].get('bleu_signature') or '?'}."]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, default=Path("/tmp/denoising"))
+    parser.add_argument("--work", type=Path, help="where the runs go (default: runs/bench-denoising; --quick: runs/bench-denoising-quick)")
+    parser.add_argument("--rows-dir", type=Path, help="where each finished row's JSON is kept (default: benchmarks/results/denoising-rows; --quick: WORK/rows)")
+    parser.add_argument("--output", type=Path, help="the results page (default: benchmarks/results/denoising.md; --quick: WORK/denoising.md)")
     parser.add_argument("--quick", action="store_true", help="a tiny model, 300 lines, 1,000 pairs, 30 + 30 steps, 100 test sentences")
     parser.add_argument("--pretrain-steps", type=int, default=2000)
     parser.add_argument("--finetune-steps", type=int, default=2000)
@@ -131,15 +183,25 @@ def main() -> int:
     parser.add_argument("--pair-sides", action="store_true", help="add both sides of the training pairs to the pre-training corpus")
     parser.add_argument("--rows", default="scratch," + ",".join(OBJECTIVES), help="comma separated: scratch, bart, t5_span, mass")
     args = parser.parse_args()
+    names = [name.strip() for name in args.rows.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ("scratch", *OBJECTIVES)]
+    if unknown:
+        raise SystemExit(f"--rows: unknown row {unknown[0]!r}; the rows are scratch, {', '.join(OBJECTIVES)}")
     model: list[str] = []
     if args.quick:
         args.pretrain_steps, args.finetune_steps, args.corpus_lines, args.pairs, args.dev_pairs, args.test_sentences = 30, 30, 300, 1000, 100, 100
         model = QUICK_MODEL
+    args.work = args.work or REPO / "runs" / ("bench-denoising-quick" if args.quick else "bench-denoising")
+    args.rows_dir = args.rows_dir or (args.work / "rows" if args.quick else REPO / "benchmarks" / "results" / "denoising-rows")
+    args.output = args.output or (args.work / "denoising.md" if args.quick else REPO / "benchmarks" / "results" / "denoising.md")
     args.work.mkdir(parents=True, exist_ok=True)
+    load_at_start = os.getloadavg()[0]
+    rows = KeptRows(args.rows_dir, settings(args))
     data = prepare(args)
-    rows = [row(name.strip(), args, data, model) for name in args.rows.split(",") if name.strip()]
-    (args.work / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
-    print(table(rows))
+    results = [row(name, args, data, model, rows) for name in names]
+    text = page(results, args, load_at_start)
+    atomic_write(args.output, text)
+    print(text)
     return 0
 
 

@@ -42,6 +42,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kept_rows import KeptRows, atomic_write, git_commit, machine  # noqa: E402  (benchmarks/ is not a package)
+
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "data" / "corpus" / "enwiki-106.txt"
 DATA = REPO / "data" / "classify"
@@ -94,20 +97,13 @@ def backbone_parameters(run_dir: Path) -> int:
 
 
 def row_result(key: str, args: argparse.Namespace, work: Path) -> dict:
-    """Pre-train and fine-tune one row (cached in ``args.rows_dir/KEY.json``)."""
-    cached = args.rows_dir / f"{key}.json"
-    if cached.exists():
-        kept = json.loads(cached.read_text(encoding="utf-8"))
-        if kept.get("settings") != settings(args) or (kept.get("objectives"), kept.get("overrides")) != tuple(ROWS[key][1:]):
-            raise SystemExit(f"{cached}: a row made with {kept.get('settings')} ({kept.get('objectives')}, {kept.get('overrides')}), not this run's "
-                             f"{settings(args)} ({ROWS[key][1]}, {ROWS[key][2]}); give another --rows-dir (or remove the file to run the row again)")
-        return {**kept, "from_cache": True}
+    """Pre-train and fine-tune one row (kept in ``args.rows_dir/KEY.json``)."""
+    rows = KeptRows(args.rows_dir, settings(args))
     label, objectives, overrides = ROWS[key]
-    marker = work / key / "settings.json"  # the runs under work/KEY were made with these settings
-    if marker.exists() and json.loads(marker.read_text(encoding="utf-8")) != settings(args):
-        raise SystemExit(f"{work / key}: runs made with {marker.read_text(encoding='utf-8').strip()}, not this run's {settings(args)}; "
-                         "give another --work (or remove that directory)")
-    marker.write_text(json.dumps(settings(args)), encoding="utf-8")
+    kept = rows.get(key, {"objectives": objectives, "overrides": overrides})
+    if kept is not None:
+        return kept
+    rows.claim_work(work / key)  # the runs under work/KEY were made with these settings
     load_at_start = os.getloadavg()[0]
     run_dir = work / key / "pretrain"
     sets = [f"train.max_steps={args.steps}", f"train.checkpoint_every={max(1, args.steps // 4)}", *(QUICK if args.quick else []), *overrides]
@@ -124,7 +120,7 @@ def row_result(key: str, args: argparse.Namespace, work: Path) -> dict:
         "label": label, "objectives": objectives, "overrides": overrides,
         "tokens_per_second": metrics.get("tokens_per_second"), "pretrain_seconds": metrics.get("train_seconds_this_session"),
         "heldout_loss": metrics.get(f"heldout_{first}_loss", metrics.get("heldout_loss")),
-        "parameters": backbone_parameters(run_dir), "seeds": {}, "settings": settings(args),
+        "parameters": backbone_parameters(run_dir), "seeds": {},
     }
     for seed in args.seeds:
         tuned = work / key / f"supersense-seed{seed}"
@@ -140,34 +136,13 @@ def row_result(key: str, args: argparse.Namespace, work: Path) -> dict:
         print(f"{key}: seed {seed} dev {tuned_metrics['dev_accuracy']:.4f} test {tuned_metrics['test_accuracy']:.4f}", flush=True)
     result["dev_accuracy"] = statistics.mean(s["dev_accuracy"] for s in result["seeds"].values())
     result["test_accuracy"] = statistics.mean(s["test_accuracy"] for s in result["seeds"].values())
-    result["ran"] = {"date": time.strftime("%Y-%m-%d"), "commit": git_commit(), "load": f"{load_at_start:.2f} to {os.getloadavg()[0]:.2f}"}
-    partial = cached.with_name(cached.name + ".partial")
-    partial.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    os.replace(partial, cached)
-    return result
+    return rows.put(key, result, load_at_start)
 
 
 def settings(args: argparse.Namespace) -> dict:
     """What a row's figures depend on besides its objective: a kept row is reused only by a run
     with the same."""
     return {"steps": args.steps, "train_rows": args.train_rows, "epochs": args.epochs, "seeds": sorted(args.seeds), "quick": args.quick}
-
-
-def git_commit() -> str:
-    """This checkout's short commit hash ("" outside git)."""
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
-
-
-def machine() -> str:
-    """This machine's CPU model, core count and matrix extensions, from ``/proc/cpuinfo``."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return f"{os.cpu_count()} CPU cores"
-    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "CPU")
-    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
-    extensions = [name for flag, name in (("avx512_vnni", "AVX-512 VNNI"), ("avx512_bf16", "AVX-512 BF16"), ("amx_bf16", "AMX")) if flag in flags]
-    return f"{os.cpu_count()} CPU cores ({model}{', ' + ', '.join(extensions) if extensions else ''}), no GPU"
 
 
 def electra_claim(results: dict[str, dict]) -> str:
@@ -260,9 +235,7 @@ def main() -> None:
     for key in args.rows.split(","):
         (args.work / key).mkdir(exist_ok=True)
         results[key] = row_result(key, args, args.work)
-    partial = args.output.with_name(args.output.name + ".partial")
-    partial.write_text(table(results, args, load_at_start), encoding="utf-8")
-    os.replace(partial, args.output)  # the page is whole or the former one
+    atomic_write(args.output, table(results, args, load_at_start))  # the page is whole or the former one
     print(f"wrote {args.output}")
 
 

@@ -14,8 +14,10 @@ learning-rate schedule; test BLEU of each, over seeds.
   0.1, ``torch.optim.Adam`` (the same betas and epsilon) and a ``LambdaLR`` of the same schedule,
   ``N`` steps of 64 pairs, then greedy ``generate`` (``max_length`` 128) on the same test sources.
 
-Goal: ptmkit's mean test BLEU >= the reference's mean minus 1. Each run is cached in ``--work``
-(ptmkit's resumes from its checkpoint; transformers' result JSON is kept); the table goes to ``--out``.
+Goal: ptmkit's mean test BLEU >= the reference's mean minus 1. Each finished run's row is kept in
+``--rows-dir`` (``benchmarks/results/seq2seq-reference-rows/SIDE-SEED.json``, committed: the four runs
+are hours, and may be spread over several sessions or machines; a row of other settings is refused);
+an interrupted ptmkit run resumes from its checkpoint in ``--work``; the table goes to ``--out``.
 
     python benchmarks/seq2seq_reference.py --out benchmarks/results/seq2seq_reference.md   # hours on 2 cores
     python benchmarks/seq2seq_reference.py --quick                                        # tiny models, minutes
@@ -26,15 +28,16 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import multiprocessing
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lineage  # noqa: E402  (the subprocess runner)
+from kept_rows import KeptRows, git_commit, machine  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PARALLEL = REPO / "data" / "parallel"
@@ -42,28 +45,27 @@ TINY = {"vocabulary_size": 2000, "encoder_layers": 1, "decoder_layers": 1, "hidd
         "batch_size": 32, "warmup_steps": 50}
 
 
-def ptmkit_row(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+def ptmkit_row(args: argparse.Namespace, seed: int, rows: KeptRows) -> dict[str, Any]:
     """Train (or reuse) the ptmkit run of ``seed``; its test BLEU and seconds."""
     run = args.work / f"ptmkit-{seed}"
-    result = args.work / f"ptmkit-{seed}.json"
-    if result.exists():
-        return json.loads(result.read_text(encoding="utf-8"))
+    kept = rows.get(run.name)
+    if kept is not None:
+        return kept
+    load_at_start = os.getloadavg()[0]
     overrides = {**(TINY if args.quick else {}), "max_steps": args.steps, "seed": seed, "dev_sentences": 0}
     sets = [a for key, value in overrides.items() for a in ("--set", f"model.{key}={value}")]
     log = args.work / "ptmkit.log"
     if not (run / "manifest.json").exists():
-        seconds = lineage.ptmkit("train", "transformer", "--parallel", str(PARALLEL / "en-de-train-10k.tsv"), "--out", str(run), *sets,
-                                 *(["--resume"] if (run / "checkpoints").is_dir() else []), log=log)
-    else:
-        seconds = float("nan")
+        lineage.ptmkit("train", "transformer", "--parallel", str(PARALLEL / "en-de-train-10k.tsv"), "--out", str(run), *sets,
+                       *(["--resume"] if (run / "checkpoints").is_dir() else []), log=log)
+    seconds = json.loads((run / "metrics.json").read_text(encoding="utf-8"))["train_seconds_this_session"]  # its last session's, if resumed
     from ptmkit.api import read_parallel
     from ptmkit_transformer.translate import Translator, score_translations
 
     test = read_parallel(PARALLEL / "en-de-test.tsv")
     hypotheses = Translator(run).translate(test.sources[: args.test_sentences])
     row = {"side": "ptmkit", "seed": seed, "seconds": round(seconds, 1), **score_translations(hypotheses, test.targets[: args.test_sentences])}
-    result.write_text(json.dumps(row), encoding="utf-8")
-    return row
+    return rows.put(run.name, row, load_at_start)
 
 
 def marian_model(config: Any, tokenizer: Any) -> Any:
@@ -82,12 +84,38 @@ def marian_model(config: Any, tokenizer: Any) -> Any:
     return MarianMTModel(hf)
 
 
-def reference_row(args: argparse.Namespace, seed: int, tokenizer_run: Path) -> dict[str, Any]:
-    """Train (or reuse) the transformers run of ``seed`` on the ptmkit run's token ids; its test BLEU."""
-    result = args.work / f"transformers-{seed}.json"
-    if result.exists():
-        return json.loads(result.read_text(encoding="utf-8"))
+def shared_tokenizer(args: argparse.Namespace, config: Any) -> Path:
+    """The ptmkit runs' ``tokenizer.json``: the first seed's run's, or (its run gone, its row kept)
+    one trained again by the family's own ``train_shared_bpe`` on the same pairs."""
+    run = args.work / f"ptmkit-{args.seeds[0]}" / "tokenizer.json"
+    if run.exists():
+        return run
+    path = args.work / "tokenizer.json"
+    if not path.exists():
+        from ptmkit.api import read_parallel
+        from ptmkit_transformer.tokenizer import train_shared_bpe
+
+        pairs = read_parallel(PARALLEL / "en-de-train-10k.tsv")
+        train_shared_bpe([*pairs.sources, *pairs.targets], config.vocabulary_size, config.min_frequency).save(str(path))
+    return path
+
+
+def reference_row(args: argparse.Namespace, seed: int, rows: KeptRows) -> dict[str, Any]:
+    """Train (or reuse) the transformers run of ``seed`` on the ptmkit runs' token ids; its test
+    BLEU. It trains in a fresh child process: torch loaded beside TensorFlow (the ptmkit rows'
+    translation) crashed this one."""
+    kept = rows.get(f"transformers-{seed}")
+    if kept is not None:
+        return kept
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_train_reference, (args, seed, rows))
+
+
+def _train_reference(args: argparse.Namespace, seed: int, rows: KeptRows) -> dict[str, Any]:
+    """:func:`reference_row`'s training, in its child process."""
     import time
+
+    load_at_start = os.getloadavg()[0]
 
     import torch
     from tokenizers import Tokenizer
@@ -99,7 +127,7 @@ def reference_row(args: argparse.Namespace, seed: int, tokenizer_run: Path) -> d
 
     torch.set_num_threads(os.cpu_count() or 1)
     config = TransformerConfig(**{**(TINY if args.quick else {}), "max_steps": args.steps, "seed": seed})
-    tokenizer = Tokenizer.from_file(str(tokenizer_run / "tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(shared_tokenizer(args, config)))
     pad, eos, bos = (tokenizer.token_to_id(t) for t in ("<pad>", "</s>", "<s>"))
     limit = config.max_sequence_length - 1
     pairs = read_parallel(PARALLEL / "en-de-train-10k.tsv")
@@ -138,20 +166,21 @@ def reference_row(args: argparse.Namespace, seed: int, tokenizer_run: Path) -> d
             out = model.generate(input_ids=ids, attention_mask=(ids != pad).long(), num_beams=1, do_sample=False, max_length=config.max_sequence_length)
             hypotheses += [tokenizer.decode([t for t in row.tolist() if t not in (pad, bos, eos)]) for row in out]
     row = {"side": "transformers", "seed": seed, "seconds": round(seconds, 1), **score_translations(hypotheses, test.targets[: args.test_sentences])}
-    result.write_text(json.dumps(row), encoding="utf-8")
-    return row
+    return rows.put(f"transformers-{seed}", row, load_at_start)
 
 
 def page(rows: list[dict[str, Any]], argv: list[str], args: argparse.Namespace) -> str:
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    """The Markdown results page."""
     means = {side: statistics.mean(r["bleu"] for r in rows if r["side"] == side) for side in ("ptmkit", "transformers")}
+    ran = lambda r: ", ".join(r.get("ran", {}).get(k, "?") for k in ("date", "commit", "load"))  # noqa: E731
     lines = [
         "# The Transformer against transformers' Seq2SeqTrainer (same model, data, tokens, steps, schedule)\n",
-        f"{datetime.date.today().isoformat()}, commit {commit}, load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
+        f"{datetime.date.today().isoformat()}, commit {git_commit()}, {machine()}, load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
         f"`python benchmarks/seq2seq_reference.py {' '.join(argv)}`{' (tiny models: a smoke test)' if args.quick else ''}. "
-        f"{args.steps} steps, greedy decoding of the first {args.test_sentences} test sentences, sacrebleu BLEU.\n",
-        "| side | seed | test BLEU | chrF | train s |", "|---|---|---|---|---|",
-        *(f"| {r['side']} | {r['seed']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['seconds']} |" for r in rows),
+        f"{args.steps} steps, greedy decoding of the first {args.test_sentences} test sentences, sacrebleu BLEU. Each run's row is kept in "
+        "`--rows-dir` when it finishes (the page may gather rows of several invocations: see each row's date, commit and load).\n",
+        "| side | seed | test BLEU | chrF | train s | ran (date, commit, 1-minute load) |", "|---|---|---|---|---|---|",
+        *(f"| {r['side']} | {r['seed']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['seconds']} | {ran(r)} |" for r in rows),
         f"\nMean BLEU: ptmkit {means['ptmkit']:.2f}, transformers {means['transformers']:.2f}; goal ptmkit >= transformers - 1: "
         f"{'met' if means['ptmkit'] >= means['transformers'] - 1 else 'not met'}. Signature: {rows[0]['bleu_signature']}.\n",
     ]
@@ -161,7 +190,8 @@ def page(rows: list[dict[str, Any]], argv: list[str], args: argparse.Namespace) 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--work", type=Path, help="runs and results (default /tmp/ptmkit-seq2seq-reference[-quick])")
+    parser.add_argument("--work", type=Path, help="the runs (default runs/bench-seq2seq-reference[-quick])")
+    parser.add_argument("--rows-dir", type=Path, help="where each finished run's row is kept (default benchmarks/results/seq2seq-reference-rows; --quick: WORK/rows)")
     parser.add_argument("--steps", type=int, help="training steps of every run (default 2,000, the family's max_steps; --quick 100)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--test-sentences", type=int, help="test sentences translated (default 1,000; --quick 50)")
@@ -170,10 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.steps = args.steps or (100 if args.quick else 2000)
     args.test_sentences = args.test_sentences or (50 if args.quick else 1000)
-    args.work = args.work or Path("/tmp/ptmkit-seq2seq-reference" + ("-quick" if args.quick else ""))
-    args.work.mkdir(parents=True, exist_ok=True)
-    rows = [ptmkit_row(args, seed) for seed in args.seeds]
-    rows += [reference_row(args, seed, args.work / f"ptmkit-{args.seeds[0]}") for seed in args.seeds]
+    args.work = args.work or REPO / "runs" / ("bench-seq2seq-reference" + ("-quick" if args.quick else ""))
+    args.rows_dir = args.rows_dir or (args.work / "rows" if args.quick else REPO / "benchmarks" / "results" / "seq2seq-reference-rows")
+    kept = KeptRows(args.rows_dir, {"steps": args.steps, "test_sentences": args.test_sentences, "quick": args.quick})
+    kept.claim_work(args.work)
+    rows = [ptmkit_row(args, seed, kept) for seed in args.seeds]
+    rows += [reference_row(args, seed, kept) for seed in args.seeds]
     lineage.print_and_write(page(rows, argv, args), args.out)
     return 0
 

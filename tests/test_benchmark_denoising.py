@@ -21,10 +21,15 @@ def test_denoising_benchmark_quick(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "denoising.py"), "--quick", "--rows", "scratch,bart", "--work", str(tmp_path)],
                           env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = {row["row"]: row for row in json.loads((tmp_path / "results.json").read_text())}
-    assert list(rows) == ["scratch", "bart"]
+    rows = {name: json.loads((tmp_path / "rows" / f"{name}.json").read_text()) for name in ("scratch", "bart")}
     for row in rows.values():
         assert 0.0 <= row["test_bleu"] <= 100.0 and 0.0 <= row["test_chrf"] <= 100.0 and math.isfinite(row["dev_loss"])
-    assert math.isfinite(rows["bart"]["pretrain_last_loss"]) and rows["bart"]["pretrain_seconds"] > 0
-    assert "| scratch |" in done.stdout and "| bart |" in done.stdout
-    assert json.loads((tmp_path / "bart" / "manifest.json").read_text())["init"] == str((tmp_path / "bart-pretrain").resolve())
+        assert row["settings"]["quick"] is True and row["ran"]["commit"]
+    assert math.isfinite(rows["bart"]["pretrain_last_loss"]) and float(rows["bart"]["pretrain_seconds"]) > 0
+    text = (tmp_path / "denoising.md").read_text()
+    assert "| scratch |" in text and "| bart |" in text and f"| machine | {os.cpu_count()} CPU cores (" in text
+    assert json.loads((tmp_path / "bart" / "translation" / "manifest.json").read_text())["init"] == str((tmp_path / "bart" / "pretrain").resolve())
+    again = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "denoising.py"), "--quick", "--rows", "bart", "--work", str(tmp_path)],
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "| bart |" in again.stdout  # the kept row, not a second run
+    assert json.loads((tmp_path / "rows" / "bart.json").read_text()) == rows["bart"]

@@ -1,4 +1,4 @@
-"""Every script in ``benchmarks/`` starts: ``--help`` exits 0 with its usage, all of them run in one
+"""Every script in ``benchmarks/`` (a file with a ``__main__`` block; ``kept_rows.py`` is a module) starts: ``--help`` exits 0 with its usage, all of them run in one
 child process (module-level imports of ptmkit names that moved, or a bad argparse setup, fail
 here). The scripts that have a ``--quick`` mode run it in their own tests (some marked ``slow``)."""
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
+SCRIPTS = sorted(path for path in (ROOT / "benchmarks").glob("*.py") if '__name__ == "__main__"' in path.read_text(encoding="utf-8"))
 
 CHILD = """
 import contextlib, io, json, runpy, sys
@@ -36,3 +36,10 @@ def test_every_benchmark_script_prints_its_usage() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads(result.stdout.strip().splitlines()[-1])
     assert {Path(p).name: r for p, r in results.items() if r != "ok"} == {}
+
+
+def test_benchmarks_readme_lists_every_script() -> None:
+    """benchmarks/README.md names every script (what it measures, its anchor, its command, its last
+    result): a script missing there is one nobody reruns."""
+    listed = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    assert [p.name for p in sorted((ROOT / "benchmarks").glob("*.py")) if f"`{p.name}`" not in listed] == []

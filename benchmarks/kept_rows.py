@@ -1,0 +1,118 @@
+"""Finished rows of a long benchmark, one JSON file each, kept beside its results page.
+
+A benchmark of many hours (``objectives.py``, ``denoising.py``, ``seq2seq_reference.py``) runs one
+row at a time; each finished row is written to ``ROWS_DIR/KEY.json`` (atomically) and committed
+with the page, so that an interrupted benchmark resumes where it stopped, on the same machine or on
+a fresh clone, and a later session can add the rows an earlier one had no time for.
+
+A kept row records the settings it was made with (what its figures depend on besides the row's own
+recipe) and when, where and under which load it ran. It is reused only by a run of the same
+settings and the same recipe; anything else is refused in one line naming the file, never mixed
+into a table of other settings. Work directories (the runs a row is made from) carry the same
+settings in ``settings.json`` and are refused likewise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class KeptRows:
+    """The rows kept in ``directory`` for a run of ``settings``.
+
+    Args:
+        directory: where ``KEY.json`` files are kept (created).
+        settings: JSON-serialisable; a kept row is reused only when its ``settings`` equal these.
+    """
+
+    def __init__(self, directory: Path, settings: dict[str, Any]) -> None:
+        self.directory = directory
+        self.settings = settings
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def path(self, key: str) -> Path:
+        """The file of row ``key``."""
+        return self.directory / f"{key}.json"
+
+    def get(self, key: str, recipe: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """Row ``key`` as kept (with ``from_cache: True``), or None when none is.
+
+        Args:
+            recipe: the row's own definition (e.g. its objectives and overrides), stored at the
+                top level of the row; it must match too.
+
+        Raises:
+            SystemExit: the kept row was made with other settings or another recipe.
+        """
+        path = self.path(key)
+        if not path.exists():
+            return None
+        kept = json.loads(path.read_text(encoding="utf-8"))
+        recipe = recipe or {}
+        if kept.get("settings") != self.settings or any(kept.get(name) != value for name, value in recipe.items()):
+            theirs = ", ".join(repr(kept.get(name)) for name in recipe)
+            ours = ", ".join(repr(value) for value in recipe.values())
+            raise SystemExit(
+                f"{path}: a row made with {kept.get('settings')}{f' ({theirs})' if recipe else ''}, not this run's {self.settings}"
+                f"{f' ({ours})' if recipe else ''}; give another --rows-dir (or remove the file to run the row again)"
+            )
+        return {**kept, "from_cache": True}
+
+    def put(self, key: str, result: dict[str, Any], load_at_start: float) -> dict[str, Any]:
+        """Keep ``result`` as row ``key``, with this run's settings and ``ran`` (date, commit, load
+        from ``load_at_start`` to now); written whole or not at all. Returns what was kept."""
+        kept = {**result, "settings": self.settings, "ran": ran(load_at_start)}
+        kept.pop("from_cache", None)
+        atomic_write(self.path(key), json.dumps(kept, indent=1) + "\n")
+        return kept
+
+    def claim_work(self, directory: Path) -> None:
+        """Mark ``directory`` (a row's runs) as made with this run's settings.
+
+        Raises:
+            SystemExit: it holds runs made with other settings (a ``--quick`` run's, say).
+        """
+        directory.mkdir(parents=True, exist_ok=True)
+        marker = directory / "settings.json"
+        if marker.exists() and json.loads(marker.read_text(encoding="utf-8")) != self.settings:
+            raise SystemExit(
+                f"{directory}: runs made with {marker.read_text(encoding='utf-8').strip()}, not this run's {self.settings}; "
+                "give another --work (or remove that directory)"
+            )
+        marker.write_text(json.dumps(self.settings), encoding="utf-8")
+
+
+def ran(load_at_start: float) -> dict[str, str]:
+    """When and how a row ran: date (UTC), this checkout's commit, 1-minute load at its start and end."""
+    return {"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": git_commit(), "load": f"{load_at_start:.2f} to {os.getloadavg()[0]:.2f}"}
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a partial file, then a rename)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+
+
+def git_commit() -> str:
+    """This checkout's short commit hash ("" outside git)."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
+
+
+def machine() -> str:
+    """This machine's CPU model, core count and matrix extensions, from ``/proc/cpuinfo``."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return f"{os.cpu_count()} CPU cores"
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "CPU")
+    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+    extensions = [name for flag, name in (("avx512_vnni", "AVX-512 VNNI"), ("avx512_bf16", "AVX-512 BF16"), ("amx_bf16", "AMX")) if flag in flags]
+    return f"{os.cpu_count()} CPU cores ({model}{', ' + ', '.join(extensions) if extensions else ''}), no GPU"

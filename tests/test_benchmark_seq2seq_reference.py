@@ -1,0 +1,35 @@
+"""``benchmarks/seq2seq_reference.py --quick`` end to end on one seed a side (10 steps of a tiny
+model): both sides train, translate and are scored, each run's row is kept, a second invocation
+reuses the kept rows without training, and rows of other settings are refused. No BLEU is asserted
+(10 steps); the full comparison is the script's job, its figures in benchmarks/results/."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = [sys.executable, str(ROOT / "benchmarks" / "seq2seq_reference.py"), "--quick", "--steps", "10", "--test-sentences", "5", "--seeds", "1"]
+
+
+def test_seq2seq_reference_quick_keeps_its_rows(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "plugins"), str(ROOT / "export"), os.environ.get("PYTHONPATH", "")]))
+    page = tmp_path / "page.md"
+    done = subprocess.run([*SCRIPT, "--work", str(tmp_path / "work"), "--out", str(page)], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {side: json.loads((tmp_path / "work" / "rows" / f"{side}-1.json").read_text()) for side in ("ptmkit", "transformers")}
+    for side, row in rows.items():
+        assert row["side"] == side and 0.0 <= row["bleu"] <= 100.0 and row["sentences"] == 5 and row["seconds"] > 0
+        assert row["settings"] == {"steps": 10, "test_sentences": 5, "quick": True} and row["ran"]["commit"]
+    assert (tmp_path / "work" / "tokenizer.json").exists() is False  # the reference read the ptmkit run's tokenizer
+    text = page.read_text()
+    assert "| ptmkit | 1 |" in text and "| transformers | 1 |" in text and "goal ptmkit >= transformers - 1" in text
+
+    again = subprocess.run([*SCRIPT, "--work", str(tmp_path / "work")], env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((tmp_path / "work" / "rows" / "ptmkit-1.json").read_text()) == rows["ptmkit"]  # reused, not rerun
+    other = subprocess.run([*SCRIPT[:-4], "--test-sentences", "6", "--seeds", "1", "--work", str(tmp_path / "work")], env=env, capture_output=True, text=True, timeout=300)
+    assert other.returncode != 0 and "runs made with" in other.stderr and "give another --work" in other.stderr
