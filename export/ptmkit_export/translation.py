@@ -8,9 +8,11 @@ A translation export holds ``encoder.onnx`` (``encoder_token_ids``, ``encoder_pa
 export, :mod:`ptmkit_export.decoding`, plus ``encoder_sequence_output`` and
 ``encoder_padding_mask``; outputs ``logits`` and the ``present_*`` cache), ``tokenizer.json`` and
 ``manifest.json`` (``decoder``: the cache's shape, the decoder start token as ``bos_token_id``, the
-end-of-sentence token; each variant's ``encoder`` file beside its decoder ``file``).
+end-of-sentence token; each variant's ``encoder`` file beside its decoder ``file``; optionally
+``source_prefix_ids``, the tokens put before every source).
 
-Sources are encoded as ``source </s>`` (cut to the model's positions), right-padded to a multiple of
+Sources are encoded as ``source </s>`` (after ``source_prefix_ids``, e.g. BART's ``<s>``; cut to
+the model's positions), right-padded to a multiple of
 :data:`LENGTH_QUANTUM`; the decoder starts from the start token. Greedy search decodes a batch of
 sentences together; beam search decodes one sentence at a time, its beams as the batch
 (:func:`ptmkit_export.generation.generate_ids`, the loop ``ptmkit generate`` runs for decoders).
@@ -43,10 +45,11 @@ def padded_length(longest: int, limit: int) -> int:
     return min(limit, -(-max(longest, 1) // LENGTH_QUANTUM) * LENGTH_QUANTUM)
 
 
-def pack_sources(sources: Sequence[Sequence[int]], eos: int, pad: int, limit: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(encoder_token_ids, encoder_padding_mask)``, ``(len(sources), length)`` int32: each
-    source then ``</s>``, right-padded (sources longer than ``limit - 1`` are cut)."""
-    rows = [[*s[: limit - 1], eos] for s in sources]
+def pack_sources(sources: Sequence[Sequence[int]], eos: int, pad: int, limit: int, prefix: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """``(encoder_token_ids, encoder_padding_mask)``, ``(len(sources), length)`` int32: ``prefix``
+    (BART's ``<s>``; none by default), each source, then ``</s>``, right-padded (sources longer
+    than ``limit - 1 - len(prefix)`` are cut)."""
+    rows = [[*prefix, *s[: limit - 1 - len(prefix)], eos] for s in sources]
     length = padded_length(max(len(r) for r in rows), limit)
     ids = np.full((len(rows), length), pad, np.int32)
     mask = np.zeros((len(rows), length), np.int32)
@@ -55,10 +58,23 @@ def pack_sources(sources: Sequence[Sequence[int]], eos: int, pad: int, limit: in
     return ids, mask
 
 
+def source_prefix_ids(manifest: dict[str, Any], path: Path, vocabulary: int) -> tuple[int, ...]:
+    """The manifest's ``source_prefix_ids`` (absent: none), once each is a token id below ``vocabulary``.
+
+    Raises:
+        ExportDirError: naming the key, when it is not a list of such ids.
+    """
+    ids = manifest.get("source_prefix_ids", [])
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocabulary for i in ids):
+        raise ExportDirError(f"{path}: key 'source_prefix_ids' must be a list of token ids below {vocabulary}, got {ids!r}")
+    return tuple(ids)
+
+
 class Seq2SeqSearch:
     """Greedy and beam search over an encoder-decoder: a subclass gives :meth:`encode_sources`
     and :meth:`next_logits_over` and sets ``tokenizer`` (a ``tokenizers.Tokenizer``), ``pad``,
-    ``eos``, ``bos`` (the decoder start token) and ``max_sequence_length``."""
+    ``eos``, ``bos`` (the decoder start token) and ``max_sequence_length``, and ``source_prefix``
+    where sources start with a token (BART's ``<s>``)."""
 
     tokenizer: Any
     #: Sources per search in :meth:`translate` (the server raises it to its ``max_batch``).
@@ -67,6 +83,8 @@ class Seq2SeqSearch:
     eos: int
     bos: int
     max_sequence_length: int
+    #: Token ids put before every source (``model.source_start_token``; the manifest's ``source_prefix_ids``).
+    source_prefix: tuple[int, ...] = ()
 
     def encode_sources(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(states, mask, ids)``: the encoder's ``(batch, source, hidden)`` float32 states of
@@ -81,7 +99,7 @@ class Seq2SeqSearch:
     def source_ids(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """:func:`pack_sources` of ``texts`` tokenized without special tokens."""
         ids = [list(e.ids) for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
-        return pack_sources(ids, self.eos, self.pad, self.max_sequence_length)
+        return pack_sources(ids, self.eos, self.pad, self.max_sequence_length, self.source_prefix)
 
     def translate_ids(self, texts: Sequence[str], num_beams: int = 1, length_penalty: float = 1.0, max_length: int | None = None) -> list[list[int]]:
         """The target token ids of each text (without the start token and ``</s>``).
@@ -185,6 +203,7 @@ class Translator(Seq2SeqSearch):
             raise ExportDirError(f"{tokenizer_path}: cannot load tokenizer ({str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__})") from error
         self.pad, self.eos, self.bos = int(self.manifest["pad_token_id"]), int(spec["eos_token_id"]), int(spec["bos_token_id"])
         self.max_sequence_length = int(self.manifest["max_sequence_length"])
+        self.source_prefix = source_prefix_ids(self.manifest, self.export_dir / "manifest.json", self.tokenizer.get_vocab_size(with_added_tokens=True))
         self.languages = self.manifest.get("languages")
 
     @property

@@ -40,7 +40,7 @@ class TransformerFamily(ModelFamily):
     )
     special_token_names = {"pad": PAD, "unk": UNK, "bos": BOS, "eos": EOS}
     provides = frozenset({TOKEN_EMBEDDING})
-    hf_model_types = frozenset({"marian"})
+    hf_model_types = frozenset({"marian", "bart"})
 
     def limits(self, config: TransformerConfig) -> Limits:
         """``max_sequence_length`` tokens a side, ``vocabulary_size`` token embeddings."""
@@ -85,8 +85,8 @@ class TransformerFamily(ModelFamily):
         return export_translation(Path(run_dir), Path(out), options, console)
 
     def import_checkpoint(self, directory: Path, out: Path, console: Any) -> dict[str, Any]:
-        """A Hugging Face Marian checkpoint as a translation run (:func:`ptmkit_transformer.hf.import_hf`;
-        ``ptmkit import-hf`` calls it for ``model_type: marian``)."""
+        """A Hugging Face Marian or BART checkpoint as a translation run (:func:`ptmkit_transformer.hf.import_hf`;
+        ``ptmkit import-hf`` calls it for ``model_type`` ``marian`` and ``bart``)."""
         from ptmkit_transformer.hf import import_hf
 
         return import_hf(directory, out, console=console)

@@ -8,7 +8,7 @@ pre-softmax projection (``logits = h @ E^T``, plus a learned bias over the vocab
 ``sqrt(d_model)`` (unless ``scale_embeddings`` is off) before positions are added. Positions are
 the paper's sinusoids (keras-hub's ``SinePositionEncoding``, interleaved; or Marian's layout,
 all sines then all cosines: :class:`HalvesSinePositions`) or learned (``PositionEmbedding``, one
-table per stack). Blocks are post-LN as in the paper, or pre-LN with a final layer norm per
+table per stack), optionally layer-normalised (``embedding_layer_norm``, as BART). Blocks are post-LN as in the paper, or pre-LN with a final layer norm per
 stack; the feed-forward activation is ``activation`` (ReLU in the paper).
 
 Inputs, each ``(batch, sequence)`` int32: ``encoder_token_ids``, ``encoder_padding_mask`` (1 on
@@ -89,6 +89,9 @@ class _Stack:
             self.positions = HalvesSinePositions(config.max_sequence_length, name=f"{side}_position_encoding")
         else:
             self.positions = keras_hub.layers.SinePositionEncoding(name=f"{side}_position_encoding")
+        self.embedding_norm = (
+            keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name=f"{side}_embedding_layer_norm") if config.embedding_layer_norm else None
+        )
         self.dropout = keras.layers.Dropout(config.dropout, name=f"{side}_embeddings_dropout")
         layer = keras_hub.layers.TransformerEncoder if side == "encoder" else keras_hub.layers.TransformerDecoder
         count = config.encoder_layers if side == "encoder" else config.decoder_layers
@@ -109,6 +112,8 @@ class _Stack:
         if self.config.scale_embeddings:
             x = keras.layers.Rescaling(math.sqrt(self.config.hidden_dim), name=f"{self.side}_embedding_scale")(x)
         x = keras.layers.Add(name=f"{self.side}_add_positions")([x, self.positions(x)])
+        if self.embedding_norm is not None:
+            x = self.embedding_norm(x)
         x = self.dropout(x)
         for block in self.blocks:
             if encoder_states is None:

@@ -65,8 +65,13 @@ class TransformerConfig:
             in float64 as there). Only read with ``positions = "sinusoidal"``.
         final_logits_bias: add a learned bias over the vocabulary to the output logits
             (transformers' BART/Marian ``final_logits_bias``; zeros when trained from scratch).
+        embedding_layer_norm: a layer norm over each stack's token embeddings plus positions,
+            before dropout (BART's ``layernorm_embedding``, Lewis et al. 2020; off in the paper).
         decoder_start_token: the token the decoder starts from (``<s>``; Marian's checkpoints
-            start from ``<pad>``).
+            start from ``<pad>``, BART's from ``</s>``).
+        source_start_token: a token put before every source, ahead of its tokens and ``</s>``
+            (BART's checkpoints read ``<s> source </s>``; "": none, the paper's and Marian's
+            ``source </s>``).
         objective: the training objective: ``"translation"`` (sequence-to-sequence cross-entropy on
             ``--parallel`` pairs), or a denoising one on a ``--corpus`` (``--objective NAME``):
             ``"bart"`` (Lewis et al. 2020), ``"t5_span"`` (Raffel et al. 2020, span corruption),
@@ -117,7 +122,9 @@ class TransformerConfig:
     scale_embeddings: bool = True
     sinusoid_layout: str = "interleaved"
     final_logits_bias: bool = False
+    embedding_layer_norm: bool = False
     decoder_start_token: str = "<s>"
+    source_start_token: str = ""
     objective: str = "translation"
     init: str = ""
     bart_noises: str = "sentence_permutation,text_infilling"

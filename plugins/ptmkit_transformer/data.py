@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ptmkit.api import DataError, ParallelCorpus
+from ptmkit.api import ConfigError, DataError, ParallelCorpus
 
 #: A dev file whose tokens are mostly ``<unk>`` is refused: another language pair than the run's.
 MAX_UNKNOWN_SHARE = 0.5
@@ -44,3 +44,17 @@ def check_known(tokenizer: Any, ids: list[list[int]], unk: int, path: Path) -> N
 def cut_count(ids: list[list[int]], limit: int) -> int:
     """How many rows are longer than ``limit - 1`` tokens (room for ``</s>`` or ``<s>``)."""
     return sum(1 for row in ids if len(row) > limit - 1)
+
+
+def source_prefix(tokenizer: Any, config: Any) -> tuple[int, ...]:
+    """The ids put before every source: ``model.source_start_token``'s, or none.
+
+    Raises:
+        ConfigError: the token is not in the vocabulary.
+    """
+    if not config.source_start_token:
+        return ()
+    token_id = tokenizer.token_to_id(config.source_start_token)
+    if token_id is None:
+        raise ConfigError(f"config key 'model.source_start_token' = {config.source_start_token!r} is not a token of the run's vocabulary")
+    return (token_id,)

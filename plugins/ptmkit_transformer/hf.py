@@ -1,5 +1,6 @@
-"""``ptmkit import-hf DIR`` for Hugging Face Marian checkpoints (``config.json`` ``model_type:
-marian``, as ``MarianMTModel.save_pretrained`` writes them; transformers' ``modeling_marian.py``).
+"""``ptmkit import-hf DIR`` for Hugging Face Marian and BART checkpoints (``config.json``
+``model_type`` ``marian`` or ``bart``, as ``MarianMTModel`` / ``BartForConditionalGeneration``
+``.save_pretrained`` write them; transformers' ``modeling_marian.py`` and ``modeling_bart.py``).
 
 Marian's encoder-decoder is the family's architecture with these settings, which the importer
 writes into the run's config (each a family config key, ``ptmkit config transformer``):
@@ -26,6 +27,14 @@ The tokenizer: the checkpoint's ``tokenizer.json`` as it is, else ``vocab.json``
 the pieces and scores of ``source.spm`` as a unigram ``tokenizers`` tokenizer (SentencePiece's
 Viterbi segmentation; ids by ``vocab.json``, a piece missing there is ``<unk>``, as
 ``MarianTokenizer`` maps them); see :func:`load_tokenizer`.
+
+BART (Lewis et al. 2020) is the same encoder-decoder with these differences, also written into the
+run's config: learned positions (``positions = "learned"``; transformers stores two rows more, the
+offset of ``BartLearnedPositionalEmbedding``, which the importer drops), a layer norm over the
+embeddings plus positions in each stack (``embedding_layer_norm``), exact GELU by default, no
+embedding scaling by default, sources read as ``<s> source </s>`` (``source_start_token``: the
+token of ``bos_token_id``) and the decoder started from ``decoder_start_token_id`` (``</s>``).
+BART's tokenizer is read from ``tokenizer.json`` (a fast tokenizer's ``save_pretrained`` writes it).
 """
 
 from __future__ import annotations
@@ -47,15 +56,31 @@ ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}
 SPECIALS = ("<pad>", "<unk>", "</s>")
 
 
+#: ``model_type`` -> the architecture's name in messages.
+LAYOUTS = {"marian": "Marian", "bart": "BART"}
+
+
+def model_type(directory: Path) -> str:
+    """``config.json``'s ``model_type`` when it is one of :data:`LAYOUTS`, else ``"marian"``
+    (whose reading then refuses it, naming the file)."""
+    try:
+        found = json.loads((directory / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return "marian"
+    return found if found in LAYOUTS else "marian"
+
+
 def read_marian_config(directory: Path) -> tuple[TransformerConfig, dict[str, Any]]:
-    """Map ``DIR/config.json`` onto a :class:`TransformerConfig` (module docstring); the
-    ``decoder_start_token`` is set from the vocabulary later (:func:`import_hf`).
+    """Map ``DIR/config.json`` (Marian or BART) onto a :class:`TransformerConfig` (module
+    docstring); the ``decoder_start_token`` and ``source_start_token`` are set from the vocabulary
+    later (:func:`import_hf`).
 
     Raises:
         CheckpointError: no config.json, another model type, a missing or non-positive key, a
             setting the family does not compute (naming the key).
     """
-    path, hf = read_hf_config(directory, "marian", "Marian", _REQUIRED)
+    layout = model_type(directory)
+    path, hf = read_hf_config(directory, layout, LAYOUTS[layout], _REQUIRED)
     for key, twin in (("decoder_attention_heads", "encoder_attention_heads"), ("decoder_ffn_dim", "encoder_ffn_dim"), ("decoder_vocab_size", "vocab_size")):
         if hf.get(key) is not None and check_positive_key(path, hf, key) != hf[twin]:
             raise CheckpointError(f"{path}: key {key!r} = {hf[key]} differs from {twin!r} = {hf[twin]}, which the transformer family does not support")
@@ -67,7 +92,7 @@ def read_marian_config(directory: Path) -> tuple[TransformerConfig, dict[str, An
             raise CheckpointError(f"{path}: key {key!r} is false; the transformer family shares one token embedding between encoder, decoder and output layer")
     if hf["d_model"] % hf["encoder_attention_heads"] or hf["d_model"] % 2:
         raise CheckpointError(f"{path}: key 'd_model' = {hf['d_model']} must be even and a multiple of 'encoder_attention_heads' = {hf['encoder_attention_heads']}")
-    for key in ("decoder_start_token_id", "pad_token_id", "eos_token_id"):
+    for key in ("decoder_start_token_id", "pad_token_id", "eos_token_id", *(("bos_token_id",) if layout == "bart" else ())):
         if not isinstance(hf.get(key), int) or isinstance(hf.get(key), bool) or not 0 <= hf[key] < hf["vocab_size"]:
             raise CheckpointError(f"{path}: key {key!r} must be a token id below vocab_size {hf['vocab_size']}, got {hf.get(key)!r}")
     config = TransformerConfig(
@@ -77,14 +102,27 @@ def read_marian_config(directory: Path) -> tuple[TransformerConfig, dict[str, An
         activation=ACTIVATIONS[activation], scale_embeddings=bool(hf.get("scale_embedding", False)), sinusoid_layout="halves",
         final_logits_bias=True,
     )
+    if layout == "bart":
+        config.positions, config.embedding_layer_norm = "learned", True
     return config, hf
 
 
+#: BART's learned position tables hold this many rows before position 0 (``BartLearnedPositionalEmbedding.offset``).
+BART_POSITION_OFFSET = 2
+
+
 def expected_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
-    """The tensors of a ``MarianMTModel`` checkpoint (without the ``model.`` prefix) and their
-    shapes (torch ``Linear`` layout: weights are ``(out, in)``)."""
+    """The tensors of a ``MarianMTModel`` (or, with learned positions, a BART) checkpoint (without
+    the ``model.`` prefix) and their shapes (torch ``Linear`` layout: weights are ``(out, in)``).
+    BART's ``final_logits_bias`` is optional (transformers loads a checkpoint without it as zeros)."""
     h, f, v = config.hidden_dim, config.intermediate_dim, config.vocabulary_size
-    shapes: dict[str, tuple[int, ...]] = {"shared.weight": (v, h), "final_logits_bias": (1, v)}
+    shapes: dict[str, tuple[int, ...]] = {"shared.weight": (v, h)}
+    if config.positions == "learned":
+        for side in ("encoder", "decoder"):
+            shapes[f"{side}.embed_positions.weight"] = (config.max_sequence_length + BART_POSITION_OFFSET, h)
+            shapes.update({f"{side}.layernorm_embedding.weight": (h,), f"{side}.layernorm_embedding.bias": (h,)})
+    else:
+        shapes["final_logits_bias"] = (1, v)
     sublayers = {"encoder": ("self_attn",), "decoder": ("self_attn", "encoder_attn")}
     for side, count in (("encoder", config.encoder_layers), ("decoder", config.decoder_layers)):
         for n in range(count):
@@ -122,6 +160,9 @@ def check_weights(directory: Path, config: TransformerConfig) -> dict[str, Any]:
     path, names = read_weight_shapes(directory)
     resolve = _resolver(names)
     check_tensor_shapes(path, names, expected_shapes(config), resolve, f"{config.encoder_layers} + {config.decoder_layers} layers, d_model {config.hidden_dim}")
+    bias = resolve("final_logits_bias")
+    if bias and tuple(names[bias]) != (1, config.vocabulary_size):
+        raise CheckpointError(f"{path}: {bias!r} has shape {list(names[bias])}, expected [1, {config.vocabulary_size}]")
     copies = [n for n in (resolve("encoder.embed_tokens.weight"), resolve("decoder.embed_tokens.weight"), resolve("lm_head.weight")) if n]
     if copies:
         with open_safetensors(path) as weights:
@@ -150,7 +191,7 @@ def _norm(layer: Any, weights: Any, prefix: str) -> None:
 
 def port_weights(backbone: Any, path: Path, config: TransformerConfig) -> None:
     """Fill ``backbone`` (:func:`ptmkit_transformer.backbone.build_backbone` of ``config``) from
-    the Marian checkpoint's ``model.safetensors`` at ``path`` (already checked: :func:`check_weights`)."""
+    the Marian or BART checkpoint's ``model.safetensors`` at ``path`` (already checked: :func:`check_weights`)."""
     with open_safetensors(path) as file:
         resolve = _resolver(set(file.keys()))
 
@@ -158,7 +199,13 @@ def port_weights(backbone: Any, path: Path, config: TransformerConfig) -> None:
             return np.asarray(file.get_tensor(resolve(key) or key), np.float32)
 
         backbone.token_embedding.embeddings.assign(weights("shared.weight"))
-        backbone.logits_bias.bias.assign(weights("final_logits_bias").reshape(-1))
+        if resolve("final_logits_bias"):
+            backbone.logits_bias.bias.assign(weights("final_logits_bias").reshape(-1))
+        if config.positions == "learned":
+            for side in ("encoder", "decoder"):
+                table = weights(f"{side}.embed_positions.weight")[BART_POSITION_OFFSET:]
+                backbone.get_layer(f"{side}_position_embedding").position_embeddings.assign(table)
+                _norm(backbone.get_layer(f"{side}_embedding_layer_norm"), weights, f"{side}.layernorm_embedding")
         for side, count in (("encoder", config.encoder_layers), ("decoder", config.decoder_layers)):
             for n in range(count):
                 block, p = backbone.get_layer(f"{side}_layer_{n}"), f"{side}.layers.{n}."
@@ -248,11 +295,11 @@ def load_tokenizer(directory: Path, config: TransformerConfig) -> tuple[Any, Pat
             raise CheckpointError(f"{json_path}: cannot be read as a tokenizer ({str(exc).splitlines()[0]})") from None
         missing = [token for token in SPECIALS if tokenizer.token_to_id(token) is None]
         if missing:
-            raise CheckpointError(f"{json_path}: no {', '.join(missing)} token; a Marian vocabulary needs {', '.join(SPECIALS)}")
+            raise CheckpointError(f"{json_path}: no {', '.join(missing)} token; the transformer family needs {', '.join(SPECIALS)}")
     elif vocab.is_file() and spm.is_file():
         tokenizer, source, where = marian_tokenizer(vocab, spm), None, "vocab.json + source.spm"
     else:
-        raise CheckpointError(f"{directory}: no tokenizer.json, nor vocab.json and source.spm; the checkpoint's tokenizer is needed")
+        raise CheckpointError(f"{directory}: no tokenizer.json, nor vocab.json and source.spm; the checkpoint's tokenizer is needed (BART: save it with its fast tokenizer, which writes tokenizer.json)")
     rows = max(tokenizer.get_vocab(with_added_tokens=True).values()) + 1
     if rows > config.vocabulary_size:
         raise CheckpointError(f"{json_path if source else vocab}: the vocabulary has ids up to {rows - 1}, the embedding matrix {config.vocabulary_size} rows (config.json vocab_size)")
@@ -270,14 +317,14 @@ def _check_special_ids(directory: Path, hf: dict[str, Any], tokenizer: Any) -> s
     for key, token in (("pad_token_id", "<pad>"), ("eos_token_id", "</s>")):
         if tokenizer.token_to_id(token) != hf[key]:
             raise CheckpointError(f"{path}: key {key!r} = {hf[key]} is not the vocabulary's {token} ({tokenizer.token_to_id(token)})")
-    start = tokenizer.id_to_token(hf["decoder_start_token_id"])
-    if start is None:
-        raise CheckpointError(f"{path}: key 'decoder_start_token_id' = {hf['decoder_start_token_id']} is no token of the vocabulary")
-    return start
+    for key in ("decoder_start_token_id", *(("bos_token_id",) if hf.get("model_type") == "bart" else ())):
+        if tokenizer.id_to_token(hf[key]) is None:
+            raise CheckpointError(f"{path}: key {key!r} = {hf[key]} is no token of the vocabulary")
+    return tokenizer.id_to_token(hf["decoder_start_token_id"])
 
 
 def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], console: Any = None) -> dict[str, Any]:
-    """Import the Hugging Face Marian checkpoint in ``directory`` as a ``transformer`` run in
+    """Import the Hugging Face Marian or BART checkpoint in ``directory`` as a ``transformer`` run in
     ``out`` (``ptmkit translate`` reads it).
 
     Every check runs before anything is written; the run is assembled beside ``out`` and moved
@@ -298,8 +345,10 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
     weights = check_weights(source, config)
     tokenizer, tokenizer_file, tokenizer_source = load_tokenizer(source, config)
     config.decoder_start_token = _check_special_ids(source, hf, tokenizer)
+    if hf["model_type"] == "bart":
+        config.source_start_token = tokenizer.id_to_token(hf["bos_token_id"])
     description = (
-        f"importing {source}: Marian {config.encoder_layers} + {config.decoder_layers} layers, d_model {config.hidden_dim}, {config.num_heads} heads, "
+        f"importing {source}: {LAYOUTS[hf['model_type']]} {config.encoder_layers} + {config.decoder_layers} layers, d_model {config.hidden_dim}, {config.num_heads} heads, "
         f"{config.activation}, vocabulary {config.vocabulary_size:,}, {config.max_sequence_length} positions"
     )
     return assemble_import(

@@ -84,16 +84,17 @@ def inverse_sqrt_schedule(hidden_dim: int, warmup_steps: int, scale: float = 1.0
 
 
 def pack_pairs(
-    sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], bos: int, eos: int, pad: int, limit: int
+    sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], bos: int, eos: int, pad: int, limit: int, prefix: Sequence[int] = ()
 ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """One batch of pairs as ``(inputs, labels, weights)`` (module docstring).
+    """One batch of pairs as ``(inputs, labels, weights)`` (module docstring); ``prefix``: the
+    tokens before every source (``model.source_start_token``).
 
     Returns:
         ``inputs``: ``encoder_token_ids``, ``encoder_padding_mask``, ``decoder_token_ids``,
         ``decoder_padding_mask``, ``(batch, length)`` int32; ``labels`` ``(batch, target)`` int32;
         ``weights`` ``(batch, target)`` float32, 1 on real labels and 0 on padding.
     """
-    source_ids, source_mask = pack_sources(sources, eos, pad, limit)
+    source_ids, source_mask = pack_sources(sources, eos, pad, limit, prefix)
     cut = [list(t[: limit - 1]) for t in targets]
     length = padded_length(max(len(t) + 1 for t in cut), limit)
     decoder_ids = np.full((len(cut), length), pad, np.int32)

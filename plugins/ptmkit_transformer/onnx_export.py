@@ -73,7 +73,7 @@ def check_parity(translator: Any, encoder: Any, decoder: Any, seed: int = 0) -> 
 def _pack(ids: list[list[int]], translator: Any) -> tuple[np.ndarray, np.ndarray]:
     from ptmkit_export.translation import pack_sources
 
-    return pack_sources(ids, translator.eos, translator.pad, translator.max_sequence_length)
+    return pack_sources(ids, translator.eos, translator.pad, translator.max_sequence_length, translator.source_prefix)
 
 
 def translation_manifest(translator: Any, run_dir: Path, parity: float) -> dict[str, Any]:
@@ -97,6 +97,7 @@ def translation_manifest(translator: Any, run_dir: Path, parity: float) -> dict[
             "bos_token_id": int(translator.bos), "eos_token_id": int(translator.eos), "prepend_bos": True,
         },
         "max_sequence_length": int(config.max_sequence_length),
+        "source_prefix_ids": [int(i) for i in translator.source_prefix],
         "pad_token_id": int(translator.pad),
         "tokenizer": "tokenizer.json",
         "variants": {"fp32": {"file": "decoder.onnx", "encoder": "encoder.onnx", "ok": True, "parity_max_abs_diff": parity}},

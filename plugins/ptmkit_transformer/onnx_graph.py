@@ -15,7 +15,7 @@ core's :class:`ptmkit.api.OnnxGraph` (no TensorFlow in the graphs), for the lean
 The computation is :func:`ptmkit_transformer.backbone.build_backbone`'s: token embeddings times
 ``sqrt(hidden)`` (``scale_embeddings``) plus the stack's positions (a table read from the Keras
 position layer itself, so every layout matches; target positions count from the first target
-token, as the Keras decoder's do); keras-hub's ``TransformerEncoder`` / ``TransformerDecoder``
+token, as the Keras decoder's do), layer-normalised with ``embedding_layer_norm``; keras-hub's ``TransformerEncoder`` / ``TransformerDecoder``
 blocks, post-LN or pre-LN (then a final layer norm per stack); attention
 ``softmax(q k^T / sqrt(head_dim) + bias) v`` with ``bias`` :data:`MASKED` on padded keys, and on
 future keys in the decoder's self-attention; logits ``h E^T`` (tied embedding) plus the final
@@ -80,13 +80,15 @@ def _feedforward(g: OnnxGraph, x: str, prefix: str, layer: Any, activation: str)
 
 
 def _embed(g: OnnxGraph, backbone: Any, config: Any, side: str, token_ids: str, positions: str) -> str:
-    """Token embeddings (scaled) plus the side's position table rows at ``positions``."""
+    """Token embeddings (scaled) plus the side's position table rows at ``positions``, layer-normalised
+    where ``embedding_layer_norm`` says."""
     table = g.const("token_embedding", np.asarray(backbone.token_embedding.embeddings))
     x = g.op("Gather", [table, token_ids], axis=0)
     if config.scale_embeddings:
         x = g.op("Mul", [x, g.const("c_embedding_scale", np.sqrt(config.hidden_dim))])
     places = g.op("Gather", [g.const(f"{side}.positions", position_table(backbone, config, side)), positions], axis=0)
-    return g.op("Add", [x, places])
+    x = g.op("Add", [x, places])
+    return _norm(g, x, f"{side}.embedding_norm", backbone.get_layer(f"{side}_embedding_layer_norm")) if config.embedding_layer_norm else x
 
 
 def position_table(backbone: Any, config: Any, side: str) -> np.ndarray:

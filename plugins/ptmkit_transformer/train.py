@@ -36,7 +36,7 @@ from ptmkit.api import (
     seed_everything,
 )
 from ptmkit_transformer.config import TransformerConfig
-from ptmkit_transformer.data import check_known, check_languages, cut_count, encode
+from ptmkit_transformer.data import check_known, check_languages, cut_count, encode, source_prefix
 
 
 def _tokenizer(run: RunDir, texts: list[str], config: TransformerConfig, console: Any, extra_specials: list[str] | None = None) -> Any:
@@ -165,10 +165,12 @@ def train_pairs(parallel: Path, dev: Path | None, run_dir: Path, config: Transfo
     specials = {name: tokenizer.token_to_id(token) for name, token in (("pad", "<pad>"), ("unk", "<unk>"), ("bos", config.decoder_start_token), ("eos", "</s>"))}
     if specials["bos"] is None:
         raise ConfigError(f"config key 'model.decoder_start_token' = {config.decoder_start_token!r} is not a token of the vocabulary")
+    prefix = source_prefix(tokenizer, config)
     sources, targets = encode(tokenizer, pairs.sources), encode(tokenizer, pairs.targets)
-    cut = cut_count(sources, config.max_sequence_length)
+    room = config.max_sequence_length - len(prefix)
+    cut = cut_count(sources, room)
     if cut:
-        warnings.warn(f"{parallel}: {cut:,} source(s) longer than model.max_sequence_length - 1 = {config.max_sequence_length - 1} tokens cut", stacklevel=2)
+        warnings.warn(f"{parallel}: {cut:,} source(s) longer than {room - 1} tokens (model.max_sequence_length less </s> and the source start token) cut", stacklevel=2)
     dev_ids = None
     if dev is not None and dev_pairs is not None:
         dev_ids = (encode(tokenizer, dev_pairs.sources), encode(tokenizer, dev_pairs.targets))
@@ -179,7 +181,7 @@ def train_pairs(parallel: Path, dev: Path | None, run_dir: Path, config: Transfo
 
     def make(step: int) -> Any:
         rows = step_indices(config.seed, step, config.batch_size, len(sources))
-        inputs, labels, weights = pack_pairs([sources[i] for i in rows], [targets[i] for i in rows], specials["bos"], specials["eos"], specials["pad"], limit)
+        inputs, labels, weights = pack_pairs([sources[i] for i in rows], [targets[i] for i in rows], specials["bos"], specials["eos"], specials["pad"], limit, prefix)
         return inputs, {"logits": labels}, {"logits": relative(weights)}
 
     target_tokens = sum(len(t) + 1 for t in targets) / len(targets)
@@ -214,7 +216,7 @@ def _dev_metrics(model: Any, backbone: Any, tokenizer: Any, dev: ParallelCorpus,
     total, weight = 0.0, 0.0
     for first in range(0, len(ids[0]), config.batch_size):
         rows = slice(first, first + config.batch_size)
-        inputs, labels, weights = pack_pairs(ids[0][rows], ids[1][rows], specials["bos"], specials["eos"], specials["pad"], config.max_sequence_length)
+        inputs, labels, weights = pack_pairs(ids[0][rows], ids[1][rows], specials["bos"], specials["eos"], specials["pad"], config.max_sequence_length, source_prefix(tokenizer, config))
         loss = model.evaluate(inputs, {"logits": labels}, sample_weight={"logits": relative(weights)}, verbose=0, return_dict=True)["loss"]
         total, weight = total + float(loss) * float(weights.sum()), weight + float(weights.sum())
     metrics: dict[str, Any] = {"dev_loss": round(total / weight, 4), "dev_pairs": len(dev)}
@@ -264,6 +266,7 @@ def train_corpus(corpus: Path, run_dir: Path, config: TransformerConfig, console
     tokenizer = _tokenizer(run, list(read_corpus(corpus)), config, console, denoising_specials(config))
     ids = special_ids(tokenizer, config)
     bos, eos, pad = (tokenizer.token_to_id(token) for token in (config.decoder_start_token, "</s>", "<pad>"))
+    prefix = source_prefix(tokenizer, config)
     documents, cut = read_documents(corpus, tokenizer, config)
     if not documents:
         raise DataError(f"{corpus}: no line of 2 tokens or more to pre-train on")
@@ -272,7 +275,7 @@ def train_corpus(corpus: Path, run_dir: Path, config: TransformerConfig, console
 
     def make(step: int) -> Any:
         sources, targets = noised_pairs(documents, step_indices(config.seed, step, config.batch_size, len(documents)), step, config, ids)
-        inputs, labels, weights = pack_pairs(sources, targets, bos, eos, pad, config.max_sequence_length)
+        inputs, labels, weights = pack_pairs(sources, targets, bos, eos, pad, config.max_sequence_length, prefix)
         return inputs, {"logits": labels}, {"logits": relative(weights)}
 
     tokens = sum(sum(len(s) for s in d) for d in documents) / len(documents)

@@ -39,6 +39,7 @@ from ptmkit.api import (
 )
 from ptmkit_export.generation import beams_problem
 from ptmkit_export.translation import Seq2SeqSearch
+from ptmkit_transformer.data import source_prefix
 
 FAMILY = "transformer"
 
@@ -80,6 +81,7 @@ class Translator(Seq2SeqSearch):
         self.backbone, self.tokenizer, self.config = backbone, tokenizer, config
         self.max_sequence_length = config.max_sequence_length
         self.pad, self.unk, self.bos, self.eos = (tokenizer.token_to_id(t) for t in ("<pad>", "<unk>", config.decoder_start_token, "</s>"))
+        self.source_prefix = source_prefix(tokenizer, config)
         import warnings
 
         import tensorflow as tf
