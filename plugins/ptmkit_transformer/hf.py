@@ -70,7 +70,7 @@ def model_type(directory: Path) -> str:
     return found if found in LAYOUTS else "marian"
 
 
-def read_marian_config(directory: Path) -> tuple[TransformerConfig, dict[str, Any]]:
+def read_seq2seq_config(directory: Path) -> tuple[TransformerConfig, dict[str, Any]]:
     """Map ``DIR/config.json`` (Marian or BART) onto a :class:`TransformerConfig` (module
     docstring); the ``decoder_start_token`` and ``source_start_token`` are set from the vocabulary
     later (:func:`import_hf`).
@@ -334,14 +334,14 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
         the run's manifest.
 
     Raises:
-        CheckpointError: see :func:`read_marian_config`, :func:`check_weights`, :func:`load_tokenizer`.
+        CheckpointError: see :func:`read_seq2seq_config`, :func:`check_weights`, :func:`load_tokenizer`.
         RunDirError: ``out`` exists and is not an empty directory.
     """
     from ptmkit.api import assemble_import, check_import_paths
     from ptmkit_transformer.backbone import build_backbone
 
     source, target = check_import_paths(directory, out)
-    config, hf = read_marian_config(source)
+    config, hf = read_seq2seq_config(source)
     weights = check_weights(source, config)
     tokenizer, tokenizer_file, tokenizer_source = load_tokenizer(source, config)
     config.decoder_start_token = _check_special_ids(source, hf, tokenizer)
