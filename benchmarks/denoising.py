@@ -35,12 +35,11 @@ import json
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kept_rows import KeptRows, atomic_write, git_commit, machine  # noqa: E402  (benchmarks/ is not a package)
+from kept_rows import KeptRows, atomic_write, page_header  # noqa: E402  (benchmarks/ is not a package)
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "data" / "corpus" / "enwiki-106.txt"
@@ -140,12 +139,8 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def page(rows: list[dict[str, Any]], args: argparse.Namespace, load_at_start: float) -> str:
     """The Markdown results page."""
-    command = "python benchmarks/denoising.py " + " ".join(sys.argv[1:])
     lines = [
-        "# Denoising pre-training objectives, compared by English-German translation", "",
-        "| | |", "|---|---|", f"| date | {time.strftime('%Y-%m-%d', time.gmtime())} |", f"| commit | {git_commit()} |",
-        f"| machine | {machine()} |", f"| load | 1-minute load average {load_at_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end |",
-        f"| command | `{command.strip()}` |", "",
+        *page_header("Denoising pre-training objectives, compared by English-German translation", "denoising.py", load_at_start),
         f"{'A tiny model (--quick: 1 + 1 layers, hidden 64)' if args.quick else 'The transformer family default model'}; {args.pretrain_steps:,} pre-training steps "
         f"on `data/corpus/enwiki-106.txt`{' plus both sides of the training pairs' if args.pair_sides else ''}, then {args.finetune_steps:,} translation steps on "
         f"`data/parallel/en-de-train-10k.tsv`{f' (first {args.pairs:,} pairs)' if args.pairs else ''}; greedy decoding of the test pairs"
@@ -164,7 +159,7 @@ def page(rows: list[dict[str, Any]], args: argparse.Namespace, load_at_start: fl
     best = max(rows, key=lambda r: r["test_bleu"])
     if scratch is not None and len(rows) > 1:
         verdict = "no objective beats training from scratch" if best is scratch else f"{best['row']} wins, {best['test_bleu'] - scratch['test_bleu']:+.2f} BLEU over scratch"
-        lines += ["", f"At this budget {verdict}. Signature: {rows[0].get('bleu_signature') or '?'}."]
+        lines += ["", f"At this budget {verdict}. Signature: {next((r['bleu_signature'] for r in rows if r.get('bleu_signature')), '?')}."]
     return "\n".join(lines) + "\n"
 
 

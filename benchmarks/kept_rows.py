@@ -89,6 +89,20 @@ class KeptRows:
         marker.write_text(json.dumps(self.settings), encoding="utf-8")
 
 
+def page_header(title: str, script: str, load_at_start: float) -> list[str]:
+    """A results page's first lines: its title, then a table of date (UTC), commit, machine, load
+    (1-minute, at ``load_at_start`` and now) and the command that made it (``script`` and this
+    process's arguments)."""
+    import sys
+
+    command = f"python benchmarks/{script} {' '.join(sys.argv[1:])}".strip()
+    return [
+        f"# {title}", "", "| | |", "|---|---|", f"| date | {time.strftime('%Y-%m-%d', time.gmtime())} |", f"| commit | {git_commit()} |",
+        f"| machine | {machine()} |", f"| load | 1-minute load average {load_at_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end |",
+        f"| command | `{command}` |", "",
+    ]
+
+
 def ran(load_at_start: float) -> dict[str, str]:
     """When and how a row ran: date (UTC), this checkout's commit, 1-minute load at its start and end."""
     return {"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": git_commit(), "load": f"{load_at_start:.2f} to {os.getloadavg()[0]:.2f}"}

@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kept_rows import KeptRows, atomic_write, git_commit, machine  # noqa: E402  (benchmarks/ is not a package)
+from kept_rows import KeptRows, atomic_write, page_header  # noqa: E402  (benchmarks/ is not a package)
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "data" / "corpus" / "enwiki-106.txt"
@@ -179,13 +179,8 @@ def budget_reading(results: dict[str, dict]) -> str:
 
 def table(results: dict[str, dict], args: argparse.Namespace, load_at_start: float) -> str:
     """The Markdown results page."""
-    commit = git_commit()
-    command = "python benchmarks/objectives.py " + " ".join(sys.argv[1:])
     lines = [
-        "# Pre-training objectives on one backbone, then WordNet supersenses", "",
-        "| | |", "|---|---|", f"| date | {time.strftime('%Y-%m-%d')} |", f"| commit | {commit} |",
-        f"| machine | {machine()} |", f"| load | 1-minute load average {load_at_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end |",
-        f"| command | `{command.strip()}` |", "",
+        *page_header("Pre-training objectives on one backbone, then WordNet supersenses", "objectives.py", load_at_start),
         f"BERT {'(quick: 2 layers, hidden 64)' if args.quick else '4 layers, hidden 256, 4 heads, 8,000 WordPiece tokens'}; "
         f"{args.steps} pre-training steps of 32 x 128 tokens on `data/corpus/enwiki-106.txt` for every row (TLM: on the en-de pairs of `data/parallel/en-de-train-10k.tsv`); then supersense "
         f"fine-tuning on {args.train_rows:,} training glosses (of 20,000, drawn with the seed), {args.epochs} epoch(s), mean pooling, seeds {', '.join(map(str, args.seeds))} "
