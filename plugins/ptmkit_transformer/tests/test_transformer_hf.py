@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 from inplugins import in_tree_plugins  # noqa: F401 - the fixture
+from seq2seq_parity import assert_decoder_logits_match
 from transformer_pairs import short_pairs
 
 from ptmkit.testing import edit_hf_config, hf_reference, import_hf_refusal
@@ -85,7 +85,6 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 def test_imported_marian_matches_transformers(checkpoint: tuple[Path, dict], tmp_path: Path) -> None:
     from ptmkit.testing import main
-    from ptmkit_transformer.backbone import output_logits
     from ptmkit_transformer.translate import Translator
 
     directory, reference = checkpoint
@@ -93,16 +92,7 @@ def test_imported_marian_matches_transformers(checkpoint: tuple[Path, dict], tmp
     translator = Translator(tmp_path / "run")
     assert (translator.config.sinusoid_layout, translator.config.activation, translator.config.decoder_start_token) == ("halves", "gelu", "<pad>")
     assert translator.bos == translator.pad == reference["pad"]
-    backbone = translator.backbone
-    for (batch, source, target), inputs in zip(SHAPES, reference["inputs"], strict=True):
-        ids, mask, dec, dec_mask = (np.asarray(a, "int32") for a in inputs)
-        states = np.asarray(backbone.encoder([ids, mask]))
-        ours = np.asarray(backbone.decoder([dec, dec_mask, states, mask]))
-        theirs = np.load(directory / f"logits-{batch}x{source}x{target}.npy")
-        real = dec_mask.astype(bool)  # padded decoder positions predict nothing
-        assert np.max(np.abs(ours - theirs)[real]) < 1e-4, (batch, source, target, np.max(np.abs(ours - theirs)[real]))
-        named = backbone({"encoder_token_ids": ids, "encoder_padding_mask": mask, "decoder_token_ids": dec, "decoder_padding_mask": dec_mask})
-        assert np.max(np.abs(np.asarray(output_logits(backbone, named["decoder_sequence_output"])) - theirs)[real]) < 1e-4  # the training path's logits
+    assert_decoder_logits_match(translator.backbone, directory, SHAPES, reference["inputs"])
     assert [[*e.ids, translator.eos] for e in translator.tokenizer.encode_batch(SOURCES, add_special_tokens=False)] == reference["tokens"]
     assert translator.translate_ids(SOURCES, max_length=20) == reference["translations"]
     assert sum(len(t) for t in reference["translations"]) > 30  # not all empty

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 from inplugins import in_tree_plugins  # noqa: F401 - the fixture
+from seq2seq_parity import assert_decoder_logits_match
 from transformer_pairs import short_pairs
 
 from ptmkit.testing import edit_hf_config, hf_reference, import_hf_refusal
@@ -88,7 +88,6 @@ def run(checkpoint: tuple[Path, dict], tmp_path_factory: pytest.TempPathFactory)
 
 
 def test_imported_bart_matches_transformers(checkpoint: tuple[Path, dict], run: Path) -> None:
-    from ptmkit_transformer.backbone import output_logits
     from ptmkit_transformer.translate import Translator
 
     directory, reference = checkpoint
@@ -96,16 +95,7 @@ def test_imported_bart_matches_transformers(checkpoint: tuple[Path, dict], run: 
     config = translator.config
     assert (config.positions, config.embedding_layer_norm, config.activation, config.scale_embeddings) == ("learned", True, "gelu", False)
     assert (config.decoder_start_token, config.source_start_token, translator.bos, translator.source_prefix) == ("</s>", "<s>", 2, (0,))
-    backbone = translator.backbone
-    for (batch, source, target), inputs in zip(SHAPES, reference["inputs"], strict=True):
-        ids, mask, dec, dec_mask = (np.asarray(a, "int32") for a in inputs)
-        states = np.asarray(backbone.encoder([ids, mask]))
-        ours = np.asarray(backbone.decoder([dec, dec_mask, states, mask]))
-        theirs = np.load(directory / f"logits-{batch}x{source}x{target}.npy")
-        real = dec_mask.astype(bool)
-        assert np.max(np.abs(ours - theirs)[real]) < 1e-4, (batch, source, target, np.max(np.abs(ours - theirs)[real]))
-        named = backbone({"encoder_token_ids": ids, "encoder_padding_mask": mask, "decoder_token_ids": dec, "decoder_padding_mask": dec_mask})
-        assert np.max(np.abs(np.asarray(output_logits(backbone, named["decoder_sequence_output"])) - theirs)[real]) < 1e-4
+    assert_decoder_logits_match(translator.backbone, directory, SHAPES, reference["inputs"])
     source_ids, source_mask = translator.source_ids(SOURCES)
     assert [row[m.astype(bool)].tolist() for row, m in zip(source_ids, source_mask, strict=True)] == reference["tokens"]  # <s> source </s>
     assert translator.translate_ids(SOURCES, max_length=20) == reference["translations"]
