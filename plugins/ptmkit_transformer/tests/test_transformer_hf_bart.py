@@ -131,3 +131,28 @@ def test_imported_bart_exports_to_onnx_with_its_source_start_token(run: Path, tm
 def test_bad_bart_checkpoints_are_refused_in_one_line(checkpoint: tuple[Path, dict], tmp_path: Path, capsys, breaker, needles: list[str]) -> None:
     line = import_hf_refusal(checkpoint[0], breaker, tmp_path, capsys)
     assert all(needle in line for needle in needles), line
+
+
+def test_sources_are_packed_after_the_start_token_and_cut_to_fit() -> None:
+    from ptmkit_export.translation import pack_sources
+
+    ids, mask = pack_sources([[7, 8, 9], list(range(10, 30))], eos=2, pad=1, limit=8, prefix=(0,))
+    assert ids.tolist() == [[0, 7, 8, 9, 2, 1, 1, 1], [0, 10, 11, 12, 13, 14, 15, 2]]  # <s> source </s>, the long one cut to 8
+    assert mask.tolist() == [[1, 1, 1, 1, 1, 0, 0, 0], [1] * 8]
+
+
+def test_an_imported_bart_fine_tunes_with_init_keeping_its_layout(run: Path, pairs_file: Path, tmp_path: Path) -> None:
+    """``ptmkit train transformer --parallel PAIRS --init BART_RUN`` keeps BART's architecture and
+    source start token (from the run's [model] config) and starts from its weights."""
+    import json
+
+    from ptmkit.testing import main
+    from ptmkit_transformer.translate import Translator
+
+    out = tmp_path / "tuned"
+    sets = ["model.max_steps=2", "model.checkpoint_every=2", "model.batch_size=4", "model.dev_sentences=0", "model.warmup_steps=2"]
+    assert main(["train", "transformer", "--parallel", str(pairs_file), "--init", str(run), "--out", str(out), *(a for s in sets for a in ("--set", s))]) == 0
+    assert json.loads((out / "manifest.json").read_text())["init"] == str(run.resolve())
+    tuned = Translator(out)
+    assert (tuned.config.positions, tuned.config.embedding_layer_norm, tuned.source_prefix, tuned.bos) == ("learned", True, (0,), 2)
+    assert len(tuned.translate_ids(SOURCES[:2], max_length=5)) == 2
