@@ -89,7 +89,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="1 + 1 layers of hidden 32, batch 4 pairs, 2 steps, 1 round: checks the script, its figures say nothing")
     args = parser.parse_args()
+    if args.quick:
+        args.layers, args.batch, args.steps, args.rounds = 1, 4, 2, 1
     import keras
 
     from ptmkit.api import CheckpointCallback, ProgressCallback
@@ -97,7 +100,8 @@ def main() -> None:
     from ptmkit_transformer.config import TransformerConfig
     from ptmkit_transformer.train import compiled_model, step_batches
 
-    config = TransformerConfig(encoder_layers=args.layers, decoder_layers=args.layers, batch_size=args.batch)
+    tiny = {"hidden_dim": 32, "num_heads": 2, "intermediate_dim": 64, "vocabulary_size": 1000} if args.quick else {}
+    config = TransformerConfig(encoder_layers=args.layers, decoder_layers=args.layers, batch_size=args.batch, **tiny)
     make, target_tokens = batches(config)
     keras.utils.set_random_seed(0)
     models = {"ptmkit": compiled_model(config)[1], "keras-hub": plain_model(config)}

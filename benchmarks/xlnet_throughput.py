@@ -79,7 +79,10 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="1 layer, hidden 64 (one head), batch 2 x 16, 2 steps, 1 round: checks the script, its figures say nothing")
     args = parser.parse_args()
+    if args.quick:
+        args.layers, args.hidden, args.batch, args.length, args.steps, args.rounds = 1, 64, 2, 16, 2, 1
     built = models(args.layers, args.hidden)
     rng = np.random.default_rng(0)
     measured: dict[str, list[float]] = {name: [] for name in built}
