@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kept_rows import KeptRows, atomic_write, page_header  # noqa: E402  (benchmarks/ is not a package)
+from kept_rows import KeptRows, atomic_write, page_header, start  # noqa: E402  (benchmarks/ is not a package)
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "data" / "corpus" / "enwiki-106.txt"
@@ -94,10 +94,16 @@ def _last_loss(run: Path) -> float:
     return round(float(json.loads(lines[-1])["loss"]), 3)
 
 
-def _seconds(metrics: dict[str, Any]) -> str:
-    """A stage's training seconds; those of its last session only when it was resumed."""
-    seconds = f"{metrics['train_seconds_this_session']:.0f}"
-    return f"{seconds} (resumed at step {metrics['resumed_from_step']})" if metrics.get("resumed_from_step") else seconds
+def _seconds(metrics: dict[str, Any]) -> dict[str, Any]:
+    """A stage's training seconds (its last session's only, when it was resumed) and the step it resumed from (0: none)."""
+    return {"seconds": metrics["train_seconds_this_session"], "resumed_from_step": metrics.get("resumed_from_step") or 0}
+
+
+def _shown(stage: dict[str, Any] | None) -> str:
+    """A stage's seconds as the page shows them."""
+    if not stage:
+        return "-"
+    return f"{stage['seconds']:.0f}" + (f" (resumed at step {stage['resumed_from_step']})" if stage["resumed_from_step"] else "")
 
 
 def row(name: str, args: argparse.Namespace, data: tuple[Path, Path, Path, Path], model: list[str], rows: KeptRows) -> dict[str, Any]:
@@ -111,9 +117,9 @@ def row(name: str, args: argparse.Namespace, data: tuple[Path, Path, Path, Path]
         return kept
     work = args.work / name
     rows.claim_work(work)
-    load_at_start = os.getloadavg()[0]
+    began = start()
     corpus, train, dev, test = data
-    result: dict[str, Any] = {"row": name, "pretrain_seconds": "-", "pretrain_last_loss": None}
+    result: dict[str, Any] = {"row": name, "pretrain": None, "pretrain_last_loss": None}
     pairs = ["--parallel", str(train), "--dev", str(dev)]
     every = max(1, args.finetune_steps // 4)
     steps = [f"model.max_steps={args.finetune_steps}", f"model.checkpoint_every={every}", "model.dev_sentences=0"]
@@ -123,12 +129,12 @@ def row(name: str, args: argparse.Namespace, data: tuple[Path, Path, Path, Path]
         pre = work / "pretrain"
         every = max(1, args.pretrain_steps // 4)
         pretrained = _stage(["--corpus", str(corpus), "--objective", name], pre, [*model, f"model.max_steps={args.pretrain_steps}", f"model.checkpoint_every={every}"])
-        result.update(pretrain_seconds=_seconds(pretrained), pretrain_last_loss=_last_loss(pre))
+        result.update(pretrain=_seconds(pretrained), pretrain_last_loss=_last_loss(pre))
         metrics = _stage([*pairs, "--init", str(pre), "--objective", "translation"], work / "translation", steps)
     scores = evaluate_run(work / "translation", test, {"num_beams": 1}, Console(quiet=True))
-    result.update(finetune_seconds=_seconds(metrics), dev_loss=metrics.get("dev_loss"), test_bleu=scores["bleu"], test_chrf=scores["chrf"])
+    result.update(finetune=_seconds(metrics), dev_loss=metrics.get("dev_loss"), test_bleu=scores["bleu"], test_chrf=scores["chrf"])
     result["bleu_signature"] = scores.get("bleu_signature")
-    return rows.put(name, result, load_at_start)
+    return rows.put(name, result, began)
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -153,7 +159,7 @@ def page(rows: list[dict[str, Any]], args: argparse.Namespace, load_at_start: fl
         ran = r.get("ran", {})
         lines.append(
             f"| {r['row']} | {r['test_bleu']:.2f} | {r['test_chrf']:.2f} | {r['dev_loss']} | {r.get('pretrain_last_loss') or '-'} | "
-            f"{r['pretrain_seconds']} | {r['finetune_seconds']} | {ran.get('date', '?')}, {ran.get('commit', '?')}, {ran.get('load', '?')} |"
+            f"{_shown(r.get('pretrain'))} | {_shown(r.get('finetune'))} | {ran.get('date', '?')}, {ran.get('commit', '?')}, {ran.get('load', '?')} |"
         )
     scratch = next((r for r in rows if r["row"] == "scratch"), None)
     best = max(rows, key=lambda r: r["test_bleu"])
@@ -180,6 +186,8 @@ def main() -> int:
     args = parser.parse_args()
     names = [name.strip() for name in args.rows.split(",") if name.strip()]
     unknown = [name for name in names if name not in ("scratch", *OBJECTIVES)]
+    if not names:
+        raise SystemExit(f"--rows {args.rows!r}: no row; give some of scratch, {', '.join(OBJECTIVES)}")
     if unknown:
         raise SystemExit(f"--rows: unknown row {unknown[0]!r}; the rows are scratch, {', '.join(OBJECTIVES)}")
     model: list[str] = []

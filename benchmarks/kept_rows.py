@@ -54,7 +54,7 @@ class KeptRows:
         path = self.path(key)
         if not path.exists():
             return None
-        kept = json.loads(path.read_text(encoding="utf-8"))
+        kept = read_object(path, "a kept row")
         recipe = recipe or {}
         if kept.get("settings") != self.settings or any(kept.get(name) != value for name, value in recipe.items()):
             theirs = ", ".join(repr(kept.get(name)) for name in recipe)
@@ -65,10 +65,12 @@ class KeptRows:
             )
         return {**kept, "from_cache": True}
 
-    def put(self, key: str, result: dict[str, Any], load_at_start: float) -> dict[str, Any]:
-        """Keep ``result`` as row ``key``, with this run's settings and ``ran`` (date, commit, load
-        from ``load_at_start`` to now); written whole or not at all. Returns what was kept."""
-        kept = {**result, "settings": self.settings, "ran": ran(load_at_start)}
+    def put(self, key: str, result: dict[str, Any], started: dict[str, Any]) -> dict[str, Any]:
+        """Keep ``result`` as row ``key``, with this run's settings and ``ran`` (date, the commit
+        and 1-minute load when the row started: ``started``, from :func:`start`; the load now);
+        written whole or not at all. Returns what was kept."""
+        ran = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": started["commit"], "load": f"{started['load']:.2f} to {os.getloadavg()[0]:.2f}"}
+        kept = {**result, "settings": self.settings, "ran": ran}
         kept.pop("from_cache", None)
         atomic_write(self.path(key), json.dumps(kept, indent=1) + "\n")
         return kept
@@ -81,7 +83,7 @@ class KeptRows:
         """
         directory.mkdir(parents=True, exist_ok=True)
         marker = directory / "settings.json"
-        if marker.exists() and json.loads(marker.read_text(encoding="utf-8")) != self.settings:
+        if marker.exists() and read_object(marker, "a work directory's settings") != self.settings:
             raise SystemExit(
                 f"{directory}: runs made with {marker.read_text(encoding='utf-8').strip()}, not this run's {self.settings}; "
                 "give another --work (or remove that directory)"
@@ -103,9 +105,26 @@ def page_header(title: str, script: str, load_at_start: float) -> list[str]:
     ]
 
 
-def ran(load_at_start: float) -> dict[str, str]:
-    """When and how a row ran: date (UTC), this checkout's commit, 1-minute load at its start and end."""
-    return {"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": git_commit(), "load": f"{load_at_start:.2f} to {os.getloadavg()[0]:.2f}"}
+def start() -> dict[str, Any]:
+    """What a row records of its start: this checkout's commit (``+dirty`` with uncommitted
+    changes) and the 1-minute load average; give it to :meth:`KeptRows.put`."""
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
+    return {"commit": git_commit() + ("+dirty" if dirty else ""), "load": os.getloadavg()[0]}
+
+
+def read_object(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object in ``path``.
+
+    Raises:
+        SystemExit: one line naming the file, when it is not a JSON object (truncated, hand-edited).
+    """
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"{path}: not readable as {what} ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); remove it to run the row again") from None
+    if not isinstance(value, dict):
+        raise SystemExit(f"{path}: not {what} (a JSON {type(value).__name__}, not an object); remove it to run the row again")
+    return value
 
 
 def atomic_write(path: Path, text: str) -> None:

@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kept_rows import KeptRows, atomic_write, page_header  # noqa: E402  (benchmarks/ is not a package)
+from kept_rows import KeptRows, atomic_write, page_header, start  # noqa: E402  (benchmarks/ is not a package)
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "data" / "corpus" / "enwiki-106.txt"
@@ -104,7 +104,7 @@ def row_result(key: str, args: argparse.Namespace, work: Path) -> dict:
     if kept is not None:
         return kept
     rows.claim_work(work / key)  # the runs under work/KEY were made with these settings
-    load_at_start = os.getloadavg()[0]
+    began = start()
     run_dir = work / key / "pretrain"
     sets = [f"train.max_steps={args.steps}", f"train.checkpoint_every={max(1, args.steps // 4)}", *(QUICK if args.quick else []), *overrides]
     if not (run_dir / "metrics.json").exists():
@@ -136,7 +136,7 @@ def row_result(key: str, args: argparse.Namespace, work: Path) -> dict:
         print(f"{key}: seed {seed} dev {tuned_metrics['dev_accuracy']:.4f} test {tuned_metrics['test_accuracy']:.4f}", flush=True)
     result["dev_accuracy"] = statistics.mean(s["dev_accuracy"] for s in result["seeds"].values())
     result["test_accuracy"] = statistics.mean(s["test_accuracy"] for s in result["seeds"].values())
-    return rows.put(key, result, load_at_start)
+    return rows.put(key, result, began)
 
 
 def settings(args: argparse.Namespace) -> dict:

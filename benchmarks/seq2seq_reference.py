@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lineage  # noqa: E402  (the subprocess runner)
-from kept_rows import KeptRows, git_commit, machine  # noqa: E402
+from kept_rows import KeptRows, git_commit, machine, start  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PARALLEL = REPO / "data" / "parallel"
@@ -51,7 +51,7 @@ def ptmkit_row(args: argparse.Namespace, seed: int, rows: KeptRows) -> dict[str,
     kept = rows.get(run.name)
     if kept is not None:
         return kept
-    load_at_start = os.getloadavg()[0]
+    began = start()
     overrides = {**(TINY if args.quick else {}), "max_steps": args.steps, "seed": seed, "dev_sentences": 0}
     sets = [a for key, value in overrides.items() for a in ("--set", f"model.{key}={value}")]
     log = args.work / "ptmkit.log"
@@ -65,7 +65,7 @@ def ptmkit_row(args: argparse.Namespace, seed: int, rows: KeptRows) -> dict[str,
     test = read_parallel(PARALLEL / "en-de-test.tsv")
     hypotheses = Translator(run).translate(test.sources[: args.test_sentences])
     row = {"side": "ptmkit", "seed": seed, "seconds": round(seconds, 1), **score_translations(hypotheses, test.targets[: args.test_sentences])}
-    return rows.put(run.name, row, load_at_start)
+    return rows.put(run.name, row, began)
 
 
 def marian_model(config: Any, tokenizer: Any) -> Any:
@@ -107,15 +107,21 @@ def reference_row(args: argparse.Namespace, seed: int, rows: KeptRows) -> dict[s
     kept = rows.get(f"transformers-{seed}")
     if kept is not None:
         return kept
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_train_reference, (args, seed, rows))
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        try:
+            return pool.submit(_train_reference, args, seed, rows).result()
+        except BrokenProcessPool:
+            raise SystemExit(f"the transformers run of seed {seed} died (killed, or crashed) before it finished; nothing was kept for it") from None
 
 
 def _train_reference(args: argparse.Namespace, seed: int, rows: KeptRows) -> dict[str, Any]:
     """:func:`reference_row`'s training, in its child process."""
     import time
 
-    load_at_start = os.getloadavg()[0]
+    began = start()
 
     import torch
     from tokenizers import Tokenizer
@@ -166,7 +172,7 @@ def _train_reference(args: argparse.Namespace, seed: int, rows: KeptRows) -> dic
             out = model.generate(input_ids=ids, attention_mask=(ids != pad).long(), num_beams=1, do_sample=False, max_length=config.max_sequence_length)
             hypotheses += [tokenizer.decode([t for t in row.tolist() if t not in (pad, bos, eos)]) for row in out]
     row = {"side": "transformers", "seed": seed, "seconds": round(seconds, 1), **score_translations(hypotheses, test.targets[: args.test_sentences])}
-    return rows.put(f"transformers-{seed}", row, load_at_start)
+    return rows.put(f"transformers-{seed}", row, began)
 
 
 def page(rows: list[dict[str, Any]], argv: list[str], args: argparse.Namespace) -> str:

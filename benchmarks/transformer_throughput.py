@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="1 + 1 layers of hidden 32, batch 4 pairs, 2 steps, 1 round: checks the script, its figures say nothing")
+    parser.add_argument("--quick", action="store_true", help="1 + 1 layers of hidden 32, batch 4 pairs, 2 steps, 1 round (overrides the flags above): checks the script, its figures say nothing")
     args = parser.parse_args()
     if args.quick:
         args.layers, args.batch, args.steps, args.rounds = 1, 4, 2, 1

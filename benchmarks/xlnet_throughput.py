@@ -79,7 +79,7 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="1 layer, hidden 64 (one head), batch 2 x 16, 2 steps, 1 round: checks the script, its figures say nothing")
+    parser.add_argument("--quick", action="store_true", help="1 layer, hidden 64 (one head), batch 2 x 16, 2 steps, 1 round (overrides the flags above): checks the script, its figures say nothing")
     args = parser.parse_args()
     if args.quick:
         args.layers, args.hidden, args.batch, args.length, args.steps, args.rounds = 1, 64, 2, 16, 2, 1

@@ -25,7 +25,8 @@ def test_denoising_benchmark_quick(tmp_path: Path) -> None:
     for row in rows.values():
         assert 0.0 <= row["test_bleu"] <= 100.0 and 0.0 <= row["test_chrf"] <= 100.0 and math.isfinite(row["dev_loss"])
         assert row["settings"]["quick"] is True and row["ran"]["commit"]
-    assert math.isfinite(rows["bart"]["pretrain_last_loss"]) and float(rows["bart"]["pretrain_seconds"]) > 0
+    assert math.isfinite(rows["bart"]["pretrain_last_loss"]) and rows["bart"]["pretrain"]["seconds"] > 0 and rows["bart"]["pretrain"]["resumed_from_step"] == 0
+    assert rows["scratch"]["pretrain"] is None and rows["scratch"]["finetune"]["seconds"] > 0
     text = (tmp_path / "denoising.md").read_text()
     assert "| scratch |" in text and "| bart |" in text and f"| machine | {os.cpu_count()} CPU cores (" in text
     assert json.loads((tmp_path / "bart" / "translation" / "manifest.json").read_text())["init"] == str((tmp_path / "bart" / "pretrain").resolve())

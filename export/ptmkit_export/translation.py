@@ -58,15 +58,18 @@ def pack_sources(sources: Sequence[Sequence[int]], eos: int, pad: int, limit: in
     return ids, mask
 
 
-def source_prefix_ids(manifest: dict[str, Any], path: Path, vocabulary: int) -> tuple[int, ...]:
-    """The manifest's ``source_prefix_ids`` (absent: none), once each is a token id below ``vocabulary``.
+def source_prefix_ids(manifest: dict[str, Any], path: Path, vocabulary: int, limit: int) -> tuple[int, ...]:
+    """The manifest's ``source_prefix_ids`` (absent: none), once each is a token id below
+    ``vocabulary`` and they leave room in ``limit`` positions for a token and ``</s>``.
 
     Raises:
-        ExportDirError: naming the key, when it is not a list of such ids.
+        ExportDirError: naming the key, when it is not such a list.
     """
     ids = manifest.get("source_prefix_ids", [])
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocabulary for i in ids):
         raise ExportDirError(f"{path}: key 'source_prefix_ids' must be a list of token ids below {vocabulary}, got {ids!r}")
+    if len(ids) > limit - 2:
+        raise ExportDirError(f"{path}: key 'source_prefix_ids' holds {len(ids)} tokens; max_sequence_length {limit} leaves room for {max(limit - 2, 0)}")
     return tuple(ids)
 
 
@@ -203,7 +206,7 @@ class Translator(Seq2SeqSearch):
             raise ExportDirError(f"{tokenizer_path}: cannot load tokenizer ({str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__})") from error
         self.pad, self.eos, self.bos = int(self.manifest["pad_token_id"]), int(spec["eos_token_id"]), int(spec["bos_token_id"])
         self.max_sequence_length = int(self.manifest["max_sequence_length"])
-        self.source_prefix = source_prefix_ids(self.manifest, self.export_dir / "manifest.json", self.tokenizer.get_vocab_size(with_added_tokens=True))
+        self.source_prefix = source_prefix_ids(self.manifest, self.export_dir / "manifest.json", self.tokenizer.get_vocab_size(with_added_tokens=True), self.max_sequence_length)
         self.languages = self.manifest.get("languages")
 
     @property

@@ -23,10 +23,11 @@ __all__ = ["TransformerConfig", "TransformerFamily"]
 
 class TransformerFamily(ModelFamily):
     """The Transformer (Vaswani et al. 2017): a shared BPE vocabulary with tied embeddings, an
-    encoder over ``source </s>`` and a decoder over ``<s> target`` attending to it."""
+    encoder over ``source </s>`` (imported BART: ``<s> source </s>``) and a decoder over ``<s>
+    target`` attending to it."""
 
     name = "transformer"
-    description = "Transformer encoder-decoder (Vaswani et al. 2017, keras-hub layers), shared BPE; translation, greedy/beam search; BART/T5/MASS denoising pre-training"
+    description = "Transformer encoder-decoder (Vaswani et al. 2017, keras-hub layers), shared BPE; translation, greedy/beam search; BART/T5/MASS denoising pre-training; Marian and BART import"
     config_class = TransformerConfig
     inputs = (
         InputSpec("encoder_token_ids", ("batch", "source"), "int32", field="ids"),

@@ -323,6 +323,34 @@ def _check_special_ids(directory: Path, hf: dict[str, Any], tokenizer: Any) -> s
     return tokenizer.id_to_token(hf["decoder_start_token_id"])
 
 
+#: Generation settings of transformers' ``generate`` that ptmkit's search does not apply.
+FORCED_TOKENS = ("forced_bos_token_id", "forced_eos_token_id")
+
+
+def warn_forced_tokens(directory: Path, hf: dict[str, Any]) -> list[str]:
+    """Warn, naming the file and key, for each forced token that ``config.json`` or
+    ``generation_config.json`` sets (bart-large-cnn forces ``<s>`` first): ptmkit's greedy and
+    beam search force no token, so its outputs can differ from ``generate``'s there. Returns the
+    warnings' texts."""
+    import warnings
+
+    found = []
+    generation = directory / "generation_config.json"
+    sources = [(directory / "config.json", hf)]
+    if generation.is_file():
+        try:
+            sources.append((generation, json.loads(generation.read_text(encoding="utf-8"))))
+        except (OSError, ValueError):
+            pass  # not read by the import otherwise
+    for path, settings in sources:
+        for key in FORCED_TOKENS:
+            if isinstance(settings, dict) and settings.get(key) is not None:
+                found.append(f"{path}: key {key!r} = {settings[key]!r} is not applied: ptmkit's search forces no token, so its outputs can differ from transformers' generate there")
+    for text in found:
+        warnings.warn(text, stacklevel=3)
+    return found
+
+
 def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], console: Any = None) -> dict[str, Any]:
     """Import the Hugging Face Marian or BART checkpoint in ``directory`` as a ``transformer`` run in
     ``out`` (``ptmkit translate`` reads it).
@@ -347,6 +375,7 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str], co
     config.decoder_start_token = _check_special_ids(source, hf, tokenizer)
     if hf["model_type"] == "bart":
         config.source_start_token = tokenizer.id_to_token(hf["bos_token_id"])
+    warn_forced_tokens(source, hf)
     description = (
         f"importing {source}: {LAYOUTS[hf['model_type']]} {config.encoder_layers} + {config.decoder_layers} layers, d_model {config.hidden_dim}, {config.num_heads} heads, "
         f"{config.activation}, vocabulary {config.vocabulary_size:,}, {config.max_sequence_length} positions"

@@ -7,8 +7,8 @@ make their pairs from monolingual text and reuse the packing, the loss and the s
 
 A pair ``(source, target)`` of token ids (no specials) becomes::
 
-    encoder_token_ids   source </s>
-    decoder_token_ids   <s> target          (teacher forcing: the target shifted right)
+    encoder_token_ids   source </s>         (after model.source_start_token where set: BART's <s>)
+    decoder_token_ids   <s> target          (teacher forcing: the target shifted right; <s>: model.decoder_start_token)
     labels              target </s>         (what each decoder position predicts)
 
 each padded with ``<pad>`` (mask 0, label weight 0) to the batch's length.

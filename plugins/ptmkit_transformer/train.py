@@ -170,7 +170,8 @@ def train_pairs(parallel: Path, dev: Path | None, run_dir: Path, config: Transfo
     room = config.max_sequence_length - len(prefix)
     cut = cut_count(sources, room)
     if cut:
-        warnings.warn(f"{parallel}: {cut:,} source(s) longer than {room - 1} tokens (model.max_sequence_length less </s> and the source start token) cut", stacklevel=2)
+        reason = "model.max_sequence_length less </s>" + (" and the source start token" if prefix else "")
+        warnings.warn(f"{parallel}: {cut:,} source(s) longer than {room - 1} tokens ({reason}) cut", stacklevel=2)
     dev_ids = None
     if dev is not None and dev_pairs is not None:
         dev_ids = (encode(tokenizer, dev_pairs.sources), encode(tokenizer, dev_pairs.targets))
@@ -229,17 +230,18 @@ def _dev_metrics(model: Any, backbone: Any, tokenizer: Any, dev: ParallelCorpus,
     return metrics
 
 
-def read_documents(corpus: Path, tokenizer: Any, config: TransformerConfig) -> tuple[list[list[list[int]]], int]:
+def read_documents(corpus: Path, tokenizer: Any, config: TransformerConfig, reserved: int = 0) -> tuple[list[list[list[int]]], int]:
     """The corpus lines as documents, each its sentences' token ids (:func:`ptmkit_transformer.denoising.split_text`),
-    cut to the sentences that fit in ``max_sequence_length - 1`` tokens; lines with fewer than 2
-    tokens are left out. Returns ``(documents, lines cut)``."""
+    cut to the sentences that fit in ``max_sequence_length - 1 - reserved`` tokens (``reserved``:
+    the source start token's place); lines with fewer than 2 tokens are left out. Returns
+    ``(documents, lines cut)``."""
     from ptmkit.api import read_corpus
     from ptmkit_transformer.denoising import fit_document, split_text
 
     documents, cut = [], 0
     for text in read_corpus(corpus):
         sentences = encode(tokenizer, split_text(text))
-        document = fit_document(sentences, config.max_sequence_length - 1)
+        document = fit_document(sentences, config.max_sequence_length - 1 - reserved)
         cut += sum(len(s) for s in document) < sum(len(s) for s in sentences)
         if sum(len(s) for s in document) >= 2:
             documents.append(document)
@@ -267,7 +269,7 @@ def train_corpus(corpus: Path, run_dir: Path, config: TransformerConfig, console
     ids = special_ids(tokenizer, config)
     bos, eos, pad = (tokenizer.token_to_id(token) for token in (config.decoder_start_token, "</s>", "<pad>"))
     prefix = source_prefix(tokenizer, config)
-    documents, cut = read_documents(corpus, tokenizer, config)
+    documents, cut = read_documents(corpus, tokenizer, config, len(prefix))
     if not documents:
         raise DataError(f"{corpus}: no line of 2 tokens or more to pre-train on")
     seed_everything(config.seed)

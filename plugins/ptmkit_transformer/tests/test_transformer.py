@@ -129,6 +129,24 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, pairs_file: Path, capsys: 
     assert "trains on --parallel pairs; pre-training on --corpus takes one of bart, t5_span, mass" in capsys.readouterr().err
 
 
+def test_long_sources_are_cut_with_a_count_in_a_warning(tmp_path: Path, pairs_file: Path) -> None:
+    """Sources longer than ``max_sequence_length - 1`` tokens are cut, and the warning counts them
+    (one step of a tiny model with room for 5 source tokens)."""
+    from transformer_pairs import TINY_TRANSFORMER
+
+    from ptmkit.api import read_parallel
+    from ptmkit_transformer.data import encode
+
+    sets = [*TINY_TRANSFORMER, "model.max_sequence_length=6", "model.max_steps=1", "model.dev_sentences=0"]
+    with pytest.warns(UserWarning, match=r"source\(s\) longer than 5 tokens \(model.max_sequence_length less </s>\) cut") as caught:
+        assert main(["train", "transformer", "--parallel", str(pairs_file), "--out", str(tmp_path / "run"), *(a for s in sets for a in ("--set", s))]) == 0
+    from ptmkit.api import RunDir
+
+    tokenizer = RunDir(tmp_path / "run").load_tokenizer()
+    longer = sum(len(ids) > 5 for ids in encode(tokenizer, read_parallel(pairs_file).sources))
+    assert longer > 0 and any(str(w.message).startswith(f"{pairs_file}: {longer:,} source(s)") for w in caught)
+
+
 def test_translate_refusals(overfit_run, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run, _ = overfit_run
     assert main(["translate", str(run), "--text", "hello", "--num-beams", "0"]) == 2

@@ -119,6 +119,22 @@ def test_imported_bart_exports_to_onnx_with_its_source_start_token(run: Path, tm
         assert onnx.translate_ids(SOURCES, num_beams=beams, max_length=12) == keras_side.translate_ids(SOURCES, num_beams=beams, max_length=12)
 
 
+def test_forced_tokens_are_named_in_a_warning(checkpoint: tuple[Path, dict], tmp_path: Path) -> None:
+    """bart-large-cnn's generation config forces ``<s>`` first; ptmkit's search does not, which the
+    import says, naming the file and key."""
+    import json
+    import shutil
+
+    from ptmkit_transformer.hf import warn_forced_tokens
+
+    directory = tmp_path / "ckpt"
+    shutil.copytree(checkpoint[0], directory)
+    (directory / "generation_config.json").write_text(json.dumps({"forced_bos_token_id": 0, "forced_eos_token_id": None}))
+    with pytest.warns(UserWarning, match=r"generation_config.json: key 'forced_bos_token_id' = 0 is not applied: ptmkit's search forces no token"):
+        found = warn_forced_tokens(directory, json.loads((directory / "config.json").read_text()))
+    assert len(found) == 1  # the checkpoint's config.json forces nothing (forced_eos_token_id None)
+
+
 @pytest.mark.parametrize(
     ("breaker", "needles"),
     [

@@ -200,6 +200,11 @@ def test_broken_export_is_one_line(exported: Path, tmp_path: Path, capsys: pytes
         (broken / "manifest.json").write_text(json.dumps({**manifest, "decoder": {**manifest["decoder"], key: value}}))
         with pytest.raises(ExportDirError, match=r"decoder.onnx: does not match .*manifest.json: " + message):
             ExportTranslator(broken)
+    for prefix, message in [("<s>", r"must be a list of token ids below \d+, got '<s>'"), ([10**6], r"must be a list of token ids below \d+, got \[1000000\]"),
+                            ([True], r"must be a list of token ids below \d+, got \[True\]"), ([0] * (manifest["max_sequence_length"] - 1), r"holds \d+ tokens; max_sequence_length \d+ leaves room for")]:
+        (broken / "manifest.json").write_text(json.dumps({**manifest, "source_prefix_ids": prefix}))
+        with pytest.raises(ExportDirError, match=r"manifest.json: key 'source_prefix_ids' " + message):
+            ExportTranslator(broken)
     variants = {**manifest["variants"], "fp32": {**manifest["variants"]["fp32"], "ok": False}}
     (broken / "manifest.json").write_text(json.dumps({**manifest, "variants": variants}))
     with pytest.warns(RuntimeWarning, match="variant 'fp32' did not pass the export's gate; using it anyway"):
