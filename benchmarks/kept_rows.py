@@ -108,7 +108,7 @@ def page_header(title: str, script: str, load_at_start: float) -> list[str]:
 def start() -> dict[str, Any]:
     """What a row records of its start: this checkout's commit (``+dirty`` with uncommitted
     changes) and the 1-minute load average; give it to :meth:`KeptRows.put`."""
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
     return {"commit": git_commit() + ("+dirty" if dirty else ""), "load": os.getloadavg()[0]}
 
 
@@ -135,8 +135,17 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def git_commit() -> str:
-    """This checkout's short commit hash ("" outside git)."""
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
+    """This checkout's short commit hash; outside git (a copy of the tree on another machine) the
+    ``PTMKIT_COMMIT`` environment variable, else ""."""
+    return _git("rev-parse", "--short", "HEAD") or os.environ.get("PTMKIT_COMMIT", "")
+
+
+def _git(*args: str) -> str:
+    """``git ARGS`` in this checkout: its stripped output, "" where git or the repository is missing."""
+    try:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        return ""
 
 
 def machine() -> str:

@@ -64,7 +64,8 @@ def ptmkit_row(args: argparse.Namespace, seed: int, rows: KeptRows) -> dict[str,
 
     test = read_parallel(PARALLEL / "en-de-test.tsv")
     hypotheses = Translator(run).translate(test.sources[: args.test_sentences])
-    row = {"side": "ptmkit", "seed": seed, "seconds": round(seconds, 1), **score_translations(hypotheses, test.targets[: args.test_sentences])}
+    row = {"side": "ptmkit", "seed": seed, "seconds": round(seconds, 1), "device": "cpu", "tokenizer_sha256": file_sha256(run / "tokenizer.json"),
+           **score_translations(hypotheses, test.targets[: args.test_sentences])}
     return rows.put(run.name, row, began)
 
 
@@ -132,8 +133,10 @@ def _train_reference(args: argparse.Namespace, seed: int, rows: KeptRows) -> dic
     from ptmkit_transformer.translate import score_translations
 
     torch.set_num_threads(os.cpu_count() or 1)
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # BLEU after N steps does not depend on where they ran
     config = TransformerConfig(**{**(TINY if args.quick else {}), "max_steps": args.steps, "seed": seed})
-    tokenizer = Tokenizer.from_file(str(shared_tokenizer(args, config)))
+    tokenizer_path = shared_tokenizer(args, config)
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
     pad, eos, bos = (tokenizer.token_to_id(t) for t in ("<pad>", "</s>", "<s>"))
     limit = config.max_sequence_length - 1
     pairs = read_parallel(PARALLEL / "en-de-train-10k.tsv")
@@ -156,7 +159,7 @@ def _train_reference(args: argparse.Namespace, seed: int, rows: KeptRows) -> dic
     training = Seq2SeqTrainingArguments(
         output_dir=str(args.work / f"transformers-{seed}"), max_steps=args.steps, per_device_train_batch_size=config.batch_size,
         label_smoothing_factor=config.label_smoothing, seed=seed, logging_steps=max(1, args.steps // 20), save_strategy="no", report_to=[],
-        use_cpu=True, dataloader_num_workers=0, remove_unused_columns=False,
+        use_cpu=device == "cpu", dataloader_num_workers=0, remove_unused_columns=False,
     )
     started = time.perf_counter()
     Seq2SeqTrainer(model=model, args=training, train_dataset=examples, data_collator=collate, optimizers=(optimizer, scheduler)).train()
@@ -168,11 +171,19 @@ def _train_reference(args: argparse.Namespace, seed: int, rows: KeptRows) -> dic
     with torch.no_grad():
         for first in range(0, len(sources), 32):
             chunk = sources[first : first + 32]
-            ids = torch.tensor([s + [pad] * (max(map(len, chunk)) - len(s)) for s in chunk])
+            ids = torch.tensor([s + [pad] * (max(map(len, chunk)) - len(s)) for s in chunk]).to(model.device)
             out = model.generate(input_ids=ids, attention_mask=(ids != pad).long(), num_beams=1, do_sample=False, max_length=config.max_sequence_length)
             hypotheses += [tokenizer.decode([t for t in row.tolist() if t not in (pad, bos, eos)]) for row in out]
-    row = {"side": "transformers", "seed": seed, "seconds": round(seconds, 1), **score_translations(hypotheses, test.targets[: args.test_sentences])}
+    row = {"side": "transformers", "seed": seed, "seconds": round(seconds, 1), "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+           "tokenizer_sha256": file_sha256(tokenizer_path), **score_translations(hypotheses, test.targets[: args.test_sentences])}
     return rows.put(f"transformers-{seed}", row, began)
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes (both sides' token ids come from one tokenizer.json: the rows record which)."""
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def page(rows: list[dict[str, Any]], argv: list[str], args: argparse.Namespace) -> str:
@@ -185,10 +196,12 @@ def page(rows: list[dict[str, Any]], argv: list[str], args: argparse.Namespace) 
         f"`python benchmarks/seq2seq_reference.py {' '.join(argv)}`{' (tiny models: a smoke test)' if args.quick else ''}. "
         f"{args.steps} steps, greedy decoding of the first {args.test_sentences} test sentences, sacrebleu BLEU. Each run's row is kept in "
         "`--rows-dir` when it finishes (the page may gather rows of several invocations: see each row's date, commit and load).\n",
-        "| side | seed | test BLEU | chrF | train s | ran (date, commit, 1-minute load) |", "|---|---|---|---|---|---|",
-        *(f"| {r['side']} | {r['seed']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['seconds']} | {ran(r)} |" for r in rows),
+        "| side | seed | test BLEU | chrF | train s | device | ran (date, commit, 1-minute load) |", "|---|---|---|---|---|---|---|",
+        *(f"| {r['side']} | {r['seed']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['seconds']} | {r.get('device', 'cpu')} | {ran(r)} |" for r in rows),
         f"\nMean BLEU: ptmkit {means['ptmkit']:.2f}, transformers {means['transformers']:.2f}; goal ptmkit >= transformers - 1: "
-        f"{'met' if means['ptmkit'] >= means['transformers'] - 1 else 'not met'}. Signature: {rows[0]['bleu_signature']}.\n",
+        f"{'met' if means['ptmkit'] >= means['transformers'] - 1 else 'not met'}. Signature: {rows[0]['bleu_signature']}. "
+        + ("Every row read the same tokenizer.json (one SHA-256)." if len({r.get('tokenizer_sha256') for r in rows}) == 1 else
+           "WARNING: the rows read different tokenizer.json files (SHA-256 differ); their token ids are not the same."),
     ]
     return "\n".join(lines)
 
@@ -203,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-sentences", type=int, help="test sentences translated (default 1,000; --quick 50)")
     parser.add_argument("--quick", action="store_true", help="tiny models: a smoke test")
     parser.add_argument("--out", type=Path, help="write the markdown page here")
+    parser.add_argument("--reference-only", action="store_true", help="train the transformers rows only (e.g. on a GPU machine; BLEU after N steps does not depend on where they ran), no page")
     args = parser.parse_args(argv)
     args.steps = args.steps or (100 if args.quick else 2000)
     args.test_sentences = args.test_sentences or (50 if args.quick else 1000)
@@ -210,8 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     args.rows_dir = args.rows_dir or (args.work / "rows" if args.quick else REPO / "benchmarks" / "results" / "seq2seq-reference-rows")
     kept = KeptRows(args.rows_dir, {"steps": args.steps, "test_sentences": args.test_sentences, "quick": args.quick})
     kept.claim_work(args.work)
-    rows = [ptmkit_row(args, seed, kept) for seed in args.seeds]
+    rows = [] if args.reference_only else [ptmkit_row(args, seed, kept) for seed in args.seeds]
     rows += [reference_row(args, seed, kept) for seed in args.seeds]
+    if args.reference_only:
+        print("\n".join(f"transformers seed {r['seed']}: BLEU {r['bleu']:.2f}, chrF {r['chrf']:.2f}, {r['seconds']} s on {r['device']}" for r in rows))
+        return 0
     lineage.print_and_write(page(rows, argv, args), args.out)
     return 0
 
