@@ -108,6 +108,8 @@ def page_header(title: str, script: str, load_at_start: float) -> list[str]:
 def start() -> dict[str, Any]:
     """What a row records of its start: this checkout's commit (``+dirty`` with uncommitted
     changes) and the 1-minute load average; give it to :meth:`KeptRows.put`."""
+    if os.environ.get("PTMKIT_COMMIT"):
+        return {"commit": os.environ["PTMKIT_COMMIT"], "load": os.getloadavg()[0]}
     dirty = _git("status", "--porcelain", "--untracked-files=no")
     return {"commit": git_commit() + ("+dirty" if dirty else ""), "load": os.getloadavg()[0]}
 
@@ -135,9 +137,9 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def git_commit() -> str:
-    """This checkout's short commit hash; outside git (a copy of the tree on another machine) the
-    ``PTMKIT_COMMIT`` environment variable, else ""."""
-    return _git("rev-parse", "--short", "HEAD") or os.environ.get("PTMKIT_COMMIT", "")
+    """The ``PTMKIT_COMMIT`` environment variable where set (a copy of the tree on another machine,
+    whose ``.git`` may lag behind it), else this checkout's short commit hash ("" outside git)."""
+    return os.environ.get("PTMKIT_COMMIT") or _git("rev-parse", "--short", "HEAD")
 
 
 def _git(*args: str) -> str:

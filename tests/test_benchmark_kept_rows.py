@@ -55,9 +55,11 @@ def test_unreadable_rows_and_markers_are_one_line_refusals(tmp_path: Path) -> No
         KeptRows(tmp_path / "rows", {}).claim_work(tmp_path / "work")
 
 
-def test_start_records_the_commit_and_load() -> None:
+def test_start_records_the_commit_and_load(monkeypatch: pytest.MonkeyPatch) -> None:
     began = start()
     assert began["commit"] and began["load"] >= 0.0
+    monkeypatch.setenv("PTMKIT_COMMIT", "abc1234")  # a copy of the tree on another machine: its .git may lag behind
+    assert start()["commit"] == "abc1234"
 
 
 def test_machine_names_the_core_count() -> None:
