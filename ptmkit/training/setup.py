@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 
 def quiet_tensorflow() -> None:
-    """Import TensorFlow without its C++ start-up chatter (oneDNN and CUDA probing notes).
+    """Import TensorFlow without its C++ start-up chatter (oneDNN and CUDA probing notes); nothing
+    when ``KERAS_BACKEND`` names another backend.
 
     Those lines are written by absl before its logging is configured, so no environment
     variable silences them: standard error is pointed at /dev/null while TensorFlow imports,
@@ -17,7 +18,8 @@ def quiet_tensorflow() -> None:
     """
     import sys
 
-    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    if os.environ.setdefault("KERAS_BACKEND", "tensorflow") != "tensorflow":
+        return  # Keras runs on another backend (e.g. JAX on a GPU machine without TensorFlow)
     if "tensorflow" in sys.modules or os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3") == "0":
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # runtime notes such as oneDNN's int64 fallback
