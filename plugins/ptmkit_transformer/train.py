@@ -86,10 +86,15 @@ def compiled_model(config: TransformerConfig) -> tuple[Any, Any]:
 
 
 def step_batches(make: Any, start: int, stop: int) -> Any:
-    """Steps ``start .. stop`` of ``make(step) -> (inputs, targets, weights)`` as a
-    ``tf.data.Dataset`` whose every array is ``(batch, length)`` with both axes dynamic: each step
-    pads to its own longest pair, which a Keras ``PyDataset`` cannot feed (it fixes an axis
-    that its first few batches happen to agree on)."""
+    """Steps ``start .. stop`` of ``make(step) -> (inputs, targets, weights)`` for ``fit``: on
+    TensorFlow a ``tf.data.Dataset`` whose every array is ``(batch, length)`` with both axes
+    dynamic (each step pads to its own longest pair, which TensorFlow's ``PyDataset`` adapter
+    cannot feed: it fixes an axis that its first few batches happen to agree on); on another
+    Keras backend (JAX) a ``PyDataset`` of the same steps, each batch its own shape."""
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        return _step_sequence(make, start, stop)
     import tensorflow as tf
 
     ids = tf.TensorSpec((None, None), tf.int32)
@@ -97,6 +102,20 @@ def step_batches(make: Any, start: int, stop: int) -> Any:
     signature = ({name: ids for name in names}, {"logits": ids}, {"logits": tf.TensorSpec((None, None), tf.float32)})
     dataset = tf.data.Dataset.from_generator(lambda: (make(step) for step in range(start, stop)), output_signature=signature)
     return dataset.apply(tf.data.experimental.assert_cardinality(stop - start))  # Keras then knows the epoch's end
+
+
+def _step_sequence(make: Any, start: int, stop: int) -> Any:
+    """A ``keras.utils.PyDataset`` of steps ``start .. stop`` of ``make`` (:func:`step_batches`; defined here: Keras is imported after TensorFlow is set up)."""
+    import keras
+
+    class StepSequence(keras.utils.PyDataset):
+        def __len__(self) -> int:
+            return stop - start
+
+        def __getitem__(self, index: int) -> Any:
+            return make(start + index)
+
+    return StepSequence()
 
 
 def relative(weights: np.ndarray) -> np.ndarray:

@@ -84,17 +84,20 @@ class Translator(Seq2SeqSearch):
         self.source_prefix = source_prefix(tokenizer, config)
         import warnings
 
-        import tensorflow as tf
+        import keras
 
         # The first step's self-attention has one key: Keras warns that its softmax is always 1, which is right.
         warnings.filterwarnings("ignore", message=r"You are using a softmax over axis 3 of a tensor of shape \(\w+, \w+, 1, 1\)")
         decoder = backbone.decoder
 
-        # One traced graph for every prefix length and batch (eager calls cost ~10x more a step).
-        @tf.function(reduce_retracing=True)
         def decode(token_ids: Any, padding_mask: Any, states: Any, states_mask: Any) -> Any:
             return decoder([token_ids, padding_mask, states, states_mask], training=False)[:, -1, :]
 
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            # One traced graph for every prefix length and batch (eager calls cost ~10x more a step).
+            decode = tf.function(decode, reduce_retracing=True)
         self._decode = decode
 
     def encode_sources(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
