@@ -60,13 +60,33 @@ def ptmkit_row(args: argparse.Namespace, seed: int, rows: KeptRows) -> dict[str,
                        *(["--resume"] if (run / "checkpoints").is_dir() else []), log=log)
     seconds = json.loads((run / "metrics.json").read_text(encoding="utf-8"))["train_seconds_this_session"]  # its last session's, if resumed
     from ptmkit.api import read_parallel
-    from ptmkit_transformer.translate import Translator, score_translations
+    from ptmkit_transformer.translate import score_translations
 
     test = read_parallel(PARALLEL / "en-de-test.tsv")
-    hypotheses = Translator(run).translate(test.sources[: args.test_sentences])
-    row = {"side": "ptmkit", "seed": seed, "seconds": round(seconds, 1), "device": "cpu", "tokenizer_sha256": file_sha256(run / "tokenizer.json"),
-           **score_translations(hypotheses, test.targets[: args.test_sentences])}
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    if backend == "tensorflow":
+        from ptmkit_transformer.translate import Translator
+
+        hypotheses, translated_with = Translator(run).translate(test.sources[: args.test_sentences]), "the Keras translator"
+    else:  # Keras on another backend (JAX on a GPU machine without TensorFlow): the run's ONNX export, whose greedy output equals Keras'
+        from ptmkit_export import Translator as ExportTranslator
+
+        if not (run / "export" / "manifest.json").exists():
+            lineage.ptmkit("export", str(run), "--out", str(run / "export"), log=log)
+        hypotheses, translated_with = ExportTranslator(run / "export").translate(test.sources[: args.test_sentences]), "its ONNX export (ONNX Runtime, CPU)"
+    row = {"side": "ptmkit", "seed": seed, "seconds": round(seconds, 1), "device": _device(backend), "keras_backend": backend, "translated_with": translated_with,
+           "tokenizer_sha256": file_sha256(run / "tokenizer.json"), **score_translations(hypotheses, test.targets[: args.test_sentences])}
     return rows.put(run.name, row, began)
+
+
+def _device(backend: str) -> str:
+    """Where the ptmkit run trained: the JAX GPU's name, else "cpu" (TensorFlow here has none)."""
+    if backend == "jax":
+        import jax
+
+        gpus = [d for d in jax.devices() if d.platform == "gpu"]
+        return gpus[0].device_kind if gpus else "cpu"
+    return "cpu"
 
 
 def marian_model(config: Any, tokenizer: Any) -> Any:
@@ -197,7 +217,7 @@ def page(rows: list[dict[str, Any]], argv: list[str], args: argparse.Namespace) 
         f"{args.steps} steps, greedy decoding of the first {args.test_sentences} test sentences, sacrebleu BLEU. Each run's row is kept in "
         "`--rows-dir` when it finishes (the page may gather rows of several invocations: see each row's date, commit and load).\n",
         "| side | seed | test BLEU | chrF | train s | device | ran (date, commit, 1-minute load) |", "|---|---|---|---|---|---|---|",
-        *(f"| {r['side']} | {r['seed']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['seconds']} | {r.get('device', 'cpu')} | {ran(r)} |" for r in rows),
+        *(f"| {r['side']} | {r['seed']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['seconds']} | {r.get('device', 'cpu')}{', Keras on ' + r['keras_backend'] if r.get('keras_backend') else ''} | {ran(r)} |" for r in rows),
         f"\nMean BLEU: ptmkit {means['ptmkit']:.2f}, transformers {means['transformers']:.2f}; goal ptmkit >= transformers - 1: "
         f"{'met' if means['ptmkit'] >= means['transformers'] - 1 else 'not met'}. Signature: {rows[0]['bleu_signature']}. "
         + ("Every row read the same tokenizer.json (one SHA-256)." if len({r.get('tokenizer_sha256') for r in rows}) == 1 else
@@ -216,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-sentences", type=int, help="test sentences translated (default 1,000; --quick 50)")
     parser.add_argument("--quick", action="store_true", help="tiny models: a smoke test")
     parser.add_argument("--out", type=Path, help="write the markdown page here")
+    parser.add_argument("--ptmkit-only", action="store_true", help="train the ptmkit rows only, no page (KERAS_BACKEND=jax: on a GPU machine without TensorFlow; its test sentences are translated by the run's ONNX export)")
     parser.add_argument("--reference-only", action="store_true", help="train the transformers rows only (e.g. on a GPU machine; BLEU after N steps does not depend on where they ran), no page")
     args = parser.parse_args(argv)
     args.steps = args.steps or (100 if args.quick else 2000)
@@ -225,9 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     kept = KeptRows(args.rows_dir, {"steps": args.steps, "test_sentences": args.test_sentences, "quick": args.quick})
     kept.claim_work(args.work)
     rows = [] if args.reference_only else [ptmkit_row(args, seed, kept) for seed in args.seeds]
-    rows += [reference_row(args, seed, kept) for seed in args.seeds]
-    if args.reference_only:
-        print("\n".join(f"transformers seed {r['seed']}: BLEU {r['bleu']:.2f}, chrF {r['chrf']:.2f}, {r['seconds']} s on {r['device']}" for r in rows))
+    rows += [] if args.ptmkit_only else [reference_row(args, seed, kept) for seed in args.seeds]
+    if args.reference_only or args.ptmkit_only:
+        print("\n".join(f"{r['side']} seed {r['seed']}: BLEU {r['bleu']:.2f}, chrF {r['chrf']:.2f}, {r['seconds']} s on {r['device']}" for r in rows))
         return 0
     lineage.print_and_write(page(rows, argv, args), args.out)
     return 0
