@@ -1,0 +1,61 @@
+"""The transformer family on Keras's JAX backend with TensorFlow absent (a GPU machine with JAX and
+no TensorFlow): ``ptmkit train transformer`` trains (the same steps as on TensorFlow, fed by a
+``PyDataset``) and checkpoints, and ``ptmkit export`` writes the ONNX encoder and decoder, whose greedy
+translations the lean runtime reproduces from the JAX-trained weights. Runs in a child process
+whose every import of TensorFlow fails; skipped where JAX is not installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from transformer_pairs import TINY_TRANSFORMER
+
+ROOT = Path(__file__).resolve().parents[3]
+
+#: The ptmkit CLI as on a machine without TensorFlow: importing it fails, as there.
+NO_TENSORFLOW = """
+import importlib.abc, os, sys
+class NoTensorFlow(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "tensorflow" or name.startswith("tensorflow."):
+            raise ModuleNotFoundError(f"No module named {name!r} (this test blocks it)")
+        return None
+sys.meta_path.insert(0, NoTensorFlow())
+os.environ["KERAS_BACKEND"] = "jax"
+from ptmkit.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _ptmkit_without_tensorflow(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "plugins"), str(ROOT / "export"), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-c", NO_TENSORFLOW, *args], env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="JAX is not installed (the GPU machines' backend)")
+def test_trains_and_exports_on_jax_without_tensorflow(pairs_file: Path, tmp_path: Path) -> None:
+    from ptmkit_export import Translator as ExportTranslator
+
+    run = tmp_path / "run"
+    sets = [a for s in [*TINY_TRANSFORMER, "model.max_steps=2", "model.checkpoint_every=1", "model.dev_sentences=0"] for a in ("--set", s)]
+    first = _ptmkit_without_tensorflow("train", "transformer", "--parallel", str(pairs_file), "--out", str(run), *sets)
+    assert first.returncode == 0, first.stderr[-3000:]
+    losses = [json.loads(line)["loss"] for line in (run / "logs" / "steps.jsonl").read_text().splitlines()]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    assert json.loads((run / "metrics.json").read_text())["steps"] == 2
+
+    assert sorted(p.name for p in (run / "checkpoints").glob("ckpt-*")) != []  # what --resume reads
+
+    exported = _ptmkit_without_tensorflow("export", str(run), "--out", str(tmp_path / "export"))
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    manifest = json.loads((tmp_path / "export" / "manifest.json").read_text())
+    assert manifest["variants"]["fp32"]["parity_max_abs_diff"] <= 1e-4  # ONNX against the JAX-backed Keras model
+    assert len(ExportTranslator(tmp_path / "export").translate(["Good morning.", "Thank you."])) == 2
