@@ -40,6 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kept_rows import KeptRows, atomic_write, page_header, start  # noqa: E402  (benchmarks/ is not a package)
+from seq2seq_reference import run_translations  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "data" / "corpus" / "enwiki-106.txt"
@@ -108,9 +109,8 @@ def _shown(stage: dict[str, Any] | None) -> str:
 
 def row(name: str, args: argparse.Namespace, data: tuple[Path, Path, Path, Path], model: list[str], rows: KeptRows) -> dict[str, Any]:
     """Pre-train (unless ``scratch``), fine-tune and score one row; kept in ``rows``."""
-    from rich.console import Console
-
-    from ptmkit_transformer.translate import evaluate_run
+    from ptmkit.api import read_parallel
+    from ptmkit_transformer.translate import score_translations
 
     kept = rows.get(name)
     if kept is not None:
@@ -131,9 +131,11 @@ def row(name: str, args: argparse.Namespace, data: tuple[Path, Path, Path, Path]
         pretrained = _stage(["--corpus", str(corpus), "--objective", name], pre, [*model, f"model.max_steps={args.pretrain_steps}", f"model.checkpoint_every={every}"])
         result.update(pretrain=_seconds(pretrained), pretrain_last_loss=_last_loss(pre))
         metrics = _stage([*pairs, "--init", str(pre), "--objective", "translation"], work / "translation", steps)
-    scores = evaluate_run(work / "translation", test, {"num_beams": 1}, Console(quiet=True))
+    pairs_read = read_parallel(test)
+    hypotheses, result["translated_with"] = run_translations(work / "translation", pairs_read.sources, work / "export.log")
+    scores = score_translations(hypotheses, pairs_read.targets)
     result.update(finetune=_seconds(metrics), dev_loss=metrics.get("dev_loss"), test_bleu=scores["bleu"], test_chrf=scores["chrf"])
-    result["bleu_signature"] = scores.get("bleu_signature")
+    result.update(bleu_signature=scores["bleu_signature"], keras_backend=os.environ.get("KERAS_BACKEND", "tensorflow"))
     return rows.put(name, result, began)
 
 
@@ -161,6 +163,8 @@ def page(rows: list[dict[str, Any]], args: argparse.Namespace, load_at_start: fl
             f"| {r['row']} | {r['test_bleu']:.2f} | {r['test_chrf']:.2f} | {r['dev_loss']} | {r.get('pretrain_last_loss') or '-'} | "
             f"{_shown(r.get('pretrain'))} | {_shown(r.get('finetune'))} | {ran.get('date', '?')}, {ran.get('commit', '?')}, {ran.get('load', '?')} |"
         )
+    how = sorted({f"{r.get('translated_with', 'the Keras translator')} (Keras on {r.get('keras_backend', 'tensorflow')})" for r in rows})
+    lines += ["", f"Test sentences translated greedily by {'; '.join(how)}."]
     scratch = next((r for r in rows if r["row"] == "scratch"), None)
     best = max(rows, key=lambda r: r["test_bleu"])
     if scratch is not None and len(rows) > 1:

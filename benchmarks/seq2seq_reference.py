@@ -64,19 +64,26 @@ def ptmkit_row(args: argparse.Namespace, seed: int, rows: KeptRows) -> dict[str,
 
     test = read_parallel(PARALLEL / "en-de-test.tsv")
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")
-    if backend == "tensorflow":
-        from ptmkit_transformer.translate import Translator
-
-        hypotheses, translated_with = Translator(run).translate(test.sources[: args.test_sentences]), "the Keras translator"
-    else:  # Keras on another backend (JAX on a GPU machine without TensorFlow): the run's ONNX export, whose greedy output equals Keras'
-        from ptmkit_export import Translator as ExportTranslator
-
-        if not (run / "export" / "manifest.json").exists():
-            lineage.ptmkit("export", str(run), "--out", str(run / "export"), log=log)
-        hypotheses, translated_with = ExportTranslator(run / "export").translate(test.sources[: args.test_sentences]), "its ONNX export (ONNX Runtime, CPU)"
+    hypotheses, translated_with = run_translations(run, test.sources[: args.test_sentences], log)
     row = {"side": "ptmkit", "seed": seed, "seconds": round(seconds, 1), "device": _device(backend), "keras_backend": backend, "translated_with": translated_with,
            "tokenizer_sha256": file_sha256(run / "tokenizer.json"), **score_translations(hypotheses, test.targets[: args.test_sentences])}
     return rows.put(run.name, row, began)
+
+
+def run_translations(run: Path, sources: list[str], log: Path) -> tuple[list[str], str]:
+    """Greedy translations of ``sources`` by a transformer run, and how they were made: the Keras
+    translator on TensorFlow; on another Keras backend (``KERAS_BACKEND=jax``, a GPU machine without
+    TensorFlow) the run's ONNX export (written once into ``RUN/export``), whose greedy output equals
+    the Keras translator's (tested) and runs without a per-shape compilation."""
+    if os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow":
+        from ptmkit_transformer.translate import Translator
+
+        return Translator(run).translate(sources), "the Keras translator"
+    from ptmkit_export import Translator as ExportTranslator
+
+    if not (run / "export" / "manifest.json").exists():
+        lineage.ptmkit("export", str(run), "--out", str(run / "export"), log=log)
+    return ExportTranslator(run / "export").translate(sources), "its ONNX export (ONNX Runtime, CPU)"
 
 
 def _device(backend: str) -> str:
