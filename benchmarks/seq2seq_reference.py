@@ -246,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ptmkit-only", action="store_true", help="train the ptmkit rows only, no page (KERAS_BACKEND=jax: on a GPU machine without TensorFlow; its test sentences are translated by the run's ONNX export)")
     parser.add_argument("--reference-only", action="store_true", help="train the transformers rows only (e.g. on a GPU machine; BLEU after N steps does not depend on where they ran), no page")
     args = parser.parse_args(argv)
+    if args.ptmkit_only and args.reference_only:
+        parser.error("--ptmkit-only and --reference-only leave nothing to run together; give one of them")
     args.steps = args.steps or (100 if args.quick else 2000)
     args.test_sentences = args.test_sentences or (50 if args.quick else 1000)
     args.work = args.work or REPO / "runs" / ("bench-seq2seq-reference" + ("-quick" if args.quick else ""))
