@@ -29,7 +29,7 @@ class NoTensorFlow(importlib.abc.MetaPathFinder):
         return None
 sys.meta_path.insert(0, NoTensorFlow())
 os.environ["KERAS_BACKEND"] = "jax"
-from ptmkit.cli import main
+from ptmkit.testing import main
 sys.exit(main(sys.argv[1:]))
 """
 
