@@ -20,7 +20,11 @@ form), the rest is the core's ``rtd``. The ``pretrain()`` row is the whole ``ptm
 
 Run::
 
-    PTMKIT_PLUGINS=ptmkit_electra python benchmarks/electra_throughput.py [--steps 8] [--warmup 2] [--rounds 3]
+    PTMKIT_PLUGINS=ptmkit_electra python benchmarks/electra_throughput.py [--steps 8] [--warmup 2] [--rounds 3] [--quick]
+
+``--quick``: pretrain_throughput.py's tiny model (2 layers, hidden 32, embeddings 16, vocabulary
+400, batch 8 x 32) on the corpus's first 400 lines, 1 warm-up + 2 timed steps, 1 round: the code
+paths only, its figures measure nothing (tests/test_benchmark_throughput_quick.py).
 """
 
 from __future__ import annotations
@@ -39,9 +43,11 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pretrain_throughput import Row, default_corpus, stack, step_timer, step_times  # noqa: E402
+from pretrain_throughput import QUICK_OVERRIDES, Row, default_corpus, quick_corpus, stack, step_timer, step_times  # noqa: E402
 
 LAMBDA = 50.0
+#: ``--quick``: pretrain_throughput.py's tiny model, with ELECTRA's factorised embeddings.
+QUICK_ELECTRA = [*QUICK_OVERRIDES, "model.embedding_dim=16", "model.min_frequency=1"]
 
 
 def anchor_model(vocabulary: int, config: Any, predictions_weight: float = LAMBDA) -> Any:
@@ -98,7 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="steps dropped at the start of each fit (default 2)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of every row (default 3)")
     parser.add_argument("--corpus", type=Path, default=default_corpus())
+    parser.add_argument("--quick", action="store_true", help="a tiny model on the corpus's first 400 lines, 1 warm-up + 2 steps, 1 round "
+                        "(overrides the flags above): the code paths only")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.steps, args.warmup, args.rounds = 2, 1, 1
 
     from ptmkit.training.setup import quiet_tensorflow
 
@@ -115,13 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     total = args.warmup + args.steps
     registry = get_registry()
     family = registry.family("electra")
-    config = resolve_config(registry, "electra", None, [])
+    overrides = QUICK_ELECTRA if args.quick else []
+    config = resolve_config(registry, "electra", None, overrides)
     model_config, train = config.model, config.train
     batch, length = train.batch_size, train.sequence_length
     work = Path(tempfile.mkdtemp(prefix="ptmkit-electra-throughput-"))
     print(f"electra throughput: batch {batch} x {length}, {args.warmup}+{args.steps} steps, {args.rounds} rounds, work {work}", flush=True)
+    corpus = quick_corpus(args.corpus, work) if args.quick else args.corpus
     started = time.perf_counter()
-    metrics = pretrain("electra", args.corpus, work / "run", overrides=[f"train.max_steps={total}"], console=Console(quiet=True))
+    metrics = pretrain("electra", corpus, work / "run", overrides=[*overrides, f"train.max_steps={total}"], console=Console(quiet=True))
     print(f"pretrain(): metrics.json tokens_per_second {metrics['tokens_per_second']:.0f} ({time.perf_counter() - started:.0f}s)", flush=True)
 
     run = RunDir(work / "run")
