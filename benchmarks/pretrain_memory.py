@@ -29,7 +29,11 @@ long. ``--repeat 38`` (~100 MB) halves that when the machine is slow.
 
 Run (about 8-12 minutes on 2 cores with the defaults)::
 
-    python benchmarks/pretrain_memory.py [--repeat 76] [--steps 20] [--corpus FILE] [--keep] [--json results.json]
+    python benchmarks/pretrain_memory.py [--repeat 76] [--steps 20] [--corpus FILE] [--keep] [--json results.json] [--quick]
+
+``--quick``: pretrain_throughput.py's tiny model (2 layers, hidden 32, batch 8 x 32) on the
+corpus's first 400 lines and that repeated twice, 2 steps: the code paths only, its figures
+measure nothing (tests/test_benchmark_quick_modes.py).
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pretrain_throughput import QUICK_OVERRIDES, quick_corpus  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS_CANDIDATES = (REPO / "data/corpus/enwiki-106.txt", Path("/work/shared/data/corpus/enwiki-106.txt"))
@@ -159,10 +166,11 @@ def stages(lines: list[tuple[float, str]], samples: list[tuple[float, int]]) -> 
     return result
 
 
-def measure(corpus: Path, out: Path, steps: int, work: Path) -> dict[str, Any]:
-    """Run ``ptmkit train bert`` on ``corpus`` under the wrapper; return its numbers."""
+def measure(corpus: Path, out: Path, steps: int, work: Path, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run ``ptmkit train bert`` on ``corpus`` (with ``--set`` ``overrides``) under the wrapper; return its numbers."""
     report = work / f"{out.name}.rusage.json"
-    command = [*ptmkit_command(), "train", "bert", "--corpus", str(corpus), "--out", str(out), "--set", f"train.max_steps={steps}"]
+    command = [*ptmkit_command(), "train", "bert", "--corpus", str(corpus), "--out", str(out), "--set", f"train.max_steps={steps}",
+               *(a for item in overrides for a in ("--set", item))]
     env = dict(os.environ, COLUMNS="1000")  # one progress line per log line
     subprocess.run([sys.executable, "-c", WRAPPER, str(report), *command], check=True, env=env)
     data = json.loads(report.read_text())
@@ -190,12 +198,15 @@ def measure(corpus: Path, out: Path, steps: int, work: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, default=default_corpus(), help="the small corpus (default %(default)s)")
-    parser.add_argument("--repeat", type=int, default=76, help="copies of the small corpus in the large one (default 76, ~200 MB)")
-    parser.add_argument("--steps", type=int, default=20, help="train.max_steps of each run (default 20)")
+    parser.add_argument("--repeat", type=int, help="copies of the small corpus in the large one (default 76, ~200 MB; --quick 2)")
+    parser.add_argument("--steps", type=int, help="train.max_steps of each run (default 20; --quick 2)")
     parser.add_argument("--work", type=Path, help="where run directories and the large corpus go (default: a new temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (default: deleted at the end)")
     parser.add_argument("--json", type=Path, help="write the results as JSON to this file")
+    parser.add_argument("--quick", action="store_true", help="a tiny model on the corpus's first 400 lines: the code paths only")
     args = parser.parse_args(argv)
+    args.repeat = args.repeat or (2 if args.quick else 76)
+    args.steps = args.steps or (2 if args.quick else 20)
     if not args.corpus.exists():
         parser.error(f"corpus not found: {args.corpus}")
     if args.repeat < 2 or args.steps < 2:
@@ -205,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     try:
+        args.corpus = quick_corpus(args.corpus, work) if args.quick else args.corpus
         large = work / f"{args.corpus.stem}-x{args.repeat}.txt"
         seconds = repeat_file(args.corpus, large, args.repeat)
         print(f"ptmkit pre-training peak RSS vs corpus size: {' '.join(ptmkit_command())} train bert --set train.max_steps={args.steps}; "
@@ -213,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         for name, corpus in (("small", args.corpus), ("large", large)):
             print(f"running ptmkit train on the {name} corpus ({corpus.stat().st_size / 1e6:.1f} MB) ...", flush=True)
-            result = measure(corpus, work / f"run-{name}", args.steps, work)
+            result = measure(corpus, work / f"run-{name}", args.steps, work, QUICK_OVERRIDES if args.quick else ())
             result["name"] = name
             results.append(result)
             print(f"  peak RSS {result['peak_rss_mb']:,.0f} MB, wall {result['wall_seconds']:.0f}s", flush=True)

@@ -5,7 +5,9 @@ lower-cased and on the same text repeated ``--repeat`` times, and reports each r
 set size (``ru_maxrss`` of the child). The vocabulary is the same in both runs, so any growth
 comes from how the corpus, the training pairs and the co-occurrence counts are held.
 
-Run: ``python benchmarks/wordvectors_memory.py [--families word2vec glove] [--repeat 10]``. Not run by CI.
+Run: ``python benchmarks/wordvectors_memory.py [--families word2vec glove] [--repeat 10] [--quick]``.
+``--quick`` (run by tests/test_benchmark_quick_modes.py): the corpus's first 400 lines, repeated
+twice, each family in a vector size of 16: the code paths only, its figures measure nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ SETTINGS = {
     "fasttext": ["model.epochs=1", "model.bucket=200000"],
     "glove": ["model.epochs=1"],
 }
+QUICK_LINES = 400
 
 
 def peak_rss_mb(family: str, corpus: Path, out: Path) -> tuple[float, float]:
@@ -44,10 +47,16 @@ def peak_rss_mb(family: str, corpus: Path, out: Path) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--families", nargs="+", default=["word2vec", "glove"], choices=list(SETTINGS))
-    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--repeat", type=int, help="copies of the corpus in the large run (default 10; --quick 2)")
+    parser.add_argument("--quick", action="store_true", help="the corpus's first 400 lines, vectors of 16: the code paths only")
     args = parser.parse_args()
+    args.repeat = args.repeat or (2 if args.quick else 10)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     text = CORPUS.read_text(encoding="utf-8").lower()
+    if args.quick:
+        text = "".join(text.splitlines(keepends=True)[:QUICK_LINES])
+        for settings in SETTINGS.values():
+            settings.append("model.vector_size=16")
     print("| family | corpus | tokens | peak RSS | wall time |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="wv-mem-") as tmp:

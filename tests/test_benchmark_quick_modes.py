@@ -1,0 +1,53 @@
+"""The ``--quick`` modes of the benchmarks that train through ``ptmkit train`` in child processes
+(``distribute_steps.py``, ``pretrain_memory.py``, ``wordvectors_memory.py``) run end to end on a
+tiny model and the corpus's first 400 lines, and print tables whose figures hang together (the
+larger corpus holds twice the tokens, the all-reduce volume is 4 bytes per parameter). No speed or
+memory figure is asserted: timed assertions do not belong in tests; the scripts cannot rot."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_quick(script: str, *args: str) -> str:
+    """The standard output of ``benchmarks/SCRIPT --quick ARGS`` (which must exit 0)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "plugins"), str(ROOT / "export"), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--quick", *args], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_distribute_steps_quick() -> None:
+    printed = run_quick("distribute_steps.py")
+    rows = dict(re.findall(r"^(none|mirrored|multi-worker, 2 workers): (\d+) ms/step, [\d,]+ tokens/s$", printed, re.MULTILINE))
+    assert list(rows) == ["none", "mirrored", "multi-worker, 2 workers"], printed
+    assert all(int(ms) > 0 for ms in rows.values())
+    found = re.search(r"backbone parameters: ([\d,]+); .* x ([\d,]+) x 4 bytes = ([\d.]+) MB", printed)
+    assert found, printed
+    parameters = int(found.group(1).replace(",", ""))
+    assert parameters == int(found.group(2).replace(",", "")) and 10_000 < parameters < 100_000  # the tiny BERT, not the default one
+    assert float(found.group(3)) == round(parameters * 4 / 1e6, 1)
+
+
+def test_pretrain_memory_quick() -> None:
+    printed = run_quick("pretrain_memory.py")
+    rows = {name: (int(lines.replace(",", "")), int(tokens.replace(",", ""))) for name, lines, tokens
+            in re.findall(r"^(small|large) +[\d.]+ +([\d,]+) +([\d,]+) +[\d,]+ ", printed, re.MULTILINE)}
+    assert rows["small"][0] == 400 and rows["large"] == (800, 2 * rows["small"][1]), printed
+    assert re.search(r"^corpus x2, tokens x2: peak RSS large/small = [\d.]+ .* -> (flat|NOT flat)", printed, re.MULTILINE), printed
+    assert {"tokenizer training", "tokenization", "training steps"} <= set(re.findall(r"^(tokenizer training|tokenization|training steps) ", printed, re.MULTILINE))
+
+
+def test_wordvectors_memory_quick() -> None:
+    printed = run_quick("wordvectors_memory.py")
+    rows = re.findall(r"^\| (word2vec|glove) \| (x1|x2) \| ([\d,]+) \| ([\d,]+) MB \| \d+ s \|$", printed, re.MULTILINE)
+    assert [(family, name) for family, name, _, _ in rows] == [("word2vec", "x1"), ("word2vec", "x2"), ("glove", "x1"), ("glove", "x2")], printed
+    tokens = [int(count.replace(",", "")) for _, _, count, _ in rows]
+    assert tokens[1] == 2 * tokens[0] and tokens[2:] == tokens[:2]
+    assert all(int(rss.replace(",", "")) > 100 for *_, rss in rows)  # MB: the interpreter alone holds more
