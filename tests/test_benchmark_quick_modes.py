@@ -9,21 +9,10 @@ or memory figure is asserted: timed assertions do not belong in tests."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_quick(script: str, *args: str) -> str:
-    """The standard output of ``benchmarks/SCRIPT --quick ARGS`` (which must exit 0)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "plugins"), str(ROOT / "export"), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--quick", *args], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+from benchmark_quick import run_quick
 
 
 def test_distribute_steps_quick() -> None:
