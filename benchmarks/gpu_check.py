@@ -718,7 +718,7 @@ def mirrored_overhead(check: Check) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dry-run", action="store_true", help="the same code on the CPU with tiny inputs (what the test suite runs)")
+    parser.add_argument("--dry-run", "--quick", dest="dry_run", action="store_true", help="the same code on the CPU with tiny inputs (what the test suite runs; --quick as in the other scripts)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="the Markdown report (default %(default)s)")
     parser.add_argument("--seconds", type=float, default=None, help="this script's time budget (default: 8 minutes less what the install took)")
     parser.add_argument("--only", default="", help="comma-separated words: run only the sections whose titles hold one (e.g. --only transformer,word2vec)")

@@ -7,7 +7,7 @@
 # batching gain, word2vec against gensim, MirroredStrategy against none). See gpu_check.py's docstring for what each line measures.
 #
 #   benchmarks/gpu_check.sh              the check (needs a GPU)
-#   benchmarks/gpu_check.sh --dry-run    the same code on the CPU, tiny inputs, no install (the tests run it)
+#   benchmarks/gpu_check.sh --dry-run    the same code on the CPU, tiny inputs, no install (the tests run it; --quick is the same)
 #
 # PTMKIT_GPU_CHECK_NO_INSTALL=1 skips the install (an environment that already has everything).
 # PTMKIT_GPU_CHECK_WHEELS=DIR installs offline instead (a machine with no package index): the wheels
@@ -27,7 +27,7 @@ TOTAL="${PTMKIT_GPU_CHECK_SECONDS:-480}"
 PYTHON="${PYTHON:-python3}"
 
 dry_run=0
-for arg in "$@"; do [[ "$arg" == "--dry-run" ]] && dry_run=1; done
+for arg in "$@"; do [[ "$arg" == "--dry-run" || "$arg" == "--quick" ]] && dry_run=1; done
 (( dry_run )) && TOTAL=$(( TOTAL * 3 ))  # the dry run checks code, not speed (gpu_check.py gives it the same)
 
 if [[ $dry_run == 0 && -n "${PTMKIT_GPU_CHECK_WHEELS:-}" ]]; then
