@@ -52,22 +52,35 @@ def ptmkit_row(args: argparse.Namespace, seed: int, rows: KeptRows) -> dict[str,
     if kept is not None:
         return kept
     began = start()
-    overrides = {**(TINY if args.quick else {}), "max_steps": args.steps, "seed": seed, "dev_sentences": 0}
+    overrides = {**(TINY if args.quick else {}), "max_steps": args.steps, "seed": seed, "dev_sentences": 0, "checkpoint_every": checkpoint_every(run, args)}
     sets = [a for key, value in overrides.items() for a in ("--set", f"model.{key}={value}")]
     log = args.work / "ptmkit.log"
     if not (run / "manifest.json").exists():
         lineage.ptmkit("train", "transformer", "--parallel", str(PARALLEL / "en-de-train-10k.tsv"), "--out", str(run), *sets,
                        *(["--resume"] if (run / "checkpoints").is_dir() else []), log=log)
-    seconds = json.loads((run / "metrics.json").read_text(encoding="utf-8"))["train_seconds_this_session"]  # its last session's, if resumed
+    metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
+    seconds, resumed = metrics["train_seconds_this_session"], metrics.get("resumed_from_step", 0)  # a resumed run's seconds: its last session's
     from ptmkit.api import read_parallel
     from ptmkit_transformer.translate import score_translations
 
     test = read_parallel(PARALLEL / "en-de-test.tsv")
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")
     hypotheses, translated_with = run_translations(run, test.sources[: args.test_sentences], log)
-    row = {"side": "ptmkit", "seed": seed, "seconds": round(seconds, 1), "device": _device(backend), "keras_backend": backend, "translated_with": translated_with,
+    row = {"side": "ptmkit", "seed": seed, "seconds": round(seconds, 1), "resumed_from_step": resumed, "device": _device(backend), "keras_backend": backend, "translated_with": translated_with,
            "tokenizer_sha256": file_sha256(run / "tokenizer.json"), **score_translations(hypotheses, test.targets[: args.test_sentences])}
     return rows.put(run.name, row, began)
+
+
+def checkpoint_every(run: Path, args: argparse.Namespace) -> int:
+    """Steps between the ptmkit run's checkpoints: 100 on a full run (one cut off, e.g. at a
+    session's end, loses minutes, not the family default's 500 steps; what is trained does not
+    depend on it), the family's 500 for --quick; a run begun with another interval keeps its own
+    (``--resume`` refuses flags that differ from the stored config)."""
+    import tomllib
+
+    if (run / "config.toml").exists():
+        return int(tomllib.loads((run / "config.toml").read_text(encoding="utf-8"))["model"]["checkpoint_every"])
+    return 500 if args.quick else 100
 
 
 def run_translations(run: Path, sources: list[str], log: Path) -> tuple[list[str], str]:
@@ -213,6 +226,12 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def train_seconds(row: dict[str, Any]) -> str:
+    """A row's training seconds; a resumed run's are its last session's, which the cell says."""
+    resumed = row.get("resumed_from_step", 0)
+    return f"{row['seconds']} (steps {resumed}-{row['settings']['steps']})" if resumed else str(row["seconds"])
+
+
 def page(rows: list[dict[str, Any]], argv: list[str], args: argparse.Namespace) -> str:
     """The Markdown results page."""
     means = {side: statistics.mean(r["bleu"] for r in rows if r["side"] == side) for side in ("ptmkit", "transformers")}
@@ -224,7 +243,7 @@ def page(rows: list[dict[str, Any]], argv: list[str], args: argparse.Namespace) 
         f"{args.steps} steps, greedy decoding of the first {args.test_sentences} test sentences, sacrebleu BLEU. Each run's row is kept in "
         "`--rows-dir` when it finishes (the page may gather rows of several invocations: see each row's date, commit and load).\n",
         "| side | seed | test BLEU | chrF | train s | device | ran (date, commit, 1-minute load) |", "|---|---|---|---|---|---|---|",
-        *(f"| {r['side']} | {r['seed']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['seconds']} | {r.get('device', 'cpu')}{', Keras on ' + r['keras_backend'] if r.get('keras_backend') else ''} | {ran(r)} |" for r in rows),
+        *(f"| {r['side']} | {r['seed']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {train_seconds(r)} | {r.get('device', 'cpu')}{', Keras on ' + r['keras_backend'] if r.get('keras_backend') else ''} | {ran(r)} |" for r in rows),
         f"\nMean BLEU: ptmkit {means['ptmkit']:.2f}, transformers {means['transformers']:.2f}; goal ptmkit >= transformers - 1: "
         f"{'met' if means['ptmkit'] >= means['transformers'] - 1 else 'not met'}. Signature: {rows[0]['bleu_signature']}. "
         + ("Every row read the same tokenizer.json (one SHA-256)." if len({r.get('tokenizer_sha256') for r in rows}) == 1 else

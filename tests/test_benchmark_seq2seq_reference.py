@@ -5,6 +5,7 @@ reuses the kept rows without training, and rows of other settings are refused. N
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -30,6 +31,7 @@ def test_seq2seq_reference_quick_keeps_its_rows(tmp_path: Path) -> None:
     rows = {side: json.loads((tmp_path / "work" / "rows" / f"{side}-1.json").read_text()) for side in ("ptmkit", "transformers")}
     for side, row in rows.items():
         assert row["side"] == side and 0.0 <= row["bleu"] <= 100.0 and row["sentences"] == 5 and row["seconds"] > 0
+        assert side == "transformers" or row["resumed_from_step"] == 0
         assert row["settings"] == {"steps": 10, "test_sentences": 5, "quick": True} and row["ran"]["commit"]
     assert (tmp_path / "work" / "tokenizer.json").exists() is False  # the reference read the ptmkit run's tokenizer
     text = page.read_text()
@@ -42,3 +44,17 @@ def test_seq2seq_reference_quick_keeps_its_rows(tmp_path: Path) -> None:
     assert "Seq2SeqTrainer" not in again.stderr and "train_runtime" not in again.stdout
     other = subprocess.run([*SCRIPT[:-4], "--test-sentences", "6", "--seeds", "1", "--work", str(tmp_path / "work")], env=env, capture_output=True, text=True, timeout=300)
     assert other.returncode != 0 and "runs made with" in other.stderr and "give another --work" in other.stderr
+
+
+def test_a_resumed_run_keeps_its_checkpoint_interval_and_says_which_steps_it_timed(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import seq2seq_reference
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    full, quick = argparse.Namespace(quick=False), argparse.Namespace(quick=True)
+    assert (seq2seq_reference.checkpoint_every(tmp_path, full), seq2seq_reference.checkpoint_every(tmp_path, quick)) == (100, 500)
+    (tmp_path / "config.toml").write_text('family = "transformer"\n\n[model]\ncheckpoint_every = 500\n', encoding="utf-8")
+    assert seq2seq_reference.checkpoint_every(tmp_path, full) == 500  # --resume refuses flags that differ from the stored config
+    assert seq2seq_reference.train_seconds({"seconds": 1234.5, "resumed_from_step": 1500, "settings": {"steps": 2000}}) == "1234.5 (steps 1500-2000)"
+    assert seq2seq_reference.train_seconds({"seconds": 62.9, "settings": {"steps": 2000}}) == "62.9"
