@@ -19,6 +19,11 @@ test extra: no test runs it). peft has no Houlsby adapters; ``anchor_side`` also
 of its own (it pins transformers 4.57).
 
     python benchmarks/finetune_strategies.py [--work /tmp/finetune-strategies] [--strategies full,features,adapters,lora,peft-lora]
+
+``--quick``: the four ptmkit strategies (``--strategies`` may add the anchor) on
+``minilm_inference.py``'s tiny random BERT (2 layers, hidden 32, MiniLM's tokenizer) with the
+recipe cut to one epoch of 32 tokens, under ``--work`` (default ``/tmp/finetune-strategies-quick``):
+a smoke test whose accuracies mean nothing.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from minilm_polarity import recipe_settings  # noqa: E402  (the benchmarks folder is no package)
+from minilm_inference import tiny_checkpoint  # noqa: E402  (the benchmarks folder is no package)
+from minilm_polarity import QUICK_RECIPE, recipe_settings  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "data" / "classify" / "polarity-200-train.txt"
@@ -87,14 +93,15 @@ def anchor_side(job_file: str) -> None:
 
     job = json.loads(Path(job_file).read_text())
     s = job["settings"]
+    checkpoint = job.get("checkpoint", str(get_model_path()))
     torch.set_num_threads(2)
     torch.manual_seed(s["seed"])
-    tokenizer = AutoTokenizer.from_pretrained(str(get_model_path()))
-    encoder = anchor_encoder(job.get("method", "lora"), str(get_model_path()))
-    num_labels = int(job.get("num_labels", 2))
-    head = torch.nn.Linear(384, num_labels)
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    encoder = anchor_encoder(job.get("method", "lora"), checkpoint)
+    num_labels, hidden = int(job.get("num_labels", 2)), encoder.config.hidden_size
+    head = torch.nn.Linear(hidden, num_labels)
     with torch.no_grad():
-        head.weight.copy_(torch.tensor(np.random.default_rng(s["seed"]).normal(0, s["initializer_range"], (num_labels, 384))))
+        head.weight.copy_(torch.tensor(np.random.default_rng(s["seed"]).normal(0, s["initializer_range"], (num_labels, hidden))))
         head.bias.zero_()
     dropout = torch.nn.Dropout(s["dropout"])
 
@@ -142,16 +149,17 @@ def anchor_side(job_file: str) -> None:
     Path(job_file).with_suffix(".out.json").write_text(json.dumps(result))
 
 
-def run_peft(work: Path) -> dict[str, Any]:
-    """The ``peft-lora`` anchor in a fresh process (TensorFlow and torch crash in one here)."""
+def run_peft(work: Path, checkpoint: Path, recipe: list[str]) -> dict[str, Any]:
+    """The ``peft-lora`` anchor on ``checkpoint`` with ``recipe`` in a fresh process (TensorFlow and
+    torch crash in one here)."""
     from ptmkit.training.finetune import load_labelled
 
     train_texts, labels, y_train = load_labelled(TRAIN)
     dev_texts, _, y_dev = load_labelled(DEV, labels)
-    settings = recipe_settings()
+    settings = recipe_settings(recipe)
     settings["learning_rate"] = 1e-3
     job = work / "peft-lora.json"
-    job.write_text(json.dumps({"settings": settings, "train": [[t, int(y)] for t, y in zip(train_texts, y_train, strict=True)],
+    job.write_text(json.dumps({"settings": settings, "checkpoint": str(checkpoint), "train": [[t, int(y)] for t, y in zip(train_texts, y_train, strict=True)],
                                "dev": [[t, int(y)] for t, y in zip(dev_texts, y_dev, strict=True)]}))
     subprocess.run([sys.executable, __file__, "--anchor-job", str(job)], check=True)
     return json.loads(job.with_suffix(".out.json").read_text())
@@ -159,8 +167,9 @@ def run_peft(work: Path) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, default=Path("/tmp/finetune-strategies"))
-    parser.add_argument("--strategies", default=",".join([*STRATEGIES, "peft-lora"]))
+    parser.add_argument("--work", type=Path, help="default /tmp/finetune-strategies (--quick: /tmp/finetune-strategies-quick)")
+    parser.add_argument("--strategies", help=f"comma-separated (default {','.join([*STRATEGIES, 'peft-lora'])}; --quick: {','.join(STRATEGIES)})")
+    parser.add_argument("--quick", action="store_true", help="the tiny random BERT, one epoch of 32 tokens: a smoke test")
     parser.add_argument("--anchor-job", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.anchor_job:
@@ -172,16 +181,20 @@ def main() -> int:
     from ptmkit.training.finetune import finetune
     from ptmkit_bert.hf import import_hf
 
+    args.work = args.work or Path("/tmp/finetune-strategies" + ("-quick" if args.quick else ""))
+    args.strategies = args.strategies or ",".join([*STRATEGIES, *([] if args.quick else ["peft-lora"])])  # peft is not in the test extra
     args.work.mkdir(parents=True, exist_ok=True)
+    checkpoint = tiny_checkpoint(args.work / "tiny-bert") if args.quick else Path(get_model_path())
+    recipe = [*MINILM_POLARITY, *(QUICK_RECIPE if args.quick else [])]
     parent = args.work / "minilm"
     if not (parent / "manifest.json").exists():
-        import_hf(get_model_path(), parent)
+        import_hf(checkpoint, parent)
     results_file = args.work / "results.json"
     results = json.loads(results_file.read_text()) if results_file.exists() else {}
     for name in args.strategies.split(","):
         if name == "peft-lora":
             load = Path("/proc/loadavg").read_text().split()[0]
-            results[name] = {**run_peft(args.work), "load_at_start": load, "overrides": "LoraConfig(r=8, lora_alpha=16, query+value), learning rate 1e-3"}
+            results[name] = {**run_peft(args.work, checkpoint, recipe), "load_at_start": load, "overrides": "LoraConfig(r=8, lora_alpha=16, query+value), learning rate 1e-3"}
             results_file.write_text(json.dumps(results, indent=1))
             print(name, json.dumps(results[name]))
             continue
@@ -189,7 +202,7 @@ def main() -> int:
         shutil.rmtree(out, ignore_errors=True)
         load = Path("/proc/loadavg").read_text().split()[0]
         started = time.perf_counter()
-        metrics = finetune(parent, TRAIN, DEV, out, overrides=[*MINILM_POLARITY, *STRATEGIES[name]])
+        metrics = finetune(parent, TRAIN, DEV, out, overrides=[*recipe, *STRATEGIES[name]])
         results[name] = {**metrics, "wall_seconds": round(time.perf_counter() - started, 1), "load_at_start": load, "overrides": STRATEGIES[name]}
         results_file.write_text(json.dumps(results, indent=1))
         print(name, json.dumps(results[name]))
