@@ -31,6 +31,12 @@ Run: ``python benchmarks/hf_distillation.py [--work DIR] [--epochs N] [--seeds 4
 ``--teacher-run RUN`` copies an already fine-tuned teacher into the work directory; ``--train`` and
 ``--dev`` another labelled task (same recipe). ``benchmarks/compression.py`` calls
 :func:`teacher_logits` and :func:`transformers_row` on WordNet supersenses (its anchor row).
+
+``--quick``: the same steps on ``minilm_inference.py``'s tiny random BERT (2 layers, hidden 32,
+MiniLM's tokenizer; written to ``WORK/tiny-bert`` and imported as ``WORK/base``), the students cut
+to its block 1 (:data:`QUICK_KEEP`), teacher and students fine-tuned for one epoch of 32 tokens
+(``minilm_polarity.QUICK_RECIPE``), torch on one thread, under ``--work`` (default
+``/tmp/hf-distillation-quick``): a smoke test whose accuracies mean nothing.
 """
 
 from __future__ import annotations
@@ -47,9 +53,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import head_pruning as hp  # noqa: E402  # the teacher and the table writer of the compression tables
+from minilm_inference import tiny_checkpoint  # noqa: E402
+from minilm_polarity import QUICK_RECIPE  # noqa: E402
 
 #: Student blocks kept from the six of all-MiniLM-L6-v2 (as ``benchmarks/distillation.py``).
 KEEP = (1, 3, 5)
+#: ``--quick``: the block kept from the tiny BERT's two (every other one, as :data:`KEEP`).
+QUICK_KEEP = (1,)
 
 
 def soft_target_loss(student_logits: Any, teacher_logits: Any, labels: Any, temperature: float = 2.0, alpha: float = 0.5) -> Any:
@@ -65,9 +75,9 @@ def soft_target_loss(student_logits: Any, teacher_logits: Any, labels: Any, temp
     return alpha * soft + (1.0 - alpha) * hard
 
 
-def student_model(checkpoint: Path, classes: int, seed: int) -> Any:
-    """The transformers student: ``BertModel`` with blocks :data:`KEEP`, mean pooling, dropout 0.1
-    and a linear layer of ``classes`` outputs (normal(0, 0.02), bias 0)."""
+def student_model(checkpoint: Path, classes: int, seed: int, keep: tuple[int, ...] = KEEP) -> Any:
+    """The transformers student: ``BertModel`` with blocks ``keep``, mean pooling, dropout 0.1 and
+    a linear layer of ``classes`` outputs (normal(0, 0.02), bias 0)."""
     import torch
     from transformers import BertModel
 
@@ -75,8 +85,8 @@ def student_model(checkpoint: Path, classes: int, seed: int) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.bert = BertModel.from_pretrained(str(checkpoint), add_pooling_layer=False)
-            self.bert.encoder.layer = torch.nn.ModuleList(self.bert.encoder.layer[i] for i in KEEP)
-            self.bert.config.num_hidden_layers = len(KEEP)
+            self.bert.encoder.layer = torch.nn.ModuleList(self.bert.encoder.layer[i] for i in keep)
+            self.bert.config.num_hidden_layers = len(keep)
             self.dropout = torch.nn.Dropout(0.1)
             self.classifier = torch.nn.Linear(self.bert.config.hidden_size, classes)
             torch.nn.init.normal_(self.classifier.weight, std=0.02)
@@ -92,12 +102,16 @@ def student_model(checkpoint: Path, classes: int, seed: int) -> Any:
     return MeanPooledClassifier()
 
 
-def transformers_row(work: Path, checkpoint: Path, data: dict[str, Any], epochs: int, seed: int, length: int = 64, batch_size: int = 16) -> dict[str, Any]:
-    """Distil with transformers' ``Trainer`` (module docstring) at ``length`` tokens, ``batch_size``
-    texts a step; dev logits (and ``test_logits`` when ``data`` has test texts) and seconds."""
+def transformers_row(work: Path, checkpoint: Path, data: dict[str, Any], epochs: int, seed: int, length: int = 64, batch_size: int = 16,
+                     threads: int | None = None, keep: tuple[int, ...] = KEEP) -> dict[str, Any]:
+    """Distil with transformers' ``Trainer`` (module docstring) into blocks ``keep`` at ``length``
+    tokens, ``batch_size`` texts a step, on ``threads`` torch threads (default: torch's); dev logits
+    (and ``test_logits`` when ``data`` has test texts) and seconds."""
     import torch
     from transformers import AutoTokenizer, Trainer, TrainingArguments, set_seed
 
+    if threads:
+        torch.set_num_threads(threads)
     set_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
     encoded = tokenizer(data["train_texts"], truncation=True, max_length=length, padding="max_length")
@@ -106,7 +120,7 @@ def transformers_row(work: Path, checkpoint: Path, data: dict[str, Any], epochs:
          "labels": int(data["train_labels"][i]), "teacher_logits": data["train_teacher"][i].tolist()}
         for i in range(len(data["train_texts"]))
     ]
-    model = student_model(checkpoint, data["train_teacher"].shape[1], seed)
+    model = student_model(checkpoint, data["train_teacher"].shape[1], seed, keep)
 
     class DistillationTrainer(Trainer):
         def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
@@ -167,14 +181,17 @@ def teacher_logits(teacher: Path, work: Path, files: dict[str, Path] | None = No
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, default=Path("/tmp/hf-distillation"))
-    parser.add_argument("--epochs", type=int, default=6, help="the students' epochs (default: the teacher's recipe's 6)")
+    parser.add_argument("--work", type=Path, help="default /tmp/hf-distillation (--quick: /tmp/hf-distillation-quick)")
+    parser.add_argument("--epochs", type=int, help="the students' epochs (default: the teacher's recipe's 6; --quick 1)")
     parser.add_argument("--seeds", default="42", help="comma-separated seeds: one ptmkit and one transformers student each")
     parser.add_argument("--teacher-run", type=Path, help="a fine-tuned teacher to copy into WORK/teacher instead of fine-tuning one")
     parser.add_argument("--train", type=Path, default=hp.TRAIN, help="labelled training file (default: the shipped polarity data)")
     parser.add_argument("--dev", type=Path, default=hp.DEV, help="labelled dev file (default: the shipped polarity data)")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--quick", action="store_true", help="a tiny random BERT, one epoch of 32 tokens: a smoke test")
     args = parser.parse_args()
+    args.work = args.work or Path("/tmp/hf-distillation" + ("-quick" if args.quick else ""))
+    args.epochs = args.epochs or (1 if args.quick else 6)
     args.work.mkdir(parents=True, exist_ok=True)
     started, load_before = time.time(), Path("/proc/loadavg").read_text().split()[:3]
     if args.teacher_run and not (args.work / "teacher" / "manifest.json").exists():
@@ -185,11 +202,15 @@ def main() -> int:
 
     from ptmkit.quickstart import MINILM_POLARITY
 
-    teacher = hp.teacher(args.work, False, args.train, args.dev)
+    checkpoint = tiny_checkpoint(args.work / "tiny-bert") if args.quick else Path(minilm.get_model_path())
+    keep = QUICK_KEEP if args.quick else KEEP
+    if args.quick and not (args.work / "base" / "manifest.json").exists():  # else hp.teacher pre-trains a BERT of its own
+        hp.ptmkit("import-hf", checkpoint, "--out", args.work / "base")
+    teacher = hp.teacher(args.work, args.quick, args.train, args.dev, recipe=[*MINILM_POLARITY, *QUICK_RECIPE] if args.quick else None)
     data = teacher_logits(teacher, args.work, {"train": args.train, "dev": args.dev})
     student = args.work / "student-base"
     if not (student / "manifest.json").exists():
-        hp.ptmkit("compress", args.work / "base", "--out", student, "--keep-layers", ",".join(map(str, KEEP)))
+        hp.ptmkit("compress", args.work / "base", "--out", student, "--keep-layers", ",".join(map(str, keep)))
     teacher_metrics = json.loads((teacher / "metrics.json").read_text())
     teacher_dev = data["dev_teacher"].argmax(-1)
     rows = [{"row": "teacher (ptmkit)", "seed": "-", "parameters": teacher_metrics["parameters"], "dev acc": float((teacher_dev == data["dev_labels"]).mean()),
@@ -197,19 +218,18 @@ def main() -> int:
     for seed in (int(s) for s in args.seeds.split(",")):
         run = args.work / f"ptmkit-seed{seed}"
         if not (run / "manifest.json").exists():
-            recipe = [*MINILM_POLARITY, f"finetune.epochs={args.epochs}", f"finetune.seed={seed}"]
+            recipe = [*MINILM_POLARITY, *(QUICK_RECIPE if args.quick else []), f"finetune.epochs={args.epochs}", f"finetune.seed={seed}"]
             hp.ptmkit("finetune", student, "--train", args.train, "--dev", args.dev, "--out", run, "--teacher", teacher, "--distill", "logits",
                       *[a for item in recipe for a in ("--set", item)])
         metrics = json.loads((run / "metrics.json").read_text())
         rows.append({"row": "ptmkit finetune --teacher --distill logits", "seed": seed, "parameters": metrics["parameters"],
                      "dev acc": float(metrics["dev_accuracy"]), "agreement with teacher": float(metrics["dev_agreement_with_teacher"]),
                      "train s": float(metrics["train_seconds"])})
-        hf = in_fresh_process(transformers_row, args.work, Path(minilm.get_model_path()), data, args.epochs, seed)
+        hf = in_fresh_process(transformers_row, args.work, checkpoint, data, args.epochs, seed, 32 if args.quick else 64, 16, 1 if args.quick else None, keep)
         predictions = hf["logits"].argmax(-1)
         rows.append({"row": "transformers Trainer, the same loss", "seed": seed, "parameters": hf["parameters"],
                      "dev acc": float((predictions == data["dev_labels"]).mean()), "agreement with teacher": float((predictions == teacher_dev).mean()),
                      "train s": hf["seconds"]})
-    args.quick = False
     hp.write(
         rows, args, load_before, time.time() - started, title="Soft-target distillation, ptmkit against transformers' Trainer",
         script="hf_distillation.py", details=f"anchor: transformers' `Trainer`, the same teacher logits, student, loss and recipe; {args.epochs} epochs each.",
