@@ -34,8 +34,9 @@ benchmarks run on is shared with other jobs: wall time per step swings with thei
 CPU time per step moves much less, so the CPU-time ratios are the more trustworthy ones (they do
 not see time lost waiting for a core). Rows run in turn, ``--rounds`` times, the order rotated.
 
-``--quick``: a tiny model (vocabulary 500, LSTM 32, batch 4 x 16, 3 + 3 steps, one round), a
-smoke test of every row.
+``--quick``: a tiny model (vocabulary 500, LSTM 32, batch 4 x 16, 2 + 3 steps, one round, one
+thread unless ``--threads`` says otherwise: two threads of torch beside TensorFlow's ran its
+steps 200x slower on two busy cores), a smoke test of every row.
 
     python benchmarks/elmo_lm_throughput.py --out benchmarks/results/elmo_lm_throughput.md
 """
@@ -74,10 +75,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--threads", type=int, help="default: all cores (--quick: 1)")
     parser.add_argument("--rows", default="all", help="comma-separated row keys (ptmkit_full, ptmkit_sampled, keras_same, keras_full, keras_sampled, torch_full, torch_sampled)")
     parser.add_argument("--out", type=Path, help="write the Markdown table here (atomically)")
     args = parser.parse_args(argv)
+    args.threads = args.threads or (1 if args.quick else os.cpu_count() or 1)
     if args.quick:
         args.batch_size, args.sequence_length, args.vocabulary_size, args.lstm_dim, args.projection_dim = 4, 16, 500, 32, 16
         args.num_sampled, args.warmup, args.steps, args.rounds = 64, 2, 3, 1
