@@ -45,3 +45,13 @@ def test_benchmarks_readme_lists_every_script() -> None:
     result): a script missing there is one nobody reruns."""
     listed = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
     assert [p.name for p in sorted((ROOT / "benchmarks").glob("*.py")) if f"`{p.name}`" not in listed] == []
+
+
+def test_every_benchmark_script_has_a_quick_mode_that_a_test_runs() -> None:
+    """Issue 21, section 5: each script takes ``--quick`` (its code on a tiny input) and a test
+    runs it (a test file that names the script and runs a quick mode: ``run_quick``, ``--quick``,
+    or gpu_check's ``--dry-run``), so that no script rots between its rare real runs."""
+    tests = [path.read_text(encoding="utf-8") for path in [*(ROOT / "tests").glob("test_*.py"), *(ROOT / "plugins").glob("*/tests/test_*.py")]]
+    assert [p.name for p in SCRIPTS if '"--quick"' not in p.read_text(encoding="utf-8")] == []
+    runs_quick = ("run_quick(", '"--quick"', '"--dry-run"')
+    assert [p.name for p in SCRIPTS if not any(p.name in text and any(mark in text for mark in runs_quick) for text in tests)] == []
