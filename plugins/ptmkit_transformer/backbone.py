@@ -78,6 +78,12 @@ class LogitsBias(keras.layers.Layer):
         return {**super().get_config(), "vocabulary_size": self.vocabulary_size}
 
 
+def kernel_initializer(config: TransformerConfig) -> Any:
+    """The blocks' kernel initializer: ``N(0, init_std)`` (transformers' Marian and BART) where
+    ``config.init_std`` is set, else Glorot-uniform (fairseq's Transformer)."""
+    return keras.initializers.RandomNormal(stddev=config.init_std) if config.init_std else keras.initializers.GlorotUniform()
+
+
 class _Stack:
     """Embedding, positions, dropout, blocks and (pre-LN) final norm of one side."""
 
@@ -99,7 +105,7 @@ class _Stack:
             layer(
                 intermediate_dim=config.intermediate_dim, num_heads=config.num_heads, dropout=config.dropout, activation=config.activation,
                 layer_norm_epsilon=config.layer_norm_epsilon, normalize_first=config.normalization == "pre",
-                kernel_initializer="glorot_uniform", name=f"{side}_layer_{i}",
+                kernel_initializer=kernel_initializer(config), name=f"{side}_layer_{i}",
             )
             for i in range(count)
         ]
@@ -128,7 +134,7 @@ def build_backbone(config: TransformerConfig) -> keras.Model:
     ``encoder`` and ``decoder`` attributes."""
     embedding = keras_hub.layers.ReversibleEmbedding(
         config.vocabulary_size, config.hidden_dim, tie_weights=True,
-        embeddings_initializer=keras.initializers.RandomNormal(stddev=config.hidden_dim**-0.5), name="token_embedding",
+        embeddings_initializer=keras.initializers.RandomNormal(stddev=config.init_std or config.hidden_dim**-0.5), name="token_embedding",
     )
     encoder_stack, decoder_stack = _Stack(config, "encoder", embedding), _Stack(config, "decoder", embedding)
     bias = LogitsBias(config.vocabulary_size, name="final_logits_bias") if config.final_logits_bias else None

@@ -99,6 +99,13 @@ class TransformerConfig:
         adam_beta_1: Adam's beta_1 (paper: 0.9).
         adam_beta_2: Adam's beta_2 (paper: 0.98).
         adam_epsilon: Adam's epsilon (paper: 1e-9).
+        clip_norm: the most global L2 norm of a step's gradients; larger ones are scaled down to it
+            (Pascanu et al. 2013; transformers' ``Trainer`` ``max_grad_norm`` 1.0, fairseq's
+            ``--clip-norm``); 0: no clipping (the paper names none).
+        init_std: the standard deviation of the normal distribution every kernel and the token
+            embedding are drawn from (transformers' ``init_std`` of Marian and BART, 0.02; biases
+            zero, layer norms one); 0: Glorot-uniform kernels and an ``N(0, hidden_dim^-0.5)``
+            embedding (fairseq's Transformer). Not read when weights are imported or ``init`` is set.
         checkpoint_every: steps between checkpoints (``ptmkit train ... --resume`` continues from
             the newest one).
         dev_sentences: dev pairs translated (greedy) after training for the run's dev BLEU
@@ -143,6 +150,8 @@ class TransformerConfig:
     adam_beta_1: float = 0.9
     adam_beta_2: float = 0.98
     adam_epsilon: float = 1e-9
+    clip_norm: float = 0.0
+    init_std: float = 0.0
     checkpoint_every: int = 500
     dev_sentences: int = 200
     seed: int = 1
@@ -160,7 +169,7 @@ class TransformerConfig:
             "intermediate_dim", "max_sequence_length", "max_steps", "batch_size", "learning_rate_scale", "warmup_steps",
             "adam_epsilon", "checkpoint_every",
         )
-        check_non_negative(self, "model", "dev_sentences")
+        check_non_negative(self, "model", "dev_sentences", "clip_norm", "init_std")
         if self.hidden_dim % self.num_heads:
             raise ConfigError(f"config key 'model.num_heads' = {self.num_heads} must divide 'model.hidden_dim' = {self.hidden_dim}")
         if self.max_sequence_length < 3:

@@ -62,7 +62,8 @@ def _tokenizer(run: RunDir, texts: list[str], config: TransformerConfig, console
 def compiled_model(config: TransformerConfig) -> tuple[Any, Any]:
     """``(backbone, training_model)``: the training model maps the backbone's inputs to
     ``logits`` ``(batch, target, vocabulary)`` float32, compiled with Adam (the paper's betas and
-    epsilon) on the inverse-square-root schedule and the label-smoothed loss."""
+    epsilon; gradients clipped to the global norm ``clip_norm`` where set) on the
+    inverse-square-root schedule and the label-smoothed loss."""
     import keras
 
     from ptmkit_transformer.backbone import build_backbone, output_logits
@@ -79,7 +80,7 @@ def compiled_model(config: TransformerConfig) -> tuple[Any, Any]:
 
     optimizer = keras.optimizers.Adam(
         inverse_sqrt_schedule(config.hidden_dim, config.warmup_steps, config.learning_rate_scale),
-        beta_1=config.adam_beta_1, beta_2=config.adam_beta_2, epsilon=config.adam_epsilon,
+        beta_1=config.adam_beta_1, beta_2=config.adam_beta_2, epsilon=config.adam_epsilon, global_clipnorm=config.clip_norm or None,
     )
     model.compile(optimizer=optimizer, loss={"logits": loss})
     return backbone, model
