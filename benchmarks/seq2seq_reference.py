@@ -21,6 +21,11 @@ an interrupted ptmkit run resumes from its checkpoint in ``--work``; the table g
 
     python benchmarks/seq2seq_reference.py --out benchmarks/results/seq2seq_reference.md   # hours on 2 cores
     python benchmarks/seq2seq_reference.py --quick                                        # tiny models, minutes
+    python benchmarks/seq2seq_reference.py --ptmkit-only --set init_std=0.02 --set clip_norm=1.0   # a variant's ptmkit rows
+
+``--set KEY=VALUE`` trains the ptmkit rows with other ``[model]`` keys: their runs and rows are
+named after them (``ptmkit-init_std_0.02-clip_norm_1.0-1``), so that variants sit beside the
+defaults' rows on one page, each with its own mean; the transformers rows are the same for all.
 """
 
 from __future__ import annotations
@@ -45,14 +50,23 @@ TINY = {"vocabulary_size": 2000, "encoder_layers": 1, "decoder_layers": 1, "hidd
         "batch_size": 32, "warmup_steps": 50}
 
 
+def variant_name(sets: list[str]) -> str:
+    """The run and row name's middle part for ``--set`` overrides (``""``: the family's defaults),
+    e.g. ``init_std=0.02,clip_norm=1.0`` -> ``init_std_0.02-clip_norm_1.0``."""
+    return "-".join(item.replace("=", "_") for item in sets)
+
+
 def ptmkit_row(args: argparse.Namespace, seed: int, rows: KeptRows) -> dict[str, Any]:
-    """Train (or reuse) the ptmkit run of ``seed``; its test BLEU and seconds."""
-    run = args.work / f"ptmkit-{seed}"
-    kept = rows.get(run.name)
+    """Train (or reuse) the ptmkit run of ``seed`` (with ``--set``'s model keys); its test BLEU and seconds."""
+    variant = variant_name(args.set)
+    run = args.work / (f"ptmkit-{variant}-{seed}" if variant else f"ptmkit-{seed}")
+    recipe = {"model_sets": args.set} if args.set else None
+    kept = rows.get(run.name, recipe)
     if kept is not None:
         return kept
     began = start()
-    overrides = {**(TINY if args.quick else {}), "max_steps": args.steps, "seed": seed, "dev_sentences": 0, "checkpoint_every": checkpoint_every(run, args)}
+    chosen = dict(item.split("=", 1) for item in args.set)
+    overrides = {**(TINY if args.quick else {}), **chosen, "max_steps": args.steps, "seed": seed, "dev_sentences": 0, "checkpoint_every": checkpoint_every(run, args)}
     sets = [a for key, value in overrides.items() for a in ("--set", f"model.{key}={value}")]
     log = args.work / "ptmkit.log"
     if not (run / "manifest.json").exists():
@@ -67,7 +81,7 @@ def ptmkit_row(args: argparse.Namespace, seed: int, rows: KeptRows) -> dict[str,
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")
     hypotheses, translated_with = run_translations(run, test.sources[: args.test_sentences], log)
     row = {"side": "ptmkit", "seed": seed, "seconds": round(seconds, 1), "resumed_from_step": resumed, "device": _device(backend), "keras_backend": backend, "translated_with": translated_with,
-           "tokenizer_sha256": file_sha256(run / "tokenizer.json"), **score_translations(hypotheses, test.targets[: args.test_sentences])}
+           "tokenizer_sha256": file_sha256(run / "tokenizer.json"), **(recipe or {}), **score_translations(hypotheses, test.targets[: args.test_sentences])}
     return rows.put(run.name, row, began)
 
 
@@ -232,9 +246,16 @@ def train_seconds(row: dict[str, Any]) -> str:
     return f"{row['seconds']} (steps {resumed}-{row['settings']['steps']})" if resumed else str(row["seconds"])
 
 
+def label(row: dict[str, Any]) -> str:
+    """A row's side, with its ``--set`` overrides: ``ptmkit``, ``ptmkit (init_std=0.02)``, ``transformers``."""
+    return f"{row['side']} ({', '.join(row['model_sets'])})" if row.get("model_sets") else row["side"]
+
+
 def page(rows: list[dict[str, Any]], argv: list[str], args: argparse.Namespace) -> str:
     """The Markdown results page."""
-    means = {side: statistics.mean(r["bleu"] for r in rows if r["side"] == side) for side in ("ptmkit", "transformers")}
+    labels = list(dict.fromkeys(label(r) for r in rows))
+    means = {name: statistics.mean(r["bleu"] for r in rows if label(r) == name) for name in labels}
+    ours = [name for name in labels if name != "transformers"]
     ran = lambda r: ", ".join(r.get("ran", {}).get(k, "?") for k in ("date", "commit", "load"))  # noqa: E731
     lines = [
         "# The Transformer against transformers' Seq2SeqTrainer (same model, data, tokens, steps, schedule)\n",
@@ -243,9 +264,9 @@ def page(rows: list[dict[str, Any]], argv: list[str], args: argparse.Namespace) 
         f"{args.steps} steps, greedy decoding of the first {args.test_sentences} test sentences, sacrebleu BLEU. Each run's row is kept in "
         "`--rows-dir` when it finishes (the page may gather rows of several invocations: see each row's date, commit and load).\n",
         "| side | seed | test BLEU | chrF | train s | device | ran (date, commit, 1-minute load) |", "|---|---|---|---|---|---|---|",
-        *(f"| {r['side']} | {r['seed']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {train_seconds(r)} | {r.get('device', 'cpu')}{', Keras on ' + r['keras_backend'] if r.get('keras_backend') else ''} | {ran(r)} |" for r in rows),
-        f"\nMean BLEU: ptmkit {means['ptmkit']:.2f}, transformers {means['transformers']:.2f}; goal ptmkit >= transformers - 1: "
-        f"{'met' if means['ptmkit'] >= means['transformers'] - 1 else 'not met'}. Signature: {rows[0]['bleu_signature']}. "
+        *(f"| {label(r)} | {r['seed']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {train_seconds(r)} | {r.get('device', 'cpu')}{', Keras on ' + r['keras_backend'] if r.get('keras_backend') else ''} | {ran(r)} |" for r in rows),
+        "\nMean BLEU: " + ", ".join(f"{name} {means[name]:.2f}" for name in labels) + "; goal ptmkit >= transformers - 1: "
+        + "; ".join(f"{name} {'met' if means[name] >= means['transformers'] - 1 else 'not met'}" for name in ours) + f". Signature: {rows[0]['bleu_signature']}. "
         + ("Every row read the same tokenizer.json (one SHA-256)." if len({r.get('tokenizer_sha256') for r in rows}) == 1 else
            "WARNING: the rows read different tokenizer.json files (SHA-256 differ); their token ids are not the same."),
     ]
@@ -261,10 +282,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--test-sentences", type=int, help="test sentences translated (default 1,000; --quick 50)")
     parser.add_argument("--quick", action="store_true", help="tiny models: a smoke test")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a [model] key of the ptmkit runs (repeatable), e.g. init_std=0.02: their rows and runs are named after it; the transformers rows are shared")
     parser.add_argument("--out", type=Path, help="write the markdown page here")
     parser.add_argument("--ptmkit-only", action="store_true", help="train the ptmkit rows only, no page (KERAS_BACKEND=jax: on a GPU machine without TensorFlow; its test sentences are translated by the run's ONNX export)")
     parser.add_argument("--reference-only", action="store_true", help="train the transformers rows only (e.g. on a GPU machine; BLEU after N steps does not depend on where they ran), no page")
     args = parser.parse_args(argv)
+    if any("=" not in item or item.startswith("=") for item in args.set):
+        parser.error(f"--set takes KEY=VALUE, got {next(i for i in args.set if '=' not in i or i.startswith('='))!r}")
     if args.ptmkit_only and args.reference_only:
         parser.error("--ptmkit-only and --reference-only leave nothing to run together; give one of them")
     args.steps = args.steps or (100 if args.quick else 2000)

@@ -1,6 +1,7 @@
 """``benchmarks/seq2seq_reference.py --quick`` end to end on one seed a side (10 steps of a tiny
 model): both sides train, translate and are scored, each run's row is kept, a second invocation
-reuses the kept rows without training, and rows of other settings are refused. No BLEU is asserted
+reuses the kept rows without training, a ``--set`` variant's ptmkit row sits beside the defaults'
+with its own label and mean, and rows of other settings are refused. No BLEU is asserted
 (10 steps); the full comparison is the script's job, its figures in benchmarks/results/."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +44,20 @@ def test_seq2seq_reference_quick_keeps_its_rows(tmp_path: Path) -> None:
     for side in ("ptmkit", "transformers"):  # reused, not rerun: a rerun would write another date, load or seconds
         assert json.loads((tmp_path / "work" / "rows" / f"{side}-1.json").read_text()) == rows[side]
     assert "Seq2SeqTrainer" not in again.stderr and "train_runtime" not in again.stdout
+    variant = subprocess.run([*SCRIPT, "--work", str(tmp_path / "work"), "--ptmkit-only", "--set", "clip_norm=1.0"], env=env, capture_output=True, text=True, timeout=600)
+    assert variant.returncode == 0, variant.stderr[-3000:]
+    row = json.loads((tmp_path / "work" / "rows" / "ptmkit-clip_norm_1.0-1.json").read_text())
+    assert row["model_sets"] == ["clip_norm=1.0"] and row["side"] == "ptmkit" and row["sentences"] == 5
+    assert "clip_norm = 1.0" in (tmp_path / "work" / "ptmkit-clip_norm_1.0-1" / "config.toml").read_text()
+    assert json.loads((tmp_path / "work" / "rows" / "ptmkit-1.json").read_text()) == rows["ptmkit"]  # the defaults' row untouched
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import seq2seq_reference
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    both = seq2seq_reference.page([rows["ptmkit"], row, rows["transformers"]], [], argparse.Namespace(steps=10, test_sentences=5, quick=True))
+    assert "| ptmkit (clip_norm=1.0) | 1 |" in both and f"ptmkit (clip_norm=1.0) {row['bleu']:.2f}" in both
+    assert re.search(r"goal ptmkit >= transformers - 1: ptmkit (not )?met; ptmkit \(clip_norm=1.0\) (not )?met\.", both), both
     other = subprocess.run([*SCRIPT[:-4], "--test-sentences", "6", "--seeds", "1", "--work", str(tmp_path / "work")], env=env, capture_output=True, text=True, timeout=300)
     assert other.returncode != 0 and "runs made with" in other.stderr and "give another --work" in other.stderr
 
