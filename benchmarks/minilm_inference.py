@@ -94,14 +94,20 @@ def checkpoint(work: Path, quick: bool) -> Path:
     config = BertConfig(vocab_size=30522, hidden_size=QUICK["hidden"], num_hidden_layers=QUICK["layers"], num_attention_heads=QUICK["heads"],
                         intermediate_size=QUICK["intermediate"], max_position_embeddings=512)
     BertModel(config).eval().save_pretrained(str(tiny))
+    return copy_minilm_files(real, tiny, QUICK["hidden"])
+
+
+def copy_minilm_files(real: Path, directory: Path, hidden: int) -> Path:
+    """Copy MiniLM's tokenizer and sentence-transformers files (mean pooling + normalisation) from
+    ``real`` into ``directory``, the pooling's dimension set to ``hidden``; returns ``directory``."""
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "modules.json", "sentence_bert_config.json",
                  "config_sentence_transformers.json"):
-        shutil.copyfile(real / name, tiny / name)
-    shutil.copytree(real / "1_Pooling", tiny / "1_Pooling", dirs_exist_ok=True)
-    pooling = json.loads((tiny / "1_Pooling" / "config.json").read_text())
-    pooling["word_embedding_dimension"] = QUICK["hidden"]
-    (tiny / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
-    return tiny
+        shutil.copyfile(real / name, directory / name)
+    shutil.copytree(real / "1_Pooling", directory / "1_Pooling", dirs_exist_ok=True)
+    pooling = json.loads((directory / "1_Pooling" / "config.json").read_text())
+    pooling["word_embedding_dimension"] = hidden
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    return directory
 
 
 def tiny_checkpoint(directory: Path, layers: int = QUICK["layers"]) -> Path:
@@ -137,14 +143,7 @@ def tiny_checkpoint(directory: Path, layers: int = QUICK["layers"]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     save_file({name: value.astype(np.float32) for name, value in weights.items()}, str(directory / "model.safetensors"))
     (directory / "config.json").write_text(json.dumps(config, indent=1))
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "modules.json", "sentence_bert_config.json",
-                 "config_sentence_transformers.json"):
-        shutil.copyfile(real / name, directory / name)
-    shutil.copytree(real / "1_Pooling", directory / "1_Pooling", dirs_exist_ok=True)
-    pooling = json.loads((directory / "1_Pooling" / "config.json").read_text())
-    pooling["word_embedding_dimension"] = h
-    (directory / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
-    return directory
+    return copy_minilm_files(real, directory, h)
 
 
 def feeds(batch: int, names: tuple[str, str, str], dtype: Any, seed: int = 0) -> dict[str, np.ndarray]:
