@@ -34,8 +34,15 @@ from ptmkit.api import OnnxGraph, attention_weights
 MASKED = -1e4
 
 
+def _numpy(value: Any) -> np.ndarray:
+    """A Keras variable or tensor as float32 NumPy on any backend (torch's need detaching first)."""
+    import keras
+
+    return np.asarray(keras.ops.convert_to_numpy(value), np.float32)
+
+
 def _norm(g: OnnxGraph, x: str, prefix: str, layer: Any) -> str:
-    return g.layer_norm(x, prefix, np.asarray(layer.gamma), np.asarray(layer.beta), float(layer.epsilon))
+    return g.layer_norm(x, prefix, _numpy(layer.gamma), _numpy(layer.beta), float(layer.epsilon))
 
 
 def _activation(g: OnnxGraph, x: str, name: str) -> str:
@@ -75,14 +82,14 @@ def _attention(g: OnnxGraph, x: str, memory: str, prefix: str, layer: Any, heads
 
 def _feedforward(g: OnnxGraph, x: str, prefix: str, layer: Any, activation: str) -> str:
     inner, outer = layer._feedforward_intermediate_dense, layer._feedforward_output_dense
-    h = _activation(g, g.dense(x, f"{prefix}.intermediate", np.asarray(inner.kernel), np.asarray(inner.bias)), activation)
-    return g.dense(h, f"{prefix}.ffn_output", np.asarray(outer.kernel), np.asarray(outer.bias))
+    h = _activation(g, g.dense(x, f"{prefix}.intermediate", _numpy(inner.kernel), _numpy(inner.bias)), activation)
+    return g.dense(h, f"{prefix}.ffn_output", _numpy(outer.kernel), _numpy(outer.bias))
 
 
 def _embed(g: OnnxGraph, backbone: Any, config: Any, side: str, token_ids: str, positions: str) -> str:
     """Token embeddings (scaled) plus the side's position table rows at ``positions``, layer-normalised
     where ``embedding_layer_norm`` says."""
-    table = g.const("token_embedding", np.asarray(backbone.token_embedding.embeddings))
+    table = g.const("token_embedding", _numpy(backbone.token_embedding.embeddings))
     x = g.op("Gather", [table, token_ids], axis=0)
     if config.scale_embeddings:
         x = g.op("Mul", [x, g.const("c_embedding_scale", np.sqrt(config.hidden_dim))])
@@ -96,7 +103,7 @@ def position_table(backbone: Any, config: Any, side: str) -> np.ndarray:
     the Keras ``side`` stack adds at each position, from its own position layer."""
     name = f"{side}_position_embedding" if config.positions == "learned" else f"{side}_position_encoding"
     zeros = np.zeros((1, config.max_sequence_length, config.hidden_dim), np.float32)
-    return np.asarray(backbone.get_layer(name)(zeros), np.float32)[0]
+    return _numpy(backbone.get_layer(name)(zeros))[0]
 
 
 def _key_bias(g: OnnxGraph, mask: str) -> str:
@@ -181,12 +188,12 @@ def build_decoder_graph(backbone: Any, config: Any) -> Any:
         x = _residual(g, x, f"{p}.ffn_norm", block._feedforward_layer_norm, pre,
                       lambda h, p=p, block=block: _feedforward(g, h, p, block, config.activation))
     x = _final_norm(g, backbone, config, x, "decoder")
-    logits = g.op("MatMul", [x, g.const("output_embedding", np.asarray(backbone.token_embedding.embeddings).T)])
+    logits = g.op("MatMul", [x, g.const("output_embedding", _numpy(backbone.token_embedding.embeddings).T)])
     bias = getattr(backbone, "logits_bias", None)
     if bias is None:
         g.op("Identity", [logits], "logits")
     else:
-        g.op("Add", [logits, g.const("final_logits_bias", np.asarray(bias.bias))], "logits")
+        g.op("Add", [logits, g.const("final_logits_bias", _numpy(bias.bias))], "logits")
     cache, present = ["batch", heads, "past_sequence", head_dim], ["batch", heads, "total_sequence", head_dim]
     inputs = [
         helper.make_tensor_value_info("token_ids", TensorProto.INT32, ["batch", "sequence"]),

@@ -87,7 +87,7 @@ class Translator(Seq2SeqSearch):
         import keras
 
         # The first step's self-attention has one key: Keras warns that its softmax is always 1, which is right.
-        warnings.filterwarnings("ignore", message=r"You are using a softmax over axis 3 of a tensor of shape \(\w+, \w+, 1, 1\)")
+        warnings.filterwarnings("ignore", message=r"You are using a softmax over axis 3 of a tensor of shape .*\b1, 1\]?\)")
         decoder = backbone.decoder
 
         def decode(token_ids: Any, padding_mask: Any, states: Any, states_mask: Any) -> Any:
@@ -101,18 +101,21 @@ class Translator(Seq2SeqSearch):
         self._decode = decode
 
     def encode_sources(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        from keras import ops
+
         source_ids, mask = self.source_ids(texts)
-        states = np.asarray(self.backbone.encoder([source_ids, mask], training=False), np.float32)
+        states = np.asarray(ops.convert_to_numpy(self.backbone.encoder([source_ids, mask], training=False)), np.float32)
         return states, mask, source_ids
 
     def next_logits_over(self, states: np.ndarray, mask: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         """The decoder on each row's whole prefix against ``states`` (no key/value cache)."""
+        from keras import ops
 
         def next_logits(token_ids: np.ndarray, padding_mask: np.ndarray) -> np.ndarray:
             rows = token_ids.shape[0]
             memory, memory_mask = (states, mask) if states.shape[0] == rows else (np.repeat(states, rows, 0), np.repeat(mask, rows, 0))
             logits = self._decode(token_ids.astype(np.int32), padding_mask.astype(np.int32), memory, memory_mask)
-            return np.asarray(logits, np.float32)
+            return np.asarray(ops.convert_to_numpy(logits), np.float32)
 
         return next_logits
 
