@@ -25,7 +25,7 @@ an interrupted ptmkit run resumes from its checkpoint in ``--work``; the table g
     KERAS_BACKEND=torch python benchmarks/seq2seq_reference.py --ptmkit-only --seeds 1               # ptmkit rows on Keras' torch backend
 
 On a CPU without TensorFlow's fast paths (the 2-core AVX2 machines), Keras' torch backend trains the
-family's default model in about 3.5 s a step against TensorFlow's 5; a row records the backend it
+family's default model in about 4 s a step against TensorFlow's 5.5 (the kept rows' seconds); a row records the backend it
 trained on, and rows of other backends than TensorFlow are translated by the run's ONNX export.
 
 ``--set KEY=VALUE`` trains the ptmkit rows with other ``[model]`` keys: their runs and rows are
@@ -293,8 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ptmkit-only", action="store_true", help="train the ptmkit rows only, no page (KERAS_BACKEND=jax or torch: e.g. on a GPU machine without TensorFlow, or torch on a slow CPU; their test sentences are translated by the run's ONNX export)")
     parser.add_argument("--reference-only", action="store_true", help="train the transformers rows only (e.g. on a GPU machine; BLEU after N steps does not depend on where they ran), no page")
     args = parser.parse_args(argv)
-    if any("=" not in item or item.startswith("=") for item in args.set):
-        parser.error(f"--set takes KEY=VALUE, got {next(i for i in args.set if '=' not in i or i.startswith('='))!r}")
+    malformed = [item for item in args.set if "=" not in item or item.startswith("=")]
+    if malformed:
+        parser.error(f"--set takes KEY=VALUE, got {malformed[0]!r}")
     if args.ptmkit_only and args.reference_only:
         parser.error("--ptmkit-only and --reference-only leave nothing to run together; give one of them")
     args.steps = args.steps or (100 if args.quick else 2000)

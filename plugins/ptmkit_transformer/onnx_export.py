@@ -43,8 +43,6 @@ def check_parity(translator: Any, encoder: Any, decoder: Any, seed: int = 0) -> 
     Raises:
         ExportError: a difference above :data:`PARITY_TOLERANCE`, or a cache never used (a bug).
     """
-    from keras import ops
-
     from ptmkit_export.decoding import CachedDecoder
 
     config = translator.config
@@ -55,7 +53,7 @@ def check_parity(translator: Any, encoder: Any, decoder: Any, seed: int = 0) -> 
         lengths = [source] + list(rng.integers(2, source + 1, batch - 1))
         ids = [list(rng.integers(4, config.vocabulary_size, n)) for n in lengths]
         source_ids, mask = _pack(ids, translator)
-        states = np.asarray(ops.convert_to_numpy(translator.backbone.encoder([source_ids, mask], training=False)), np.float32)
+        states = translator.encoder_states(source_ids, mask)
         onnx_states = encoder.run(["encoder_sequence_output"], {"encoder_token_ids": source_ids, "encoder_padding_mask": mask})[0]
         worst = max(worst, float(np.abs(onnx_states - states)[mask.astype(bool)].max()))
         target_ids = np.concatenate([np.full((batch, 1), translator.bos), rng.integers(4, config.vocabulary_size, (batch, target - 1))], axis=1).astype(np.int32)

@@ -101,11 +101,15 @@ class Translator(Seq2SeqSearch):
         self._decode = decode
 
     def encode_sources(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        source_ids, mask = self.source_ids(texts)
+        return self.encoder_states(source_ids, mask), mask, source_ids
+
+    def encoder_states(self, source_ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """``(batch, source, hidden)`` float32: the Keras encoder's output on packed ``source_ids``
+        (int32, ``(batch, source)``) and their ``mask``, as NumPy on any Keras backend."""
         from keras import ops
 
-        source_ids, mask = self.source_ids(texts)
-        states = np.asarray(ops.convert_to_numpy(self.backbone.encoder([source_ids, mask], training=False)), np.float32)
-        return states, mask, source_ids
+        return np.asarray(ops.convert_to_numpy(self.backbone.encoder([source_ids, mask], training=False)), np.float32)
 
     def next_logits_over(self, states: np.ndarray, mask: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         """The decoder on each row's whole prefix against ``states`` (no key/value cache)."""

@@ -1,5 +1,5 @@
 """The transformer family on Keras's JAX and torch backends with TensorFlow absent (a GPU machine
-with JAX and no TensorFlow; torch, which trains this family ~2x faster than TensorFlow on a 2-core
+with JAX and no TensorFlow; torch, which trains this family ~1.4x faster than TensorFlow on a 2-core
 AVX2 CPU): ``ptmkit train transformer`` trains (the same steps as on TensorFlow, fed by a
 ``PyDataset``) and checkpoints, and ``ptmkit export`` writes the ONNX encoder and decoder, whose greedy
 translations the lean runtime reproduces from the weights trained there. Runs in a child process
