@@ -21,7 +21,8 @@ an interrupted ptmkit run resumes from its checkpoint in ``--work``; the table g
 
     python benchmarks/seq2seq_reference.py --out benchmarks/results/seq2seq_reference.md   # hours on 2 cores
     python benchmarks/seq2seq_reference.py --quick                                        # tiny models, minutes
-    python benchmarks/seq2seq_reference.py --ptmkit-only --set init_std=0.02 --set clip_norm=1.0   # a variant's ptmkit rows
+    python benchmarks/seq2seq_reference.py --ptmkit-only --set init_std=0 --set clip_norm=0        # a variant's ptmkit rows
+    python benchmarks/seq2seq_reference.py --kept-variant init_std=0,clip_norm=0 --out PAGE          # its kept rows on the page too
     KERAS_BACKEND=torch python benchmarks/seq2seq_reference.py --ptmkit-only --seeds 1               # ptmkit rows on Keras' torch backend
 
 On a CPU without TensorFlow's fast paths (the 2-core AVX2 machines), Keras' torch backend trains the
@@ -29,8 +30,9 @@ family's default model in about 4 s a step against TensorFlow's 5.5 (the kept ro
 trained on, and rows of other backends than TensorFlow are translated by the run's ONNX export.
 
 ``--set KEY=VALUE`` trains the ptmkit rows with other ``[model]`` keys: their runs and rows are
-named after them (``ptmkit-init_std_0.02-clip_norm_1.0-1``), so that variants sit beside the
-defaults' rows on one page, each with its own mean; the transformers rows are the same for all.
+named after them (``ptmkit-init_std_0-clip_norm_0-1``: fairseq's initialisation, no clipping),
+and ``--kept-variant`` puts a variant's kept rows on the defaults' page, each variant with its own
+mean; the transformers rows are the same for all.
 """
 
 from __future__ import annotations
@@ -88,6 +90,24 @@ def ptmkit_row(args: argparse.Namespace, seed: int, rows: KeptRows) -> dict[str,
     row = {"side": "ptmkit", "seed": seed, "seconds": round(seconds, 1), "resumed_from_step": resumed, "device": _device(backend), "keras_backend": backend, "translated_with": translated_with,
            "tokenizer_sha256": file_sha256(run / "tokenizer.json"), **(recipe or {}), **score_translations(hypotheses, test.targets[: args.test_sentences])}
     return rows.put(run.name, row, began)
+
+
+def kept_variant_rows(args: argparse.Namespace, rows: KeptRows) -> list[dict[str, Any]]:
+    """The kept rows of each ``--kept-variant`` (comma-separated ``KEY=VALUE``), for ``--seeds``;
+    a seed without a kept row is left out.
+
+    Raises:
+        SystemExit: a variant has no kept row at all (named with the file it looked for).
+    """
+    found = []
+    for variant in args.kept_variant:
+        sets = [item.strip() for item in variant.split(",") if item.strip()]
+        names = [f"ptmkit-{variant_name(sets)}-{seed}" for seed in args.seeds]
+        mine = [row for row in (rows.get(name, {"model_sets": sets}) for name in names) if row is not None]
+        if not mine:
+            raise SystemExit(f"--kept-variant {variant}: no kept row ({rows.path(names[0])} and the other seeds' are missing); train it with --ptmkit-only --set ...")
+        found += mine
+    return found
 
 
 def checkpoint_every(run: Path, args: argparse.Namespace) -> int:
@@ -289,13 +309,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny models: a smoke test")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a [model] key of the ptmkit runs (repeatable), e.g. init_std=0.02: their rows and runs are named after it; the transformers rows are shared")
+    parser.add_argument("--kept-variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE...]",
+                        help="a --set variant whose kept rows (of --seeds) go on the page too, e.g. init_std=0,clip_norm=0 (repeatable; nothing is trained for it)")
     parser.add_argument("--out", type=Path, help="write the markdown page here")
     parser.add_argument("--ptmkit-only", action="store_true", help="train the ptmkit rows only, no page (KERAS_BACKEND=jax or torch: e.g. on a GPU machine without TensorFlow, or torch on a slow CPU; their test sentences are translated by the run's ONNX export)")
     parser.add_argument("--reference-only", action="store_true", help="train the transformers rows only (e.g. on a GPU machine; BLEU after N steps does not depend on where they ran), no page")
     args = parser.parse_args(argv)
-    malformed = [item for item in args.set if "=" not in item or item.startswith("=")]
+    malformed = [item for item in [*args.set, *(i for v in args.kept_variant for i in v.split(","))] if "=" not in item or item.strip().startswith("=")]
     if malformed:
-        parser.error(f"--set takes KEY=VALUE, got {malformed[0]!r}")
+        parser.error(f"--set and --kept-variant take KEY=VALUE, got {malformed[0]!r}")
     if args.ptmkit_only and args.reference_only:
         parser.error("--ptmkit-only and --reference-only leave nothing to run together; give one of them")
     args.steps = args.steps or (100 if args.quick else 2000)
@@ -305,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     kept = KeptRows(args.rows_dir, {"steps": args.steps, "test_sentences": args.test_sentences, "quick": args.quick})
     kept.claim_work(args.work)
     rows = [] if args.reference_only else [ptmkit_row(args, seed, kept) for seed in args.seeds]
+    rows += [] if args.reference_only or args.ptmkit_only else kept_variant_rows(args, kept)
     rows += [] if args.ptmkit_only else [reference_row(args, seed, kept) for seed in args.seeds]
     if args.reference_only or args.ptmkit_only:
         print("\n".join(f"{r['side']} seed {r['seed']}: BLEU {r['bleu']:.2f}, chrF {r['chrf']:.2f}, {r['seconds']} s on {r['device']}" for r in rows))

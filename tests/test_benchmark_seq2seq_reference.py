@@ -44,11 +44,11 @@ def test_seq2seq_reference_quick_keeps_its_rows(tmp_path: Path) -> None:
     for side in ("ptmkit", "transformers"):  # reused, not rerun: a rerun would write another date, load or seconds
         assert json.loads((tmp_path / "work" / "rows" / f"{side}-1.json").read_text()) == rows[side]
     assert "Seq2SeqTrainer" not in again.stderr and "train_runtime" not in again.stdout
-    variant = subprocess.run([*SCRIPT, "--work", str(tmp_path / "work"), "--ptmkit-only", "--set", "clip_norm=1.0"], env=env, capture_output=True, text=True, timeout=600)
+    variant = subprocess.run([*SCRIPT, "--work", str(tmp_path / "work"), "--ptmkit-only", "--set", "clip_norm=0.5"], env=env, capture_output=True, text=True, timeout=600)
     assert variant.returncode == 0, variant.stderr[-3000:]
-    row = json.loads((tmp_path / "work" / "rows" / "ptmkit-clip_norm_1.0-1.json").read_text())
-    assert row["model_sets"] == ["clip_norm=1.0"] and row["side"] == "ptmkit" and row["sentences"] == 5
-    assert "clip_norm = 1.0" in (tmp_path / "work" / "ptmkit-clip_norm_1.0-1" / "config.toml").read_text()
+    row = json.loads((tmp_path / "work" / "rows" / "ptmkit-clip_norm_0.5-1.json").read_text())
+    assert row["model_sets"] == ["clip_norm=0.5"] and row["side"] == "ptmkit" and row["sentences"] == 5
+    assert "clip_norm = 0.5" in (tmp_path / "work" / "ptmkit-clip_norm_0.5-1" / "config.toml").read_text()
     assert json.loads((tmp_path / "work" / "rows" / "ptmkit-1.json").read_text()) == rows["ptmkit"]  # the defaults' row untouched
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
@@ -56,8 +56,14 @@ def test_seq2seq_reference_quick_keeps_its_rows(tmp_path: Path) -> None:
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
     both = seq2seq_reference.page([rows["ptmkit"], row, rows["transformers"]], [], argparse.Namespace(steps=10, test_sentences=5, quick=True))
-    assert "| ptmkit (clip_norm=1.0) | 1 |" in both and f"ptmkit (clip_norm=1.0) {row['bleu']:.2f}" in both
-    assert re.search(r"goal ptmkit >= transformers - 1: ptmkit (not )?met; ptmkit \(clip_norm=1.0\) (not )?met\.", both), both
+    assert "| ptmkit (clip_norm=0.5) | 1 |" in both and f"ptmkit (clip_norm=0.5) {row['bleu']:.2f}" in both
+    assert re.search(r"goal ptmkit >= transformers - 1: ptmkit (not )?met; ptmkit \(clip_norm=0.5\) (not )?met\.", both), both
+    paged = subprocess.run([*SCRIPT, "--work", str(tmp_path / "work"), "--kept-variant", "clip_norm=0.5", "--out", str(page)], env=env, capture_output=True, text=True, timeout=300)
+    assert paged.returncode == 0, paged.stderr[-3000:]
+    table = lambda text: [line for line in text.splitlines() if line.startswith(("|", "Mean BLEU"))]  # noqa: E731
+    assert table(page.read_text()) == table(both)  # the defaults' row, the variant's kept row, the reference's: as page() drew them
+    missing = subprocess.run([*SCRIPT, "--work", str(tmp_path / "work"), "--kept-variant", "init_std=0"], env=env, capture_output=True, text=True, timeout=300)
+    assert missing.returncode != 0 and "ptmkit-init_std_0-1.json" in missing.stderr and "--kept-variant init_std=0" in missing.stderr
     other = subprocess.run([*SCRIPT[:-4], "--test-sentences", "6", "--seeds", "1", "--work", str(tmp_path / "work")], env=env, capture_output=True, text=True, timeout=300)
     assert other.returncode != 0 and "runs made with" in other.stderr and "give another --work" in other.stderr
 
