@@ -101,11 +101,15 @@ class TransformerConfig:
         adam_epsilon: Adam's epsilon (paper: 1e-9).
         clip_norm: the most global L2 norm of a step's gradients; larger ones are scaled down to it
             (Pascanu et al. 2013; transformers' ``Trainer`` ``max_grad_norm`` 1.0, fairseq's
-            ``--clip-norm``); 0: no clipping (the paper names none).
+            ``--clip-norm``); 0: no clipping (the paper names none). Default 1.0, with ``init_std``
+            0.02: transformers' Marian recipe, which on the shipped English-German pairs gives
+            test BLEU 26.7 after 2,000 steps against 18.8 with neither
+            (``benchmarks/results/seq2seq-reference-rows/``).
         init_std: the standard deviation of the normal distribution every kernel and the token
             embedding are drawn from (transformers' ``init_std`` of Marian and BART, 0.02; biases
             zero, layer norms one); 0: Glorot-uniform kernels and an ``N(0, hidden_dim^-0.5)``
-            embedding (fairseq's Transformer). Not read when weights are imported or ``init`` is set.
+            embedding (fairseq's Transformer). Default 0.02. Not read when weights are imported or
+            ``init`` is set.
         checkpoint_every: steps between checkpoints (``ptmkit train ... --resume`` continues from
             the newest one).
         dev_sentences: dev pairs translated (greedy) after training for the run's dev BLEU
@@ -150,8 +154,8 @@ class TransformerConfig:
     adam_beta_1: float = 0.9
     adam_beta_2: float = 0.98
     adam_epsilon: float = 1e-9
-    clip_norm: float = 0.0
-    init_std: float = 0.0
+    clip_norm: float = 1.0
+    init_std: float = 0.02
     checkpoint_every: int = 500
     dev_sentences: int = 200
     seed: int = 1

@@ -83,9 +83,10 @@ def test_denoising_loss_falls(denoising_runs: dict[str, tuple[Path, dict[int, An
     losses = _losses(run)
     first, last = losses[1], losses[STEPS]  # step 1's loss; the mean over steps 28-30 (the callback's window)
     assert np.isfinite(list(losses.values())).all()
-    # Measured: 6.2-6.3 -> 4.0-5.0 nats: from above the uniform ln(300) = 5.7 to below it (what the
-    # tiny model learns in 30 steps is mostly the tokens' frequencies; t5_span's short targets most).
-    assert last < first - 1.0 and last < np.log(300) - 0.4, (objective, first, last)
+    # The N(0, 0.02) initialisation (init_std's default) starts at the uniform ln(300) = 5.70 nats;
+    # 30 steps take it well below (measured 3.54 bart, 4.06 t5_span, 4.90 mass: mostly the tokens'
+    # frequencies).
+    assert abs(first - np.log(300)) < 0.15 and last < np.log(300) - 0.6, (objective, first, last)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["stage"] == "pretrain" and manifest["corpus"].endswith("corpus.txt")
     assert json.loads((run / "metrics.json").read_text())["objective"] == objective
