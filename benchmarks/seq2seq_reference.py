@@ -105,7 +105,7 @@ def kept_variant_rows(args: argparse.Namespace, rows: KeptRows) -> list[dict[str
         names = [f"ptmkit-{variant_name(sets)}-{seed}" for seed in args.seeds]
         mine = [row for row in (rows.get(name, {"model_sets": sets}) for name in names) if row is not None]
         if not mine:
-            raise SystemExit(f"--kept-variant {variant}: no kept row ({rows.path(names[0])} and the other seeds' are missing); train it with --ptmkit-only --set ...")
+            raise SystemExit(f"--kept-variant {variant}: no kept row ({rows.path(names[0])} and the other seeds' are missing); train it with --ptmkit-only {' '.join('--set ' + item for item in sets)}")
         found += mine
     return found
 
@@ -272,7 +272,7 @@ def train_seconds(row: dict[str, Any]) -> str:
 
 
 def label(row: dict[str, Any]) -> str:
-    """A row's side, with its ``--set`` overrides: ``ptmkit``, ``ptmkit (init_std=0.02)``, ``transformers``."""
+    """A row's side, with its ``--set`` overrides: ``ptmkit``, ``ptmkit (init_std=0)``, ``transformers``."""
     return f"{row['side']} ({', '.join(row['model_sets'])})" if row.get("model_sets") else row["side"]
 
 
@@ -295,6 +295,8 @@ def page(rows: list[dict[str, Any]], argv: list[str], args: argparse.Namespace) 
         + ("Every row read the same tokenizer.json (one SHA-256)." if len({r.get('tokenizer_sha256') for r in rows}) == 1 else
            "WARNING: the rows read different tokenizer.json files (SHA-256 differ); their token ids are not the same."),
     ]
+    notes = [f"- {label(r)}, seed {r['seed']}: {r['note']}" for r in rows if r.get("note")]  # what a row's file says of how it was made
+    lines += ["\nNotes on rows:\n", *notes] if notes else []
     return "\n".join(lines)
 
 
@@ -308,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-sentences", type=int, help="test sentences translated (default 1,000; --quick 50)")
     parser.add_argument("--quick", action="store_true", help="tiny models: a smoke test")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a [model] key of the ptmkit runs (repeatable), e.g. init_std=0.02: their rows and runs are named after it; the transformers rows are shared")
+                        help="a [model] key of the ptmkit runs (repeatable), e.g. init_std=0: their rows and runs are named after it; the transformers rows are shared")
     parser.add_argument("--kept-variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE...]",
                         help="a --set variant whose kept rows (of --seeds) go on the page too, e.g. init_std=0,clip_norm=0 (repeatable; nothing is trained for it)")
     parser.add_argument("--out", type=Path, help="write the markdown page here")

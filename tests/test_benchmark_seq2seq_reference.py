@@ -58,12 +58,14 @@ def test_seq2seq_reference_quick_keeps_its_rows(tmp_path: Path) -> None:
     both = seq2seq_reference.page([rows["ptmkit"], row, rows["transformers"]], [], argparse.Namespace(steps=10, test_sentences=5, quick=True))
     assert "| ptmkit (clip_norm=0.5) | 1 |" in both and f"ptmkit (clip_norm=0.5) {row['bleu']:.2f}" in both
     assert re.search(r"goal ptmkit >= transformers - 1: ptmkit (not )?met; ptmkit \(clip_norm=0.5\) (not )?met\.", both), both
+    noted = seq2seq_reference.page([{**rows["ptmkit"], "note": "trained before X"}, rows["transformers"]], [], argparse.Namespace(steps=10, test_sentences=5, quick=True))
+    assert noted.endswith("- ptmkit, seed 1: trained before X") and "Notes on rows" not in both  # a row file's note reaches the page
     paged = subprocess.run([*SCRIPT, "--work", str(tmp_path / "work"), "--kept-variant", "clip_norm=0.5", "--out", str(page)], env=env, capture_output=True, text=True, timeout=300)
     assert paged.returncode == 0, paged.stderr[-3000:]
     table = lambda text: [line for line in text.splitlines() if line.startswith(("|", "Mean BLEU"))]  # noqa: E731
     assert table(page.read_text()) == table(both)  # the defaults' row, the variant's kept row, the reference's: as page() drew them
     missing = subprocess.run([*SCRIPT, "--work", str(tmp_path / "work"), "--kept-variant", "init_std=0"], env=env, capture_output=True, text=True, timeout=300)
-    assert missing.returncode != 0 and "ptmkit-init_std_0-1.json" in missing.stderr and "--kept-variant init_std=0" in missing.stderr
+    assert missing.returncode != 0 and "ptmkit-init_std_0-1.json" in missing.stderr and "--kept-variant init_std=0" in missing.stderr and "--ptmkit-only --set init_std=0" in missing.stderr
     other = subprocess.run([*SCRIPT[:-4], "--test-sentences", "6", "--seeds", "1", "--work", str(tmp_path / "work")], env=env, capture_output=True, text=True, timeout=300)
     assert other.returncode != 0 and "runs made with" in other.stderr and "give another --work" in other.stderr
 
