@@ -63,10 +63,15 @@ def variant_name(sets: list[str]) -> str:
     return "-".join(item.replace("=", "_") for item in sets)
 
 
+def run_name(sets: list[str], seed: int) -> str:
+    """The ptmkit run's and row's name: ``ptmkit-SEED``, or ``ptmkit-VARIANT-SEED`` with ``--set``'s ``sets``."""
+    variant = variant_name(sets)
+    return f"ptmkit-{variant}-{seed}" if variant else f"ptmkit-{seed}"
+
+
 def ptmkit_row(args: argparse.Namespace, seed: int, rows: KeptRows) -> dict[str, Any]:
     """Train (or reuse) the ptmkit run of ``seed`` (with ``--set``'s model keys); its test BLEU and seconds."""
-    variant = variant_name(args.set)
-    run = args.work / (f"ptmkit-{variant}-{seed}" if variant else f"ptmkit-{seed}")
+    run = args.work / run_name(args.set, seed)
     recipe = {"model_sets": args.set} if args.set else None
     kept = rows.get(run.name, recipe)
     if kept is not None:
@@ -102,7 +107,7 @@ def kept_variant_rows(args: argparse.Namespace, rows: KeptRows) -> list[dict[str
     found = []
     for variant in args.kept_variant:
         sets = [item.strip() for item in variant.split(",") if item.strip()]
-        names = [f"ptmkit-{variant_name(sets)}-{seed}" for seed in args.seeds]
+        names = [run_name(sets, seed) for seed in args.seeds]
         mine = [row for row in (rows.get(name, {"model_sets": sets}) for name in names) if row is not None]
         if not mine:
             raise SystemExit(f"--kept-variant {variant}: no kept row ({rows.path(names[0])} and the other seeds' are missing); train it with --ptmkit-only {' '.join('--set ' + item for item in sets)}")
